@@ -1,0 +1,1 @@
+//! gpum-agent library. See ARCHITECTURE.md.

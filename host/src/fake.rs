@@ -1,0 +1,206 @@
+//! An in-memory machine for unit tests: files, command answers, env, uid, clock.
+//!
+//! It records every command it was asked to run and every write, so a test can assert that a
+//! dry run wrote nothing and ran only read-only probes.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::{Cmd, FsSpace, Host, Output};
+
+#[derive(Debug, Default)]
+struct State {
+    files: BTreeMap<PathBuf, Vec<u8>>,
+    dirs: Vec<PathBuf>,
+    commands: BTreeMap<String, io::Result<Output>>,
+    ran: Vec<Cmd>,
+    writes: Vec<PathBuf>,
+    env: BTreeMap<String, String>,
+    space: BTreeMap<PathBuf, FsSpace>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct FakeHost {
+    st: Mutex<State>,
+    pub euid: u32,
+    pub arch: String,
+    pub now: SystemTime,
+    pub tty: bool,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        Self {
+            st: Mutex::default(),
+            euid: 0,
+            arch: "x86_64".into(),
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            tty: false,
+        }
+    }
+}
+
+fn clone_res(r: &io::Result<Output>) -> io::Result<Output> {
+    match r {
+        Ok(o) => Ok(o.clone()),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+impl FakeHost {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn file(self, path: impl Into<PathBuf>, data: impl Into<Vec<u8>>) -> Self {
+        let p = path.into();
+        {
+            let mut st = self.st.lock().unwrap();
+            let mut parent = p.parent();
+            while let Some(d) = parent {
+                if !st.dirs.iter().any(|x| x == d) {
+                    st.dirs.push(d.to_path_buf());
+                }
+                parent = d.parent();
+            }
+            st.files.insert(p, data.into());
+        }
+        self
+    }
+    pub fn dir(self, path: impl Into<PathBuf>) -> Self {
+        self.st.lock().unwrap().dirs.push(path.into());
+        self
+    }
+    /// The answer to a command, keyed by its display form (`program arg arg`).
+    pub fn command(self, line: &str, out: io::Result<Output>) -> Self {
+        self.st.lock().unwrap().commands.insert(line.to_string(), out);
+        self
+    }
+    /// Shorthand: a command that exits 0 with this stdout.
+    pub fn command_ok(self, line: &str, stdout: &str) -> Self {
+        self.command(line, Ok(Output { code: Some(0), stdout: stdout.as_bytes().to_vec(), stderr: vec![] }))
+    }
+    pub fn env_var(self, k: &str, v: &str) -> Self {
+        self.st.lock().unwrap().env.insert(k.into(), v.into());
+        self
+    }
+    pub fn space_at(self, path: impl Into<PathBuf>, avail_bytes: u64) -> Self {
+        self.st
+            .lock()
+            .unwrap()
+            .space
+            .insert(path.into(), FsSpace { avail_bytes, total_bytes: avail_bytes * 2 });
+        self
+    }
+    pub fn with_euid(mut self, uid: u32) -> Self {
+        self.euid = uid;
+        self
+    }
+    pub fn with_arch(mut self, arch: &str) -> Self {
+        self.arch = arch.into();
+        self
+    }
+    /// Every command run so far.
+    pub fn ran(&self) -> Vec<Cmd> {
+        self.st.lock().unwrap().ran.clone()
+    }
+    /// Every path written or removed so far.
+    pub fn writes(&self) -> Vec<PathBuf> {
+        self.st.lock().unwrap().writes.clone()
+    }
+}
+
+impl Host for FakeHost {
+    fn run(&self, cmd: &Cmd) -> io::Result<Output> {
+        let mut st = self.st.lock().unwrap();
+        st.ran.push(cmd.clone());
+        match st.commands.get(&cmd.display()) {
+            Some(r) => clone_res(r),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("{}: not found", cmd.program))),
+        }
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.st
+            .lock()
+            .unwrap()
+            .files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let st = self.st.lock().unwrap();
+        st.files.contains_key(path) || st.dirs.iter().any(|d| d == path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.st.lock().unwrap().dirs.iter().any(|d| d == path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        let st = self.st.lock().unwrap();
+        if !st.dirs.iter().any(|d| d == path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()));
+        }
+        let mut v: Vec<PathBuf> = st
+            .files
+            .keys()
+            .chain(st.dirs.iter())
+            .filter(|p| p.parent() == Some(path))
+            .cloned()
+            .collect();
+        v.sort();
+        v.dedup();
+        Ok(v)
+    }
+    fn write_atomic(&self, path: &Path, data: &[u8], _mode: u32) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(path.to_path_buf());
+        st.files.insert(path.to_path_buf(), data.to_vec());
+        Ok(())
+    }
+    fn create_dir_all(&self, path: &Path, _mode: u32) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(path.to_path_buf());
+        st.dirs.push(path.to_path_buf());
+        Ok(())
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(path.to_path_buf());
+        st.files
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(path.to_path_buf());
+        st.files.retain(|p, _| !p.starts_with(path));
+        st.dirs.retain(|p| !p.starts_with(path));
+        Ok(())
+    }
+    fn space(&self, path: &Path) -> io::Result<FsSpace> {
+        let st = self.st.lock().unwrap();
+        st.space
+            .get(path)
+            .copied()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+    }
+    fn env(&self, key: &str) -> Option<String> {
+        self.st.lock().unwrap().env.get(key).cloned()
+    }
+    fn euid(&self) -> u32 {
+        self.euid
+    }
+    fn now(&self) -> SystemTime {
+        self.now
+    }
+    fn arch(&self) -> String {
+        self.arch.clone()
+    }
+    fn stdin_is_tty(&self) -> bool {
+        self.tty
+    }
+}

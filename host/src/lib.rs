@@ -1,0 +1,134 @@
+//! The seam between gpum and the machine it runs on.
+//!
+//! Every side effect of the installer and the agent goes through this crate: spawning processes,
+//! reading and writing files (always under a root path, so tests can use a scratch root), the
+//! environment, the clock, the effective uid, and HTTP clients. `clippy.toml` forbids the
+//! std equivalents everywhere else, so "the audit changes nothing" and "the agent writes only
+//! its own directories" are properties one can check by reading this crate and its callers.
+//!
+//! [`Host`] is the trait; [`RealHost`] is the machine; [`fake::FakeHost`] is an in-memory
+//! machine for unit tests of checks and plans.
+#![allow(clippy::disallowed_methods)]
+
+pub mod env;
+pub mod fake;
+pub mod http;
+mod real;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub use real::RealHost;
+
+/// A process to run. The program is looked up in `PATH` unless it is absolute.
+///
+/// There is deliberately no way to pass extra environment variables: secrets never travel
+/// in a child's environment or argv. Secrets go through `stdin`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cmd {
+    pub program: String,
+    pub args: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+}
+
+impl Cmd {
+    pub fn new(program: impl Into<String>) -> Self {
+        Self { program: program.into(), args: Vec::new(), stdin: None }
+    }
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn args<I, S>(mut self, it: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(it.into_iter().map(Into::into));
+        self
+    }
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(data.into());
+        self
+    }
+    /// The command line as a user would type it, for plans and logs.
+    pub fn display(&self) -> String {
+        let mut s = self.program.clone();
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+/// What a finished process left behind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Output {
+    /// `None` when killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// Free and total space of a filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    pub avail_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// The machine, as gpum sees it. Paths are absolute paths *on the target machine*; an
+/// implementation maps them under its root.
+pub trait Host: Send + Sync {
+    /// Runs a process to completion. `Err` means it could not be started (not found, not
+    /// executable); a non-zero exit is `Ok` with that code.
+    fn run(&self, cmd: &Cmd) -> io::Result<Output>;
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        let b = self.read(path)?;
+        String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+    fn exists(&self, path: &Path) -> bool;
+    fn is_dir(&self, path: &Path) -> bool;
+    /// Entries of a directory, as absolute target paths, sorted.
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Writes `data` to `path` atomically: a temp file in the same directory created with
+    /// `mode` (O_EXCL, so the mode holds from the first byte, whatever the umask), fsync,
+    /// rename, fsync of the directory.
+    fn write_atomic(&self, path: &Path, data: &[u8], mode: u32) -> io::Result<()>;
+    fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    fn space(&self, path: &Path) -> io::Result<FsSpace>;
+    /// A process environment variable; see [`env`] for the names gpum reads.
+    fn env(&self, key: &str) -> Option<String>;
+    fn euid(&self) -> u32;
+    fn now(&self) -> SystemTime;
+    /// `uname -m` of the machine.
+    fn arch(&self) -> String;
+    fn stdin_is_tty(&self) -> bool;
+}
+
+/// Errors of the HTTP seam.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("invalid URL {0}")]
+    BadUrl(String),
+    #[error("plain http:// is allowed only to a loopback address, not {0}")]
+    InsecureNonLoopback(String),
+    #[error("unsupported URL scheme in {0}")]
+    Scheme(String),
+    #[error(transparent)]
+    Client(#[from] reqwest::Error),
+}

@@ -1,0 +1,1 @@
+//! gpum-install library. See ARCHITECTURE.md.

@@ -1,0 +1,1 @@
+//! gpum-platform library. See ARCHITECTURE.md.

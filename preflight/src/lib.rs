@@ -1,0 +1,1 @@
+//! Machine checks. See ARCHITECTURE.md.

@@ -1,0 +1,417 @@
+//! The gpum agent protocol, version 1. Wire types live only here.
+//!
+//! Every endpoint is under [`API_PREFIX`]. The agent only ever dials out; the platform never
+//! connects to a node. `docs/protocol.md` describes each endpoint with examples.
+//!
+//! Compatibility rules: fields are added, never renamed; unknown fields are ignored on read
+//! (no `deny_unknown_fields`), so an older agent keeps working against a newer platform.
+//! Command kinds travel as strings so that an agent can refuse, and report, a kind it does not
+//! know instead of failing to parse the whole heartbeat answer.
+
+pub mod joincode;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub const API_PREFIX: &str = "/api/v1";
+pub const PATH_REGISTER: &str = "/api/v1/agent/register";
+pub const PATH_HEARTBEAT: &str = "/api/v1/agent/heartbeat";
+pub const PATH_ADMIN_JOIN_CODES: &str = "/api/v1/admin/join-codes";
+pub const PATH_ADMIN_NODES: &str = "/api/v1/admin/nodes";
+pub const PATH_ADMIN_PROBE_IMAGE: &str = "/api/v1/admin/probe-image";
+
+/// The heartbeat interval the platform gives when not told otherwise.
+pub const DEFAULT_HEARTBEAT_INTERVAL_SECS: u64 = 10;
+/// A node with no heartbeat for this long is offline.
+pub const OFFLINE_AFTER_SECS: u64 = 60;
+
+// ---------------------------------------------------------------------------------------------
+// Inventory
+
+/// What renters may see: the listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PublicInventory {
+    pub gpus: Vec<GpuPublic>,
+    pub cpu_model: String,
+    pub cpu_cores: u32,
+    pub ram_mib: u64,
+    /// Free space for Docker's data root, in GiB.
+    pub disk_gib: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuPublic {
+    pub model: String,
+    pub vram_mib: u64,
+}
+
+/// What only the owner sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PrivateInventory {
+    pub hostname: String,
+    pub gpu_uuids: Vec<String>,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    /// `PRETTY_NAME` of os-release.
+    pub os: String,
+    pub kernel: String,
+    pub docker_version: Option<String>,
+    pub toolkit_version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Inventory {
+    pub public: PublicInventory,
+    pub private: PrivateInventory,
+}
+
+impl Inventory {
+    /// A stable hash of the inventory (SHA-256 of its JSON, hex). The agent resends the full
+    /// inventory only when this changes.
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).expect("inventory serializes");
+        hex::encode(Sha256::digest(&json))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisterRequest {
+    pub join_code: String,
+    pub agent_version: String,
+    pub inventory: Inventory,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterResponse {
+    pub node_id: String,
+    /// 256-bit random, hex. Shown once; the platform keeps only its SHA-256.
+    pub node_token: String,
+    pub heartbeat_interval_secs: u64,
+    pub probe_image: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heartbeat
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HeartbeatRequest {
+    /// Increases by one per heartbeat since the agent started.
+    pub seq: u64,
+    pub inventory_hash: String,
+    /// Present only when the hash changed since the last accepted heartbeat (and on the first).
+    pub inventory: Option<Inventory>,
+    pub metrics: Metrics,
+    /// The latest GPU probe result, if any probe has run.
+    pub probe: Option<ProbeReport>,
+    /// Ids of the `gpum.managed=true` containers present, running or stopped.
+    pub managed_containers: Vec<String>,
+    /// Containers the agent removed since the last heartbeat.
+    pub removed_containers: Vec<RemovedContainer>,
+    pub command_results: Vec<CommandResult>,
+    /// Health of the agent's dependencies.
+    pub health: Health,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metrics {
+    /// Whole-machine CPU load, percent of all cores.
+    pub cpu_load_pct: f32,
+    pub ram_used_mib: u64,
+    pub ram_total_mib: u64,
+    pub disk_free_gib: u64,
+    pub gpus: Vec<GpuMetrics>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMetrics {
+    pub index: u32,
+    pub util_pct: u32,
+    pub mem_used_mib: u64,
+    pub mem_total_mib: u64,
+    pub temp_c: u32,
+    pub power_w: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Health {
+    /// The Docker engine answered.
+    pub docker_ok: bool,
+    /// Why Docker did not answer.
+    pub docker_error: Option<String>,
+    pub nvml: NvmlState,
+    /// Seconds the agent's clock is ahead (+) or behind (-) the platform's `Date`, when more
+    /// than a few seconds.
+    pub clock_skew_secs: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NvmlState {
+    Ok,
+    /// libnvidia-ml could not be loaded: no driver.
+    #[default]
+    LibraryMissing,
+    DriverLibraryMismatch,
+    NoDevices,
+    Error,
+}
+
+/// The platform's verdict on the hardware, as dashboards show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum VerificationState {
+    /// No probe image chosen yet, or no probe ran yet. Not an error.
+    #[default]
+    AwaitingCheck,
+    Verified,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub state: VerificationState,
+    pub reason: Option<ProbeFailure>,
+    /// Combined output of the probe, truncated to [`PROBE_OUTPUT_MAX`] bytes.
+    pub output: String,
+    /// Unix seconds when the probe finished.
+    pub finished_at: u64,
+    pub image: String,
+}
+
+/// The most probe output a heartbeat carries.
+pub const PROBE_OUTPUT_MAX: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeFailure {
+    NoNvidiaRuntime,
+    DeviceRequestRefused,
+    NvidiaSmiFailed,
+    NvmlUnknownError,
+    DriverLibraryMismatch,
+    ImagePullFailed,
+    Timeout,
+    DockerUnavailable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedContainer {
+    pub id: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// A command from the platform. `kind` is one of [`CommandKind`]'s names; any other is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub id: String,
+    pub kind: String,
+}
+
+/// The fixed list of commands an agent obeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandKind {
+    /// Re-run the GPU probe.
+    Recheck,
+    /// Exit so that systemd starts the agent again.
+    Restart,
+}
+
+impl CommandKind {
+    pub const ALL: [CommandKind; 2] = [CommandKind::Recheck, CommandKind::Restart];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandKind::Recheck => "recheck",
+            CommandKind::Restart => "restart",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult {
+    pub id: String,
+    pub ok: bool,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct HeartbeatResponse {
+    pub heartbeat_interval_secs: u64,
+    pub commands: Vec<Command>,
+    /// The `gpum.managed=true` container ids the platform knows; the agent removes the others
+    /// after a grace period.
+    pub known_containers: Vec<String>,
+    pub probe_image: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// Every error body: `{"error":{"code":"…","message":"…"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Stable error codes. Listed, with their HTTP statuses, in docs/protocol.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the body is not valid JSON for this endpoint.
+    InvalidJson,
+    /// 400: a field has a bad value.
+    InvalidRequest,
+    /// 413
+    PayloadTooLarge,
+    /// 400: the join code fails its format or check character.
+    JoinCodeMalformed,
+    /// 403
+    JoinCodeUnknown,
+    /// 403
+    JoinCodeExpired,
+    /// 403
+    JoinCodeUsed,
+    /// 409
+    GpuAlreadyRegistered,
+    /// 401: no token, or a token the platform never issued.
+    Unauthorized,
+    /// 401: the node's token was replaced. The agent stops for good.
+    TokenReplaced,
+    /// 410: the node was deleted. The agent stops for good.
+    NodeDeleted,
+    /// 401 on admin endpoints.
+    AdminUnauthorized,
+    /// 404
+    NotFound,
+    /// 405
+    MethodNotAllowed,
+    /// 500
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn http_status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            InvalidJson | InvalidRequest | JoinCodeMalformed => 400,
+            PayloadTooLarge => 413,
+            JoinCodeUnknown | JoinCodeExpired | JoinCodeUsed => 403,
+            GpuAlreadyRegistered => 409,
+            Unauthorized | TokenReplaced | AdminUnauthorized => 401,
+            NodeDeleted => 410,
+            NotFound => 404,
+            MethodNotAllowed => 405,
+            Internal => 500,
+        }
+    }
+    /// The only two answers on which an agent stops for good.
+    pub fn is_revocation(self) -> bool {
+        matches!(self, ErrorCode::NodeDeleted | ErrorCode::TokenReplaced)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CreateJoinCodeRequest {
+    /// Seconds until the code expires; 24 h when absent.
+    pub ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinCodeCreated {
+    pub code: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub id: String,
+    pub online: bool,
+    pub verification: VerificationState,
+    pub last_probe_output: Option<String>,
+    pub last_probe_reason: Option<ProbeFailure>,
+    /// Unix seconds of the last heartbeat, if any.
+    pub last_heartbeat_at: Option<u64>,
+    pub registered_at: u64,
+    pub agent_version: String,
+    pub inventory: Inventory,
+    pub last_metrics: Option<Metrics>,
+    pub health: Option<Health>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub nodes: Vec<NodeSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCommandRequest {
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandQueued {
+    pub id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetProbeImageRequest {
+    /// `None` clears it: no probe runs, nodes show "awaiting check".
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRotated {
+    /// The new token, shown once.
+    pub node_token: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_body_shape() {
+        let b = ErrorBody { error: ErrorDetail { code: ErrorCode::NodeDeleted, message: "gone".into() } };
+        assert_eq!(serde_json::to_string(&b).unwrap(), r#"{"error":{"code":"node_deleted","message":"gone"}}"#);
+        assert!(ErrorCode::NodeDeleted.is_revocation() && ErrorCode::TokenReplaced.is_revocation());
+        assert!(!ErrorCode::Unauthorized.is_revocation());
+        assert_eq!(ErrorCode::NodeDeleted.http_status(), 410);
+        assert_eq!(ErrorCode::TokenReplaced.http_status(), 401);
+    }
+
+    #[test]
+    fn inventory_hash_tracks_changes() {
+        let mut inv = Inventory::default();
+        let h1 = inv.hash();
+        assert_eq!(h1, inv.hash());
+        inv.private.driver_version = Some("550.54.15".into());
+        assert_ne!(h1, inv.hash());
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let r: HeartbeatResponse = serde_json::from_str(
+            r#"{"heartbeat_interval_secs":10,"commands":[{"id":"1","kind":"format_disk"}],"known_containers":[],"probe_image":null,"future":1}"#,
+        )
+        .unwrap();
+        assert_eq!(CommandKind::parse(&r.commands[0].kind), None);
+        assert_eq!(CommandKind::parse("recheck"), Some(CommandKind::Recheck));
+    }
+}

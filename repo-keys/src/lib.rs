@@ -1,0 +1,1 @@
+//! Pinned apt repository keys. See ARCHITECTURE.md.

@@ -1,0 +1,50 @@
+//! The end-to-end harness: finds the real binaries, starts the real platform, builds local
+//! Docker images, and holds the simulated NVIDIA layer (the only simulated part of the
+//! system; see `sim/`).
+//!
+//! Suites live in `tests/e2e/*.rs`, one per capability.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::PathBuf;
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the workspace").to_path_buf()
+}
+
+/// The target directory cargo builds into.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A workspace binary, built by `cargo build --workspace --bins` (which `cargo xtask test` runs
+/// first). Panics with that instruction when it is missing.
+pub fn bin(name: &str) -> PathBuf {
+    let p = target_dir().join("debug").join(name);
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first (cargo xtask test does)", p.display());
+    p
+}
+
+/// Whether the Docker suites must run. `cargo xtask test` sets `GPUM_REQUIRE_DOCKER=1` when an
+/// engine answers, so a suite that would skip fails instead.
+pub fn docker_required() -> bool {
+    std::env::var("GPUM_REQUIRE_DOCKER").as_deref() == Ok("1")
+}
+
+/// Call at the top of a Docker test: `Some(())` to go on, `None` (with a message on stderr) to
+/// skip because no engine answers. Panics instead of skipping when [`docker_required`].
+pub fn docker_or_skip(test: &str) -> Option<()> {
+    let ok = std::process::Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Some(());
+    }
+    if docker_required() {
+        panic!("{test}: no Docker engine answers, but GPUM_REQUIRE_DOCKER=1");
+    }
+    eprintln!("SKIP {test}: no Docker engine answers");
+    None
+}

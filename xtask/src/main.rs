@@ -1,0 +1,67 @@
+//! Project automation, run as `cargo xtask <command>`.
+//!
+//! - `test`: what CI runs: `cargo fmt --check`, `clippy -D warnings`, the binaries the
+//!   end-to-end suites drive, then the whole suite under nextest.
+//! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
+//! - `release-key`, `sign`: development release keys and artifact signatures.
+#![allow(clippy::disallowed_methods)]
+
+mod bench;
+mod sign;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "gpum project automation")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// fmt --check, clippy -D warnings, then every test (what CI runs).
+    Test {
+        /// Extra arguments passed to `cargo nextest run`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run benchmarks: dryrun, verify, platform, agent, or all.
+    Bench {
+        #[arg(default_value = "all")]
+        which: String,
+        /// Shorter runs, for a quick look.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Make a development release signing key (kept outside the repository).
+    ReleaseKey(sign::ReleaseKeyArgs),
+    /// Sign artifacts: writes FILE.sha256 and FILE.sig beside each.
+    Sign(sign::SignArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Test { args } => test(&args),
+        Cmd::Bench { which, quick } => bench::run(&which, quick),
+        Cmd::ReleaseKey(a) => sign::release_key(a),
+        Cmd::Sign(a) => sign::sign(a),
+    }
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    use util::cargo;
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
+    // The end-to-end suites drive the real binaries.
+    cargo(&["build", "--workspace", "--bins", "--locked"])?;
+    // With an engine present, the Docker suites must run, not skip.
+    let docker = util::docker_answers();
+    eprintln!("xtask: docker engine {}", if docker { "answers; Docker suites are required" } else { "absent; Docker suites will skip" });
+    let mut args = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];
+    args.extend(extra.iter().map(String::as_str));
+    util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })])
+}
