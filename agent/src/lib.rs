@@ -1,1 +1,24 @@
-//! gpum-agent library. See ARCHITECTURE.md.
+//! gpum-agent: the service on a GPU owner's machine, and its CLI.
+//!
+//! The binary (`src/main.rs`) only calls [`cli::main`]. The pieces, in the order a heartbeat
+//! meets them: [`config`] (the 0600 file with the token, wrapped in [`secret::Token`]),
+//! [`inventory`] (NVML, sysinfo, `/proc`, os-release), [`client`] (HTTPS to the platform and the
+//! one decision of which failures are final), [`backoff`] (how to retry), [`run`] (the event
+//! loop), [`state`] (`state.json` for `status`), and [`docker`] (probe and reconciler).
+//! `docs/agent.md` is the user's view; ARCHITECTURE.md lists what the agent never does.
+
+pub mod backoff;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod docker;
+pub mod doctor;
+pub mod inventory;
+pub mod register;
+pub mod run;
+pub mod secret;
+pub mod smoke;
+pub mod state;
+pub mod status;
+pub mod uninstall;
+pub mod unit;

@@ -47,6 +47,9 @@ pub enum Failure {
     UninstallNotConfirmed,
     /// Anything unexpected (1), with the error.
     Other(String),
+    /// `gpum-install` without `--dry-run` found the machine ready, but this version has no
+    /// install flow yet (1): it must not exit 0 after not doing the job.
+    InstallNotImplemented,
 }
 
 impl Failure {
@@ -62,7 +65,7 @@ impl Failure {
             JoinCodeRejected | GpuAlreadyRegistered => exit::JOIN_CODE,
             ServiceFailed => exit::SERVICE,
             StoppedRevoked | StoppedConfig(_) => exit::STOPPED_FOR_GOOD,
-            Other(_) => exit::OTHER,
+            Other(_) | InstallNotImplemented => exit::OTHER,
         }
     }
 
@@ -71,89 +74,152 @@ impl Failure {
         use Failure::*;
         let ru = lang == Lang::Ru;
         match self {
-            UnknownParameter(p) => if ru {
-                format!("Неизвестный параметр: {p}. Скопируйте команду из личного кабинета целиком или посмотрите --help.")
-            } else {
-                format!("Unknown parameter: {p}. Copy the command from your dashboard in full, or see --help.")
-            },
-            Usage(detail) => if ru {
-                format!("Неверные параметры команды: {detail}\nПосмотрите --help.")
-            } else {
-                format!("Invalid command line: {detail}\nSee --help.")
-            },
-            NoJoinCode => if ru {
-                "Не указан код подключения. Скопируйте команду из личного кабинета целиком, вместе с кодом (--code).".into()
-            } else {
-                "No join code given. Copy the command from your dashboard in full, with its code (--code).".into()
-            },
-            BadJoinCode => if ru {
-                "Код подключения выглядит неверно. Скопируйте команду из личного кабинета целиком, вместе с кодом.".into()
-            } else {
-                "The join code looks wrong. Copy the command from your dashboard in full, with its code.".into()
-            },
-            NotRoot => if ru {
-                "Установщик нужно запускать от имени root. Повторите команду с sudo.".into()
-            } else {
-                "The installer must run as root. Repeat the command with sudo.".into()
-            },
-            NoSystemd => if ru {
-                "На этой машине не запущен systemd. Контейнеры, WSL и системы без systemd не поддерживаются.".into()
-            } else {
-                "systemd is not running on this machine. Containers, WSL and systems without systemd are not supported.".into()
-            },
-            PreflightFailed(ids) => if ru {
-                format!("Проверка машины не пройдена ({}). Исправьте отмеченное выше и запустите установщик снова.", ids.join(", "))
-            } else {
-                format!("The machine check failed ({}). Fix what is marked above and run the installer again.", ids.join(", "))
-            },
-            AgentNoExec => if ru {
-                "Не удалось запустить скачанный агент. Скорее всего, /tmp смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash.".into()
-            } else {
-                "Could not run the downloaded agent. Most likely /tmp is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash.".into()
-            },
-            Download(why) => if ru {
-                format!("Не удалось скачать или проверить агент: {why}. Повторите попытку; если ошибка повторяется, напишите нам.")
-            } else {
-                format!("Could not download or verify the agent: {why}. Try again; if it keeps failing, contact us.")
-            },
-            GpuNotInContainer => if ru {
-                "Видеокарта не видна внутри контейнера. Проверьте nvidia-smi на машине, затем выполните sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker.".into()
-            } else {
-                "The GPU is not visible inside a container. Check nvidia-smi on the machine, then run sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker.".into()
-            },
-            JoinCodeRejected => if ru {
-                "Код подключения недействителен, истёк или уже использован. Создайте новый код в личном кабинете.".into()
-            } else {
-                "The join code is invalid, expired or already used. Create a new code in your dashboard.".into()
-            },
-            GpuAlreadyRegistered => if ru {
-                "Эта видеокарта уже зарегистрирована на другом сервере. Удалите тот сервер в личном кабинете и запустите установщик снова.".into()
-            } else {
-                "This GPU is already registered to another server. Delete that server in your dashboard and run the installer again.".into()
-            },
-            ServiceFailed => if ru {
-                "Служба не запустилась. Посмотрите journalctl -u gpum-agent -n 50 и sudo /opt/gpum-agent/gpum-agent status.".into()
-            } else {
-                "The service did not start. See journalctl -u gpum-agent -n 50 and sudo /opt/gpum-agent/gpum-agent status.".into()
-            },
-            StatusNeedsRoot => if ru {
-                "Для чтения состояния агента нужны права root (sudo). Запустите команду через sudo.".into()
-            } else {
-                "Reading the agent's state needs root (sudo). Run the command with sudo.".into()
-            },
+            UnknownParameter(p) => {
+                if ru {
+                    format!(
+                        "Неизвестный параметр: {p}. Скопируйте команду из личного кабинета целиком или посмотрите --help."
+                    )
+                } else {
+                    format!(
+                        "Unknown parameter: {p}. Copy the command from your dashboard in full, or see --help."
+                    )
+                }
+            }
+            Usage(detail) => {
+                if ru {
+                    format!("Неверные параметры команды: {detail}\nПосмотрите --help.")
+                } else {
+                    format!("Invalid command line: {detail}\nSee --help.")
+                }
+            }
+            NoJoinCode => {
+                if ru {
+                    "Не указан код подключения. Скопируйте команду из личного кабинета целиком, вместе с кодом (--code).".into()
+                } else {
+                    "No join code given. Copy the command from your dashboard in full, with its code (--code).".into()
+                }
+            }
+            BadJoinCode => {
+                if ru {
+                    "Код подключения выглядит неверно. Скопируйте команду из личного кабинета целиком, вместе с кодом.".into()
+                } else {
+                    "The join code looks wrong. Copy the command from your dashboard in full, with its code."
+                        .into()
+                }
+            }
+            NotRoot => {
+                if ru {
+                    "Установщик нужно запускать от имени root. Повторите команду с sudo.".into()
+                } else {
+                    "The installer must run as root. Repeat the command with sudo.".into()
+                }
+            }
+            NoSystemd => {
+                if ru {
+                    "На этой машине не запущен systemd. Контейнеры, WSL и системы без systemd не поддерживаются.".into()
+                } else {
+                    "systemd is not running on this machine. Containers, WSL and systems without systemd are not supported.".into()
+                }
+            }
+            PreflightFailed(ids) => {
+                if ru {
+                    format!(
+                        "Проверка машины не пройдена ({}). Исправьте отмеченное выше и запустите установщик снова.",
+                        ids.join(", ")
+                    )
+                } else {
+                    format!(
+                        "The machine check failed ({}). Fix what is marked above and run the installer again.",
+                        ids.join(", ")
+                    )
+                }
+            }
+            AgentNoExec => {
+                if ru {
+                    "Не удалось запустить скачанный агент. Скорее всего, /tmp смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash.".into()
+                } else {
+                    "Could not run the downloaded agent. Most likely /tmp is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash.".into()
+                }
+            }
+            Download(why) => {
+                if ru {
+                    format!(
+                        "Не удалось скачать или проверить агент: {why}. Повторите попытку; если ошибка повторяется, напишите нам."
+                    )
+                } else {
+                    format!(
+                        "Could not download or verify the agent: {why}. Try again; if it keeps failing, contact us."
+                    )
+                }
+            }
+            GpuNotInContainer => {
+                if ru {
+                    "Видеокарта не видна внутри контейнера. Проверьте nvidia-smi на машине, затем выполните sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker.".into()
+                } else {
+                    "The GPU is not visible inside a container. Check nvidia-smi on the machine, then run sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker.".into()
+                }
+            }
+            JoinCodeRejected => {
+                if ru {
+                    "Код подключения недействителен, истёк или уже использован. Создайте новый код в личном кабинете.".into()
+                } else {
+                    "The join code is invalid, expired or already used. Create a new code in your dashboard."
+                        .into()
+                }
+            }
+            GpuAlreadyRegistered => {
+                if ru {
+                    "Эта видеокарта уже зарегистрирована на другом сервере. Удалите тот сервер в личном кабинете и запустите установщик снова.".into()
+                } else {
+                    "This GPU is already registered to another server. Delete that server in your dashboard and run the installer again.".into()
+                }
+            }
+            ServiceFailed => {
+                if ru {
+                    "Служба не запустилась. Посмотрите journalctl -u gpum-agent -n 50 и sudo /opt/gpum-agent/gpum-agent status.".into()
+                } else {
+                    "The service did not start. See journalctl -u gpum-agent -n 50 and sudo /opt/gpum-agent/gpum-agent status.".into()
+                }
+            }
+            StatusNeedsRoot => {
+                if ru {
+                    "Для чтения состояния агента нужны права root (sudo). Запустите команду через sudo."
+                        .into()
+                } else {
+                    "Reading the agent's state needs root (sudo). Run the command with sudo.".into()
+                }
+            }
             StoppedRevoked => text(Text::StoppedRevoked, lang).into(),
             StoppedConfig(why) => format!("{}: {why}", text(Text::StoppedConfig, lang)),
-            UninstallNeedsRoot => if ru {
-                "Для удаления агента нужны права root. Запустите: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-            } else {
-                "Removing the agent needs root. Run: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-            },
-            UninstallNotConfirmed => if ru {
-                "Удаление не подтверждено, а спросить негде (нет терминала). Ничего не удалено. Чтобы удалить, добавьте --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-            } else {
-                "The uninstall was not confirmed and there is no terminal to ask on. Nothing was removed. To remove, add --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-            },
-            Other(e) => if ru { format!("Ошибка: {e}") } else { format!("Error: {e}") },
+            UninstallNeedsRoot => {
+                if ru {
+                    "Для удаления агента нужны права root. Запустите: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
+                } else {
+                    "Removing the agent needs root. Run: sudo /opt/gpum-agent/gpum-agent uninstall --yes"
+                        .into()
+                }
+            }
+            UninstallNotConfirmed => {
+                if ru {
+                    "Удаление не подтверждено, а спросить негде (нет терминала). Ничего не удалено. Чтобы удалить, добавьте --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
+                } else {
+                    "The uninstall was not confirmed and there is no terminal to ask on. Nothing was removed. To remove, add --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
+                }
+            }
+            Other(e) => {
+                if ru {
+                    format!("Ошибка: {e}")
+                } else {
+                    format!("Error: {e}")
+                }
+            }
+            InstallNotImplemented => {
+                if ru {
+                    "Проверка машины пройдена, но сама установка в этой версии ещё не реализована: на машине ничего не изменено. Для проверки машины используйте --dry-run.".into()
+                } else {
+                    "The machine check passed, but this version cannot install yet: nothing was changed. Use --dry-run to audit the machine.".into()
+                }
+            }
         }
     }
 }
@@ -174,13 +240,25 @@ pub fn text(t: Text, lang: Lang) -> &'static str {
     let ru = lang == Lang::Ru;
     match t {
         Text::StoppedRevoked => {
-            if ru { "Агент остановлен: сервер удалён или токен заменён" } else { "Agent stopped: server deleted or token replaced" }
+            if ru {
+                "Агент остановлен: сервер удалён или токен заменён"
+            } else {
+                "Agent stopped: server deleted or token replaced"
+            }
         }
         Text::StoppedConfig => {
-            if ru { "Агент остановлен: ошибка конфигурации" } else { "Agent stopped: configuration error" }
+            if ru {
+                "Агент остановлен: ошибка конфигурации"
+            } else {
+                "Agent stopped: configuration error"
+            }
         }
         Text::StoppedRevokedNext => {
-            if ru { "Создайте новый код и запустите установщик." } else { "Create a new join code and run the installer." }
+            if ru {
+                "Создайте новый код и запустите установщик."
+            } else {
+                "Create a new join code and run the installer."
+            }
         }
         Text::StoppedConfigNext => {
             if ru {
@@ -218,6 +296,7 @@ mod tests {
             UninstallNeedsRoot,
             UninstallNotConfirmed,
             Other("x".into()),
+            InstallNotImplemented,
         ]
     }
 
@@ -239,6 +318,7 @@ mod tests {
         assert_eq!(StatusNeedsRoot.code(), 13);
         assert_eq!(StoppedRevoked.code(), 78);
         assert_eq!(StoppedConfig(String::new()).code(), 78);
+        assert_eq!(InstallNotImplemented.code(), 1, "never 0 after not doing the job");
         assert_eq!(UninstallNeedsRoot.code(), 13);
         assert_eq!(UninstallNotConfirmed.code(), 2);
     }

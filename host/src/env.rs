@@ -19,3 +19,6 @@ pub const GPUM_LOG: &str = "GPUM_LOG";
 pub const GPUM_NVML_LIB: &str = "GPUM_NVML_LIB";
 /// The Docker socket the agent talks to (default `/var/run/docker.sock`).
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// Where programs are looked up (the preflight audit looks for `docker` and `nvidia-ctk` without
+/// running them).
+pub const PATH: &str = "PATH";

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::{Cmd, FsSpace, Host, Output};
+use crate::{Cmd, FsSpace, Host, Output, UnixHttpResponse};
 
 #[derive(Debug, Default)]
 struct State {
@@ -20,6 +20,8 @@ struct State {
     writes: Vec<PathBuf>,
     env: BTreeMap<String, String>,
     space: BTreeMap<PathBuf, FsSpace>,
+    locks: BTreeMap<PathBuf, i32>,
+    unix_http: BTreeMap<(PathBuf, String), Vec<u8>>,
 }
 
 /// See the module docs.
@@ -103,6 +105,17 @@ impl FakeHost {
         self.arch = arch.into();
         self
     }
+    /// A process (`pid`) holds a POSIX lock on `path` (see [`Host::lock_holder`]).
+    pub fn lock_held(self, path: impl Into<PathBuf>, pid: i32) -> Self {
+        self.st.lock().unwrap().locks.insert(path.into(), pid);
+        self
+    }
+    /// The answer to `GET path` on a Unix socket (see [`Host::unix_http_get`]): a whole raw
+    /// HTTP response, as captured. Sockets with no answer refuse the connection.
+    pub fn unix_http(self, socket: impl Into<PathBuf>, path: &str, raw_response: impl Into<Vec<u8>>) -> Self {
+        self.st.lock().unwrap().unix_http.insert((socket.into(), path.to_string()), raw_response.into());
+        self
+    }
     /// Every command run so far.
     pub fn ran(&self) -> Vec<Cmd> {
         self.st.lock().unwrap().ran.clone()
@@ -143,13 +156,8 @@ impl Host for FakeHost {
         if !st.dirs.iter().any(|d| d == path) {
             return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()));
         }
-        let mut v: Vec<PathBuf> = st
-            .files
-            .keys()
-            .chain(st.dirs.iter())
-            .filter(|p| p.parent() == Some(path))
-            .cloned()
-            .collect();
+        let mut v: Vec<PathBuf> =
+            st.files.keys().chain(st.dirs.iter()).filter(|p| p.parent() == Some(path)).cloned().collect();
         v.sort();
         v.dedup();
         Ok(v)
@@ -202,5 +210,15 @@ impl Host for FakeHost {
     }
     fn stdin_is_tty(&self) -> bool {
         self.tty
+    }
+    fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
+        Ok(self.st.lock().unwrap().locks.get(path).copied())
+    }
+    fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
+        let raw = self.st.lock().unwrap().unix_http.get(&(socket.to_path_buf(), path.to_string())).cloned();
+        match raw {
+            Some(r) => UnixHttpResponse::parse(&r),
+            None => Err(io::Error::new(io::ErrorKind::ConnectionRefused, socket.display().to_string())),
+        }
     }
 }

@@ -118,6 +118,56 @@ pub trait Host: Send + Sync {
     /// `uname -m` of the machine.
     fn arch(&self) -> String;
     fn stdin_is_tty(&self) -> bool;
+
+    /// Read-only probe of a POSIX (`fcntl`) lock, the kind dpkg and apt take on
+    /// `/var/lib/dpkg/lock*`: the pid of a process holding a lock on `path` that would conflict
+    /// with a write lock, `Ok(None)` when none does. Takes no lock and changes nothing.
+    fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
+        let _ = path;
+        Err(io::Error::new(io::ErrorKind::Unsupported, "lock_holder"))
+    }
+
+    /// One `GET` over a Unix socket (the Docker Engine API), HTTP/1.0 so the body ends at EOF.
+    /// Bounded by a short timeout so a hung daemon cannot hang the caller.
+    fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
+        let _ = (socket, path);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "unix_http_get"))
+    }
+}
+
+/// An HTTP/1.0 response read from a Unix socket: status, headers, and the body (which ends at
+/// EOF).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnixHttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl UnixHttpResponse {
+    /// Parses a whole response as it came off the socket.
+    pub fn parse(raw: &[u8]) -> io::Result<Self> {
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed HTTP response");
+        let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(bad)?;
+        let head = std::str::from_utf8(&raw[..end]).map_err(|_| bad())?;
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .filter(|l| l.starts_with("HTTP/"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|c| c.parse::<u16>().ok())
+            .ok_or_else(bad)?;
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        Ok(Self { status, headers, body: raw[end + 4..].to_vec() })
+    }
+
+    /// A header's value; names compare case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
 }
 
 /// Errors of the HTTP seam.

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
-use crate::{Cmd, FsSpace, Host, Output};
+use crate::{Cmd, FsSpace, Host, Output, UnixHttpResponse};
 
 /// The machine gpum runs on, with every path mapped under `root` (`/` in production; a
 /// scratch directory in tests that exercise writes, such as uninstall).
@@ -55,10 +55,11 @@ impl RealHost {
 impl Host for RealHost {
     fn run(&self, cmd: &Cmd) -> io::Result<Output> {
         let mut c = Command::new(&cmd.program);
-        c.args(&cmd.args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(if cmd.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        c.args(&cmd.args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         let mut child = c.spawn()?;
         if let Some(data) = &cmd.stdin {
             let mut sin = child.stdin.take().expect("piped stdin");
@@ -140,6 +141,39 @@ impl Host for RealHost {
         use std::io::IsTerminal;
         io::stdin().is_terminal()
     }
+
+    fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
+        use std::os::fd::AsRawFd;
+        // No lock file means nobody has ever locked it, so nobody holds it.
+        let f = match fs::File::open(self.map(path)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // F_GETLK asks "would this write lock conflict, and with whom?" without taking it; it
+        // needs no write access to the file.
+        let mut fl = libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: 0,
+            l_len: 0,
+            l_pid: 0,
+        };
+        nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_GETLK(&mut fl)).map_err(io::Error::from)?;
+        Ok(if fl.l_type == libc::F_UNLCK as libc::c_short { None } else { Some(fl.l_pid) })
+    }
+
+    fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
+        use std::os::unix::net::UnixStream;
+        let timeout = Some(std::time::Duration::from_secs(3));
+        let mut s = UnixStream::connect(self.map(socket))?;
+        s.set_read_timeout(timeout)?;
+        s.set_write_timeout(timeout)?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
+        let mut resp = Vec::with_capacity(16 * 1024);
+        s.read_to_end(&mut resp)?;
+        UnixHttpResponse::parse(&resp)
+    }
 }
 
 /// Atomic write with the mode set at creation: temp file (O_EXCL, `mode`), fsync, rename,
@@ -171,4 +205,69 @@ pub fn write_atomic(dest: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http10_split() {
+        let r = UnixHttpResponse::parse(
+            b"HTTP/1.0 200 OK\r\nApi-Version: 1.41\r\nServer: Docker/27.4.1 (linux)\r\n\r\nOK",
+        )
+        .unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("api-version"), Some("1.41"));
+        assert_eq!(r.header("Server"), Some("Docker/27.4.1 (linux)"));
+        assert_eq!(r.body, b"OK");
+        assert!(UnixHttpResponse::parse(b"garbage").is_err());
+        assert!(UnixHttpResponse::parse(b"SSH-2.0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn lock_probe_sees_another_process_s_fcntl_lock() {
+        // dpkg and apt take POSIX fcntl locks; perl (Debian's perl-base) can take one too. The
+        // pack layout is x86_64's struct flock.
+        if Command::new("perl").arg("-v").output().is_err() {
+            eprintln!("SKIP: no perl to hold a lock");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("gpum-host-lock-held-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock-frontend");
+        write_atomic(&path, b"", 0o640).unwrap();
+        let script = "use Fcntl; open(my $f, '+<', $ARGV[0]) or die; \
+                      my $l = pack('s s x4 q q i x4', F_WRLCK, 0, 0, 0, 0); \
+                      fcntl($f, F_SETLKW, $l) or die $!; \
+                      $| = 1; print \"locked\\n\"; <STDIN>;";
+        let mut child = Command::new("perl")
+            .args(["-e", script, path.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = [0u8; 7];
+        child.stdout.take().unwrap().read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"locked\n");
+        let h = RealHost::with_root(&dir);
+        let held = h.lock_holder(Path::new("/lock-frontend"));
+        drop(child.stdin.take()); // EOF: perl exits and the lock goes with it.
+        child.wait().unwrap();
+        assert_eq!(held.unwrap(), Some(child.id() as i32));
+        assert_eq!(h.lock_holder(Path::new("/lock-frontend")).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn lock_probe_sees_no_lock_on_a_fresh_or_missing_file() {
+        let dir = std::env::temp_dir().join(format!("gpum-host-lock-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let h = RealHost::with_root(&dir);
+        assert_eq!(h.lock_holder(Path::new("/missing")).unwrap(), None);
+        write_atomic(&dir.join("lock"), b"", 0o640).unwrap();
+        assert_eq!(h.lock_holder(Path::new("/lock")).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,1 +1,20 @@
-//! gpum-platform library. See ARCHITECTURE.md.
+//! gpum-platform: the reference control plane of the gpum protocol, on SQLite.
+//!
+//! It is the executable spec of `gpum-protocol` and what every end-to-end test runs against.
+//! It runs on the operator's server, not on an owner's machine, so it does its own I/O instead
+//! of going through the `gpum-host` seam.
+//!
+//! - [`store`]: schema, migrations and every operation over a `rusqlite::Connection`; the HTTP
+//!   admin API and the CLI both call it.
+//! - [`db`]: the single database thread with group commit, used by the server.
+//! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
+//! - [`cli`]: the `gpum-platform` command line.
+#![allow(clippy::disallowed_methods)]
+
+pub mod cli;
+pub mod clock;
+pub mod db;
+pub mod error;
+pub mod install;
+pub mod server;
+pub mod store;

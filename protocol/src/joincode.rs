@@ -76,8 +76,12 @@ impl JoinCode {
     }
 
     pub fn parse(s: &str) -> Result<Self, JoinCodeError> {
-        let compact: Vec<u8> =
-            s.trim().bytes().filter(|c| !matches!(c, b'-' | b' ' | b'\t')).map(|c| c.to_ascii_uppercase()).collect();
+        let compact: Vec<u8> = s
+            .trim()
+            .bytes()
+            .filter(|c| !matches!(c, b'-' | b' ' | b'\t'))
+            .map(|c| c.to_ascii_uppercase())
+            .collect();
         if !compact.starts_with(PREFIX.as_bytes()) {
             return Err(JoinCodeError::Prefix);
         }

@@ -19,6 +19,27 @@ pub const PATH_HEARTBEAT: &str = "/api/v1/agent/heartbeat";
 pub const PATH_ADMIN_JOIN_CODES: &str = "/api/v1/admin/join-codes";
 pub const PATH_ADMIN_NODES: &str = "/api/v1/admin/nodes";
 pub const PATH_ADMIN_PROBE_IMAGE: &str = "/api/v1/admin/probe-image";
+/// The bootstrap script, with the platform URL filled in.
+pub const PATH_INSTALL_SH: &str = "/install.sh";
+/// Downloads: `/dl/<file>` (the installer, the agent, their `.sha256` and `.sig`).
+pub const PATH_DOWNLOADS: &str = "/dl";
+
+/// `/api/v1/admin/nodes/{id}`: DELETE removes the node.
+pub fn path_admin_node(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}")
+}
+/// `/api/v1/admin/nodes/{id}/commands`: POST queues a command.
+pub fn path_admin_node_commands(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/commands")
+}
+/// `/api/v1/admin/nodes/{id}/rotate-token`: POST replaces the node's token.
+pub fn path_admin_node_rotate_token(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/rotate-token")
+}
+/// `/api/v1/admin/nodes/{id}/known-containers`: PUT sets the containers the platform knows.
+pub fn path_admin_node_known_containers(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/known-containers")
+}
 
 /// The heartbeat interval the platform gives when not told otherwise.
 pub const DEFAULT_HEARTBEAT_INTERVAL_SECS: u64 = 10;
@@ -249,6 +270,10 @@ pub struct HeartbeatResponse {
     /// after a grace period.
     pub known_containers: Vec<String>,
     pub probe_image: Option<String>,
+    /// The platform holds no inventory matching `inventory_hash` (it lost it, or the agent
+    /// skipped it): send the full inventory with the next heartbeat.
+    #[serde(default)]
+    pub send_inventory: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,6 +378,40 @@ pub struct NodeSummary {
     pub inventory: Inventory,
     pub last_metrics: Option<Metrics>,
     pub health: Option<Health>,
+    /// The sequence number of the last accepted heartbeat.
+    #[serde(default)]
+    pub last_seq: Option<u64>,
+    /// The `gpum.managed=true` containers the node last reported.
+    #[serde(default)]
+    pub managed_containers: Vec<String>,
+    /// The containers the platform knows on this node (set by an admin; none on a fresh node).
+    #[serde(default)]
+    pub known_containers: Vec<String>,
+    /// Containers the agent reported removing, oldest first (the latest 50).
+    #[serde(default)]
+    pub removed_containers: Vec<RemovedContainer>,
+    /// Commands queued for this node, oldest first (the latest 50), with their results.
+    #[serde(default)]
+    pub commands: Vec<CommandStatus>,
+}
+
+/// A queued command as the admin sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandStatus {
+    pub id: String,
+    pub kind: String,
+    /// Unix seconds.
+    pub queued_at: u64,
+    /// Unix seconds when a heartbeat answer carried it; it is delivered once.
+    pub delivered_at: Option<u64>,
+    /// What the agent reported, once it did.
+    pub result: Option<CommandResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SetKnownContainersRequest {
+    /// Container ids, as the agent reports them.
+    pub container_ids: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -368,6 +427,11 @@ pub struct QueueCommandRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandQueued {
     pub id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDeleted {
+    pub deleted: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -389,7 +453,10 @@ mod tests {
     #[test]
     fn error_body_shape() {
         let b = ErrorBody { error: ErrorDetail { code: ErrorCode::NodeDeleted, message: "gone".into() } };
-        assert_eq!(serde_json::to_string(&b).unwrap(), r#"{"error":{"code":"node_deleted","message":"gone"}}"#);
+        assert_eq!(
+            serde_json::to_string(&b).unwrap(),
+            r#"{"error":{"code":"node_deleted","message":"gone"}}"#
+        );
         assert!(ErrorCode::NodeDeleted.is_revocation() && ErrorCode::TokenReplaced.is_revocation());
         assert!(!ErrorCode::Unauthorized.is_revocation());
         assert_eq!(ErrorCode::NodeDeleted.http_status(), 410);

@@ -5,6 +5,9 @@
 //! Suites live in `tests/e2e/*.rs`, one per capability.
 #![allow(clippy::disallowed_methods)]
 
+pub mod images;
+pub mod platform;
+
 use std::path::PathBuf;
 
 /// The workspace root.
@@ -21,7 +24,11 @@ pub fn target_dir() -> PathBuf {
 /// first). Panics with that instruction when it is missing.
 pub fn bin(name: &str) -> PathBuf {
     let p = target_dir().join("debug").join(name);
-    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first (cargo xtask test does)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (cargo xtask test does)",
+        p.display()
+    );
     p
 }
 

@@ -60,7 +60,10 @@ fn test(extra: &[String]) -> Result<()> {
     cargo(&["build", "--workspace", "--bins", "--locked"])?;
     // With an engine present, the Docker suites must run, not skip.
     let docker = util::docker_answers();
-    eprintln!("xtask: docker engine {}", if docker { "answers; Docker suites are required" } else { "absent; Docker suites will skip" });
+    eprintln!(
+        "xtask: docker engine {}",
+        if docker { "answers; Docker suites are required" } else { "absent; Docker suites will skip" }
+    );
     let mut args = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];
     args.extend(extra.iter().map(String::as_str));
     util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })])

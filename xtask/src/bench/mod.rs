@@ -1,5 +1,10 @@
 //! Benchmarks. Each reports medians or ratios, with the command that produced them.
 
+mod agent;
+mod dryrun;
+mod platform;
+mod verify;
+
 use anyhow::{Result, bail};
 
 pub fn run(which: &str, quick: bool) -> Result<()> {
@@ -13,11 +18,15 @@ pub fn run(which: &str, quick: bool) -> Result<()> {
         }
     }
     if !ran {
-        bail!("unknown bench {which}; one of: all, {}", BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join(", "));
+        bail!(
+            "unknown bench {which}; one of: all, {}",
+            BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
+        );
     }
     Ok(())
 }
 
 type BenchFn = fn(bool) -> Result<()>;
 
-const BENCHES: &[(&str, BenchFn)] = &[];
+const BENCHES: &[(&str, BenchFn)] =
+    &[("agent", agent::run), ("dryrun", dryrun::run), ("platform", platform::run), ("verify", verify::run)];

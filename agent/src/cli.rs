@@ -1,0 +1,261 @@
+//! The command line. `main` parses, picks the command, runs it, and maps the outcome to an exit
+//! code once, at the end. Every command takes `--state DIR`, so tests and owners can run an agent
+//! from a scratch directory; without it the system paths are used.
+
+use std::io::{BufRead, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use gpum_common::{Failure, Lang, detect_lang, exit};
+use gpum_host::{Host, RealHost, env};
+
+use crate::config::Paths;
+use crate::register::{self, RegisterOptions};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpum-agent",
+    version,
+    about = "The gpum agent: reports this machine's GPUs to the platform and proves they work in Docker.",
+    long_about = None,
+)]
+pub struct Cli {
+    /// Language of messages: ru or en (default: from LC_ALL, LC_MESSAGES, LANG).
+    #[arg(long, global = true, value_parser = ["ru", "en"])]
+    pub lang: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateArg {
+    /// State directory; the config is DIR/config.toml. Default: /var/lib/gpum-agent with
+    /// /etc/gpum-agent/config.toml.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register this machine with a join code read from stdin; writes the config (0600).
+    Register {
+        #[command(flatten)]
+        state: StateArg,
+        /// Platform URL (https://…; http:// only to a loopback address).
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// An extra trusted CA certificate (PEM) for a platform with a private CA.
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<PathBuf>,
+        /// The Docker socket, when not /var/run/docker.sock.
+        #[arg(long, value_name = "PATH")]
+        docker_socket: Option<PathBuf>,
+    },
+    /// Write the config for an existing node token, read from the first line of stdin.
+    Configure {
+        #[command(flatten)]
+        state: StateArg,
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// The node id, for status and logs.
+        #[arg(long, value_name = "ID")]
+        node_id: Option<String>,
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        docker_socket: Option<PathBuf>,
+    },
+    /// Run the service (what systemd starts).
+    Run {
+        #[command(flatten)]
+        state: StateArg,
+    },
+    /// One handshake with the platform: 0 ok, 3 no answer in 10 s, 4 token rejected, 1 else.
+    Smoke {
+        #[command(flatten)]
+        state: StateArg,
+    },
+    /// Show the connection, last heartbeat, node, verification and why the agent stopped.
+    Status {
+        #[command(flatten)]
+        state: StateArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Host, runtime, GPU and platform report. Its exit code is not a health verdict.
+    Doctor {
+        #[command(flatten)]
+        state: StateArg,
+        /// Only the platform handshake (10 s budget); exits with smoke's codes.
+        #[arg(long)]
+        connectivity: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the service, its files and its containers; Docker, drivers and images stay.
+    Uninstall {
+        #[command(flatten)]
+        state: StateArg,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Print the version.
+    Version {
+        #[command(flatten)]
+        state: StateArg,
+    },
+}
+
+/// Logs go to stderr (journald under systemd), filtered by `GPUM_LOG` (default `info`).
+fn init_logging(host: &dyn Host) {
+    let filter = host.env(env::GPUM_LOG).filter(|s| !s.is_empty()).unwrap_or_else(|| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    // One thread: the agent does little at a time, and every extra worker costs memory.
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
+fn first_stdin_line() -> String {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    line
+}
+
+/// The program. Returns the exit code.
+pub fn main() -> i32 {
+    let host: Arc<dyn Host> = Arc::new(RealHost::new());
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => exit::OK,
+                _ => exit::USAGE,
+            };
+            let _ = e.print();
+            return if matches!(e.kind(), clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                exit::USAGE
+            } else {
+                code
+            };
+        }
+    };
+    let lang = detect_lang(host.as_ref(), cli.lang.as_deref().and_then(Lang::parse));
+    init_logging(host.as_ref());
+    match dispatch(host, cli.command, lang) {
+        Ok(code) => code,
+        Err(f) => gpum_common::report(&f, lang),
+    }
+}
+
+fn reg_opts(
+    state: &StateArg,
+    server: String,
+    ca_file: Option<PathBuf>,
+    docker_socket: Option<PathBuf>,
+) -> RegisterOptions {
+    let paths = Paths::resolve(state.state.as_deref());
+    RegisterOptions {
+        server,
+        config_path: paths.config,
+        state_dir: paths.state_dir,
+        ca_file: ca_file.map(|p| std::path::absolute(&p).unwrap_or(p)),
+        docker_socket,
+    }
+}
+
+fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failure> {
+    match cmd {
+        Command::Register { state, server, ca_file, docker_socket } => {
+            let opts = reg_opts(&state, server, ca_file, docker_socket);
+            let code = first_stdin_line();
+            let r = runtime().block_on(register::register(host, &opts, &code))?;
+            println!(
+                "{}",
+                match lang {
+                    Lang::Ru => format!(
+                        "Сервер зарегистрирован: {}. Настройки записаны в {}.",
+                        r.node_id,
+                        opts.config_path.display()
+                    ),
+                    Lang::En => format!(
+                        "Registered as node {}. The config is in {}.",
+                        r.node_id,
+                        opts.config_path.display()
+                    ),
+                }
+            );
+            Ok(exit::OK)
+        }
+        Command::Configure { state, server, node_id, ca_file, docker_socket } => {
+            let opts = reg_opts(&state, server, ca_file, docker_socket);
+            let mut input = String::new();
+            let _ = std::io::stdin().lock().take(64 * 1024).read_to_string(&mut input);
+            register::configure(host.as_ref(), &opts, node_id.as_deref(), &input)?;
+            println!("{}", opts.config_path.display());
+            Ok(exit::OK)
+        }
+        Command::Run { state } => {
+            let paths = Paths::resolve(state.state.as_deref());
+            Ok(runtime().block_on(crate::run::run(host, &paths)))
+        }
+        Command::Smoke { state } => {
+            let paths = Paths::resolve(state.state.as_deref());
+            let hs = runtime().block_on(crate::smoke::handshake(host, &paths));
+            if hs.code == exit::OK {
+                println!("ok: {}", hs.detail);
+            } else {
+                eprintln!("smoke failed (exit {}): {}", hs.code, hs.detail);
+            }
+            Ok(hs.code)
+        }
+        Command::Status { state, json } => {
+            let paths = Paths::resolve(state.state.as_deref());
+            let st = crate::status::load(host.as_ref(), &paths)?;
+            if json {
+                println!("{}", crate::status::render_json(st.as_ref(), lang));
+            } else {
+                let now = crate::state::unix(host.now());
+                print!("{}", crate::status::render_text(st.as_ref(), now, lang));
+            }
+            Ok(exit::OK)
+        }
+        Command::Doctor { state, connectivity, json } => {
+            let paths = Paths::resolve(state.state.as_deref());
+            let r = runtime().block_on(crate::doctor::report(host, &paths, connectivity, lang));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("json"));
+            } else {
+                print!("{}", crate::doctor::render_text(&r));
+            }
+            // The full report is something to read, not a verdict; the connectivity check is.
+            Ok(if connectivity { r.platform.handshake_exit } else { exit::OK })
+        }
+        Command::Uninstall { state: _, yes } => {
+            let rt = runtime();
+            rt.block_on(async {
+                let cfg = crate::config::Config::load(host.as_ref(), &Paths::resolve(None).config).ok();
+                let socket = crate::run::docker_socket(
+                    host.as_ref(),
+                    cfg.as_ref().and_then(|c| c.docker_socket.as_deref()),
+                );
+                let docker = crate::docker::Docker::connect(socket.as_deref());
+                Ok(crate::uninstall::run(host.as_ref(), yes, docker, lang).await)
+            })
+        }
+        Command::Version { .. } => {
+            println!("gpum-agent {}", env!("CARGO_PKG_VERSION"));
+            Ok(exit::OK)
+        }
+    }
+}

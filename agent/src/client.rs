@@ -1,0 +1,251 @@
+//! The agent's side of the protocol: register and heartbeat over HTTPS, and what each failure
+//! means.
+//!
+//! Deciding *whether* a failure is final is [`classify`]'s job, and nothing else decides it:
+//! only an authenticated JSON `node_deleted` (410) or `token_replaced` (401) stops the agent for
+//! good. A proxy's HTML 401/403, a 5xx, a timeout or a body that is not ours are all retried,
+//! because a wrong "stop" leaves an owner's machine offline until someone reinstalls.
+
+use std::time::{Duration, SystemTime};
+
+use gpum_host::http::{ClientOptions, client_for};
+use gpum_protocol::{
+    ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_HEARTBEAT, PATH_REGISTER,
+    RegisterRequest, RegisterResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::secret::Token;
+
+/// How long one request may take, all included. Shorter than systemd's stop timeout, so a
+/// heartbeat in flight never holds up a stop.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a call did not produce the expected answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The platform answered with its JSON error body.
+    #[error("platform answered {status} {code:?}: {message}")]
+    Api { status: u16, code: ErrorCode, message: String },
+    /// Something answered, but not with our JSON: a proxy page, a bare 5xx, a captive portal.
+    #[error("unexpected answer {status} ({content_type})")]
+    Foreign { status: u16, content_type: String },
+    /// No answer in time.
+    #[error("no answer within the timeout")]
+    Timeout,
+    /// Could not connect, or the connection broke (includes TLS failures).
+    #[error("cannot reach the platform: {0}")]
+    Transport(String),
+    /// A success status with a body we cannot read.
+    #[error("unreadable answer: {0}")]
+    Decode(String),
+}
+
+/// What the run loop does about a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The platform revoked this node: record why, stop, and let systemd leave it stopped.
+    StopForGood(ErrorCode),
+    /// Anything else: back off and try again.
+    Retry,
+}
+
+/// The one place that decides whether a failure ends the agent. See the module docs.
+pub fn classify(e: &CallError) -> Verdict {
+    match e {
+        CallError::Api { status, code, .. } if code.is_revocation() && *status == code.http_status() => {
+            Verdict::StopForGood(*code)
+        }
+        _ => Verdict::Retry,
+    }
+}
+
+/// An answer and the platform's clock.
+#[derive(Debug, Clone)]
+pub struct Answer<T> {
+    pub body: T,
+    /// The `Date` header, when present and valid.
+    pub server_date: Option<SystemTime>,
+    /// Bytes of the request body sent (for the benchmark and debug logs).
+    pub sent_bytes: usize,
+}
+
+/// Seconds `local` is ahead of `server`, when it is far enough off to matter. `Date` has a
+/// one-second resolution and the request takes time, so a few seconds are noise.
+pub fn clock_skew(local: SystemTime, server: Option<SystemTime>) -> Option<i64> {
+    const NOISE_SECS: i64 = 5;
+    let server = server?;
+    let skew = match local.duration_since(server) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    (skew.abs() >= NOISE_SECS).then_some(skew)
+}
+
+/// A client of one platform.
+#[derive(Clone)]
+pub struct Platform {
+    http: reqwest::Client,
+    server: String,
+}
+
+impl Platform {
+    /// A client for `server` (https, or http to loopback), trusting `extra_roots_pem` besides
+    /// the bundled roots.
+    pub fn new(
+        server: &str,
+        extra_roots_pem: Vec<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Platform, CallError> {
+        let opts = ClientOptions {
+            extra_roots_pem,
+            timeout: Some(timeout),
+            connect_timeout: Some(CONNECT_TIMEOUT.min(timeout)),
+            user_agent: Some(format!("gpum-agent/{}", env!("CARGO_PKG_VERSION"))),
+        };
+        let http = client_for(server, &opts).map_err(|e| CallError::Transport(e.to_string()))?;
+        Ok(Platform { http, server: server.trim_end_matches('/').to_string() })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub async fn register(&self, req: &RegisterRequest) -> Result<Answer<RegisterResponse>, CallError> {
+        self.post(PATH_REGISTER, None, req).await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        token: &Token,
+        req: &HeartbeatRequest,
+    ) -> Result<Answer<HeartbeatResponse>, CallError> {
+        self.post(PATH_HEARTBEAT, Some(token), req).await
+    }
+
+    async fn post<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        token: Option<&Token>,
+        body: &Req,
+    ) -> Result<Answer<Resp>, CallError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| CallError::Decode(e.to_string()))?;
+        let sent_bytes = bytes.len();
+        let mut rb = self
+            .http
+            .post(format!("{}{}", self.server, path))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes);
+        if let Some(t) = token {
+            // bearer_auth marks the header value sensitive, so hyper never prints it.
+            rb = rb.bearer_auth(t.expose());
+        }
+        let resp = rb.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let server_date = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| httpdate::parse_http_date(s).ok());
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let is_json = content_type.starts_with("application/json");
+        let body = resp.bytes().await.map_err(transport)?;
+        if (200..300).contains(&status) {
+            let body = serde_json::from_slice(&body).map_err(|e| CallError::Decode(e.to_string()))?;
+            return Ok(Answer { body, server_date, sent_bytes });
+        }
+        if is_json && let Ok(e) = serde_json::from_slice::<ErrorBody>(&body) {
+            return Err(CallError::Api {
+                status,
+                code: e.error.code,
+                message: truncate(&e.error.message, 200),
+            });
+        }
+        Err(CallError::Foreign { status, content_type: truncate(&content_type, 60) })
+    }
+}
+
+fn transport(e: reqwest::Error) -> CallError {
+    if e.is_timeout() {
+        return CallError::Timeout;
+    }
+    // The full chain says "connection refused" or which TLS check failed; reqwest's top line
+    // alone does not.
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    CallError::Transport(truncate(&s, 300))
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: ErrorCode) -> CallError {
+        CallError::Api { status, code, message: String::new() }
+    }
+
+    #[test]
+    fn only_authenticated_json_revocations_stop() {
+        assert_eq!(classify(&api(410, ErrorCode::NodeDeleted)), Verdict::StopForGood(ErrorCode::NodeDeleted));
+        assert_eq!(
+            classify(&api(401, ErrorCode::TokenReplaced)),
+            Verdict::StopForGood(ErrorCode::TokenReplaced)
+        );
+        // A revocation code with the wrong status is not the platform speaking.
+        assert_eq!(classify(&api(200, ErrorCode::NodeDeleted)), Verdict::Retry);
+        assert_eq!(classify(&api(500, ErrorCode::TokenReplaced)), Verdict::Retry);
+        for e in [
+            api(401, ErrorCode::Unauthorized),
+            api(500, ErrorCode::Internal),
+            api(400, ErrorCode::InvalidJson),
+            api(404, ErrorCode::NotFound),
+            CallError::Foreign { status: 401, content_type: "text/html".into() },
+            CallError::Foreign { status: 403, content_type: "text/html".into() },
+            CallError::Foreign { status: 410, content_type: "text/html".into() },
+            CallError::Foreign { status: 502, content_type: String::new() },
+            CallError::Timeout,
+            CallError::Transport("refused".into()),
+            CallError::Decode("eof".into()),
+        ] {
+            assert_eq!(classify(&e), Verdict::Retry, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn skew() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(clock_skew(t, None), None);
+        assert_eq!(clock_skew(t, Some(t - Duration::from_secs(2))), None);
+        assert_eq!(clock_skew(t, Some(t - Duration::from_secs(120))), Some(120));
+        assert_eq!(clock_skew(t, Some(t + Duration::from_secs(300))), Some(-300));
+    }
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate("абв", 3), "а…");
+        assert_eq!(truncate("abc", 3), "abc");
+    }
+}

@@ -1,0 +1,237 @@
+//! `config.toml`: where the agent finds its platform, its node id and its token.
+//!
+//! The file is the whole configuration of `run`: no flag, no environment variable carries the
+//! token, so it never shows in `/proc/<pid>/cmdline` or `environ`. It is written 0600 from
+//! creation through [`Host::write_atomic`]. A missing or invalid file is a configuration error,
+//! on which the service exits 78 and systemd leaves it stopped.
+
+use std::path::{Path, PathBuf};
+
+use gpum_common::agent_state::{DEFAULT_CONFIG, DEFAULT_STATE_DIR};
+use gpum_host::Host;
+use serde::{Deserialize, Serialize};
+
+use crate::secret::Token;
+
+/// Name of the config file inside a `--state` directory.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// Where the agent reads its config and keeps its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub state_dir: PathBuf,
+    pub config: PathBuf,
+    /// Whether these are the system paths (`/etc/gpum-agent`, `/var/lib/gpum-agent`), which only
+    /// root may read.
+    pub system: bool,
+}
+
+impl Paths {
+    /// `--state DIR` puts everything in DIR; without it the system paths are used.
+    pub fn resolve(state: Option<&Path>) -> Paths {
+        match state {
+            Some(dir) => {
+                let dir = absolute(dir);
+                Paths { config: dir.join(CONFIG_FILE), state_dir: dir, system: false }
+            }
+            None => Paths {
+                state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+                config: PathBuf::from(DEFAULT_CONFIG),
+                system: true,
+            },
+        }
+    }
+}
+
+/// The host seam maps paths under its root and ignores `.`/`..`, so a relative `--state` is
+/// made absolute against the working directory first.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The parsed configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Base URL of the platform, `https://…` (or `http://` to loopback).
+    pub server: String,
+    pub node_id: String,
+    pub token: Token,
+    /// An extra trusted CA (PEM file) for a platform with a private CA, such as a test or
+    /// development platform. It adds a root; it never turns verification off.
+    pub ca_file: Option<PathBuf>,
+    /// The Docker socket; `/var/run/docker.sock` when absent.
+    pub docker_socket: Option<PathBuf>,
+    /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
+    /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
+    /// touch each other's containers. Never written by `register`; absent in production.
+    pub test_docker_scope: Option<(String, String)>,
+}
+
+/// The file's shape. Unknown keys are refused so that a typo is a visible configuration error
+/// rather than a silently ignored setting.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    server: String,
+    node_id: String,
+    token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ca_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    docker_socket: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    test_docker_scope: Option<String>,
+}
+
+/// What is wrong with a config file; the text goes into «ошибка конфигурации: …».
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{0} is missing")]
+    Missing(String),
+    #[error("cannot read {0}: {1}")]
+    Unreadable(String, String),
+    #[error("{0} is not valid: {1}")]
+    Invalid(String, String),
+}
+
+impl ConfigError {
+    /// Permission problems are not configuration errors of the agent; `status` and the CLI
+    /// turn them into "needs root".
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, ConfigError::Unreadable(_, e) if e.contains("ermission denied"))
+    }
+}
+
+impl Config {
+    /// Parses the text of a config file. `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let invalid = |why: String| ConfigError::Invalid(origin.to_string(), why);
+        // toml's error text quotes the offending line, which could be the token line: keep
+        // only its first line's message without the excerpt.
+        let f: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        gpum_host::http::check_url(&f.server).map_err(|e| invalid(format!("server: {e}")))?;
+        if f.node_id.trim().is_empty() {
+            return Err(invalid("node_id is empty".into()));
+        }
+        let token = Token::new(&f.token).ok_or_else(|| invalid("token is empty or malformed".into()))?;
+        let test_docker_scope = match &f.test_docker_scope {
+            None => None,
+            Some(s) => match s.split_once('=') {
+                Some((k, v)) if k.starts_with("gpum.test.") && !v.is_empty() => {
+                    Some((k.to_string(), v.to_string()))
+                }
+                _ => return Err(invalid("test_docker_scope must be gpum.test.KEY=VALUE".into())),
+            },
+        };
+        Ok(Config {
+            server: f.server.trim_end_matches('/').to_string(),
+            node_id: f.node_id,
+            token,
+            ca_file: f.ca_file,
+            docker_socket: f.docker_socket,
+            test_docker_scope,
+        })
+    }
+
+    /// Reads and parses `path`.
+    pub fn load(host: &dyn Host, path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        match host.read_to_string(path) {
+            Ok(text) => Config::parse(&text, &origin),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::Missing(origin)),
+            Err(e) => Err(ConfigError::Unreadable(origin, e.to_string())),
+        }
+    }
+
+    /// The file's text. It holds the token: write it only with mode 0600.
+    pub fn to_toml(&self) -> String {
+        let f = ConfigFile {
+            server: self.server.clone(),
+            node_id: self.node_id.clone(),
+            token: self.token.expose().to_string(),
+            ca_file: self.ca_file.clone(),
+            docker_socket: self.docker_socket.clone(),
+            test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
+        };
+        toml::to_string(&f).expect("config serializes")
+    }
+
+    /// Writes the file atomically with mode 0600 from creation, creating its directory (0700)
+    /// when missing.
+    pub fn save(&self, host: &dyn Host, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent()
+            && !host.is_dir(dir)
+        {
+            host.create_dir_all(dir, 0o700)?;
+        }
+        host.write_atomic(path, self.to_toml().as_bytes(), 0o600)
+    }
+
+    /// The extra CA's PEM, when configured.
+    pub fn extra_roots(&self, host: &dyn Host) -> Result<Vec<Vec<u8>>, ConfigError> {
+        match &self.ca_file {
+            None => Ok(Vec::new()),
+            Some(p) => host
+                .read(p)
+                .map(|b| vec![b])
+                .map_err(|e| ConfigError::Unreadable(p.display().to_string(), e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_host::fake::FakeHost;
+
+    fn sample() -> Config {
+        Config {
+            server: "https://gpum.example".into(),
+            node_id: "n-1".into(),
+            token: Token::new("tok-secret").unwrap(),
+            ca_file: None,
+            docker_socket: None,
+            test_docker_scope: None,
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_0600() {
+        let h = FakeHost::new();
+        let p = Path::new("/s/config.toml");
+        sample().save(&h, p).unwrap();
+        assert_eq!(Config::load(&h, p).unwrap(), sample());
+        assert!(h.writes().contains(&p.to_path_buf()));
+    }
+
+    #[test]
+    fn errors_are_config_errors_without_the_token() {
+        let h = FakeHost::new();
+        assert!(matches!(Config::load(&h, Path::new("/nope")), Err(ConfigError::Missing(_))));
+        let bad = [
+            "server = 'http://10.0.0.1'\nnode_id='n'\ntoken='tok-secret'",
+            "server = 'https://x'\nnode_id=''\ntoken='tok-secret'",
+            "server = 'https://x'\nnode_id='n'\ntoken=''",
+            "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\nextra=1",
+            "server = 'https://x'\nnode_id='n'\ntoken='tok-secret",
+            "garbage",
+            "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_docker_scope='gpum.managed=true'",
+        ];
+        for b in bad {
+            let e = Config::parse(b, "c").unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid(..)), "{b}: {e:?}");
+            assert!(!e.to_string().contains("tok-secret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn paths() {
+        let p = Paths::resolve(None);
+        assert!(p.system);
+        assert_eq!(p.config, Path::new("/etc/gpum-agent/config.toml"));
+        let p = Paths::resolve(Some(Path::new("/tmp/x")));
+        assert_eq!(p.config, Path::new("/tmp/x/config.toml"));
+        assert!(!p.system);
+        assert!(Paths::resolve(Some(Path::new("rel"))).state_dir.is_absolute());
+    }
+}

@@ -1,0 +1,208 @@
+//! `gpum-agent doctor`: a report an owner can read, or paste into a support request.
+//!
+//! It opens with the installer's machine checks (`gpum_preflight`, read-only, offline), then
+//! covers the host (OS, kernel, CPU, RAM, disk), the runtime (Docker and its NVIDIA
+//! runtime), the GPUs (NVML), and the platform (config and one handshake). Secrets are
+//! redacted: the token is shown only as present or absent. The full report's exit code is not
+//! a health verdict (0 whenever the report was produced); `--connectivity` skips the GPU part,
+//! and exits with `smoke`'s codes.
+
+use std::sync::Arc;
+
+use gpum_host::Host;
+use serde::Serialize;
+
+use crate::config::{Config, Paths};
+use crate::docker::Docker;
+use crate::inventory::Gatherer;
+use crate::smoke;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The installer's machine checks (`gpum_preflight`), run read-only and offline: the
+    /// platform part below does its own handshake.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<gpum_preflight::Finding>,
+    pub host: Option<HostPart>,
+    pub runtime: Option<RuntimePart>,
+    pub gpu: Option<GpuPart>,
+    pub platform: PlatformPart,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HostPart {
+    pub os: String,
+    pub kernel: String,
+    pub arch: String,
+    pub cpu_model: String,
+    pub cpu_cores: u32,
+    pub ram_mib: u64,
+    pub disk_free_gib: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RuntimePart {
+    pub docker_socket: String,
+    pub docker_version: Option<String>,
+    pub docker_error: Option<String>,
+    pub nvidia_runtime: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuPart {
+    pub nvml: gpum_protocol::NvmlState,
+    pub nvml_detail: Option<String>,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    pub gpus: Vec<gpum_protocol::GpuPublic>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PlatformPart {
+    pub config: String,
+    pub config_error: Option<String>,
+    pub server: Option<String>,
+    pub node_id: Option<String>,
+    /// `"<redacted>"` when a token is configured; never the token.
+    pub token: Option<&'static str>,
+    pub handshake_exit: i32,
+    pub handshake: String,
+    pub clock_skew_secs: Option<i64>,
+}
+
+/// Builds the report. With `connectivity`, only the platform part.
+pub async fn report(
+    host: Arc<dyn Host>,
+    paths: &Paths,
+    connectivity: bool,
+    lang: gpum_common::Lang,
+) -> Report {
+    let cfg = Config::load(host.as_ref(), &paths.config);
+    let hs = smoke::handshake(host.clone(), paths).await;
+    let platform = PlatformPart {
+        config: paths.config.display().to_string(),
+        config_error: cfg.as_ref().err().map(|e| e.to_string()),
+        server: cfg.as_ref().ok().map(|c| c.server.clone()),
+        node_id: cfg.as_ref().ok().map(|c| c.node_id.clone()),
+        token: cfg.as_ref().ok().map(|_| "<redacted>"),
+        handshake_exit: hs.code,
+        handshake: hs.detail,
+        clock_skew_secs: hs.clock_skew_secs,
+    };
+    if connectivity {
+        return Report { checks: Vec::new(), host: None, runtime: None, gpu: None, platform };
+    }
+    let socket =
+        crate::run::docker_socket(host.as_ref(), cfg.as_ref().ok().and_then(|c| c.docker_socket.as_deref()));
+    let (docker_version, docker_error, nvidia_runtime) = match Docker::connect(socket.as_deref()) {
+        Ok(d) => match d.version().await {
+            Ok(v) => (Some(v), None, d.has_nvidia_runtime().await.ok()),
+            Err(e) => (None, Some(e.to_string()), None),
+        },
+        Err(e) => (None, Some(e.to_string()), None),
+    };
+    let mut g = Gatherer::new(host.clone());
+    let inv = g.inventory(docker_version.clone());
+    let m = g.metrics();
+    let opts = gpum_preflight::GatherOptions { server: None, offline: true, extra_roots_pem: Vec::new() };
+    let facts = gpum_preflight::gather(host.as_ref(), &opts, &gpum_preflight::gpu::NvmlProbe);
+    Report {
+        checks: gpum_preflight::checks::run_all(&facts, lang),
+        host: Some(HostPart {
+            os: inv.private.os.clone(),
+            kernel: inv.private.kernel.clone(),
+            arch: host.arch(),
+            cpu_model: inv.public.cpu_model.clone(),
+            cpu_cores: inv.public.cpu_cores,
+            ram_mib: inv.public.ram_mib,
+            disk_free_gib: m.disk_free_gib,
+        }),
+        runtime: Some(RuntimePart {
+            docker_socket: socket
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| crate::docker::DEFAULT_SOCKET.to_string()),
+            docker_version,
+            docker_error,
+            nvidia_runtime,
+        }),
+        gpu: Some(GpuPart {
+            nvml: g.nvml_state(),
+            nvml_detail: g.nvml_detail().map(String::from),
+            driver_version: inv.private.driver_version.clone(),
+            cuda_version: inv.private.cuda_version.clone(),
+            gpus: inv.public.gpus.clone(),
+        }),
+        platform,
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The text form.
+pub fn render_text(r: &Report) -> String {
+    let mut out = String::new();
+    for f in &r.checks {
+        let status = serde_json::to_value(f.status)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        out.push_str(&format!("[{status:>4}] {}: {}\n", f.id, f.message));
+        if let Some(fix) = &f.fix {
+            out.push_str(&format!("       -> {fix}\n"));
+        }
+    }
+    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<18}{v}\n"));
+    if let Some(h) = &r.host {
+        line("[host]", String::new());
+        line("os:", h.os.clone());
+        line("kernel:", h.kernel.clone());
+        line("arch:", h.arch.clone());
+        line("cpu:", format!("{} ({} threads)", h.cpu_model, h.cpu_cores));
+        line("ram:", format!("{} MiB", h.ram_mib));
+        line("disk free:", format!("{} GiB (Docker data root)", h.disk_free_gib));
+    }
+    if let Some(rt) = &r.runtime {
+        line("[runtime]", String::new());
+        line("docker socket:", rt.docker_socket.clone());
+        line(
+            "docker:",
+            rt.docker_version.clone().unwrap_or_else(|| format!("unavailable: {}", opt(&rt.docker_error))),
+        );
+        line(
+            "nvidia runtime:",
+            rt.nvidia_runtime.map(|b| if b { "yes" } else { "no" }.to_string()).unwrap_or_else(|| "-".into()),
+        );
+    }
+    if let Some(g) = &r.gpu {
+        line("[gpu]", String::new());
+        let state = match g.nvml {
+            gpum_protocol::NvmlState::Ok => "ok".to_string(),
+            gpum_protocol::NvmlState::LibraryMissing => "no driver (libnvidia-ml not found)".to_string(),
+            gpum_protocol::NvmlState::DriverLibraryMismatch => "driver/library version mismatch".to_string(),
+            gpum_protocol::NvmlState::NoDevices => "no GPUs found".to_string(),
+            gpum_protocol::NvmlState::Error => format!("error: {}", opt(&g.nvml_detail)),
+        };
+        line("nvml:", state);
+        line("driver:", opt(&g.driver_version));
+        line("cuda:", opt(&g.cuda_version));
+        for (i, gpu) in g.gpus.iter().enumerate() {
+            line(&format!("gpu {i}:"), format!("{} ({} MiB)", gpu.model, gpu.vram_mib));
+        }
+    }
+    let p = &r.platform;
+    line("[platform]", String::new());
+    line("config:", p.config.clone());
+    if let Some(e) = &p.config_error {
+        line("config error:", e.clone());
+    }
+    line("server:", opt(&p.server));
+    line("node:", opt(&p.node_id));
+    line("token:", p.token.unwrap_or("absent").to_string());
+    line("handshake:", format!("{} (exit {})", p.handshake, p.handshake_exit));
+    if let Some(s) = p.clock_skew_secs {
+        line("clock skew:", format!("{s:+} s"));
+    }
+    out
+}

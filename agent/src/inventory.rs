@@ -1,0 +1,335 @@
+//! What the agent reports about the machine: the inventory (slow-changing facts, resent only
+//! when their hash changes) and the metrics (sent with every heartbeat).
+//!
+//! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc` through sysinfo (CPU, RAM),
+//! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/{hostname,
+//! osrelease}`, and the Docker engine's version from its socket. No process list, no file of
+//! the owner's, no container contents.
+//!
+//! Without a driver NVML is missing; that is a state to report ([`NvmlState::LibraryMissing`],
+//! "no driver"), not a reason to stop.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpum_host::{Host, env};
+use gpum_protocol::{
+    GpuMetrics, GpuPublic, Inventory, Metrics, NvmlState, PrivateInventory, PublicInventory,
+};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::error::NvmlError;
+
+/// Where Docker keeps its data unless the engine says otherwise.
+pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
+
+/// The listing's disk figure is rounded down to this many GiB, so that ordinary churn of free
+/// space does not count as an inventory change (the exact figure travels in the metrics).
+pub const DISK_GRANULARITY_GIB: u64 = 10;
+
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+
+/// `PRETTY_NAME` of an os-release file (quotes removed), else `NAME VERSION_ID`.
+pub fn parse_os_release(text: &str) -> Option<String> {
+    let mut name = None;
+    let mut version = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once('=') else { continue };
+        let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
+        match k.trim() {
+            "PRETTY_NAME" if !v.is_empty() => return Some(v),
+            "NAME" => name = Some(v),
+            "VERSION_ID" => version = Some(v),
+            _ => {}
+        }
+    }
+    match (name, version) {
+        (Some(n), Some(v)) => Some(format!("{n} {v}")),
+        (Some(n), None) => Some(n),
+        _ => None,
+    }
+}
+
+/// CUDA driver version as NVML gives it (`12040`) to text (`12.4`).
+pub fn cuda_version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// NVML, loaded once and kept; retried now and then while it is missing, so that a driver
+/// installed after the agent started is noticed without a restart.
+struct NvmlHandle {
+    nvml: Option<Nvml>,
+    state: NvmlState,
+    detail: Option<String>,
+    lib_path: Option<String>,
+}
+
+impl NvmlHandle {
+    fn load(lib_path: Option<String>) -> NvmlHandle {
+        let mut h = NvmlHandle { nvml: None, state: NvmlState::LibraryMissing, detail: None, lib_path };
+        h.retry();
+        h
+    }
+
+    fn retry(&mut self) {
+        let res = match &self.lib_path {
+            Some(p) => Nvml::builder().lib_path(std::ffi::OsStr::new(p)).init(),
+            None => Nvml::init(),
+        };
+        match res {
+            Ok(n) => {
+                self.state = match n.device_count() {
+                    Ok(0) => NvmlState::NoDevices,
+                    Ok(_) => NvmlState::Ok,
+                    Err(e) => classify_nvml(&e),
+                };
+                self.detail = None;
+                self.nvml = Some(n);
+            }
+            Err(e) => {
+                self.state = classify_nvml(&e);
+                self.detail = Some(e.to_string());
+                self.nvml = None;
+            }
+        }
+    }
+}
+
+fn classify_nvml(e: &NvmlError) -> NvmlState {
+    match e {
+        NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) | NvmlError::DriverNotLoaded => {
+            NvmlState::LibraryMissing
+        }
+        NvmlError::LibRmVersionMismatch => NvmlState::DriverLibraryMismatch,
+        _ => NvmlState::Error,
+    }
+}
+
+/// Gathers inventory and metrics. Keeps its handles (sysinfo, NVML) between heartbeats so each
+/// one costs a few reads of `/proc` and a few NVML calls.
+pub struct Gatherer {
+    host: Arc<dyn Host>,
+    sys: sysinfo::System,
+    nvml: NvmlHandle,
+    cpu_model: String,
+    cpu_cores: u32,
+    /// Docker's data root, for the disk figures.
+    pub docker_root: PathBuf,
+    calls: u64,
+    /// `/etc/os-release` changes only with an upgrade; it is re-read every
+    /// [`SLOW_FACTS_EVERY`] gatherings.
+    os: Option<String>,
+    /// Free bytes of the data root at the last `metrics`, reused by the inventory.
+    free_bytes: Option<u64>,
+}
+
+/// How many inventory gatherings between re-reads of slow-changing facts (NVML load retries
+/// while it is missing, os-release): five minutes at the default interval.
+pub const SLOW_FACTS_EVERY: u64 = 30;
+
+impl Gatherer {
+    pub fn new(host: Arc<dyn Host>) -> Gatherer {
+        let lib = host.env(env::GPUM_NVML_LIB).filter(|s| !s.is_empty());
+        let mut sys = sysinfo::System::new();
+        sys.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
+        let cpu_model = sys.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
+        let cpu_cores = sys.cpus().len() as u32;
+        sys.refresh_memory();
+        Gatherer {
+            host,
+            sys,
+            nvml: NvmlHandle::load(lib),
+            cpu_model,
+            cpu_cores,
+            docker_root: PathBuf::from(DEFAULT_DOCKER_ROOT),
+            calls: 0,
+            os: None,
+            free_bytes: None,
+        }
+    }
+
+    pub fn nvml_state(&self) -> NvmlState {
+        self.nvml.state
+    }
+
+    /// Why NVML did not load, for `doctor` and logs.
+    pub fn nvml_detail(&self) -> Option<&str> {
+        self.nvml.detail.as_deref()
+    }
+
+    /// Free and total bytes where Docker keeps its data (or the nearest existing parent).
+    fn disk(&self) -> (u64, u64) {
+        let mut p: &Path = &self.docker_root;
+        loop {
+            if let Ok(s) = self.host.space(p) {
+                return (s.avail_bytes, s.total_bytes);
+            }
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => return (0, 0),
+            }
+        }
+    }
+
+    fn read_trim(&self, path: &str) -> Option<String> {
+        self.host.read_to_string(Path::new(path)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    }
+
+    /// The inventory now. `docker_version` comes from the engine (the caller holds the socket).
+    /// RAM is as of the last [`Gatherer::metrics`] (or creation); call that first for fresh
+    /// figures, as the heartbeat does.
+    pub fn inventory(&mut self, docker_version: Option<String>) -> Inventory {
+        if self.os.is_none() || self.calls.is_multiple_of(SLOW_FACTS_EVERY) {
+            self.os = self
+                .host
+                .read_to_string(Path::new("/etc/os-release"))
+                .ok()
+                .and_then(|t| parse_os_release(&t));
+        }
+        self.calls += 1;
+        if self.nvml.nvml.is_none() && self.calls.is_multiple_of(SLOW_FACTS_EVERY) {
+            self.nvml.retry();
+        }
+        let mut gpus = Vec::new();
+        let mut gpu_uuids = Vec::new();
+        let (mut driver_version, mut cuda_version) = (None, None);
+        if let Some(n) = &self.nvml.nvml {
+            driver_version = n.sys_driver_version().ok();
+            cuda_version = n.sys_cuda_driver_version().ok().map(cuda_version_text);
+            for i in 0..n.device_count().unwrap_or(0) {
+                let Ok(d) = n.device_by_index(i) else { continue };
+                gpus.push(GpuPublic {
+                    model: d.name().unwrap_or_default(),
+                    vram_mib: d.memory_info().map(|m| m.total / MIB).unwrap_or(0),
+                });
+                if let Ok(u) = d.uuid() {
+                    gpu_uuids.push(u);
+                }
+            }
+        }
+        let free_gib = self.free_bytes.unwrap_or_else(|| self.disk().0) / GIB;
+        Inventory {
+            public: PublicInventory {
+                gpus,
+                cpu_model: self.cpu_model.clone(),
+                cpu_cores: self.cpu_cores,
+                ram_mib: self.sys.total_memory() / MIB,
+                disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
+            },
+            private: PrivateInventory {
+                hostname: self.read_trim("/proc/sys/kernel/hostname").unwrap_or_default(),
+                gpu_uuids,
+                driver_version,
+                cuda_version,
+                os: self.os.clone().unwrap_or_default(),
+                kernel: self.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default(),
+                docker_version,
+                // The toolkit's version lives in dpkg's database, which the agent does not read;
+                // a toolkit change still shows through the probe.
+                toolkit_version: None,
+            },
+        }
+    }
+
+    /// The metrics now. CPU load is the average since the previous call.
+    pub fn metrics(&mut self) -> Metrics {
+        self.sys.refresh_cpu_usage();
+        self.sys.refresh_memory();
+        let mut gpus = Vec::new();
+        if let Some(n) = &self.nvml.nvml {
+            for i in 0..n.device_count().unwrap_or(0) {
+                let Ok(d) = n.device_by_index(i) else { continue };
+                let mem = d.memory_info().ok();
+                gpus.push(GpuMetrics {
+                    index: i,
+                    util_pct: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
+                    mem_used_mib: mem.as_ref().map(|m| m.used / MIB).unwrap_or(0),
+                    mem_total_mib: mem.as_ref().map(|m| m.total / MIB).unwrap_or(0),
+                    temp_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
+                    power_w: d.power_usage().map(|mw| mw as f32 / 1000.0).unwrap_or(0.0),
+                });
+            }
+        }
+        let cpu = self.sys.global_cpu_usage();
+        let free = self.disk().0;
+        self.free_bytes = Some(free);
+        Metrics {
+            cpu_load_pct: if cpu.is_finite() { (cpu * 10.0).round() / 10.0 } else { 0.0 },
+            ram_used_mib: self.sys.used_memory() / MIB,
+            ram_total_mib: self.sys.total_memory() / MIB,
+            disk_free_gib: free / GIB,
+            gpus,
+        }
+    }
+}
+
+/// The parts of the inventory whose change calls for a new GPU probe: GPUs, driver, OS, kernel,
+/// Docker and toolkit. The hostname and the free disk are not among them.
+pub fn probe_relevant(inv: &Inventory) -> String {
+    let p = &inv.private;
+    format!(
+        "{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}|{:?}",
+        inv.public.gpus,
+        p.gpu_uuids,
+        p.driver_version,
+        p.cuda_version,
+        p.os,
+        p.kernel,
+        p.docker_version,
+        p.toolkit_version
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_host::fake::FakeHost;
+
+    #[test]
+    fn os_release_samples() {
+        let ubuntu = "PRETTY_NAME=\"Ubuntu 22.04.4 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"22.04\"\n";
+        assert_eq!(parse_os_release(ubuntu).as_deref(), Some("Ubuntu 22.04.4 LTS"));
+        assert_eq!(parse_os_release("NAME=Foo\nVERSION_ID=1\n").as_deref(), Some("Foo 1"));
+        assert_eq!(parse_os_release(""), None);
+        let debian = include_str!("../../tests/fixtures/preflight/debian12.os-release");
+        assert_eq!(parse_os_release(debian).as_deref(), Some("Debian GNU/Linux 12 (bookworm)"));
+    }
+
+    #[test]
+    fn cuda_text() {
+        assert_eq!(cuda_version_text(12040), "12.4");
+        assert_eq!(cuda_version_text(11080), "11.8");
+    }
+
+    #[test]
+    fn without_a_driver_it_reports_library_missing_and_still_gathers() {
+        let host: Arc<dyn Host> = Arc::new(
+            FakeHost::new()
+                .env_var("GPUM_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+                .file("/etc/os-release", "PRETTY_NAME=\"Ubuntu 22.04.4 LTS\"\n")
+                .file("/proc/sys/kernel/hostname", "box\n")
+                .file("/proc/sys/kernel/osrelease", "6.8.0-40-generic\n")
+                .space_at("/var/lib/docker", 123 * GIB),
+        );
+        let mut g = Gatherer::new(host);
+        assert_eq!(g.nvml_state(), NvmlState::LibraryMissing);
+        assert!(g.nvml_detail().is_some());
+        let inv = g.inventory(Some("27.3.1".into()));
+        assert!(inv.public.gpus.is_empty());
+        assert_eq!(inv.public.disk_gib, 120);
+        assert_eq!(inv.private.hostname, "box");
+        assert_eq!(inv.private.kernel, "6.8.0-40-generic");
+        assert_eq!(inv.private.os, "Ubuntu 22.04.4 LTS");
+        assert!(inv.public.cpu_cores >= 1);
+        assert!(inv.public.ram_mib > 0);
+        let m = g.metrics();
+        assert_eq!(m.disk_free_gib, 123);
+        assert!(m.ram_total_mib > 0 && m.gpus.is_empty());
+        // Same facts, same hash: nothing is resent.
+        assert_eq!(inv.hash(), g.inventory(Some("27.3.1".into())).hash());
+        let changed = g.inventory(Some("27.4.0".into()));
+        assert_ne!(inv.hash(), changed.hash());
+        assert_ne!(probe_relevant(&inv), probe_relevant(&changed));
+    }
+}

@@ -1,0 +1,210 @@
+//! `gpum-agent register` and `configure`: how a node gets its token and its config file.
+//!
+//! [`register`] is also what the installer calls (same library function, so the two can never
+//! disagree on the file's format or mode). The join code is checked locally first (format and
+//! check symbol: exit 2 without a network round trip), then sent with the inventory; the
+//! platform's four refusals become the seed's two exit-40 messages.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpum_common::Failure;
+use gpum_common::agent_state::{AgentState, Connection};
+use gpum_host::Host;
+use gpum_protocol::joincode::JoinCode;
+use gpum_protocol::{ErrorCode, RegisterRequest};
+
+use crate::client::{CallError, Platform, REQUEST_TIMEOUT};
+use crate::config::Config;
+use crate::inventory::Gatherer;
+use crate::secret::Token;
+
+/// Where a registration writes, and how it reaches the platform.
+#[derive(Debug, Clone)]
+pub struct RegisterOptions {
+    /// Platform base URL (https, or http to loopback).
+    pub server: String,
+    /// The config file to write (0600), e.g. `/etc/gpum-agent/config.toml` or `DIR/config.toml`.
+    pub config_path: PathBuf,
+    /// The state directory, where an initial `state.json` is written for `status`.
+    pub state_dir: PathBuf,
+    /// An extra trusted CA (PEM) for a platform with a private CA; stored in the config.
+    pub ca_file: Option<PathBuf>,
+    /// The Docker socket, stored in the config when not the default.
+    pub docker_socket: Option<PathBuf>,
+}
+
+/// What a successful registration returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub node_id: String,
+    pub heartbeat_interval_secs: u64,
+    pub probe_image: Option<String>,
+}
+
+/// Maps a platform refusal of `register` to the user's failure.
+pub fn register_failure(e: &CallError) -> Failure {
+    match e {
+        CallError::Api { code, .. } => match code {
+            ErrorCode::JoinCodeMalformed => Failure::BadJoinCode,
+            ErrorCode::JoinCodeUnknown | ErrorCode::JoinCodeExpired | ErrorCode::JoinCodeUsed => {
+                Failure::JoinCodeRejected
+            }
+            ErrorCode::GpuAlreadyRegistered => Failure::GpuAlreadyRegistered,
+            _ => Failure::Other(e.to_string()),
+        },
+        _ => Failure::Other(e.to_string()),
+    }
+}
+
+fn platform_for(host: &dyn Host, server: &str, ca_file: Option<&Path>) -> Result<Platform, Failure> {
+    let roots = match ca_file {
+        Some(p) => vec![host.read(p).map_err(|e| Failure::Other(format!("{}: {e}", p.display())))?],
+        None => Vec::new(),
+    };
+    Platform::new(server, roots, REQUEST_TIMEOUT).map_err(|e| Failure::Other(e.to_string()))
+}
+
+/// Registers this machine with `code` and writes the config. See the module docs.
+pub async fn register(
+    host: Arc<dyn Host>,
+    opts: &RegisterOptions,
+    code: &str,
+) -> Result<Registered, Failure> {
+    if code.trim().is_empty() {
+        return Err(Failure::NoJoinCode);
+    }
+    let code = JoinCode::parse(code).map_err(|_| Failure::BadJoinCode)?;
+    let platform = platform_for(host.as_ref(), &opts.server, opts.ca_file.as_deref())?;
+
+    let docker_version = crate::run::docker_version(host.as_ref(), opts.docker_socket.as_deref()).await;
+    let inventory = Gatherer::new(host.clone()).inventory(docker_version);
+    let req = RegisterRequest {
+        join_code: code.to_string(),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        inventory,
+    };
+    let ans = platform.register(&req).await.map_err(|e| register_failure(&e))?;
+    let resp = ans.body;
+    let token = Token::new(&resp.node_token)
+        .ok_or_else(|| Failure::Other("the platform sent an empty token".into()))?;
+    let cfg = Config {
+        server: platform.server().to_string(),
+        node_id: resp.node_id.clone(),
+        token,
+        ca_file: opts.ca_file.clone(),
+        docker_socket: opts.docker_socket.clone(),
+        test_docker_scope: None,
+    };
+    write_config_and_state(host.as_ref(), &cfg, &opts.config_path, &opts.state_dir)?;
+    tracing::info!(node_id = %resp.node_id, "registered");
+    Ok(Registered {
+        node_id: resp.node_id,
+        heartbeat_interval_secs: resp.heartbeat_interval_secs,
+        probe_image: resp.probe_image,
+    })
+}
+
+/// [`register`] on a runtime of its own, for callers without one (the installer).
+pub fn register_blocking(
+    host: Arc<dyn Host>,
+    opts: &RegisterOptions,
+    code: &str,
+) -> Result<Registered, Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Other(e.to_string()))?;
+    rt.block_on(register(host, opts, code))
+}
+
+/// `configure`: writes the config for an existing node token (first line of `token_input`).
+pub fn configure(
+    host: &dyn Host,
+    opts: &RegisterOptions,
+    node_id: Option<&str>,
+    token_input: &str,
+) -> Result<(), Failure> {
+    let line = token_input.lines().next().unwrap_or("");
+    let token =
+        Token::new(line).ok_or_else(|| Failure::Usage("no node token on the first line of stdin".into()))?;
+    gpum_host::http::check_url(&opts.server).map_err(|e| Failure::Usage(e.to_string()))?;
+    let cfg = Config {
+        server: opts.server.trim_end_matches('/').to_string(),
+        node_id: node_id.unwrap_or("unknown").to_string(),
+        token,
+        ca_file: opts.ca_file.clone(),
+        docker_socket: opts.docker_socket.clone(),
+        test_docker_scope: None,
+    };
+    write_config_and_state(host, &cfg, &opts.config_path, &opts.state_dir)
+}
+
+fn write_config_and_state(
+    host: &dyn Host,
+    cfg: &Config,
+    config_path: &Path,
+    state_dir: &Path,
+) -> Result<(), Failure> {
+    cfg.save(host, config_path).map_err(|e| Failure::Other(format!("{}: {e}", config_path.display())))?;
+    // A fresh state: a new registration clears an earlier stop, so `status` does not show a
+    // revocation of the previous node.
+    let mut st = AgentState {
+        node_id: Some(cfg.node_id.clone()),
+        server: Some(cfg.server.clone()),
+        connection: Connection::Connecting,
+        ..Default::default()
+    };
+    crate::state::write(host, state_dir, &mut st)
+        .map_err(|e| Failure::Other(format!("{}: {e}", state_dir.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_host::fake::FakeHost;
+
+    #[test]
+    fn the_four_refusals_are_exit_40_with_two_messages() {
+        let api = |code| CallError::Api { status: code_status(code), code, message: String::new() };
+        fn code_status(c: ErrorCode) -> u16 {
+            c.http_status()
+        }
+        for c in [ErrorCode::JoinCodeUnknown, ErrorCode::JoinCodeExpired, ErrorCode::JoinCodeUsed] {
+            assert_eq!(register_failure(&api(c)), Failure::JoinCodeRejected);
+        }
+        assert_eq!(register_failure(&api(ErrorCode::GpuAlreadyRegistered)), Failure::GpuAlreadyRegistered);
+        assert_eq!(register_failure(&api(ErrorCode::JoinCodeMalformed)).code(), 2);
+        assert_eq!(register_failure(&CallError::Timeout).code(), 1);
+        assert_eq!(register_failure(&api(ErrorCode::Internal)).code(), 1);
+    }
+
+    fn opts() -> RegisterOptions {
+        RegisterOptions {
+            server: "http://127.0.0.1:9".into(),
+            config_path: PathBuf::from("/s/config.toml"),
+            state_dir: PathBuf::from("/s"),
+            ca_file: None,
+            docker_socket: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_or_missing_codes_fail_before_any_request() {
+        let h: Arc<dyn Host> = Arc::new(FakeHost::new());
+        assert_eq!(register(h.clone(), &opts(), "GPUM-1234").await, Err(Failure::BadJoinCode));
+        assert_eq!(register(h.clone(), &opts(), "  \n").await, Err(Failure::NoJoinCode));
+    }
+
+    #[test]
+    fn configure_writes_0600_config_and_state() {
+        let h = FakeHost::new();
+        configure(&h, &opts(), Some("n-7"), "tok-abc\nignored\n").unwrap();
+        let cfg = Config::load(&h, Path::new("/s/config.toml")).unwrap();
+        assert_eq!(cfg.token.expose(), "tok-abc");
+        assert_eq!(cfg.node_id, "n-7");
+        let st = crate::state::read(&h, Path::new("/s")).unwrap().unwrap();
+        assert_eq!(st.node_id.as_deref(), Some("n-7"));
+        assert!(configure(&h, &opts(), None, "\n").is_err());
+    }
+}

@@ -1,0 +1,730 @@
+//! `gpum-agent run`: the service's life, as one event loop.
+//!
+//! Lifecycle: load the config (missing or invalid: record "configuration error", exit 78) ->
+//! connect to Docker (down is a state, not an error) -> remove probe containers a crash left ->
+//! loop -> exit code. Every input is an [`Event`] and one `select!` picks the next one:
+//! the heartbeat timer, the heartbeat step finishing, a probe finishing, a removal finishing,
+//! and SIGTERM/SIGINT.
+//!
+//! A heartbeat *step* runs as its own task: list the managed containers, gather inventory and
+//! metrics, POST the heartbeat. The loop applies its answer: interval, commands, the known
+//! containers (to the reconciler), the probe image. Failures go through
+//! [`crate::client::classify`] (whether) and [`crate::backoff::Backoff`] (how); only a
+//! revocation ends the loop, with exit 78 and the reason in `state.json`. The agent logs state
+//! transitions (connected -> unreachable -> connected), not every failure.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT (the step in flight is given [`STOP_GRACE`] to finish; a
+//! second signal quits at once), [`EXIT_RESTART`] after a `restart` command (the unit has
+//! `Restart=always`, so systemd starts it again), 78 when revoked or misconfigured (the unit has
+//! `RestartPreventExitStatus=78`).
+//!
+//! The agent never removes anything when it stops for good: containers stay, as the owner's
+//! guide says.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
+use gpum_common::exit;
+use gpum_host::{Host, env};
+use gpum_protocol::{
+    CommandKind, CommandResult, DEFAULT_HEARTBEAT_INTERVAL_SECS, ErrorCode, Health, HeartbeatRequest,
+    HeartbeatResponse, ProbeFailure, ProbeReport, RemovedContainer, VerificationState,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
+use tokio::time::sleep_until;
+use tracing::{debug, error, info, warn};
+
+use crate::backoff::{Backoff, jittered};
+use crate::client::{Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew};
+use crate::config::{Config, Paths};
+use crate::docker::{Docker, DockerError, probe, reconcile};
+use crate::inventory::{Gatherer, probe_relevant};
+use crate::secret::Token;
+
+/// Exit code after a `restart` command: neither 0 (a clean stop) nor 78 (stopped for good), so
+/// it is visible in `systemctl status`; `Restart=always` restarts on it.
+pub const EXIT_RESTART: i32 = 75;
+/// How long a step in flight may run after SIGTERM before the agent exits anyway. Well below
+/// systemd's default 90 s and the 10 s the owner's guide promises.
+pub const STOP_GRACE: Duration = Duration::from_secs(8);
+/// The longest a Docker call inside a heartbeat step may take; a hung engine must not hold up
+/// heartbeats.
+pub const DOCKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Interval bounds, whatever the platform says.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+/// Even when nothing changes, `state.json` is rewritten this often, so `status` shows a recent
+/// last heartbeat without a disk write per heartbeat.
+const STATE_REFRESH: Duration = Duration::from_secs(30);
+
+/// The Docker socket: the config's, else `DOCKER_HOST` when it is a `unix://` URL, else the
+/// default.
+pub fn docker_socket(host: &dyn Host, configured: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = configured {
+        return Some(p.to_path_buf());
+    }
+    host.env(env::DOCKER_HOST).and_then(|v| v.strip_prefix("unix://").map(PathBuf::from))
+}
+
+/// The engine's version, or `None` when it does not answer within [`DOCKER_STEP_TIMEOUT`].
+pub async fn docker_version(host: &dyn Host, configured: Option<&Path>) -> Option<String> {
+    let d = Docker::connect(docker_socket(host, configured).as_deref()).ok()?;
+    tokio::time::timeout(DOCKER_STEP_TIMEOUT, d.version()).await.ok()?.ok()
+}
+
+/// Every input of the loop.
+enum Event {
+    /// Time for a heartbeat.
+    Tick,
+    /// The heartbeat step finished.
+    Step(Box<StepOutput>),
+    /// A probe finished.
+    Probe(ProbeReport),
+    /// A removal round finished.
+    Removed(Vec<RemovedContainer>),
+    /// SIGTERM or SIGINT.
+    Signal(&'static str),
+    /// The grace after a signal ran out.
+    StopDeadline,
+}
+
+/// What a heartbeat step takes with it.
+struct StepInput {
+    platform: Platform,
+    token: Token,
+    docker: Option<Arc<Docker>>,
+    gatherer: Gatherer,
+    req: HeartbeatRequest,
+    accepted_hash: Option<String>,
+    /// The engine's version as last asked, and whether to ask again in this step.
+    docker_version: Option<String>,
+    refresh_docker_version: bool,
+}
+
+/// What it brings back. The gatherer travels back to the loop, and so does the request, so
+/// that on failure its pending results are sent again.
+struct StepOutput {
+    gatherer: Gatherer,
+    req: HeartbeatRequest,
+    probe_key: String,
+    managed: Vec<reconcile::ManagedContainer>,
+    docker_version: Option<String>,
+    result: Result<Answer<HeartbeatResponse>, CallError>,
+}
+
+async fn step(mut s: StepInput) -> StepOutput {
+    let mut docker_version = s.docker_version.take();
+    let mut managed = Vec::new();
+    match &s.docker {
+        Some(d) => {
+            let listed = tokio::time::timeout(DOCKER_STEP_TIMEOUT, reconcile::list_managed(d)).await;
+            match listed {
+                Ok(Ok(list)) => {
+                    managed = list;
+                    s.req.health.docker_ok = true;
+                    if s.refresh_docker_version || docker_version.is_none() {
+                        docker_version = tokio::time::timeout(DOCKER_STEP_TIMEOUT, d.version())
+                            .await
+                            .ok()
+                            .and_then(Result::ok);
+                    }
+                }
+                Ok(Err(e)) => s.req.health.docker_error = Some(e.to_string()),
+                Err(_) => s.req.health.docker_error = Some("the Docker engine did not answer in time".into()),
+            }
+        }
+        None => {
+            s.req.health.docker_error.get_or_insert_with(|| "Docker is not available".into());
+        }
+    }
+    if !s.req.health.docker_ok {
+        docker_version = None;
+    }
+    // Metrics first: they refresh the RAM figures the inventory reads.
+    s.req.metrics = s.gatherer.metrics();
+    let inv = s.gatherer.inventory(docker_version.clone());
+    s.req.health.nvml = s.gatherer.nvml_state();
+    s.req.inventory_hash = inv.hash();
+    let probe_key = probe_relevant(&inv);
+    if s.accepted_hash.as_deref() != Some(s.req.inventory_hash.as_str()) {
+        s.req.inventory = Some(inv);
+    }
+    s.req.managed_containers = managed.iter().map(|c| c.id.clone()).collect();
+    let result = s.platform.heartbeat(&s.token, &s.req).await;
+    StepOutput { gatherer: s.gatherer, req: s.req, probe_key, managed, docker_version, result }
+}
+
+/// The loop's state.
+struct Agent {
+    host: Arc<dyn Host>,
+    state_dir: PathBuf,
+    cfg: Config,
+    platform: Platform,
+    docker_socket: Option<PathBuf>,
+    docker: Option<Arc<Docker>>,
+    docker_error: Option<String>,
+    docker_version: Option<String>,
+    gatherer: Option<Gatherer>,
+    state: AgentState,
+    last_written: Option<(AgentState, Instant)>,
+    rng: StdRng,
+    seq: u64,
+    interval: Duration,
+    backoff: Backoff,
+    accepted_hash: Option<String>,
+    /// The probe-relevant facts of the last answered step, and those the last probe ran on.
+    probe_key: Option<String>,
+    probed_key: Option<String>,
+    probe_image: Option<String>,
+    probed_image: Option<String>,
+    probe_wanted: bool,
+    probe_running: bool,
+    /// Results waiting for the next answered heartbeat.
+    pending_probe: Option<ProbeReport>,
+    pending_results: Vec<CommandResult>,
+    pending_removed: Vec<RemovedContainer>,
+    reconciler: reconcile::Reconciler,
+    skew: Option<i64>,
+    /// A `restart` command arrived; it is acknowledged with one more heartbeat, then the agent
+    /// exits with [`EXIT_RESTART`].
+    restart_requested: bool,
+}
+
+/// Runs the service until it stops; returns the exit code.
+pub async fn run(host: Arc<dyn Host>, paths: &Paths) -> i32 {
+    let cfg = match Config::load(host.as_ref(), &paths.config) {
+        Ok(c) => c,
+        Err(e) => return stop_config(host.as_ref(), &paths.state_dir, None, e.to_string()),
+    };
+    let roots = match cfg.extra_roots(host.as_ref()) {
+        Ok(r) => r,
+        Err(e) => return stop_config(host.as_ref(), &paths.state_dir, Some(&cfg), e.to_string()),
+    };
+    let platform = match Platform::new(&cfg.server, roots, REQUEST_TIMEOUT) {
+        Ok(p) => p,
+        Err(e) => return stop_config(host.as_ref(), &paths.state_dir, Some(&cfg), e.to_string()),
+    };
+    let mut agent = Agent::new(host, paths.state_dir.clone(), cfg, platform);
+    agent.main_loop().await
+}
+
+/// Records a configuration error and returns 78.
+fn stop_config(host: &dyn Host, state_dir: &Path, cfg: Option<&Config>, detail: String) -> i32 {
+    error!(error = %detail, "configuration error; the agent stops and systemd leaves it stopped");
+    let mut st = crate::state::read(host, state_dir).ok().flatten().unwrap_or_default();
+    if let Some(c) = cfg {
+        st.node_id = Some(c.node_id.clone());
+        st.server = Some(c.server.clone());
+    }
+    st.connection = Connection::Stopped;
+    st.stopped =
+        Some(Stopped { reason: StopReason::ConfigError, detail, at: crate::state::unix(host.now()) });
+    if let Err(e) = crate::state::write(host, state_dir, &mut st) {
+        warn!(error = %e, "could not record the stop in the state directory");
+    }
+    exit::STOPPED_FOR_GOOD
+}
+
+impl Agent {
+    fn new(host: Arc<dyn Host>, state_dir: PathBuf, cfg: Config, platform: Platform) -> Agent {
+        let interval = Duration::from_secs(DEFAULT_HEARTBEAT_INTERVAL_SECS);
+        let docker_socket = docker_socket(host.as_ref(), cfg.docker_socket.as_deref());
+        let state = AgentState {
+            node_id: Some(cfg.node_id.clone()),
+            server: Some(cfg.server.clone()),
+            connection: Connection::Connecting,
+            verification: Some(verification_text(VerificationState::AwaitingCheck).into()),
+            ..Default::default()
+        };
+        Agent {
+            gatherer: Some(Gatherer::new(host.clone())),
+            host,
+            state_dir,
+            cfg,
+            platform,
+            docker_socket,
+            docker: None,
+            docker_error: None,
+            docker_version: None,
+            state,
+            last_written: None,
+            rng: StdRng::from_entropy(),
+            seq: 0,
+            interval,
+            backoff: Backoff::for_interval(interval),
+            accepted_hash: None,
+            probe_key: None,
+            probed_key: None,
+            probe_image: None,
+            probed_image: None,
+            probe_wanted: true,
+            probe_running: false,
+            pending_probe: None,
+            pending_results: Vec::new(),
+            pending_removed: Vec::new(),
+            reconciler: reconcile::Reconciler::default(),
+            skew: None,
+            restart_requested: false,
+        }
+    }
+
+    fn connect_docker(&mut self) {
+        if self.docker.is_some() {
+            return;
+        }
+        let connected =
+            Docker::connect(self.docker_socket.as_deref()).map(|d| match &self.cfg.test_docker_scope {
+                Some((k, v)) => d.with_test_scope(k, v),
+                None => d,
+            });
+        match connected {
+            Ok(d) => {
+                self.docker = Some(Arc::new(d));
+                self.docker_error = None;
+            }
+            Err(e) => {
+                if self.docker_error.is_none() {
+                    warn!(error = %e, "Docker is not available; the agent keeps running and reports it");
+                }
+                self.docker_error = Some(e.to_string());
+            }
+        }
+    }
+
+    async fn main_loop(&mut self) -> i32 {
+        let (mut sigterm, mut sigint) =
+            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+                (Ok(t), Ok(i)) => (t, i),
+                (Err(e), _) | (_, Err(e)) => {
+                    error!(error = %e, "cannot install signal handlers");
+                    return exit::OTHER;
+                }
+            };
+        info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = env!("CARGO_PKG_VERSION"), "agent started");
+        self.connect_docker();
+        if let Some(d) = self.docker.clone() {
+            // A probe container left by a crash mid-probe goes first, before anything new starts.
+            tokio::spawn(async move {
+                if let Err(e) = probe::cleanup_leftovers(&d).await {
+                    debug!(error = %e, "could not look for leftover probe containers");
+                }
+            });
+        }
+        self.write_state(true);
+
+        // The tasks in flight are locals, one variable each, so that each `select!` branch
+        // borrows only its own.
+        let mut step_task: Option<JoinHandle<StepOutput>> = None;
+        let mut probe_task: Option<JoinHandle<ProbeReport>> = None;
+        let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
+        let mut next_beat = tokio::time::Instant::now();
+        let mut stop_deadline: Option<tokio::time::Instant> = None;
+        let mut restart = Restart::No;
+
+        loop {
+            let ev = tokio::select! {
+                biased;
+                _ = sigterm.recv() => Event::Signal("SIGTERM"),
+                _ = sigint.recv() => Event::Signal("SIGINT"),
+                _ = sleep_until(stop_deadline.unwrap_or(next_beat)), if stop_deadline.is_some() => Event::StopDeadline,
+                r = join(&mut step_task), if step_task.is_some() => {
+                    step_task = None;
+                    match r {
+                        Ok(out) => Event::Step(Box::new(out)),
+                        Err(e) => {
+                            // A panicking step is a bug; keep the service alive with a fresh gatherer.
+                            error!(error = %e, "heartbeat step failed");
+                            self.gatherer = Some(Gatherer::new(self.host.clone()));
+                            next_beat = tokio::time::Instant::now() + self.interval;
+                            continue;
+                        }
+                    }
+                }
+                r = join(&mut probe_task), if probe_task.is_some() => {
+                    probe_task = None;
+                    self.probe_running = false;
+                    match r {
+                        Ok(rep) => Event::Probe(rep),
+                        Err(e) => { error!(error = %e, "probe task failed"); continue; }
+                    }
+                }
+                r = join(&mut removal_task), if removal_task.is_some() => {
+                    removal_task = None;
+                    Event::Removed(r.unwrap_or_default())
+                }
+                _ = sleep_until(next_beat), if step_task.is_none() && stop_deadline.is_none() => Event::Tick,
+            };
+
+            match ev {
+                Event::Signal(name) => {
+                    if stop_deadline.is_some() {
+                        info!(signal = name, "second signal; quitting now");
+                        return exit::OK;
+                    }
+                    info!(signal = name, "stopping: finishing the current step");
+                    // A probe killed here leaves a container that `cleanup_leftovers` removes at
+                    // the next start; a removal killed here is retried by the reconciler.
+                    abort(&mut probe_task);
+                    abort(&mut removal_task);
+                    if step_task.is_none() {
+                        return exit::OK;
+                    }
+                    stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+                }
+                Event::StopDeadline => {
+                    warn!("the heartbeat in flight did not finish in time; exiting anyway");
+                    return exit::OK;
+                }
+                Event::Tick => {
+                    self.connect_docker();
+                    step_task = Some(tokio::spawn(step(self.step_input())));
+                }
+                Event::Step(out) => {
+                    let (delay, doomed) = match self.on_step(*out) {
+                        Ok(x) => x,
+                        Err(code) => {
+                            abort(&mut probe_task);
+                            abort(&mut removal_task);
+                            return code;
+                        }
+                    };
+                    if stop_deadline.is_some() {
+                        return exit::OK;
+                    }
+                    match restart {
+                        // The acknowledgement went out (or could not): exit, systemd restarts.
+                        Restart::Acking => {
+                            info!("restarting on the platform's command");
+                            return EXIT_RESTART;
+                        }
+                        Restart::No if self.restart_requested => {
+                            restart = Restart::Acking;
+                            next_beat = tokio::time::Instant::now();
+                            continue;
+                        }
+                        Restart::No => {}
+                    }
+                    next_beat = tokio::time::Instant::now() + delay;
+                    if removal_task.is_none()
+                        && !doomed.is_empty()
+                        && let Some(d) = self.docker.clone()
+                    {
+                        removal_task = Some(tokio::spawn(remove_all(d, doomed)));
+                    }
+                    if probe_task.is_none() {
+                        probe_task = self.maybe_start_probe();
+                    }
+                }
+                Event::Probe(rep) => {
+                    info!(state = ?rep.state, reason = ?rep.reason, "GPU probe finished");
+                    self.state.verification = Some(verification_text(rep.state).into());
+                    self.pending_probe = Some(rep);
+                    self.write_state(false);
+                    // Report it soon rather than a whole interval later.
+                    next_beat = next_beat.min(tokio::time::Instant::now() + Duration::from_millis(200));
+                }
+                Event::Removed(list) => self.pending_removed.extend(list),
+            }
+        }
+    }
+
+    fn step_input(&mut self) -> StepInput {
+        self.seq += 1;
+        let req = HeartbeatRequest {
+            seq: self.seq,
+            probe: self.pending_probe.clone(),
+            removed_containers: std::mem::take(&mut self.pending_removed),
+            command_results: std::mem::take(&mut self.pending_results),
+            health: Health {
+                docker_ok: false,
+                docker_error: if self.docker.is_none() { self.docker_error.clone() } else { None },
+                clock_skew_secs: self.skew,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // The engine's version changes only with an upgrade, which restarts the engine (the
+        // listing fails, so the cache is dropped); asking every few minutes catches the rest.
+        let refresh_docker_version = self.seq.is_multiple_of(crate::inventory::SLOW_FACTS_EVERY);
+        StepInput {
+            docker_version: self.docker_version.clone(),
+            refresh_docker_version,
+            platform: self.platform.clone(),
+            token: self.cfg.token.clone(),
+            docker: self.docker.clone(),
+            gatherer: self.gatherer.take().expect("the gatherer is home between steps"),
+            req,
+            accepted_hash: self.accepted_hash.clone(),
+        }
+    }
+
+    /// Applies a finished step: `Ok((delay until the next heartbeat, containers to remove))`, or
+    /// `Err(exit code)` when the agent stops for good.
+    fn on_step(&mut self, mut out: StepOutput) -> Result<(Duration, Vec<reconcile::ManagedContainer>), i32> {
+        self.gatherer = Some(out.gatherer);
+        self.docker_version = out.docker_version.take();
+        let now = self.host.now();
+        let docker_ok = out.req.health.docker_ok;
+        // Log transitions only; a missing socket was already logged when connecting failed.
+        let logged_before = self.state.docker_ok.is_some() || self.docker.is_some();
+        if logged_before && Some(docker_ok) != self.state.docker_ok {
+            match &out.req.health.docker_error {
+                None => info!("Docker engine answers"),
+                Some(e) => {
+                    warn!(error = %e, "Docker engine does not answer; the agent keeps running and reports it")
+                }
+            }
+        }
+        self.state.docker_ok = Some(docker_ok);
+        match out.result {
+            Ok(ans) => {
+                if self.state.connection != Connection::Connected {
+                    if self.backoff.failures() > 0 {
+                        info!(failed_attempts = self.backoff.failures(), "platform reachable again");
+                    } else {
+                        info!("connected to the platform");
+                    }
+                }
+                self.backoff.reset();
+                let resp = ans.body;
+                let skew = clock_skew(now, ans.server_date);
+                if skew.is_some() && self.skew.is_none() {
+                    warn!(skew_secs = skew, "this machine's clock differs from the platform's; reporting it");
+                }
+                self.skew = skew;
+                if out.req.inventory.is_some() {
+                    if self.accepted_hash.is_some() {
+                        info!("inventory changed; sent it in full");
+                    }
+                    self.accepted_hash = Some(out.req.inventory_hash.clone());
+                }
+                // Only what this heartbeat carried is delivered; a probe that finished while it
+                // was in flight is still pending.
+                if self.pending_probe.as_ref() == out.req.probe.as_ref() {
+                    self.pending_probe = None;
+                }
+                if self.probe_key.as_deref() != Some(out.probe_key.as_str()) {
+                    if self.probe_key.is_some() {
+                        info!("hardware or software changed; the GPU probe runs again");
+                    }
+                    self.probe_key = Some(out.probe_key.clone());
+                }
+                let doomed = self.apply_answer(&resp, &out.managed);
+                self.state.connection = Connection::Connected;
+                self.state.last_heartbeat_at = Some(crate::state::unix(now));
+                self.state.last_error = None;
+                self.state.clock_skew_secs = self.skew;
+                self.write_state(false);
+                debug!(seq = out.req.seq, bytes = ans.sent_bytes, "heartbeat answered");
+                Ok((jittered(self.interval, &mut self.rng), doomed))
+            }
+            Err(e) => {
+                // Undelivered results go out with the next heartbeat.
+                self.pending_results.splice(0..0, std::mem::take(&mut out.req.command_results));
+                self.pending_removed.splice(0..0, std::mem::take(&mut out.req.removed_containers));
+                if let Verdict::StopForGood(code) = classify(&e) {
+                    return Err(self.stop_revoked(code, &e));
+                }
+                let delay = self.backoff.fail(&mut self.rng);
+                if self.backoff.failures() == 1 {
+                    warn!(error = %e, "heartbeat failed; retrying with backoff (further failures are logged at debug level)");
+                } else {
+                    debug!(error = %e, failures = self.backoff.failures(), delay_ms = delay.as_millis() as u64, "heartbeat failed");
+                }
+                self.state.connection = Connection::Unreachable;
+                self.state.last_error = Some(e.to_string());
+                self.write_state(false);
+                Ok((delay, Vec::new()))
+            }
+        }
+    }
+
+    /// Applies the platform's answer; returns the managed containers to remove now.
+    fn apply_answer(
+        &mut self,
+        resp: &HeartbeatResponse,
+        managed: &[reconcile::ManagedContainer],
+    ) -> Vec<reconcile::ManagedContainer> {
+        let secs = if resp.heartbeat_interval_secs == 0 {
+            DEFAULT_HEARTBEAT_INTERVAL_SECS
+        } else {
+            resp.heartbeat_interval_secs
+        };
+        let interval = Duration::from_secs(secs).clamp(MIN_INTERVAL, MAX_INTERVAL);
+        if interval != self.interval {
+            info!(secs = interval.as_secs(), "heartbeat interval set by the platform");
+            self.interval = interval;
+            self.backoff.set_cap(interval);
+        }
+        if resp.probe_image != self.probe_image {
+            match &resp.probe_image {
+                Some(img) => info!(image = %img, "probe image set by the platform"),
+                None => info!("no probe image: the GPU check waits («Ожидает проверки»)"),
+            }
+            self.probe_image = resp.probe_image.clone();
+        }
+        if self.probe_image.is_none() && !self.probe_running {
+            self.state.verification = Some(verification_text(VerificationState::AwaitingCheck).into());
+        }
+        for c in &resp.commands {
+            let result = match CommandKind::parse(&c.kind) {
+                Some(CommandKind::Recheck) => {
+                    info!(id = %c.id, "command recheck: running the GPU probe again");
+                    self.probe_wanted = true;
+                    let msg = if self.probe_image.is_some() {
+                        "probe scheduled"
+                    } else {
+                        "no probe image is set; the check waits for one"
+                    };
+                    CommandResult { id: c.id.clone(), ok: true, message: msg.into() }
+                }
+                Some(CommandKind::Restart) => {
+                    info!(id = %c.id, "command restart: exiting so that systemd starts the agent again");
+                    self.restart_requested = true;
+                    CommandResult { id: c.id.clone(), ok: true, message: "restarting".into() }
+                }
+                None => {
+                    warn!(id = %c.id, kind = %c.kind, "refused an unknown command");
+                    CommandResult {
+                        id: c.id.clone(),
+                        ok: false,
+                        message: format!("unknown command {:?}: refused", c.kind),
+                    }
+                }
+            };
+            self.pending_results.push(result);
+        }
+        // Reconcile only against an answer the platform actually gave (this one), and only with
+        // a listing that succeeded: a failed listing is no evidence either way.
+        if self.docker.is_some() && self.state.docker_ok == Some(true) {
+            let known: HashSet<String> = resp.known_containers.iter().cloned().collect();
+            return self.reconciler.decide(managed, &known, Instant::now());
+        }
+        Vec::new()
+    }
+
+    /// Starts the GPU probe when one is due: after the first answered heartbeat, after a change
+    /// of the probe-relevant facts or of the image, or on `recheck`. Without an image no probe
+    /// runs (awaiting check); without Docker it waits for Docker.
+    fn maybe_start_probe(&mut self) -> Option<JoinHandle<ProbeReport>> {
+        let image = self.probe_image.clone()?;
+        if self.probe_running {
+            return None;
+        }
+        let changed =
+            self.probe_key != self.probed_key || self.probed_image.as_deref() != Some(image.as_str());
+        if !(self.probe_wanted || changed) {
+            return None;
+        }
+        self.probe_wanted = false;
+        self.probed_key = self.probe_key.clone();
+        self.probed_image = Some(image.clone());
+        self.probe_running = true;
+        info!(image = %image, "running the GPU probe");
+        let docker = self.docker.clone();
+        let socket_error = self.docker_error.clone();
+        let now = crate::state::unix(self.host.now());
+        Some(tokio::spawn(async move {
+            match docker {
+                Some(d) => probe::run_probe(&d, &image, probe::DEFAULT_TIMEOUT).await,
+                // Without an engine the GPU cannot be shown to work in a container: that is the
+                // honest result. When Docker comes back its version changes the probe-relevant
+                // facts, and the probe runs again.
+                None => ProbeReport {
+                    state: VerificationState::Failed,
+                    reason: Some(ProbeFailure::DockerUnavailable),
+                    output: socket_error.unwrap_or_else(|| "Docker is not available".into()),
+                    finished_at: now,
+                    image,
+                },
+            }
+        }))
+    }
+
+    fn stop_revoked(&mut self, code: ErrorCode, e: &CallError) -> i32 {
+        error!(code = ?code, error = %e, "the platform revoked this node (server deleted or token replaced); stopping for good. Containers are left in place");
+        self.state.connection = Connection::Stopped;
+        self.state.stopped = Some(Stopped {
+            reason: StopReason::Revoked,
+            detail: serde_json::to_value(code)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            at: crate::state::unix(self.host.now()),
+        });
+        self.write_state(true);
+        exit::STOPPED_FOR_GOOD
+    }
+
+    /// Writes `state.json` when it changed, or when the last write is older than
+    /// [`STATE_REFRESH`]; `force` writes regardless.
+    fn write_state(&mut self, force: bool) {
+        let due = match &self.last_written {
+            None => true,
+            Some((prev, at)) => {
+                let mut a = prev.clone();
+                a.last_heartbeat_at = self.state.last_heartbeat_at;
+                a.updated_at = self.state.updated_at;
+                a != self.state || at.elapsed() >= STATE_REFRESH
+            }
+        };
+        if !(force || due) {
+            return;
+        }
+        match crate::state::write(self.host.as_ref(), &self.state_dir, &mut self.state) {
+            Ok(()) => self.last_written = Some((self.state.clone(), Instant::now())),
+            Err(e) => warn!(error = %e, dir = %self.state_dir.display(), "could not write the state file"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    No,
+    /// The heartbeat carrying the acknowledgement is on its way.
+    Acking,
+}
+
+/// Awaits a task slot the caller checked is occupied.
+async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match slot.as_mut() {
+        Some(h) => h.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn abort<T>(slot: &mut Option<JoinHandle<T>>) {
+    if let Some(h) = slot.take() {
+        h.abort();
+    }
+}
+
+/// Removes the containers the reconciler gave up on, one by one, re-checking each label.
+async fn remove_all(d: Arc<Docker>, doomed: Vec<reconcile::ManagedContainer>) -> Vec<RemovedContainer> {
+    let mut removed = Vec::new();
+    for c in doomed {
+        match reconcile::remove(&d, &c, reconcile::STOP_GRACE).await {
+            Ok(r) => removed.push(r),
+            Err(DockerError::NotFound(_)) => {}
+            Err(e) => {
+                warn!(container = %c.name, id = %c.id, error = %e, "could not remove an unknown managed container")
+            }
+        }
+    }
+    removed
+}
+
+/// The verification state as `state.json` spells it.
+pub fn verification_text(v: VerificationState) -> &'static str {
+    match v {
+        VerificationState::AwaitingCheck => "awaiting_check",
+        VerificationState::Verified => "verified",
+        VerificationState::Failed => "failed",
+    }
+}

@@ -1,0 +1,60 @@
+//! Reading and writing `state.json` (schema: [`gpum_common::agent_state::AgentState`]).
+//!
+//! The run loop owns the state and writes it atomically when it changes, so `status` never
+//! reads a half-written file. It holds no secret, so it is written 0644.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gpum_common::agent_state::{AgentState, STATE_FILE};
+use gpum_host::Host;
+
+pub fn state_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(STATE_FILE)
+}
+
+/// Unix seconds of `t`.
+pub fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Reads the state; `Ok(None)` when the agent never wrote one.
+pub fn read(host: &dyn Host, state_dir: &Path) -> std::io::Result<Option<AgentState>> {
+    match host.read(&state_path(state_dir)) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the state atomically, stamping `updated_at`. Creates the directory when missing.
+pub fn write(host: &dyn Host, state_dir: &Path, st: &mut AgentState) -> std::io::Result<()> {
+    st.updated_at = unix(host.now());
+    if !host.is_dir(state_dir) {
+        host.create_dir_all(state_dir, 0o700)?;
+    }
+    let json = serde_json::to_vec_pretty(st).expect("state serializes");
+    host.write_atomic(&state_path(state_dir), &json, 0o644)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_common::agent_state::Connection;
+    use gpum_host::fake::FakeHost;
+
+    #[test]
+    fn roundtrip() {
+        let h = FakeHost::new();
+        let d = Path::new("/var/lib/gpum-agent");
+        assert_eq!(read(&h, d).unwrap(), None);
+        let mut st =
+            AgentState { node_id: Some("n".into()), connection: Connection::Connected, ..Default::default() };
+        write(&h, d, &mut st).unwrap();
+        let back = read(&h, d).unwrap().unwrap();
+        assert_eq!(back, st);
+        assert_eq!(back.updated_at, unix(h.now));
+    }
+}

@@ -1,0 +1,144 @@
+//! `gpum-agent status`: what the service last recorded in `state.json`, for a person (or
+//! `--json` for a script).
+//!
+//! The system paths are root's (`/etc/gpum-agent` holds the token), so without root, and
+//! without `--state`, status exits 13 with the seed's «нужны права root (sudo)» rather than
+//! pretending nothing is there. A `--state DIR` the caller can read needs no root.
+
+use std::io::ErrorKind;
+use std::time::Duration;
+
+use gpum_common::agent_state::{AgentState, Connection, StopReason};
+use gpum_common::{Failure, Lang, Text, text};
+use gpum_host::Host;
+
+use crate::config::Paths;
+
+/// The localized sentence for a stop: what happened, then what to do.
+pub fn stop_message(reason: StopReason, lang: Lang) -> String {
+    match reason {
+        StopReason::Revoked => {
+            format!("{}. {}", text(Text::StoppedRevoked, lang), text(Text::StoppedRevokedNext, lang))
+        }
+        StopReason::ConfigError => {
+            format!("{}. {}", text(Text::StoppedConfig, lang), text(Text::StoppedConfigNext, lang))
+        }
+    }
+}
+
+/// Reads the state, or the failure to report (13 without the rights to read it).
+pub fn load(host: &dyn Host, paths: &Paths) -> Result<Option<AgentState>, Failure> {
+    if paths.system && host.euid() != 0 {
+        return Err(Failure::StatusNeedsRoot);
+    }
+    match crate::state::read(host, &paths.state_dir) {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(Failure::StatusNeedsRoot),
+        Err(e) => {
+            Err(Failure::Other(format!("{}: {e}", crate::state::state_path(&paths.state_dir).display())))
+        }
+    }
+}
+
+/// The `--json` form: the state file's fields, plus `stop_message` when stopped.
+pub fn render_json(st: Option<&AgentState>, lang: Lang) -> String {
+    let mut v = match st {
+        Some(s) => serde_json::to_value(s).expect("state serializes"),
+        None => serde_json::json!({ "connection": "never_ran" }),
+    };
+    if let Some(stop) = st.and_then(|s| s.stopped.as_ref()) {
+        v["stop_message"] = serde_json::Value::String(stop_message(stop.reason, lang));
+    }
+    serde_json::to_string_pretty(&v).expect("json")
+}
+
+fn ago(now: u64, then: u64) -> String {
+    let d = Duration::from_secs(now.saturating_sub(then));
+    format!(
+        "{} ({} s ago)",
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(then)),
+        d.as_secs()
+    )
+}
+
+/// The text form.
+pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
+    let Some(s) = st else {
+        return match lang {
+            Lang::Ru => "Агент ещё не запускался: состояния нет. Зарегистрируйте его установщиком.\n".into(),
+            Lang::En => {
+                "The agent has not run yet: there is no state. Register it with the installer.\n".into()
+            }
+        };
+    };
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
+    line("node:", s.node_id.clone().unwrap_or_else(|| "-".into()));
+    line("server:", s.server.clone().unwrap_or_else(|| "-".into()));
+    let conn = match s.connection {
+        Connection::Connecting => "connecting",
+        Connection::Connected => "connected",
+        Connection::Unreachable => "unreachable (retrying)",
+        Connection::Stopped => "stopped",
+    };
+    line("connection:", conn.into());
+    line("last heartbeat:", s.last_heartbeat_at.map(|t| ago(now, t)).unwrap_or_else(|| "never".into()));
+    line("verification:", s.verification.clone().unwrap_or_else(|| "awaiting_check".into()));
+    if let Some(ok) = s.docker_ok {
+        line("docker:", if ok { "ok".into() } else { "unavailable".into() });
+    }
+    if let Some(sk) = s.clock_skew_secs {
+        line("clock skew:", format!("{sk:+} s (this machine minus the platform; check NTP)"));
+    }
+    if let Some(e) = &s.last_error {
+        line("last error:", e.clone());
+    }
+    if let Some(stop) = &s.stopped {
+        line(
+            "stopped:",
+            format!("{} ({}, {})", stop_message(stop.reason, lang), stop.detail, ago(now, stop.at)),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_common::agent_state::Stopped;
+    use gpum_host::fake::FakeHost;
+    use std::path::Path;
+
+    #[test]
+    fn system_paths_need_root() {
+        let h = FakeHost::new().with_euid(1000);
+        assert_eq!(load(&h, &Paths::resolve(None)), Err(Failure::StatusNeedsRoot));
+        assert_eq!(Failure::StatusNeedsRoot.code(), 13);
+        // A scratch directory does not.
+        assert_eq!(load(&h, &Paths::resolve(Some(Path::new("/scratch")))), Ok(None));
+    }
+
+    #[test]
+    fn shows_why_it_stopped_in_both_languages() {
+        let st = AgentState {
+            node_id: Some("n1".into()),
+            connection: Connection::Stopped,
+            stopped: Some(Stopped { reason: StopReason::Revoked, detail: "node_deleted".into(), at: 100 }),
+            ..Default::default()
+        };
+        let ru = render_text(Some(&st), 160, Lang::Ru);
+        assert!(ru.contains("Агент остановлен: сервер удалён или токен заменён"), "{ru}");
+        assert!(ru.contains("node_deleted") && ru.contains("60 s ago"));
+        let en = render_text(Some(&st), 160, Lang::En);
+        assert!(en.contains("Agent stopped: server deleted or token replaced"));
+        let j: serde_json::Value = serde_json::from_str(&render_json(Some(&st), Lang::Ru)).unwrap();
+        assert_eq!(j["stopped"]["reason"], "revoked");
+        assert!(j["stop_message"].as_str().unwrap().starts_with("Агент остановлен"));
+        let cfg = AgentState {
+            stopped: Some(Stopped { reason: StopReason::ConfigError, detail: "x".into(), at: 1 }),
+            ..Default::default()
+        };
+        assert!(render_text(Some(&cfg), 2, Lang::Ru).contains("Агент остановлен: ошибка конфигурации"));
+        assert!(render_text(None, 0, Lang::En).contains("has not run"));
+    }
+}

@@ -1,0 +1,278 @@
+//! `gpum-agent uninstall`: removes what gpum put on the machine, and nothing else.
+//!
+//! What goes, in this order, per the owner's guide:
+//! 1. the service: `systemctl stop` and `disable` (skipped, with a note, where systemd is not
+//!    running), so that no agent recreates anything while the rest goes;
+//! 2. every container labelled `gpum.managed=true` or `gpum.probe=true`, running or stopped
+//!    (each label re-checked right before removal);
+//! 3. the unit file, `/opt/gpum-agent`, `/etc/gpum-agent`, `/var/lib/gpum-agent`.
+//!
+//! What stays: Docker, the NVIDIA driver and toolkit, every image and volume, and every
+//! container without those labels.
+//!
+//! Files go through [`gpum_host::Host`], so a test runs the whole uninstall against
+//! `RealHost::with_root(scratch)` and the real engine (with a test-scoped Docker client) and
+//! checks that decoys survive. A step that fails does not stop the others; the exit status is
+//! decided once at the end, and the summary says what was removed and what was not.
+
+use std::path::Path;
+
+use gpum_common::agent_state::{CONFIG_DIR, DEFAULT_STATE_DIR, INSTALL_DIR, SERVICE_NAME, UNIT_PATH};
+use gpum_common::{Failure, Lang, exit};
+use gpum_host::{Cmd, Host};
+
+use crate::docker::{Docker, DockerError, LABEL_MANAGED, LABEL_PROBE};
+
+/// Where systemd keeps its runtime state; present exactly when systemd is PID 1.
+const SYSTEMD_RUNTIME_DIR: &str = "/run/systemd/system";
+
+/// What an uninstall did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Uninstalled {
+    /// Each thing removed, for humans: paths, `service gpum-agent`, `container <name>`.
+    pub removed: Vec<String>,
+    /// Things worth saying that are not failures.
+    pub notes: Vec<String>,
+    /// Steps that failed; any makes the exit status non-zero.
+    pub errors: Vec<String>,
+}
+
+/// The CLI: checks root, asks unless `yes`, uninstalls, prints the summary, returns the exit
+/// code. `docker` is the connection attempt to the engine.
+pub async fn run(host: &dyn Host, yes: bool, docker: Result<Docker, DockerError>, lang: Lang) -> i32 {
+    if host.euid() != 0 {
+        return gpum_common::report(&Failure::UninstallNeedsRoot, lang);
+    }
+    if !yes {
+        if !host.stdin_is_tty() {
+            return gpum_common::report(&Failure::UninstallNotConfirmed, lang);
+        }
+        let prompt = if lang == Lang::Ru {
+            "Удалить службу gpum-agent, её файлы и контейнеры с метками gpum.managed=true и gpum.probe=true? Docker, драйверы и образы останутся"
+        } else {
+            "Remove the gpum-agent service, its files and the containers labelled gpum.managed=true and gpum.probe=true? Docker, drivers and images stay"
+        };
+        match dialoguer::Confirm::new().with_prompt(prompt).default(false).interact() {
+            Ok(true) => {}
+            Ok(false) => {
+                println!(
+                    "{}",
+                    if lang == Lang::Ru {
+                        "Ничего не удалено."
+                    } else {
+                        "Nothing was removed."
+                    }
+                );
+                return exit::OK;
+            }
+            Err(_) => return gpum_common::report(&Failure::UninstallNotConfirmed, lang),
+        }
+    }
+    let done = uninstall(host, docker.as_ref().map_err(Clone::clone), lang).await;
+    println!("{}", render(&done, lang));
+    if done.errors.is_empty() { exit::OK } else { exit::OTHER }
+}
+
+/// Removes everything gpum owns. Never fails as a whole: see [`Uninstalled::errors`].
+pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, lang: Lang) -> Uninstalled {
+    let ru = lang == Lang::Ru;
+    let mut u = Uninstalled::default();
+    let systemd = host.is_dir(Path::new(SYSTEMD_RUNTIME_DIR));
+
+    // 1. The service first, so that it cannot start a probe while its containers go.
+    if systemd {
+        let stop = systemctl(host, &["stop", SERVICE_NAME]);
+        let disable = systemctl(host, &["disable", SERVICE_NAME]);
+        match (stop, disable) {
+            (Ok(()), Ok(())) => u.removed.push(format!("service {SERVICE_NAME} (stopped, disabled)")),
+            // A unit that was never installed cannot be stopped; that is not a failure.
+            _ if !host.exists(Path::new(UNIT_PATH)) => u.notes.push(if ru {
+                "службы gpum-agent нет".to_string()
+            } else {
+                "no gpum-agent service".to_string()
+            }),
+            (a, b) => u.errors.extend([a.err(), b.err()].into_iter().flatten()),
+        }
+    } else {
+        u.notes.push(if ru {
+            "systemd не запущен: останавливать службу не нужно".to_string()
+        } else {
+            "systemd is not running: there is no service to stop".to_string()
+        });
+    }
+
+    // 2. The containers.
+    match docker {
+        Ok(d) => {
+            for (label, volumes) in [(LABEL_MANAGED, false), (LABEL_PROBE, true)] {
+                match d.remove_all_labelled(label, volumes).await {
+                    Ok(names) => {
+                        u.removed.extend(names.into_iter().map(|n| format!("container {n} ({label}=true)")))
+                    }
+                    Err(e) => u.errors.push(docker_left(label, &e, ru)),
+                }
+            }
+        }
+        Err(e) => u.errors.push(docker_left(LABEL_MANAGED, &e, ru)),
+    }
+
+    // 3. The unit and the directories.
+    let unit = Path::new(UNIT_PATH);
+    if host.exists(unit) {
+        match host.remove_file(unit) {
+            Ok(()) => {
+                u.removed.push(UNIT_PATH.to_string());
+                if systemd && let Err(e) = systemctl(host, &["daemon-reload"]) {
+                    u.errors.push(e);
+                }
+            }
+            Err(e) => u.errors.push(format!("{UNIT_PATH}: {e}")),
+        }
+    }
+    for dir in [INSTALL_DIR, CONFIG_DIR, DEFAULT_STATE_DIR] {
+        let p = Path::new(dir);
+        if !host.exists(p) {
+            continue;
+        }
+        match host.remove_dir_all(p) {
+            Ok(()) => u.removed.push(dir.to_string()),
+            Err(e) => u.errors.push(format!("{dir}: {e}")),
+        }
+    }
+    for r in &u.removed {
+        tracing::info!(what = %r, "uninstall removed");
+    }
+    u
+}
+
+fn systemctl(host: &dyn Host, args: &[&str]) -> Result<(), String> {
+    let cmd = Cmd::new("systemctl").args(args.iter().copied());
+    match host.run(&cmd) {
+        Ok(o) if o.success() => Ok(()),
+        Ok(o) => Err(format!("{}: {}", cmd.display(), String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("{}: {e}", cmd.display())),
+    }
+}
+
+fn docker_left(label: &str, e: &DockerError, ru: bool) -> String {
+    if ru {
+        format!(
+            "контейнеры с меткой {label}=true не удалены ({e}); когда Docker заработает, удалите их: \
+             docker rm -f $(docker ps -aq --filter label={label}=true)"
+        )
+    } else {
+        format!(
+            "containers labelled {label}=true were not removed ({e}); once Docker runs, remove them with \
+             docker rm -f $(docker ps -aq --filter label={label}=true)"
+        )
+    }
+}
+
+/// The summary printed at the end.
+pub fn render(u: &Uninstalled, lang: Lang) -> String {
+    let ru = lang == Lang::Ru;
+    let mut s = String::new();
+    if u.removed.is_empty() {
+        s.push_str(if ru {
+            "Удалять нечего: gpum-agent не найден.\n"
+        } else {
+            "Nothing to remove: gpum-agent was not found.\n"
+        });
+    } else {
+        s.push_str(if ru { "Удалено:\n" } else { "Removed:\n" });
+        for r in &u.removed {
+            s.push_str(&format!("  - {r}\n"));
+        }
+    }
+    for n in &u.notes {
+        s.push_str(&format!("{} {n}\n", if ru { "Примечание:" } else { "Note:" }));
+    }
+    for e in &u.errors {
+        s.push_str(&format!("{} {e}\n", if ru { "Не удалось:" } else { "Failed:" }));
+    }
+    s.push_str(if ru {
+        "Docker, драйверы и образы оставлены на месте."
+    } else {
+        "Docker, the drivers and the images were left in place."
+    });
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_host::Output;
+    use gpum_host::fake::FakeHost;
+
+    fn ok() -> std::io::Result<Output> {
+        Ok(Output { code: Some(0), ..Default::default() })
+    }
+
+    fn no_docker() -> Result<&'static Docker, DockerError> {
+        Err(DockerError::Unavailable("socket /nonexistent not found".into()))
+    }
+
+    #[tokio::test]
+    async fn with_systemd_stops_disables_and_removes_only_gpum_paths() {
+        let h = FakeHost::new()
+            .dir(SYSTEMD_RUNTIME_DIR)
+            .file(UNIT_PATH, "[Unit]")
+            .file("/etc/systemd/system/other.service", "[Unit]")
+            .dir(INSTALL_DIR)
+            .file("/opt/gpum-agent/gpum-agent", "bin")
+            .dir(CONFIG_DIR)
+            .file("/etc/gpum-agent/config.toml", "token")
+            .dir(DEFAULT_STATE_DIR)
+            .file("/opt/other/keep", "x")
+            .command("systemctl stop gpum-agent", ok())
+            .command("systemctl disable gpum-agent", ok())
+            .command("systemctl daemon-reload", ok());
+        let u = uninstall(&h, no_docker(), Lang::En).await;
+        let ran: Vec<String> = h.ran().iter().map(Cmd::display).collect();
+        assert_eq!(
+            ran,
+            ["systemctl stop gpum-agent", "systemctl disable gpum-agent", "systemctl daemon-reload"]
+        );
+        assert!(!h.exists(Path::new(UNIT_PATH)) && !h.exists(Path::new("/opt/gpum-agent/gpum-agent")));
+        assert!(
+            !h.exists(Path::new("/etc/gpum-agent/config.toml")) && !h.exists(Path::new(DEFAULT_STATE_DIR))
+        );
+        assert!(
+            h.exists(Path::new("/etc/systemd/system/other.service"))
+                && h.exists(Path::new("/opt/other/keep"))
+        );
+        assert_eq!(u.removed[0], "service gpum-agent (stopped, disabled)");
+        assert!(u.removed.contains(&INSTALL_DIR.to_string()));
+        // Docker was unreachable: that is reported with the command to finish by hand.
+        assert_eq!(u.errors.len(), 1);
+        assert!(
+            u.errors[0].contains("docker rm -f $(docker ps -aq --filter label=gpum.managed=true)"),
+            "{:?}",
+            u.errors
+        );
+    }
+
+    #[tokio::test]
+    async fn without_systemd_says_so_and_goes_on() {
+        let h = FakeHost::new().dir(CONFIG_DIR).file("/etc/gpum-agent/config.toml", "t");
+        let u = uninstall(&h, no_docker(), Lang::Ru).await;
+        assert!(h.ran().is_empty(), "no systemctl without systemd");
+        assert_eq!(u.removed, vec![CONFIG_DIR.to_string()]);
+        assert!(u.notes[0].contains("systemd не запущен"));
+        let text = render(&u, Lang::Ru);
+        assert!(
+            text.contains("Удалено:")
+                && text.contains("/etc/gpum-agent")
+                && text.contains("образы оставлены")
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_without_a_tty_and_without_root() {
+        let h = FakeHost::new();
+        assert_eq!(run(&h, false, Err(DockerError::Unavailable("x".into())), Lang::En).await, exit::USAGE);
+        let h = FakeHost::new().with_euid(1000);
+        assert_eq!(run(&h, true, Err(DockerError::Unavailable("x".into())), Lang::En).await, exit::NOT_ROOT);
+        assert!(h.ran().is_empty() && h.writes().is_empty());
+    }
+}

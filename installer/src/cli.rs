@@ -1,0 +1,142 @@
+//! The command line, and the mapping of clap's errors onto gpum's exit codes and messages.
+//!
+//! clap parses; gpum speaks. Usage errors exit 2 with [`Failure::UnknownParameter`] or
+//! [`Failure::Usage`] in the user's language; `--help` and `--version` print and exit 0.
+
+use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use gpum_common::{Failure, Lang};
+
+#[derive(Debug, Clone, Parser, PartialEq, Eq)]
+#[command(
+    name = "gpum-install",
+    version,
+    about = "Installs the gpum agent on a GPU machine. With --dry-run, only audits the machine and changes nothing.",
+    after_help = "Exit codes: 0 ok (with --dry-run: ready), 1 checks passed but this version cannot install yet, \
+                  2 usage or join code format, 10 machine check failed, 13 not root, 14 no systemd. \
+                  See docs/install.md."
+)]
+pub struct Cli {
+    /// Audit the machine and print what the install would do; change nothing. Needs no root
+    /// and no join code.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print one JSON object {"checks":[…],"plan":[…],"ready":bool}.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+    /// Make no network request (the platform check is skipped).
+    #[arg(long)]
+    pub offline: bool,
+    /// The platform's URL (https://…); checked for reachability over TLS.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The join code from your dashboard (else $GPUM_JOIN_CODE, else one line on stdin).
+    #[arg(long, value_name = "CODE")]
+    pub code: Option<String>,
+    /// Message language (default: from LC_ALL / LC_MESSAGES / LANG).
+    #[arg(long, value_name = "ru|en", value_parser = ["ru", "en"])]
+    pub lang: Option<String>,
+}
+
+/// What parsing decided.
+#[derive(Debug)]
+pub enum Parsed {
+    Run(Cli),
+    /// `--help` or `--version`: print this to stdout, exit 0.
+    Print(String),
+    Fail(Failure),
+}
+
+/// `--lang` as given, read before parsing so a usage error is already in the right language.
+pub fn lang_flag(args: &[String]) -> Option<Lang> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--" {
+            break;
+        }
+        if let Some(v) = a.strip_prefix("--lang=") {
+            return Lang::parse(v);
+        }
+        if a == "--lang" {
+            return it.next().and_then(|v| Lang::parse(v));
+        }
+    }
+    None
+}
+
+pub fn parse(args: &[String]) -> Parsed {
+    match Cli::try_parse_from(args) {
+        Ok(c) => Parsed::Run(c),
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Parsed::Print(e.render().to_string()),
+            ErrorKind::UnknownArgument => {
+                let arg = match e.get(ContextKind::InvalidArg) {
+                    Some(ContextValue::String(s)) => s.clone(),
+                    _ => first_line(&e),
+                };
+                Parsed::Fail(Failure::UnknownParameter(arg))
+            }
+            _ => Parsed::Fail(Failure::Usage(first_line(&e))),
+        },
+    }
+}
+
+/// clap's reason (its first paragraph, on one line), without the `error: ` prefix and the usage
+/// block.
+fn first_line(e: &clap::Error) -> String {
+    let r = e.render().to_string();
+    let para: Vec<&str> = r.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+    let s = para.join(" ");
+    s.strip_prefix("error: ").unwrap_or(&s).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(v: &[&str]) -> Vec<String> {
+        std::iter::once("gpum-install").chain(v.iter().copied()).map(String::from).collect()
+    }
+
+    #[test]
+    fn flags() {
+        let Parsed::Run(c) =
+            parse(&a(&["--dry-run", "--json", "--offline", "--server", "https://x", "--lang", "ru"]))
+        else {
+            panic!()
+        };
+        assert!(c.dry_run && c.json && c.offline);
+        assert_eq!(c.server.as_deref(), Some("https://x"));
+        assert_eq!(c.lang.as_deref(), Some("ru"));
+    }
+
+    #[test]
+    fn usage_errors_map_to_failures() {
+        match parse(&a(&["--frobnicate"])) {
+            Parsed::Fail(Failure::UnknownParameter(p)) => assert_eq!(p, "--frobnicate"),
+            other => panic!("{other:?}"),
+        }
+        match parse(&a(&["stray"])) {
+            Parsed::Fail(Failure::UnknownParameter(p)) => assert_eq!(p, "stray"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(parse(&a(&["--lang", "de"])), Parsed::Fail(Failure::Usage(_))));
+        assert!(matches!(parse(&a(&["--server"])), Parsed::Fail(Failure::Usage(_))));
+        // --json without --dry-run is a usage error, not silently ignored.
+        match parse(&a(&["--json"])) {
+            Parsed::Fail(Failure::Usage(m)) => assert!(m.contains("--dry-run"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        for f in ["--help", "-h", "--version", "-V"] {
+            assert!(matches!(parse(&a(&[f])), Parsed::Print(_)), "{f}");
+        }
+    }
+
+    #[test]
+    fn lang_flag_is_read_before_parsing() {
+        assert_eq!(lang_flag(&a(&["--bogus", "--lang", "ru"])), Some(Lang::Ru));
+        assert_eq!(lang_flag(&a(&["--lang=en"])), Some(Lang::En));
+        assert_eq!(lang_flag(&a(&["--lang"])), None);
+        assert_eq!(lang_flag(&a(&["--", "--lang", "ru"])), None);
+    }
+}

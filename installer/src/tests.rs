@@ -1,0 +1,266 @@
+//! `run` over `FakeHost`: the dry run changes nothing, the gate keeps its order, the join code
+//! comes from the documented places, and `--json` has the documented shape.
+
+use gpum_common::agent_state;
+use gpum_host::Host;
+use gpum_host::fake::FakeHost;
+use gpum_preflight::facts::*;
+use gpum_preflight::gpu::{GpuFacts, GpuProbe};
+use gpum_protocol::joincode::JoinCode;
+use serde_json::Value;
+
+use crate::plan::{Purpose, Step};
+use crate::{Io, join_code, run};
+
+struct Gpu(GpuFacts);
+impl GpuProbe for Gpu {
+    fn probe(&self, _: &dyn Host) -> GpuFacts {
+        self.0.clone()
+    }
+}
+
+fn t4() -> Gpu {
+    Gpu(GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] })
+}
+
+fn fixture(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/preflight").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A fresh Ubuntu 22.04 GPU machine: no Docker, no toolkit, systemd, root.
+fn fresh_ubuntu() -> FakeHost {
+    FakeHost::new()
+        .file(OS_RELEASE, fixture("ubuntu2204.os-release"))
+        .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
+        .file(
+            DPKG_STATUS,
+            fixture("debian12-dpkg-status-excerpt").replace("Package: docker.io", "Package: not-docker"),
+        )
+        .dir(SYSTEMD_RUN_DIR)
+        .dir("/var/lib")
+        .space_at("/var/lib", 500_000_000_000)
+        .env_var("PATH", "/usr/bin")
+}
+
+struct Ran {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+fn go(h: &FakeHost, gpu: &Gpu, args: &[&str], stdin: &str) -> Ran {
+    let args: Vec<String> =
+        std::iter::once("gpum-install").chain(args.iter().copied()).map(String::from).collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut input = stdin.as_bytes();
+    let code = run(h, gpu, &args, &mut Io { stdin: &mut input, stdout: &mut out, stderr: &mut err });
+    Ran { code, out: String::from_utf8(out).unwrap(), err: String::from_utf8(err).unwrap() }
+}
+
+/// Four groups but no check symbol: malformed.
+const NO_CHECK: &str = "GPUM-7K3QD-M2X9P-4RT8V-H6W1N";
+
+fn valid_code() -> String {
+    // A valid code for these tests: the prefix and groups above, plus its own check symbol.
+    let c = JoinCode::generate().to_string();
+    assert!(JoinCode::parse(&c).is_ok());
+    c
+}
+
+#[test]
+fn dry_run_on_a_fresh_machine_is_ready_writes_nothing_and_plans_everything() {
+    let h = fresh_ubuntu();
+    let r = go(&h, &t4(), &["--dry-run", "--offline", "--json"], "");
+    assert_eq!(r.code, 0, "{}{}", r.out, r.err);
+    assert!(h.writes().is_empty());
+    assert!(h.ran().iter().all(|c| READ_ONLY_COMMANDS.iter().any(|p| c.display().starts_with(p))));
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    assert_eq!(v["ready"], true);
+    let checks = v["checks"].as_array().unwrap();
+    for c in checks {
+        assert!(c["id"].is_string() && c["status"].is_string() && c["message"].is_string());
+        assert!(c.get("fix").is_some(), "fix is present, null when none");
+    }
+    let ids: Vec<&str> = checks.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.last(), Some(&"platform"));
+    assert!(ids.contains(&"apt_sources"));
+    let plan = v["plan"].as_array().unwrap();
+    let actions: Vec<&str> = plan.iter().map(|s| s["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        [
+            "add_repository",
+            "add_repository",
+            "apt_update",
+            "install_packages",
+            "write_file",
+            "restart_service",
+            "write_file",
+            "write_file",
+            "write_file",
+            "enable_service"
+        ]
+    );
+    assert_eq!(plan[0]["fingerprints"][0], "9DC858229FC7DD38854AE2D88D81803C0EBFCD88");
+    assert_eq!(plan[0]["suite"], "jammy");
+    assert_eq!(plan[0]["uri"], "https://download.docker.com/linux/ubuntu");
+    assert_eq!(plan[1]["keyring"], "/etc/apt/keyrings/gpum-nvidia-container-toolkit.gpg");
+    let pk: Vec<&str> = plan[3]["packages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    assert!(pk.contains(&"docker-ce") && pk.contains(&"nvidia-container-toolkit"));
+    // Fresh Docker: the restart stops nothing.
+    assert_eq!(plan[5]["stops_containers"], false);
+    assert_eq!(plan[7]["path"], agent_state::DEFAULT_CONFIG);
+    assert_eq!(plan[7]["mode"], "0600");
+}
+
+#[test]
+fn dry_run_on_a_configured_machine_plans_only_the_agent() {
+    let h = fresh_ubuntu()
+        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file("/usr/bin/docker", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"));
+    let a = crate::Audit::run(
+        &h,
+        &t4(),
+        &GatherOptions { offline: true, ..Default::default() },
+        gpum_common::Lang::En,
+    );
+    assert!(a.ready());
+    assert!(
+        matches!(a.plan.steps[0], Step::WriteFile { purpose: Purpose::AgentBinary, .. }),
+        "{:?}",
+        a.plan.steps
+    );
+    assert_eq!(a.plan.steps.len(), 4);
+    // Docker present without the runtime: daemon.json and a restart that stops containers.
+    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt")).unix_http(
+        DEFAULT_DOCKER_SOCKET,
+        "/_ping",
+        fixture("debian12-docker-ping.http"),
+    );
+    let a = crate::Audit::run(
+        &h,
+        &t4(),
+        &GatherOptions { offline: true, ..Default::default() },
+        gpum_common::Lang::En,
+    );
+    assert!(a.plan.steps.contains(&Step::RestartService { name: "docker".into(), stops_containers: true }));
+    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { .. })));
+}
+
+#[test]
+fn dry_run_human_report_in_both_languages_and_exit_10_when_not_ready() {
+    let h = fresh_ubuntu().with_euid(1000);
+    let r = go(&h, &t4(), &["--dry-run", "--offline"], "");
+    assert_eq!(r.code, 10);
+    assert!(r.out.contains("[FAIL] root:"), "{}", r.out);
+    assert!(r.out.contains("The install would:"));
+    assert!(r.out.contains("9DC8 5822 9FC7 DD38 854A  E2D8 8D81 803C 0EBF CD88"));
+    assert!(r.err.contains("The machine check failed (root)"), "{}", r.err);
+    let h = fresh_ubuntu().with_euid(1000).env_var("LANG", "ru_RU.UTF-8");
+    let r = go(&h, &t4(), &["--dry-run", "--offline"], "");
+    assert_eq!(r.code, 10);
+    assert!(r.out.contains("Установка сделает:"));
+    assert!(r.err.starts_with("Проверка машины не пройдена (root)"), "{}", r.err);
+    // --lang wins over the locale.
+    let r = go(&h, &t4(), &["--dry-run", "--offline", "--lang", "en"], "");
+    assert!(r.out.contains("The install would:"));
+    assert!(h.writes().is_empty());
+}
+
+#[test]
+fn dry_run_needs_no_code_but_checks_one_given() {
+    let h = fresh_ubuntu();
+    assert_eq!(go(&h, &t4(), &["--dry-run", "--offline"], "").code, 0);
+    let r = go(&h, &t4(), &["--dry-run", "--offline", "--code", NO_CHECK], "");
+    assert_eq!(r.code, 2);
+    assert!(r.err.contains("join code looks wrong"));
+    assert_eq!(go(&h, &t4(), &["--dry-run", "--offline", "--code", &valid_code()], "").code, 0);
+}
+
+#[test]
+fn the_gate_keeps_its_order() {
+    // 1. unknown parameter first, even as non-root.
+    let h = fresh_ubuntu().with_euid(1000);
+    assert_eq!(go(&h, &t4(), &["--nope"], "").code, 2);
+    // 2. not root, before systemd and the code.
+    let h = FakeHost::new().with_euid(1000);
+    assert_eq!(go(&h, &t4(), &[], "").code, 13);
+    // 3. no systemd, before the code.
+    let h = FakeHost::new();
+    let r = go(&h, &t4(), &[], "");
+    assert_eq!(r.code, 14, "{}", r.err);
+    // 4. the code: missing, then malformed.
+    let h = fresh_ubuntu();
+    let r = go(&h, &t4(), &["--offline"], "");
+    assert_eq!(r.code, 2);
+    assert!(r.err.contains("No join code"));
+    let r = go(&h, &t4(), &["--offline", "--code", "GPUM-XXXX"], "");
+    assert_eq!(r.code, 2);
+    assert!(r.err.contains("looks wrong"));
+    // 5. every failed check, listed.
+    let h = fresh_ubuntu().with_arch("aarch64").file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
+    let r = go(&h, &Gpu(GpuFacts::DriverNotLoaded), &["--offline", "--code", &valid_code()], "");
+    assert_eq!(r.code, 10);
+    assert!(r.err.contains("(arch, tmp_exec, nvidia_driver)"), "{}", r.err);
+    assert!(r.out.contains("[FAIL] tmp_exec"));
+    // All passing: not implemented yet, and never 0.
+    let r = go(&fresh_ubuntu(), &t4(), &["--offline", "--code", &valid_code()], "");
+    assert_eq!(r.code, 1);
+    assert!(r.err.contains("cannot install yet"), "{}", r.err);
+    assert!(fresh_ubuntu().writes().is_empty());
+}
+
+#[test]
+fn join_code_sources_in_order() {
+    let good = valid_code();
+    let other = valid_code();
+    let h = FakeHost::new().env_var("GPUM_JOIN_CODE", &other);
+    // --code wins over the environment.
+    assert_eq!(join_code(&h, Some(&good), &mut "".as_bytes()).unwrap().to_string(), good);
+    // The environment wins over stdin.
+    assert_eq!(join_code(&h, None, &mut good.as_bytes()).unwrap().to_string(), other);
+    // stdin, first line, when it is not a terminal.
+    let h = FakeHost::new();
+    let input = format!("{good}\nrest\n");
+    assert_eq!(join_code(&h, None, &mut input.as_bytes()).unwrap().to_string(), good);
+    // A terminal is never read.
+    let mut h = FakeHost::new();
+    h.tty = true;
+    assert_eq!(join_code(&h, None, &mut input.as_bytes()).unwrap_err(), gpum_common::Failure::NoJoinCode);
+    assert_eq!(
+        join_code(&FakeHost::new(), None, &mut "".as_bytes()).unwrap_err(),
+        gpum_common::Failure::NoJoinCode
+    );
+    assert_eq!(
+        join_code(&FakeHost::new(), None, &mut "GPUM-123\n".as_bytes()).unwrap_err(),
+        gpum_common::Failure::BadJoinCode
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let h = FakeHost::new();
+    let r = go(&h, &t4(), &["--help"], "");
+    assert_eq!(r.code, 0);
+    assert!(r.out.contains("--dry-run") && r.out.contains("Exit codes"));
+    let r = go(&h, &t4(), &["--version"], "");
+    assert_eq!(r.code, 0);
+    assert!(r.out.contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn a_conflicting_docker_list_fails_apt_sources() {
+    let h = fresh_ubuntu().file(
+        "/etc/apt/sources.list.d/docker.list",
+        "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu jammy stable\n",
+    );
+    let r = go(&h, &t4(), &["--dry-run", "--offline", "--json"], "");
+    assert_eq!(r.code, 10);
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    let apt = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "apt_sources").unwrap();
+    assert_eq!(apt["status"], "fail");
+    assert_eq!(v["ready"], false);
+}

@@ -1,0 +1,109 @@
+#!/bin/sh
+# gpum bootstrap script, served by gpum-platform at /install.sh.
+#
+# It downloads gpum-install from the platform named below into a fresh directory under
+# $TMPDIR (or /tmp), checks its SHA-256 against the checksum the platform publishes, and runs
+# it with the arguments given to this script. It changes nothing else on the machine.
+#
+# Exit codes: 20 when the download or the checksum check fails (nothing is run then); 10 when
+# the downloaded installer cannot be started (usually TMPDIR mounted noexec); otherwise the
+# installer's own code.
+#
+# To check this script by hand first: download it with curl -fsSL -o install.sh URL/install.sh,
+# read it, then run: sudo sh install.sh --dry-run --code YOUR-CODE
+# The whole body is one function called on the last line, so a shell reading it from a pipe
+# runs nothing until it has read everything.
+
+gpum_main() {
+    GPUM_PLATFORM_URL='@GPUM_PLATFORM_URL@'
+
+    gpum_lang=en
+    for gpum_v in "${LC_ALL:-}" "${LC_MESSAGES:-}" "${LANG:-}"; do
+        if [ -n "$gpum_v" ]; then
+            case "$gpum_v" in
+                ru*) gpum_lang=ru ;;
+            esac
+            break
+        fi
+    done
+
+    gpum_tmp=""
+    trap 'gpum_cleanup' EXIT
+    trap 'exit 130' INT TERM
+
+    case "$GPUM_PLATFORM_URL" in
+        https://*) gpum_proto=https ;;
+        *) gpum_proto=http ;;
+    esac
+
+    gpum_tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpum-install.XXXXXX") || gpum_fail_download "cannot create a directory in ${TMPDIR:-/tmp}"
+    gpum_fetch "$GPUM_PLATFORM_URL/dl/gpum-install.sha256" "$gpum_tmp/gpum-install.sha256" \
+        || gpum_fail_download "cannot download $GPUM_PLATFORM_URL/dl/gpum-install.sha256"
+    gpum_fetch "$GPUM_PLATFORM_URL/dl/gpum-install" "$gpum_tmp/gpum-install" \
+        || gpum_fail_download "cannot download $GPUM_PLATFORM_URL/dl/gpum-install"
+
+    gpum_expected=$(head -n 1 "$gpum_tmp/gpum-install.sha256" | cut -d ' ' -f 1 | tr 'A-F' 'a-f')
+    case "$gpum_expected" in
+        *[!0-9a-f]* | "") gpum_fail_download "gpum-install.sha256 holds no SHA-256" ;;
+    esac
+    [ "${#gpum_expected}" -eq 64 ] || gpum_fail_download "gpum-install.sha256 holds no SHA-256"
+    gpum_actual=$(gpum_sha256 "$gpum_tmp/gpum-install") || gpum_fail_download "neither sha256sum nor shasum is installed"
+    # Fail closed: no tool, an empty result or any difference stops here.
+    [ "$gpum_actual" = "$gpum_expected" ] || gpum_fail_download "checksum mismatch"
+
+    chmod 0700 "$gpum_tmp/gpum-install" || gpum_fail_download "cannot make the installer executable"
+    GPUM_PLATFORM_URL="$GPUM_PLATFORM_URL" "$gpum_tmp/gpum-install" "$@"
+    gpum_rc=$?
+    if [ "$gpum_rc" -eq 126 ]; then
+        gpum_fail_exec
+    fi
+    exit "$gpum_rc"
+}
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+gpum_cleanup() {
+    if [ -n "${gpum_tmp:-}" ]; then
+        rm -rf "$gpum_tmp"
+    fi
+}
+
+gpum_fetch() {
+    if command -v curl >/dev/null 2>&1; then
+        curl -fsS --proto "=$gpum_proto" --retry 2 --connect-timeout 20 --max-time 900 -o "$2" "$1"
+    elif command -v wget >/dev/null 2>&1; then
+        wget -q -T 20 -O "$2" "$1"
+    else
+        return 1
+    fi
+}
+
+gpum_sha256() {
+    if command -v sha256sum >/dev/null 2>&1; then
+        gpum_out=$(sha256sum "$1") || return 1
+    elif command -v shasum >/dev/null 2>&1; then
+        gpum_out=$(shasum -a 256 "$1") || return 1
+    else
+        return 1
+    fi
+    printf '%s\n' "${gpum_out%% *}"
+}
+
+gpum_fail_download() {
+    if [ "$gpum_lang" = ru ]; then
+        printf '%s\n' "Не удалось скачать или проверить агент: $1. Повторите попытку; если ошибка повторяется, напишите нам." >&2
+    else
+        printf '%s\n' "Could not download or verify the agent: $1. Try again; if it keeps failing, contact us." >&2
+    fi
+    exit 20
+}
+
+gpum_fail_exec() {
+    if [ "$gpum_lang" = ru ]; then
+        printf '%s\n' "Не удалось запустить скачанный агент. Скорее всего, ${TMPDIR:-/tmp} смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash." >&2
+    else
+        printf '%s\n' "Could not run the downloaded agent. Most likely ${TMPDIR:-/tmp} is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash." >&2
+    fi
+    exit 10
+}
+
+gpum_main "$@"

@@ -1,0 +1,399 @@
+//! The `gpum-platform` command line: `serve`, and the admin operations run directly against the
+//! database file (the same functions the admin HTTP API calls, so both always agree). SQLite's
+//! WAL mode lets these run while a server has the same file open.
+//!
+//! Exit codes: 0 done, 1 the operation failed (the message, or with `--json` the error body, says
+//! why), 2 bad usage.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use gpum_protocol::{CommandKind, NodeList};
+use sha2::{Digest, Sha256};
+
+use crate::clock::Clock;
+use crate::error::ApiError;
+use crate::server::{self, AppState, Config};
+use crate::store;
+
+#[derive(Debug, Parser)]
+#[command(name = "gpum-platform", version, about = "The gpum reference control plane")]
+struct Cli {
+    /// The SQLite database file (created when absent).
+    #[arg(long, global = true, value_name = "FILE")]
+    db: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    /// TEST ONLY: add the number of seconds in this file to the system clock, read on every use.
+    #[arg(long, global = true, hide = true, value_name = "FILE")]
+    test_clock_file: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the HTTP(S) server.
+    Serve(ServeArgs),
+    /// Join codes.
+    JoinCode {
+        #[command(subcommand)]
+        cmd: JoinCodeCmd,
+    },
+    /// Nodes.
+    Nodes {
+        #[command(subcommand)]
+        cmd: NodesCmd,
+    },
+    /// The image of the GPU probe container.
+    ProbeImage {
+        #[command(subcommand)]
+        cmd: ProbeImageCmd,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on, e.g. 0.0.0.0:443 (port 0 picks a free port; the first line on
+    /// stdout says which).
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// PEM certificate chain for TLS.
+    #[arg(long, value_name = "F", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS.
+    #[arg(long, value_name = "F", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP; allowed only on a loopback address.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    insecure_http: bool,
+    /// A file holding the admin API bearer token; without it the admin API is off.
+    #[arg(long, value_name = "F")]
+    admin_token_file: Option<PathBuf>,
+    /// Directory served under /dl/ (gpum-install, gpum-agent, their .sha256 and .sig).
+    #[arg(long, value_name = "DIR")]
+    dist: Option<PathBuf>,
+    /// Heartbeat interval given to agents, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = gpum_protocol::DEFAULT_HEARTBEAT_INTERVAL_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    heartbeat_interval: u64,
+    /// The platform's public URL, written into install.sh (default: from the request's Host).
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum JoinCodeCmd {
+    /// Create a single-use join code.
+    Create {
+        /// Lifetime: 24h, 30m, 90s, 7d or plain seconds.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodesCmd {
+    /// List nodes with their state.
+    List,
+    /// Delete a node; its agent stops for good on its next heartbeat.
+    Delete { id: String },
+    /// Queue a command for a node.
+    Command {
+        id: String,
+        #[arg(value_parser = ["recheck", "restart"])]
+        kind: String,
+    },
+    /// Replace a node's token (prints the new one); the old one gets `token_replaced`.
+    RotateToken { id: String },
+    /// Set the gpum.managed containers the platform knows on a node (none: forget them all).
+    KnownContainers { id: String, container_ids: Vec<String> },
+}
+
+#[derive(Debug, Subcommand)]
+enum ProbeImageCmd {
+    /// Set the probe image agents run.
+    Set { image: String },
+    /// Clear it: no probe runs, nodes show "awaiting check".
+    Clear,
+    /// Show it.
+    Show,
+}
+
+/// Parses `24h`, `30m`, `90s`, `7d` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'd')) => (&s[..i], 86_400),
+        Some((i, 'h')) => (&s[..i], 3_600),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 's')) => (&s[..i], 1),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 24h, 30m, 90s or 7d"))?;
+    n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("{s:?} is out of range"))
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let json = cli.json;
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            if json && let Some(api) = e.downcast_ref::<ApiError>() {
+                println!("{}", serde_json::to_string(&api.body()).unwrap_or_default());
+            } else {
+                eprintln!("gpum-platform: {e:#}");
+            }
+            1
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let clock = Clock::with_offset_file(cli.test_clock_file.clone());
+    let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
+    if let Cmd::Serve(args) = cli.cmd {
+        return serve(args, db_path, clock);
+    }
+    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    let now = clock.now();
+    let json = cli.json;
+    // Each operation is one transaction, like one HTTP request.
+    let tx = |f: &dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>| -> Result<serde_json::Value> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        match f(&conn) {
+            Ok(v) => {
+                conn.execute_batch("COMMIT")?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(e.into())
+            }
+        }
+    };
+    let out = |v: &serde_json::Value, human: String| {
+        if json {
+            println!("{v}");
+        } else {
+            println!("{human}");
+        }
+    };
+    match cli.cmd {
+        Cmd::Serve(_) => unreachable!("handled above"),
+        Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl } } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::create_join_code(c, now, ttl)?)?))?;
+            out(&v, v["code"].as_str().unwrap_or_default().to_owned());
+        }
+        Cmd::Nodes { cmd: NodesCmd::List } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::list_nodes(c, now)?)?))?;
+            let list: NodeList = serde_json::from_value(v.clone())?;
+            out(&v, human_nodes(&list, now));
+        }
+        Cmd::Nodes { cmd: NodesCmd::Delete { id } } => {
+            let v = tx(&|c| {
+                store::delete_node(c, now, &id)?;
+                Ok(serde_json::json!({ "deleted": id }))
+            })?;
+            out(&v, format!("deleted {id}"));
+        }
+        Cmd::Nodes { cmd: NodesCmd::Command { id, kind } } => {
+            let kind = CommandKind::parse(&kind).map(|k| k.as_str()).unwrap_or("");
+            let v = tx(&|c| Ok(serde_json::to_value(store::queue_command(c, now, &id, kind)?)?))?;
+            out(&v, format!("queued {kind} for {id}: {}", v["id"].as_str().unwrap_or_default()));
+        }
+        Cmd::Nodes { cmd: NodesCmd::RotateToken { id } } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::rotate_token(c, now, &id)?)?))?;
+            out(&v, v["node_token"].as_str().unwrap_or_default().to_owned());
+        }
+        Cmd::Nodes { cmd: NodesCmd::KnownContainers { id, container_ids } } => {
+            let v = tx(&|c| {
+                store::set_known_containers(c, &id, &container_ids)?;
+                Ok(serde_json::json!({ "container_ids": container_ids }))
+            })?;
+            out(&v, format!("{id}: {} known container(s)", container_ids.len()));
+        }
+        Cmd::ProbeImage { cmd } => {
+            let v = match cmd {
+                ProbeImageCmd::Set { image } => tx(&|c| {
+                    store::set_probe_image(c, Some(&image))?;
+                    Ok(serde_json::json!({ "image": image }))
+                })?,
+                ProbeImageCmd::Clear => tx(&|c| {
+                    store::set_probe_image(c, None)?;
+                    Ok(serde_json::json!({ "image": null }))
+                })?,
+                ProbeImageCmd::Show => tx(&|c| Ok(serde_json::json!({ "image": store::probe_image(c)? })))?,
+            };
+            out(&v, v["image"].as_str().unwrap_or("(none)").to_owned());
+        }
+    }
+    Ok(())
+}
+
+fn human_nodes(list: &NodeList, now: u64) -> String {
+    let mut s = format!(
+        "{:<22} {:<8} {:<15} {:<10} {:<10} GPUS",
+        "ID", "STATE", "VERIFICATION", "AGENT", "LAST SEEN"
+    );
+    for n in &list.nodes {
+        let state = if n.online { "online" } else { "offline" };
+        let verif = serde_json::to_value(n.verification).ok().and_then(|v| v.as_str().map(str::to_owned));
+        let seen = n
+            .last_heartbeat_at
+            .map(|t| format!("{}s ago", now.saturating_sub(t)))
+            .unwrap_or_else(|| "never".into());
+        let gpus: Vec<&str> = n.inventory.public.gpus.iter().map(|g| g.model.as_str()).collect();
+        s.push_str(&format!(
+            "\n{:<22} {:<8} {:<15} {:<10} {:<10} {}",
+            n.id,
+            state,
+            verif.unwrap_or_default(),
+            n.agent_version,
+            seen,
+            gpus.join(", ")
+        ));
+    }
+    s
+}
+
+fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
+    let tls = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
+        (Some(c), Some(k), false) => Some((c.clone(), k.clone())),
+        (None, None, true) => {
+            if !args.listen.ip().is_loopback() {
+                bail!("--insecure-http is allowed only on a loopback address, not {}", args.listen);
+            }
+            None
+        }
+        _ => bail!("give --tls-cert F --tls-key F, or --insecure-http on a loopback address"),
+    };
+    let admin_token_hash = match &args.admin_token_file {
+        None => None,
+        Some(f) => {
+            let t = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
+            let t = t.trim();
+            if t.len() < 32 {
+                bail!("the admin token in {} is shorter than 32 characters", f.display());
+            }
+            Some(<[u8; 32]>::from(Sha256::digest(t.as_bytes())))
+        }
+    };
+    if let Some(u) = &args.public_url
+        && !crate::install::url_is_safe(u.trim_end_matches('/'))
+    {
+        bail!("--public-url must be an http(s) URL without spaces or quotes");
+    }
+    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
+    // connection and thread, so no request waits for one inside its COMMIT.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    let ckpt = store::open(&db_path)?;
+    std::thread::Builder::new().name("gpum-checkpoint".into()).spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            if let Err(e) = ckpt.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                tracing::warn!("database checkpoint: {e}");
+            }
+        }
+    })?;
+    let state = Arc::new(AppState {
+        db: crate::db::Db::start(conn),
+        clock,
+        cfg: Config {
+            heartbeat_interval_secs: args.heartbeat_interval,
+            admin_token_hash,
+            dist: args.dist.clone(),
+            public_url: args.public_url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
+            tls: tls.is_some(),
+        },
+    });
+    let listener =
+        std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPUM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let st = state.clone();
+    let res = rt.block_on(async move {
+        let app = server::router(state);
+        if let Some((cert, key)) = tls {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config =
+                axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key).await.with_context(
+                    || format!("load the TLS certificate {} and key {}", cert.display(), key.display()),
+                )?;
+            let handle = axum_server::Handle::new();
+            let h = handle.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+            });
+            announce(true, addr)?;
+            axum_server::from_tcp_rustls(listener, config)
+                .handle(handle)
+                .serve(app.into_make_service())
+                .await?;
+        } else {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            announce(false, addr)?;
+            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        }
+        Ok::<(), anyhow::Error>(())
+    });
+    tracing::info!("stopped; {}", st.db.stats().summary());
+    res
+}
+
+fn announce(tls: bool, addr: SocketAddr) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", server::listening_line(tls, addr))?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("24h"), Ok(86_400));
+        assert_eq!(parse_duration("30m"), Ok(1_800));
+        assert_eq!(parse_duration("90s"), Ok(90));
+        assert_eq!(parse_duration("7d"), Ok(604_800));
+        assert_eq!(parse_duration("120"), Ok(120));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("h").is_err());
+        assert!(parse_duration("-1h").is_err());
+    }
+}

@@ -1,0 +1,430 @@
+//! The HTTP side: routes, authentication, error mapping, the `Date` header, downloads.
+//!
+//! Every answer, including 404, 405, 413 and a body that is not JSON, is either the endpoint's
+//! JSON or `{"error":{"code","message"}}` with the code's status. Nothing here panics on input:
+//! bodies are read as bytes (within [`BODY_LIMIT`]) and parsed by hand so that every rejection
+//! maps to a stable code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use axum::{Json, Router};
+use gpum_protocol::{
+    CreateJoinCodeRequest, ErrorCode, HeartbeatRequest, NodeDeleted, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES,
+    PATH_ADMIN_PROBE_IMAGE, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_REGISTER, QueueCommandRequest,
+    RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest,
+};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::clock::Clock;
+use crate::db::Db;
+use crate::error::ApiError;
+use crate::store;
+
+/// The largest request body accepted. A heartbeat with a full inventory, 4 KiB of probe output
+/// and a thousand container ids stays far below it.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Every route, as (method, path template). docs/openapi.yaml documents exactly these; a test
+/// proves both that the file matches this list and that the router serves each entry.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", PATH_REGISTER),
+    ("POST", PATH_HEARTBEAT),
+    ("POST", PATH_ADMIN_JOIN_CODES),
+    ("GET", PATH_ADMIN_NODES),
+    ("DELETE", "/api/v1/admin/nodes/{id}"),
+    ("POST", "/api/v1/admin/nodes/{id}/commands"),
+    ("POST", "/api/v1/admin/nodes/{id}/rotate-token"),
+    ("PUT", "/api/v1/admin/nodes/{id}/known-containers"),
+    ("GET", PATH_ADMIN_PROBE_IMAGE),
+    ("PUT", PATH_ADMIN_PROBE_IMAGE),
+    ("GET", PATH_INSTALL_SH),
+    ("GET", "/dl/{file}"),
+];
+
+pub struct Config {
+    pub heartbeat_interval_secs: u64,
+    /// SHA-256 of the admin token; `None` disables the admin API.
+    pub admin_token_hash: Option<[u8; 32]>,
+    pub dist: Option<PathBuf>,
+    /// The URL written into install.sh; derived from the request when absent.
+    pub public_url: Option<String>,
+    pub tls: bool,
+}
+
+pub struct AppState {
+    pub db: Db,
+    pub clock: Clock,
+    pub cfg: Config,
+}
+
+type St = State<Arc<AppState>>;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let admin = Router::new()
+        .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
+        .route(PATH_ADMIN_NODES, get(list_nodes))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), delete(delete_node))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/commands"), post(queue_command))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
+        .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admin_auth));
+    Router::new()
+        .route(PATH_REGISTER, post(register))
+        .route(PATH_HEARTBEAT, post(heartbeat))
+        .route(PATH_INSTALL_SH, get(install_sh))
+        .route("/dl/{file}", get(download))
+        .merge(admin)
+        .fallback(|| async { ApiError::not_found("endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint")
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), date_header))
+        .with_state(state)
+}
+
+/// Stamps `Date` from the platform's clock, so agents can detect skew (and tests can fake it).
+async fn date_header(State(st): St, req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(st.clock.now_system())) {
+        resp.headers_mut().insert(header::DATE, v);
+    }
+    resp
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extraction
+
+/// A JSON body whose every failure is an [`ApiError`]: 413 `payload_too_large` past the limit,
+/// 400 `invalid_json` for anything that does not parse into `T`. The content type is not
+/// checked: clients are not browsers, and a bearer token, not a cookie, authenticates them.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state).await?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let too_large =
+        || ApiError::new(ErrorCode::PayloadTooLarge, format!("the request body is over {BODY_LIMIT} bytes"));
+    // A declared length over the limit is refused before reading a byte of it.
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return Err(too_large());
+    }
+    Bytes::from_request(req, state).await.map_err(|rej| {
+        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
+            ApiError::new(ErrorCode::InvalidJson, format!("could not read the request body: {rej}"))
+        }
+    })
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON for this endpoint: {e}"))
+    })
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+async fn admin_auth(State(st): St, req: Request, next: Next) -> Response {
+    let Some(want) = st.cfg.admin_token_hash else {
+        return ApiError::new(
+            ErrorCode::AdminUnauthorized,
+            "the admin API is disabled: start the platform with --admin-token-file",
+        )
+        .into_response();
+    };
+    let got: [u8; 32] = match bearer(req.headers()) {
+        Some(t) => Sha256::digest(t.as_bytes()).into(),
+        None => {
+            return ApiError::new(ErrorCode::AdminUnauthorized, "missing admin bearer token").into_response();
+        }
+    };
+    // Compare digests without an early exit.
+    if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        return ApiError::new(ErrorCode::AdminUnauthorized, "wrong admin token").into_response();
+    }
+    next.run(req).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agent endpoints
+
+async fn register(State(st): St, ApiJson(req): ApiJson<RegisterRequest>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let interval = st.cfg.heartbeat_interval_secs;
+    let r = st.db.call(move |c| store::register(c, now, &req, interval)).await?;
+    Ok((StatusCode::CREATED, Json(r)).into_response())
+}
+
+async fn heartbeat(State(st): St, headers: HeaderMap, req: Request) -> Result<Response, ApiError> {
+    // Authentication comes before the body, so a revoked agent learns it even if its body is bad.
+    let token = bearer(&headers)
+        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?
+        .to_owned();
+    // A deleted, replaced or unknown node hears so whatever it sends.
+    let parsed = match read_body(req, &()).await {
+        Ok(bytes) => parse_json::<HeartbeatRequest>(&bytes),
+        Err(e) => Err(e),
+    };
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return Err(revocation_or(&st, &token, e).await),
+    };
+    let prepared = store::PreparedBeat::new(&token, &req);
+    let now = st.clock.now();
+    let interval = st.cfg.heartbeat_interval_secs;
+    let r = st.db.call(move |c| store::heartbeat_checked(c, now, &token, &req, prepared, interval)).await?;
+    Ok(Json(r).into_response())
+}
+
+/// For a heartbeat whose body is bad: the revocation or authentication answer if there is one
+/// (without recording anything), else the body's error.
+async fn revocation_or(st: &AppState, token: &str, body_err: ApiError) -> ApiError {
+    let t = token.to_owned();
+    match st.db.call(move |c| store::check_node_token(c, &t)).await {
+        Ok(()) => body_err,
+        Err(e) => e,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin endpoints
+
+async fn create_join_code(State(st): St, req: Request) -> Result<Response, ApiError> {
+    let bytes = read_body(req, &()).await?;
+    // An empty body means the defaults.
+    let req: CreateJoinCodeRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+        CreateJoinCodeRequest::default()
+    } else {
+        parse_json(&bytes)?
+    };
+    let now = st.clock.now();
+    let ttl = req.ttl_secs.unwrap_or(store::DEFAULT_JOIN_CODE_TTL_SECS);
+    let r = st.db.call(move |c| store::create_join_code(c, now, ttl)).await?;
+    Ok((StatusCode::CREATED, Json(r)).into_response())
+}
+
+async fn list_nodes(State(st): St) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::list_nodes(c, now)).await?).into_response())
+}
+
+async fn delete_node(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let i = id.clone();
+    st.db.call(move |c| store::delete_node(c, now, &i)).await?;
+    Ok(Json(NodeDeleted { deleted: id }).into_response())
+}
+
+async fn queue_command(
+    State(st): St,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<QueueCommandRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let r = st.db.call(move |c| store::queue_command(c, now, &id, &req.kind)).await?;
+    Ok((StatusCode::CREATED, Json(r)).into_response())
+}
+
+async fn rotate_token(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::rotate_token(c, now, &id)).await?).into_response())
+}
+
+async fn set_known_containers(
+    State(st): St,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<SetKnownContainersRequest>,
+) -> Result<Response, ApiError> {
+    let ids = req.container_ids.clone();
+    st.db.call(move |c| store::set_known_containers(c, &id, &ids)).await?;
+    Ok(Json(req).into_response())
+}
+
+async fn get_probe_image(State(st): St) -> Result<Response, ApiError> {
+    let image = st.db.call(store::probe_image).await?;
+    Ok(Json(SetProbeImageRequest { image }).into_response())
+}
+
+async fn set_probe_image(
+    State(st): St,
+    ApiJson(req): ApiJson<SetProbeImageRequest>,
+) -> Result<Response, ApiError> {
+    let image = req.image.clone();
+    st.db.call(move |c| store::set_probe_image(c, image.as_deref())).await?;
+    Ok(Json(req).into_response())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Downloads
+
+async fn install_sh(State(st): St, headers: HeaderMap) -> Result<Response, ApiError> {
+    let url = match &st.cfg.public_url {
+        Some(u) => u.clone(),
+        None => {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+            // The host ends up inside a shell script: accept only what a host[:port] can contain.
+            let ok = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+            if !ok {
+                return Err(ApiError::new(ErrorCode::InvalidRequest, "missing or invalid Host header"));
+            }
+            format!("{}://{host}", if st.cfg.tls { "https" } else { "http" })
+        }
+    };
+    let body = crate::install::render(&url);
+    Ok(([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], body).into_response())
+}
+
+/// Whether `name` is a plain file name: no separators, no leading dot, nothing odd.
+pub fn safe_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'+'))
+}
+
+async fn download(State(st): St, Path(file): Path<String>) -> Result<Response, ApiError> {
+    let Some(dir) = &st.cfg.dist else { return Err(ApiError::not_found("file")) };
+    if !safe_file_name(&file) {
+        return Err(ApiError::not_found("file"));
+    }
+    let path = dir.join(&file);
+    match tokio::fs::read(&path).await {
+        Ok(bytes) if path.is_file() => {
+            let ct = if file.ends_with(".sha256") {
+                "text/plain; charset=utf-8"
+            } else {
+                "application/octet-stream"
+            };
+            Ok(([(header::CONTENT_TYPE, ct)], Body::from(bytes)).into_response())
+        }
+        _ => Err(ApiError::not_found("file")),
+    }
+}
+
+/// Where a server listens; printed on stdout once bound so callers can use port 0.
+pub fn listening_line(tls: bool, addr: SocketAddr) -> String {
+    format!("gpum-platform listening on {}://{addr}", if tls { "https" } else { "http" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Method;
+    use tower::ServiceExt;
+
+    /// (method, path) pairs under `paths:` in docs/openapi.yaml, read by indentation.
+    fn openapi_routes() -> Vec<(String, String)> {
+        let text = include_str!("../../docs/openapi.yaml");
+        let mut in_paths = false;
+        let mut path = String::new();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if !line.starts_with(' ') {
+                in_paths = line.starts_with("paths:");
+                continue;
+            }
+            if !in_paths {
+                continue;
+            }
+            if let Some(p) = line.strip_prefix("  /") {
+                path = format!("/{}", p.trim_end_matches(':'));
+            } else if let Some(m) = line.strip_prefix("    ")
+                && !m.starts_with(' ')
+                && let Some(m) = m.strip_suffix(':')
+                && ["get", "post", "put", "delete", "patch"].contains(&m)
+            {
+                out.push((m.to_uppercase(), path.clone()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn openapi_lists_exactly_the_routes() {
+        let mut ours: Vec<(String, String)> =
+            ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+        ours.sort();
+        assert_eq!(openapi_routes(), ours);
+    }
+
+    #[tokio::test]
+    async fn every_route_is_served_and_no_other_method() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = store::open(&dir.path().join("p.db")).unwrap();
+        let state = Arc::new(AppState {
+            db: Db::start(conn),
+            clock: Clock::system(),
+            cfg: Config {
+                heartbeat_interval_secs: 10,
+                admin_token_hash: Some(Sha256::digest(b"t").into()),
+                dist: None,
+                public_url: None,
+                tls: false,
+            },
+        });
+        let app = router(state);
+        let call = |method: &str, path: &str| {
+            let app = app.clone();
+            let req = Request::builder()
+                .method(Method::from_bytes(method.as_bytes()).unwrap())
+                .uri(path.replace("{id}", "node-x").replace("{file}", "gpum-install"))
+                .header(header::AUTHORIZATION, "Bearer t")
+                .header(header::HOST, "127.0.0.1:1")
+                .body(Body::from("{}"))
+                .unwrap();
+            async move {
+                let resp = app.oneshot(req).await.unwrap();
+                assert!(resp.headers().contains_key(header::DATE));
+                let status = resp.status();
+                let body = axum::body::to_bytes(resp.into_body(), BODY_LIMIT).await.unwrap();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        for (m, p) in ROUTES {
+            let (status, body) = call(m, p).await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{m} {p}");
+            assert!(!body.contains("endpoint not found"), "{m} {p} is not routed");
+            for other in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+                if ROUTES.iter().any(|(m2, p2)| *m2 == other && p2 == p) {
+                    continue;
+                }
+                let (status, body) = call(other, p).await;
+                assert!(
+                    status == StatusCode::METHOD_NOT_ALLOWED && body.contains("method_not_allowed"),
+                    "{other} {p}: {status} {body}"
+                );
+            }
+        }
+    }
+}

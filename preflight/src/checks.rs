@@ -1,0 +1,638 @@
+//! The checks: pure functions from [`Facts`] to a [`Finding`], in the user's language.
+//!
+//! Every check runs and is reported; a failure never hides the checks after it. The ids are
+//! stable (scripts read them from `--json`); the texts are not.
+
+use gpum_common::Lang;
+use gpum_common::agent_state::{Connection, StopReason};
+
+use crate::facts::{Facts, LockFacts, PlatformFacts};
+use crate::gpu::GpuFacts;
+use crate::{Finding, Status};
+
+/// The free space Docker's data root needs: 50 GB (decimal, as disk vendors and the guide count).
+pub const MIN_FREE_BYTES: u64 = 50_000_000_000;
+
+pub const ROOT: &str = "root";
+pub const SYSTEMD: &str = "systemd";
+pub const OS: &str = "os";
+pub const ARCH: &str = "arch";
+pub const TMP_EXEC: &str = "tmp_exec";
+pub const DISK: &str = "disk";
+pub const NVIDIA_DRIVER: &str = "nvidia_driver";
+pub const DOCKER: &str = "docker";
+pub const NVIDIA_TOOLKIT: &str = "nvidia_toolkit";
+pub const DPKG_LOCK: &str = "dpkg_lock";
+pub const EXISTING_INSTALL: &str = "existing_install";
+pub const PLATFORM: &str = "platform";
+
+/// Every check id, in report order.
+pub const ALL: &[&str] = &[
+    ROOT,
+    SYSTEMD,
+    OS,
+    ARCH,
+    TMP_EXEC,
+    DISK,
+    NVIDIA_DRIVER,
+    DOCKER,
+    NVIDIA_TOOLKIT,
+    DPKG_LOCK,
+    EXISTING_INSTALL,
+    PLATFORM,
+];
+
+/// Picks the Russian or the English text; both are `format!` strings with the same captures.
+macro_rules! tr {
+    ($lang:expr, $ru:literal, $en:literal $(,)?) => {
+        if $lang == Lang::Ru { format!($ru) } else { format!($en) }
+    };
+}
+
+/// Runs every check, in [`ALL`] order.
+pub fn run_all(f: &Facts, lang: Lang) -> Vec<Finding> {
+    vec![
+        root(f, lang),
+        systemd(f, lang),
+        os(f, lang),
+        arch(f, lang),
+        tmp_exec(f, lang),
+        disk(f, lang),
+        nvidia_driver(f, lang),
+        docker(f, lang),
+        nvidia_toolkit(f, lang),
+        dpkg_lock(f, lang),
+        existing_install(f, lang),
+        platform(f, lang),
+    ]
+}
+
+pub fn root(f: &Facts, lang: Lang) -> Finding {
+    let uid = f.euid;
+    if uid == 0 {
+        Finding::pass(ROOT, tr!(lang, "запущено от имени root", "running as root"))
+    } else {
+        Finding::fail(
+            ROOT,
+            tr!(
+                lang,
+                "Установщик нужно запускать от имени root (сейчас uid {uid})",
+                "the installer must run as root (uid is {uid})"
+            ),
+            Some(tr!(lang, "повторите команду с sudo", "repeat the command with sudo")),
+        )
+    }
+}
+
+pub fn systemd(f: &Facts, lang: Lang) -> Finding {
+    if f.systemd {
+        Finding::pass(SYSTEMD, tr!(lang, "systemd запущен (PID 1)", "systemd is running (PID 1)"))
+    } else {
+        Finding::fail(
+            SYSTEMD,
+            tr!(
+                lang,
+                "На этой машине не запущен systemd (нет /run/systemd/system)",
+                "systemd is not running on this machine (no /run/systemd/system)"
+            ),
+            Some(tr!(
+                lang,
+                "контейнеры, WSL и системы без systemd не поддерживаются: установите на машину или ВМ, загруженную с systemd",
+                "containers, WSL and systems without systemd are not supported: install on a machine or VM booted with systemd"
+            )),
+        )
+    }
+}
+
+/// Whether an OS is the verified one, supported without a GPU run yet, or unsupported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OsSupport {
+    Verified,
+    NotVerifiedWithGpu,
+    Unsupported,
+}
+
+pub fn os_support(id: &str, version_id: &str) -> OsSupport {
+    match (id, version_id) {
+        ("ubuntu", "22.04") => OsSupport::Verified,
+        ("ubuntu", "24.04") | ("debian", "12") => OsSupport::NotVerifiedWithGpu,
+        _ => OsSupport::Unsupported,
+    }
+}
+
+pub fn os(f: &Facts, lang: Lang) -> Finding {
+    let o = match &f.os {
+        Ok(o) => o,
+        Err(e) => {
+            return Finding::fail(
+                OS,
+                tr!(lang, "не удалось определить систему: {e}", "cannot tell the operating system: {e}"),
+                Some(tr!(lang, "нужна Ubuntu 22.04", "Ubuntu 22.04 is required")),
+            );
+        }
+    };
+    let name =
+        if o.pretty_name.is_empty() { format!("{} {}", o.id, o.version_id) } else { o.pretty_name.clone() };
+    match os_support(&o.id, &o.version_id) {
+        OsSupport::Verified => Finding::pass(OS, name),
+        OsSupport::NotVerifiedWithGpu => Finding::warn(
+            OS,
+            tr!(
+                lang,
+                "{name}: поддерживается, но установка с видеокартой ещё не проверена",
+                "{name}: supported, but not verified with a GPU yet"
+            ),
+            Some(tr!(lang, "проверенная система: Ubuntu 22.04", "the verified system is Ubuntu 22.04")),
+        ),
+        OsSupport::Unsupported => Finding::fail(
+            OS,
+            tr!(lang, "{name} не поддерживается", "{name} is not supported"),
+            Some(tr!(
+                lang,
+                "нужна Ubuntu 22.04 (проверено) или Ubuntu 24.04 / Debian 12 (без проверки с видеокартой)",
+                "use Ubuntu 22.04 (verified), or Ubuntu 24.04 / Debian 12 (not verified with a GPU)"
+            )),
+        ),
+    }
+}
+
+pub fn arch(f: &Facts, lang: Lang) -> Finding {
+    let a = &f.arch;
+    if a == "x86_64" {
+        Finding::pass(ARCH, a.clone())
+    } else {
+        Finding::fail(
+            ARCH,
+            tr!(lang, "архитектура {a} не поддерживается", "architecture {a} is not supported"),
+            Some(tr!(lang, "нужна машина x86_64", "an x86_64 machine is required")),
+        )
+    }
+}
+
+pub fn tmp_exec(f: &Facts, lang: Lang) -> Finding {
+    let dir = f.tmp.dir.display().to_string();
+    // "$TMPDIR (/scratch)" when it came from the environment, plain "/tmp" otherwise.
+    let var = if f.tmp.from_env { format!("$TMPDIR ({dir})") } else { dir.clone() };
+    match &f.tmp.mount {
+        Some(m) if m.has("noexec") => {
+            let mp = m.mount_point.display();
+            let fix = if f.tmp.from_env {
+                tr!(
+                    lang,
+                    "укажите каталог, где запуск разрешён, например: sudo env TMPDIR=/var/tmp bash",
+                    "point TMPDIR at a directory that allows running programs, for example: sudo env TMPDIR=/var/tmp bash"
+                )
+            } else {
+                tr!(
+                    lang,
+                    "замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash",
+                    "in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash"
+                )
+            };
+            Finding::fail(
+                TMP_EXEC,
+                tr!(
+                    lang,
+                    "{var} смонтирован с запретом запуска (noexec, точка монтирования {mp})",
+                    "{var} is mounted noexec (mount point {mp})"
+                ),
+                Some(fix),
+            )
+        }
+        Some(m) => {
+            let mp = m.mount_point.display();
+            Finding::pass(
+                TMP_EXEC,
+                tr!(
+                    lang,
+                    "{var} разрешает запуск программ (точка монтирования {mp})",
+                    "{var} allows running programs (mount point {mp})"
+                ),
+            )
+        }
+        None => {
+            let why = f.tmp.error.clone().unwrap_or_else(|| "no mount".into());
+            Finding::warn(
+                TMP_EXEC,
+                tr!(lang, "не удалось проверить {dir}: {why}", "could not check {dir}: {why}"),
+                Some(tr!(
+                    lang,
+                    "если {dir} смонтирован с noexec, используйте sudo env TMPDIR=/var/tmp bash",
+                    "if {dir} is mounted noexec, use sudo env TMPDIR=/var/tmp bash"
+                )),
+            )
+        }
+    }
+}
+
+/// Bytes as decimal gigabytes with one decimal.
+pub fn gb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1e9)
+}
+
+pub fn disk(f: &Facts, lang: Lang) -> Finding {
+    let root = f.disk.data_root.display().to_string();
+    let probed = f.disk.probed.display().to_string();
+    let need = gb(MIN_FREE_BYTES);
+    let at = if f.disk.probed == f.disk.data_root {
+        root.clone()
+    } else {
+        tr!(lang, "{probed} (каталога {root} ещё нет)", "{probed} ({root} does not exist yet)")
+    };
+    match &f.disk.space {
+        Ok(s) if s.avail_bytes >= MIN_FREE_BYTES => {
+            let free = gb(s.avail_bytes);
+            Finding::pass(
+                DISK,
+                tr!(lang, "свободно {free} ГБ под Docker: {at}", "{free} GB free for Docker at {at}"),
+            )
+        }
+        Ok(s) => {
+            let free = gb(s.avail_bytes);
+            Finding::fail(
+                DISK,
+                tr!(
+                    lang,
+                    "под Docker свободно {free} ГБ ({at}), нужно не менее {need} ГБ",
+                    "only {free} GB free for Docker at {at}; at least {need} GB is needed"
+                ),
+                Some(tr!(
+                    lang,
+                    "освободите место на этом разделе или укажите data-root на другом диске в /etc/docker/daemon.json",
+                    "free space on that filesystem, or set data-root in /etc/docker/daemon.json to a larger disk"
+                )),
+            )
+        }
+        Err(e) => Finding::warn(
+            DISK,
+            tr!(lang, "не удалось узнать свободное место: {e}", "could not measure free space: {e}"),
+            Some(tr!(
+                lang,
+                "проверьте df -h {probed}: нужно не менее {need} ГБ",
+                "check df -h {probed}: at least {need} GB is needed"
+            )),
+        ),
+    }
+}
+
+pub fn nvidia_driver(f: &Facts, lang: Lang) -> Finding {
+    let install_fix = || {
+        tr!(
+            lang,
+            "установите драйвер NVIDIA (например, sudo ubuntu-drivers install) и перезагрузите машину; gpum драйвер не ставит",
+            "install the NVIDIA driver (for example sudo ubuntu-drivers install) and reboot; gpum does not install drivers"
+        )
+    };
+    match &f.gpu {
+        GpuFacts::Ok { driver, gpus } => {
+            let n = gpus.len();
+            let list = gpus.join(", ");
+            Finding::pass(
+                NVIDIA_DRIVER,
+                tr!(lang, "драйвер {driver}, видеокарт: {n} ({list})", "driver {driver}, {n} GPU(s): {list}"),
+            )
+        }
+        GpuFacts::LibraryMissing { lib, detail } => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "драйвер NVIDIA не найден: библиотека {lib} не загружается ({detail})",
+                "NVIDIA driver not found: library {lib} cannot be loaded ({detail})"
+            ),
+            Some(install_fix()),
+        ),
+        GpuFacts::LibraryBroken { lib, detail } => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "библиотека {lib} повреждена или не та: {detail}",
+                "library {lib} is broken or not NVML: {detail}"
+            ),
+            Some(tr!(lang, "переустановите драйвер NVIDIA", "reinstall the NVIDIA driver")),
+        ),
+        GpuFacts::DriverNotLoaded => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "драйвер NVIDIA установлен, но модуль ядра не загружен",
+                "the NVIDIA driver is installed but its kernel module is not loaded"
+            ),
+            Some(tr!(
+                lang,
+                "перезагрузите машину; проверьте nvidia-smi",
+                "reboot the machine, then check nvidia-smi"
+            )),
+        ),
+        GpuFacts::VersionMismatch => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "версии драйвера NVIDIA в ядре и библиотеки различаются (драйвер обновлён без перезагрузки)",
+                "NVIDIA driver/library version mismatch (the driver was updated without a reboot)"
+            ),
+            Some(tr!(
+                lang,
+                "перезагрузите машину; проверьте nvidia-smi",
+                "reboot the machine, then check nvidia-smi"
+            )),
+        ),
+        GpuFacts::NoPermission => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "нет прав на обращение к драйверу NVIDIA",
+                "no permission to talk to the NVIDIA driver"
+            ),
+            Some(tr!(lang, "запустите установщик через sudo", "run the installer with sudo")),
+        ),
+        GpuFacts::NoDevices { driver } => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(
+                lang,
+                "драйвер NVIDIA {driver} работает, но видеокарт не видно",
+                "NVIDIA driver {driver} works but sees no GPU"
+            ),
+            Some(tr!(
+                lang,
+                "проверьте nvidia-smi и lspci | grep -i nvidia; в ВМ видеокарта должна быть проброшена",
+                "check nvidia-smi and lspci | grep -i nvidia; in a VM the GPU must be passed through"
+            )),
+        ),
+        GpuFacts::Other(e) => Finding::fail(
+            NVIDIA_DRIVER,
+            tr!(lang, "ошибка NVML: {e}", "NVML error: {e}"),
+            Some(tr!(lang, "проверьте nvidia-smi", "check nvidia-smi")),
+        ),
+    }
+}
+
+pub fn docker(f: &Facts, lang: Lang) -> Finding {
+    let d = &f.docker;
+    if let Some(Err(e)) = &d.daemon_json {
+        return Finding::fail(
+            DOCKER,
+            tr!(lang, "файл настроек Docker не читается: {e}", "Docker's settings file cannot be used: {e}"),
+            Some(tr!(
+                lang,
+                "исправьте синтаксис JSON в /etc/docker/daemon.json (установщик дополняет этот файл)",
+                "fix the JSON in /etc/docker/daemon.json (the installer adds to that file)"
+            )),
+        );
+    }
+    if d.snap {
+        return Finding::fail(
+            DOCKER,
+            tr!(
+                lang,
+                "Docker установлен из snap: с ним не работает NVIDIA Container Toolkit",
+                "Docker is installed as a snap, which the NVIDIA Container Toolkit does not work with"
+            ),
+            Some(tr!(
+                lang,
+                "удалите его (sudo snap remove docker) и запустите установщик снова: он поставит Docker Engine из официального репозитория",
+                "remove it (sudo snap remove docker) and run the installer again: it installs Docker Engine from Docker's repository"
+            )),
+        );
+    }
+    if !d.present() {
+        return Finding::pass(
+            DOCKER,
+            tr!(
+                lang,
+                "Docker не установлен: установщик поставит Docker Engine из официального репозитория",
+                "Docker is not installed: the installer will install Docker Engine from Docker's repository"
+            ),
+        );
+    }
+    let pkg = d.package.as_ref().map(|(n, v)| format!("{n} {v}")).unwrap_or_else(|| "docker".into());
+    match &d.engine {
+        Ok(e) => {
+            let v = &e.version;
+            Finding::pass(DOCKER, tr!(lang, "Docker {v} ({pkg})", "Docker {v} ({pkg})"))
+        }
+        Err(e) if f.euid != 0 && e.contains("ermission denied") => Finding::warn(
+            DOCKER,
+            tr!(
+                lang,
+                "Docker установлен ({pkg}), но без root нельзя спросить его версию",
+                "Docker is installed ({pkg}), but its version cannot be asked without root"
+            ),
+            Some(tr!(lang, "запустите проверку через sudo", "run the check with sudo")),
+        ),
+        Err(e) => Finding::warn(
+            DOCKER,
+            tr!(
+                lang,
+                "Docker установлен ({pkg}), но не отвечает: {e}",
+                "Docker is installed ({pkg}) but does not answer: {e}"
+            ),
+            Some(tr!(
+                lang,
+                "запустите его: sudo systemctl start docker",
+                "start it: sudo systemctl start docker"
+            )),
+        ),
+    }
+}
+
+pub fn nvidia_toolkit(f: &Facts, lang: Lang) -> Finding {
+    let t = &f.toolkit;
+    if !t.present() {
+        return Finding::pass(
+            NVIDIA_TOOLKIT,
+            tr!(
+                lang,
+                "NVIDIA Container Toolkit не установлен: установщик поставит его из репозитория NVIDIA",
+                "NVIDIA Container Toolkit is not installed: the installer will install it from NVIDIA's repository"
+            ),
+        );
+    }
+    let ver = t.package_version.clone().unwrap_or_else(|| "?".into());
+    if f.docker.has_nvidia_runtime() {
+        Finding::pass(
+            NVIDIA_TOOLKIT,
+            tr!(
+                lang,
+                "NVIDIA Container Toolkit {ver}; среда nvidia настроена в /etc/docker/daemon.json",
+                "NVIDIA Container Toolkit {ver}; the nvidia runtime is set in /etc/docker/daemon.json"
+            ),
+        )
+    } else {
+        Finding::warn(
+            NVIDIA_TOOLKIT,
+            tr!(
+                lang,
+                "NVIDIA Container Toolkit {ver} установлен, но в Docker нет среды nvidia: установщик настроит её и перезапустит Docker",
+                "NVIDIA Container Toolkit {ver} is installed, but Docker has no nvidia runtime: the installer will configure it and restart Docker"
+            ),
+            Some(tr!(
+                lang,
+                "контейнеры без политики автозапуска при перезапуске Docker остановятся",
+                "containers without a restart policy stop when Docker restarts"
+            )),
+        )
+    }
+}
+
+pub fn dpkg_lock(f: &Facts, lang: Lang) -> Finding {
+    match &f.dpkg_lock {
+        LockFacts::Free => Finding::pass(DPKG_LOCK, tr!(lang, "dpkg свободен", "dpkg is not locked")),
+        LockFacts::Held { path, pid } => {
+            let p = path.display();
+            Finding::warn(
+                DPKG_LOCK,
+                tr!(
+                    lang,
+                    "{p} занят процессом {pid}: сейчас идёт другая установка или обновление",
+                    "{p} is held by process {pid}: another install or update is running"
+                ),
+                Some(tr!(
+                    lang,
+                    "дождитесь её окончания (например, unattended-upgrades) и запустите установщик снова",
+                    "wait for it to finish (for example unattended-upgrades) and run the installer again"
+                )),
+            )
+        }
+        LockFacts::Unknown(e) if f.euid != 0 => Finding::skip(
+            DPKG_LOCK,
+            tr!(
+                lang,
+                "без root блокировку dpkg не проверить ({e})",
+                "cannot probe dpkg's lock without root ({e})"
+            ),
+        ),
+        LockFacts::Unknown(e) => Finding::warn(
+            DPKG_LOCK,
+            tr!(lang, "не удалось проверить блокировку dpkg: {e}", "could not probe dpkg's lock: {e}"),
+            None,
+        ),
+    }
+}
+
+pub fn existing_install(f: &Facts, lang: Lang) -> Finding {
+    let e = &f.existing;
+    if !e.any() {
+        return Finding::pass(
+            EXISTING_INSTALL,
+            tr!(lang, "агент gpum не установлен", "no gpum agent is installed"),
+        );
+    }
+    let state = match &e.state {
+        Some(Ok(s)) => s,
+        Some(Err(err)) => {
+            return Finding::warn(
+                EXISTING_INSTALL,
+                tr!(
+                    lang,
+                    "агент gpum уже установлен, его состояние не читается: {err}",
+                    "a gpum agent is already installed; its state cannot be read: {err}"
+                ),
+                Some(tr!(
+                    lang,
+                    "посмотрите sudo /opt/gpum-agent/gpum-agent status; если его сервер ещё есть в личном кабинете, сначала удалите его",
+                    "see sudo /opt/gpum-agent/gpum-agent status; if its server still exists in your dashboard, delete it first"
+                )),
+            );
+        }
+        None => {
+            return Finding::warn(
+                EXISTING_INSTALL,
+                tr!(
+                    lang,
+                    "найдены файлы агента gpum, но он ещё ни разу не записал состояние",
+                    "gpum agent files exist, but it has never written its state"
+                ),
+                Some(tr!(
+                    lang,
+                    "если этот сервер есть в личном кабинете, сначала удалите его",
+                    "if this server exists in your dashboard, delete it first"
+                )),
+            );
+        }
+    };
+    let server = state.server.clone().unwrap_or_else(|| "?".into());
+    let node = state.node_id.clone().unwrap_or_else(|| "?".into());
+    match &state.stopped {
+        Some(s) if s.reason == StopReason::Revoked => Finding::pass(
+            EXISTING_INSTALL,
+            tr!(
+                lang,
+                "прежний агент (сервер {node} на {server}) остановлен: сервер удалён или токен заменён; установка заменит его",
+                "the previous agent (server {node} on {server}) stopped: server deleted or token replaced; the install replaces it"
+            ),
+        ),
+        _ => {
+            let conn = match (&state.connection, &state.stopped) {
+                (_, Some(_)) => tr!(lang, "остановлен: ошибка конфигурации", "stopped: configuration error"),
+                (Connection::Connected, _) => tr!(lang, "на связи", "connected"),
+                (Connection::Connecting, _) => tr!(lang, "подключается", "connecting"),
+                (Connection::Unreachable, _) => tr!(lang, "платформа недоступна", "platform unreachable"),
+                (Connection::Stopped, _) => tr!(lang, "остановлен", "stopped"),
+            };
+            Finding::warn(
+                EXISTING_INSTALL,
+                tr!(
+                    lang,
+                    "агент gpum уже установлен (сервер {node} на {server}, {conn}); его сервер не удалён",
+                    "a gpum agent is already installed (server {node} on {server}, {conn}); its server was not deleted"
+                ),
+                Some(tr!(
+                    lang,
+                    "сначала удалите тот сервер в личном кабинете, иначе установка остановится с сообщением «Эта видеокарта уже зарегистрирована на другом сервере»",
+                    "delete that server in your dashboard first, otherwise the install stops with \"This GPU is already registered to another server\""
+                )),
+            )
+        }
+    }
+}
+
+pub fn platform(f: &Facts, lang: Lang) -> Finding {
+    match &f.platform {
+        PlatformFacts::Offline => {
+            Finding::skip(PLATFORM, tr!(lang, "пропущено (--offline)", "skipped (--offline)"))
+        }
+        PlatformFacts::NoServer => Finding::skip(
+            PLATFORM,
+            tr!(
+                lang,
+                "пропущено: адрес платформы не указан (--server)",
+                "skipped: no platform URL given (--server)"
+            ),
+        ),
+        PlatformFacts::Reachable { url, status } => Finding::pass(
+            PLATFORM,
+            tr!(
+                lang,
+                "{url} отвечает по защищённому соединению (HTTP {status})",
+                "{url} answers over a verified connection (HTTP {status})"
+            ),
+        ),
+        PlatformFacts::Unreachable { url, error } => Finding::fail(
+            PLATFORM,
+            tr!(lang, "{url} недоступен: {error}", "{url} is unreachable: {error}"),
+            Some(tr!(
+                lang,
+                "проверьте выход в интернет (исходящий HTTPS), прокси и DNS",
+                "check internet access (outgoing HTTPS), proxy and DNS"
+            )),
+        ),
+        PlatformFacts::BadUrl { url, error } => Finding::fail(
+            PLATFORM,
+            tr!(
+                lang,
+                "адрес платформы {url} не подходит: {error}",
+                "the platform URL {url} cannot be used: {error}"
+            ),
+            Some(tr!(
+                lang,
+                "скопируйте команду из личного кабинета целиком",
+                "copy the command from your dashboard in full"
+            )),
+        ),
+    }
+}
+
+/// The status of the check `id` in `findings`.
+pub fn status_of(findings: &[Finding], id: &str) -> Option<Status> {
+    findings.iter().find(|f| f.id == id).map(|f| f.status)
+}

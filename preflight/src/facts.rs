@@ -1,0 +1,373 @@
+//! Gathering facts, read-only, through the seam.
+//!
+//! Every probe here reads: files, `stat`, `statvfs`, an `F_GETLK` lock query, one `GET /_ping`
+//! on the Docker socket, NVML, and (only when a gpum unit file exists and systemd runs)
+//! `systemctl show`. [`READ_ONLY_COMMANDS`] lists every command line prefix this module may run,
+//! so a test can prove a dry run runs nothing else. Failures to probe become facts too (an
+//! `Err` with the reason): the checks decide what they mean.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpum_common::agent_state::{self, AgentState};
+use gpum_host::{Cmd, FsSpace, Host, env};
+
+use crate::gpu::{GpuFacts, GpuProbe};
+use crate::parse::docker::{self, DaemonJson, Engine};
+use crate::parse::dpkg::{self, Package};
+use crate::parse::mountinfo::{self, Mount};
+use crate::parse::os_release::{self, OsRelease};
+use crate::parse::systemctl::{self, UnitState};
+
+/// Command-line prefixes [`gather`] may run. All of them only read.
+pub const READ_ONLY_COMMANDS: &[&str] = &["systemctl show "];
+
+pub const OS_RELEASE: &str = "/etc/os-release";
+pub const OS_RELEASE_FALLBACK: &str = "/usr/lib/os-release";
+pub const MOUNTINFO: &str = "/proc/self/mountinfo";
+pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+pub const DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
+pub const DPKG_STATUS: &str = "/var/lib/dpkg/status";
+/// apt takes the frontend lock, dpkg the other; either held means another install is running.
+pub const DPKG_LOCKS: &[&str] = &["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock"];
+pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+pub const SYSTEMD_RUN_DIR: &str = "/run/systemd/system";
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin";
+
+/// Packages whose presence the checks and the plan care about.
+pub const DOCKER_PACKAGES: &[&str] = &["docker-ce", "docker.io", "moby-engine", "docker-engine"];
+pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+
+/// What the caller asked for.
+#[derive(Debug, Clone, Default)]
+pub struct GatherOptions {
+    /// The platform URL (`--server`), checked for reachability over TLS.
+    pub server: Option<String>,
+    /// `--offline`: make no network request at all.
+    pub offline: bool,
+    /// Extra trusted roots for the platform check (a test platform's CA), PEM.
+    pub extra_roots_pem: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TmpFacts {
+    /// `$TMPDIR`, or `/tmp`.
+    pub dir: PathBuf,
+    pub from_env: bool,
+    /// The mount holding `dir`; `None` when mountinfo could not be read.
+    pub mount: Option<Mount>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskFacts {
+    /// Docker's data root: `data-root` from daemon.json, else `/var/lib/docker`.
+    pub data_root: PathBuf,
+    pub from_daemon_json: bool,
+    /// The nearest existing directory at or above `data_root`, whose filesystem was measured.
+    pub probed: PathBuf,
+    pub space: Result<FsSpace, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerFacts {
+    /// `docker` found on `PATH` (not run).
+    pub binary: Option<PathBuf>,
+    /// The snap package is installed (`/snap/bin/docker`, or `docker` on `PATH` under `/snap/`).
+    pub snap: bool,
+    pub socket: PathBuf,
+    /// The engine's version from `GET /_ping`, or why it could not be asked.
+    pub engine: Result<Engine, String>,
+    /// The installed Docker package and its version (`docker-ce`, `docker.io`, …).
+    pub package: Option<(String, String)>,
+    /// `/etc/docker/daemon.json`: `None` when absent, `Err` when unreadable or invalid.
+    pub daemon_json: Option<Result<DaemonJson, String>>,
+}
+
+impl DockerFacts {
+    /// `daemon.json` declares the `nvidia` runtime (what `nvidia-ctk runtime configure` writes).
+    pub fn has_nvidia_runtime(&self) -> bool {
+        self.daemon_json
+            .as_ref()
+            .and_then(|d| d.as_ref().ok())
+            .is_some_and(|d| d.runtimes.iter().any(|r| r == "nvidia"))
+    }
+    pub fn present(&self) -> bool {
+        self.binary.is_some() || self.package.is_some() || self.engine.is_ok() || self.snap
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolkitFacts {
+    /// `nvidia-ctk` on `PATH`.
+    pub ctk: Option<PathBuf>,
+    /// `nvidia-container-runtime` on `PATH`.
+    pub runtime: Option<PathBuf>,
+    pub package_version: Option<String>,
+}
+
+impl ToolkitFacts {
+    pub fn present(&self) -> bool {
+        self.ctk.is_some() || self.package_version.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockFacts {
+    Free,
+    Held {
+        path: PathBuf,
+        pid: i32,
+    },
+    /// Could not probe (e.g. not root: the lock files are 0640).
+    Unknown(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExistingFacts {
+    pub config: bool,
+    pub unit: bool,
+    pub binary: bool,
+    /// `state.json`: `None` when absent.
+    pub state: Option<Result<AgentState, String>>,
+    /// `systemctl show gpum-agent`, when the unit exists and systemd runs.
+    pub unit_state: Option<UnitState>,
+}
+
+impl ExistingFacts {
+    pub fn any(&self) -> bool {
+        self.config || self.unit || self.binary || self.state.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlatformFacts {
+    Offline,
+    NoServer,
+    Reachable { url: String, status: u16 },
+    Unreachable { url: String, error: String },
+    BadUrl { url: String, error: String },
+}
+
+/// Everything the checks and the plan need to know.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    pub euid: u32,
+    /// `/run/systemd/system` exists: systemd is PID 1 (sd_booted(3)).
+    pub systemd: bool,
+    pub os: Result<OsRelease, String>,
+    pub arch: String,
+    pub tmp: TmpFacts,
+    pub disk: DiskFacts,
+    pub gpu: GpuFacts,
+    pub docker: DockerFacts,
+    pub toolkit: ToolkitFacts,
+    pub dpkg_lock: LockFacts,
+    pub existing: ExistingFacts,
+    pub platform: PlatformFacts,
+}
+
+/// Asks the machine. Read-only; see the module docs.
+pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Facts {
+    let systemd = host.is_dir(Path::new(SYSTEMD_RUN_DIR));
+    let mounts = host.read_to_string(Path::new(MOUNTINFO)).map(|t| mountinfo::parse(&t));
+    let daemon_json = match host.read_to_string(Path::new(DAEMON_JSON)) {
+        Ok(t) => Some(docker::parse_daemon_json(&t).map_err(|e| format!("{DAEMON_JSON}: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(format!("{DAEMON_JSON}: {e}"))),
+    };
+    let wanted: Vec<&str> = DOCKER_PACKAGES.iter().copied().chain([TOOLKIT_PACKAGE]).collect();
+    let packages: Vec<Package> = host
+        .read_to_string(Path::new(DPKG_STATUS))
+        .map(|t| dpkg::parse_selected(&t, &wanted))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(Package::is_installed)
+        .collect();
+    let path_dirs: Vec<PathBuf> = host
+        .env(env::PATH)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PATH.into())
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    let which = |name: &str| path_dirs.iter().map(|d| d.join(name)).find(|p| host.exists(p));
+
+    Facts {
+        euid: host.euid(),
+        systemd,
+        os: read_os(host),
+        arch: host.arch(),
+        tmp: tmp_facts(host, mounts.as_ref().map_err(|e| e.to_string())),
+        disk: disk_facts(host, daemon_json.as_ref()),
+        gpu: gpu.probe(host),
+        docker: docker_facts(host, &packages, which("docker"), daemon_json),
+        toolkit: ToolkitFacts {
+            ctk: which("nvidia-ctk"),
+            runtime: which("nvidia-container-runtime"),
+            package_version: dpkg::installed_version(&packages, TOOLKIT_PACKAGE).map(str::to_string),
+        },
+        dpkg_lock: lock_facts(host),
+        existing: existing_facts(host, systemd),
+        platform: platform_facts(opts),
+    }
+}
+
+fn read_os(host: &dyn Host) -> Result<OsRelease, String> {
+    host.read_to_string(Path::new(OS_RELEASE))
+        .or_else(|_| host.read_to_string(Path::new(OS_RELEASE_FALLBACK)))
+        .map(|t| os_release::parse(&t))
+        .map_err(|e| format!("{OS_RELEASE}: {e}"))
+}
+
+fn tmp_facts(host: &dyn Host, mounts: Result<&Vec<Mount>, String>) -> TmpFacts {
+    let env_dir = host.env(env::TMPDIR).filter(|d| !d.is_empty());
+    let from_env = env_dir.is_some();
+    let dir = PathBuf::from(env_dir.unwrap_or_else(|| "/tmp".into()));
+    match mounts {
+        Ok(m) => TmpFacts { mount: mountinfo::mount_for(m, &dir).cloned(), dir, from_env, error: None },
+        Err(e) => TmpFacts { dir, from_env, mount: None, error: Some(format!("{MOUNTINFO}: {e}")) },
+    }
+}
+
+fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>) -> DiskFacts {
+    let configured = daemon_json.and_then(|d| d.as_ref().ok()).and_then(|d| d.data_root.clone());
+    let from_daemon_json = configured.is_some();
+    let data_root = PathBuf::from(configured.unwrap_or_else(|| DEFAULT_DATA_ROOT.into()));
+    let mut probed = data_root.clone();
+    while !host.exists(&probed) {
+        match probed.parent() {
+            Some(p) => probed = p.to_path_buf(),
+            None => break,
+        }
+    }
+    let space = host.space(&probed).map_err(|e| format!("{}: {e}", probed.display()));
+    DiskFacts { data_root, from_daemon_json, probed, space }
+}
+
+/// The Docker socket: `DOCKER_HOST` when it names a Unix socket, else the default.
+fn docker_socket(host: &dyn Host) -> Result<PathBuf, String> {
+    match host.env(env::DOCKER_HOST).filter(|h| !h.is_empty()) {
+        None => Ok(PathBuf::from(DEFAULT_DOCKER_SOCKET)),
+        Some(h) => match h.strip_prefix("unix://") {
+            Some(p) => Ok(PathBuf::from(p)),
+            None => Err(format!("DOCKER_HOST={h} is not a Unix socket")),
+        },
+    }
+}
+
+fn docker_facts(
+    host: &dyn Host,
+    packages: &[Package],
+    binary: Option<PathBuf>,
+    daemon_json: Option<Result<DaemonJson, String>>,
+) -> DockerFacts {
+    let socket = docker_socket(host);
+    let engine = match &socket {
+        Ok(s) => match host.unix_http_get(s, "/_ping") {
+            Ok(r) if r.status == 200 => docker::parse_ping(&r.headers),
+            Ok(r) => Err(format!("GET /_ping on {}: HTTP {}", s.display(), r.status)),
+            Err(e) => Err(format!("{}: {e}", s.display())),
+        },
+        Err(e) => Err(e.clone()),
+    };
+    let snap = host.exists(Path::new("/snap/bin/docker"))
+        || binary.as_ref().is_some_and(|b| b.starts_with("/snap/"));
+    let package = DOCKER_PACKAGES
+        .iter()
+        .find_map(|n| dpkg::installed_version(packages, n).map(|v| (n.to_string(), v.to_string())));
+    DockerFacts {
+        binary,
+        snap,
+        socket: socket.unwrap_or_else(|_| PathBuf::from(DEFAULT_DOCKER_SOCKET)),
+        engine,
+        package,
+        daemon_json,
+    }
+}
+
+fn lock_facts(host: &dyn Host) -> LockFacts {
+    for l in DPKG_LOCKS {
+        match host.lock_holder(Path::new(l)) {
+            Ok(Some(pid)) => return LockFacts::Held { path: PathBuf::from(l), pid },
+            Ok(None) => {}
+            Err(e) => return LockFacts::Unknown(format!("{l}: {e}")),
+        }
+    }
+    LockFacts::Free
+}
+
+fn existing_facts(host: &dyn Host, systemd: bool) -> ExistingFacts {
+    let state_path = Path::new(agent_state::DEFAULT_STATE_DIR).join(agent_state::STATE_FILE);
+    let state = match host.read(&state_path) {
+        Ok(b) => Some(
+            serde_json::from_slice::<AgentState>(&b).map_err(|e| format!("{}: {e}", state_path.display())),
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(format!("{}: {e}", state_path.display()))),
+    };
+    let unit = host.exists(Path::new(agent_state::UNIT_PATH));
+    let unit_state = if unit && systemd {
+        let cmd =
+            Cmd::new("systemctl").args(["show", agent_state::SERVICE_NAME, "-p", systemctl::SHOW_PROPERTIES]);
+        host.run(&cmd).ok().filter(|o| o.success()).map(|o| systemctl::parse_show(&o.stdout_str()))
+    } else {
+        None
+    };
+    ExistingFacts {
+        // The config holds the token: only its existence is looked at, never its contents.
+        config: host.exists(Path::new(agent_state::DEFAULT_CONFIG)),
+        unit,
+        binary: host.exists(&Path::new(agent_state::INSTALL_DIR).join("gpum-agent")),
+        state,
+        unit_state,
+    }
+}
+
+fn platform_facts(opts: &GatherOptions) -> PlatformFacts {
+    if opts.offline {
+        return PlatformFacts::Offline;
+    }
+    let Some(url) = opts.server.clone() else { return PlatformFacts::NoServer };
+    let client_opts = gpum_host::http::ClientOptions {
+        extra_roots_pem: opts.extra_roots_pem.clone(),
+        timeout: Some(Duration::from_secs(8)),
+        connect_timeout: Some(Duration::from_secs(5)),
+        user_agent: None,
+    };
+    if let Err(e) = gpum_host::http::check_url(&url) {
+        return PlatformFacts::BadUrl { url, error: error_chain(&e) };
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return PlatformFacts::Unreachable { url, error: e.to_string() },
+    };
+    // The client's connector needs the runtime's context when it is built.
+    let _ctx = rt.enter();
+    let client = match gpum_host::http::client_for(&url, &client_opts) {
+        Ok(c) => c,
+        Err(e) => return PlatformFacts::BadUrl { url, error: error_chain(&e) },
+    };
+    // Any HTTP answer over a verified connection means the platform is reachable; what the
+    // answer says is the later protocol's business.
+    match rt.block_on(client.get(&url).send()) {
+        Ok(r) => PlatformFacts::Reachable { url, status: r.status().as_u16() },
+        Err(e) => PlatformFacts::Unreachable { url, error: error_chain(&e) },
+    }
+}
+
+/// An error and its sources, so a TLS failure says which certificate problem it was.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,431 @@
+//! Checks and gathering against `FakeHost`, with the captured and reconstructed samples.
+
+use std::path::{Path, PathBuf};
+
+use gpum_common::Lang;
+use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
+use gpum_host::fake::FakeHost;
+use gpum_host::{Host, Output};
+
+use crate::checks::{self, *};
+use crate::facts::{self, *};
+use crate::gpu::{GpuFacts, GpuProbe};
+use crate::parse::fixture;
+use crate::{Status, failed_ids, ready};
+
+struct Gpu(GpuFacts);
+impl GpuProbe for Gpu {
+    fn probe(&self, _: &dyn Host) -> GpuFacts {
+        self.0.clone()
+    }
+}
+
+fn t4() -> Gpu {
+    Gpu(GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] })
+}
+
+/// A ready Ubuntu 22.04 GPU machine with Docker and the toolkit configured.
+fn ubuntu_ready() -> FakeHost {
+    FakeHost::new()
+        .file(OS_RELEASE, fixture("ubuntu2204.os-release"))
+        .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
+        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file("/usr/bin/docker", "")
+        .file("/usr/bin/nvidia-ctk", "")
+        .dir(SYSTEMD_RUN_DIR)
+        .dir("/var/lib/docker")
+        .env_var("PATH", "/usr/sbin:/usr/bin")
+        .space_at("/var/lib/docker", 200_000_000_000)
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))
+}
+
+fn offline() -> GatherOptions {
+    GatherOptions { offline: true, ..Default::default() }
+}
+
+fn audit(h: &FakeHost, gpu: &Gpu) -> (Facts, Vec<crate::Finding>) {
+    let f = gather(h, &offline(), gpu);
+    let r = run_all(&f, Lang::En);
+    (f, r)
+}
+
+fn st(r: &[crate::Finding], id: &str) -> Status {
+    status_of(r, id).unwrap()
+}
+
+#[test]
+fn a_ready_machine_passes_everything_but_the_skipped_platform() {
+    let h = ubuntu_ready();
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(r.iter().map(|x| x.id).collect::<Vec<_>>(), checks::ALL);
+    for x in &r {
+        let want = if x.id == PLATFORM { Status::Skip } else { Status::Pass };
+        assert_eq!(x.status, want, "{x:?}");
+    }
+    assert!(ready(&r));
+    assert_eq!(f.docker.package, Some(("docker-ce".into(), "5:27.4.1-1~ubuntu.22.04~jammy".into())));
+    assert_eq!(f.toolkit.package_version.as_deref(), Some("1.17.3-1"));
+    assert_eq!(f.docker.binary.as_deref(), Some(Path::new("/usr/bin/docker")));
+}
+
+#[test]
+fn a_dry_run_gather_writes_nothing_and_runs_only_read_only_commands() {
+    // An existing install with systemd makes gather run its one command.
+    let state =
+        AgentState { node_id: Some("n1".into()), connection: Connection::Connected, ..Default::default() };
+    let h = ubuntu_ready()
+        .file(gpum_common::agent_state::UNIT_PATH, "[Unit]\n")
+        .file("/var/lib/gpum-agent/state.json", serde_json::to_vec(&state).unwrap())
+        .command_ok(
+            "systemctl show gpum-agent -p LoadState,ActiveState,SubState,Result,ExecMainStatus",
+            &fixture("ubuntu2204-systemctl-show-active.txt"),
+        );
+    let (f, _) = audit(&h, &t4());
+    assert!(h.writes().is_empty(), "{:?}", h.writes());
+    let ran = h.ran();
+    assert_eq!(ran.len(), 1);
+    for c in ran {
+        assert!(READ_ONLY_COMMANDS.iter().any(|p| c.display().starts_with(p)), "{}", c.display());
+    }
+    assert_eq!(f.existing.unit_state.unwrap().active_state, "active");
+}
+
+#[test]
+fn this_machine_shape_no_gpu_no_systemd_debian_docker_io_non_root() {
+    // The shape of the development container: Debian 12, docker.io, no systemd, no NVIDIA.
+    let h = FakeHost::new()
+        .with_euid(65534)
+        .file(OS_RELEASE, fixture("debian12.os-release"))
+        .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
+        .file(DAEMON_JSON, fixture("debian12-daemon.json"))
+        .file(DPKG_STATUS, fixture("debian12-dpkg-status-excerpt"))
+        .file("/usr/local/bin/docker", "")
+        .dir("/var/lib/docker")
+        .space_at("/var/lib/docker", 80_000_000_000)
+        .env_var("PATH", "/usr/local/bin:/usr/bin");
+    let gpu = Gpu(GpuFacts::LibraryMissing { lib: "libnvidia-ml.so.1".into(), detail: "cannot open".into() });
+    let (f, r) = audit(&h, &gpu);
+    assert_eq!(st(&r, ROOT), Status::Fail);
+    assert_eq!(st(&r, SYSTEMD), Status::Fail);
+    assert_eq!(st(&r, OS), Status::Warn);
+    assert_eq!(st(&r, NVIDIA_DRIVER), Status::Fail);
+    // The socket refuses (FakeHost has no answer); docker is present by binary and package.
+    assert_eq!(st(&r, DOCKER), Status::Warn);
+    assert_eq!(f.docker.package.as_ref().unwrap().0, "docker.io");
+    assert_eq!(st(&r, NVIDIA_TOOLKIT), Status::Pass);
+    assert_eq!(failed_ids(&r), ["root", "systemd", "nvidia_driver"]);
+    assert!(!ready(&r));
+}
+
+#[test]
+fn os_matrix() {
+    assert_eq!(os_support("ubuntu", "22.04"), OsSupport::Verified);
+    assert_eq!(os_support("ubuntu", "24.04"), OsSupport::NotVerifiedWithGpu);
+    assert_eq!(os_support("debian", "12"), OsSupport::NotVerifiedWithGpu);
+    assert_eq!(os_support("ubuntu", "20.04"), OsSupport::Unsupported);
+    assert_eq!(os_support("debian", "11"), OsSupport::Unsupported);
+    assert_eq!(os_support("fedora", "40"), OsSupport::Unsupported);
+    let h = ubuntu_ready().file(OS_RELEASE, fixture("ubuntu2404.os-release"));
+    let (_, r) = audit(&h, &t4());
+    let os = r.iter().find(|x| x.id == OS).unwrap();
+    assert_eq!(os.status, Status::Warn);
+    assert!(os.message.contains("not verified with a GPU"), "{}", os.message);
+    let ru = checks::os(&gather(&h, &offline(), &t4()), Lang::Ru);
+    assert!(ru.message.contains("с видеокартой ещё не проверена"), "{}", ru.message);
+    let h = ubuntu_ready().file(OS_RELEASE, "ID=fedora\nVERSION_ID=40\nPRETTY_NAME=\"Fedora Linux 40\"\n");
+    assert_eq!(st(&audit(&h, &t4()).1, OS), Status::Fail);
+}
+
+#[test]
+fn missing_os_release_fails_os() {
+    let mut f = gather(&ubuntu_ready(), &offline(), &t4());
+    f.os = Err("/etc/os-release: not found".into());
+    assert_eq!(checks::os(&f, Lang::En).status, Status::Fail);
+}
+
+#[test]
+fn arch_must_be_x86_64() {
+    let h = ubuntu_ready().with_arch("aarch64");
+    let r = audit(&h, &t4()).1;
+    assert_eq!(st(&r, ARCH), Status::Fail);
+    assert_eq!(failed_ids(&r), ["arch"]);
+}
+
+#[test]
+fn noexec_tmp_fails_with_the_seed_fix() {
+    let h = ubuntu_ready().file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
+    let (_, r) = audit(&h, &t4());
+    let t = r.iter().find(|x| x.id == TMP_EXEC).unwrap();
+    assert_eq!(t.status, Status::Fail);
+    assert!(t.fix.as_ref().unwrap().contains("sudo env TMPDIR=/var/tmp bash"));
+    // A TMPDIR elsewhere (on an exec filesystem) passes even though /tmp is noexec.
+    let h = ubuntu_ready()
+        .file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"))
+        .env_var("TMPDIR", "/var/tmp");
+    let (f, r) = audit(&h, &t4());
+    assert!(f.tmp.from_env);
+    assert_eq!(st(&r, TMP_EXEC), Status::Pass);
+    // And a TMPDIR on the noexec tmpfs fails, with the TMPDIR wording.
+    let h = ubuntu_ready()
+        .file(MOUNTINFO, fixture("debian12-noexec-tmpfs.mountinfo"))
+        .env_var("TMPDIR", "/tmp/pfx");
+    let t = checks::tmp_exec(&gather(&h, &offline(), &t4()), Lang::Ru);
+    assert_eq!(t.status, Status::Fail);
+    assert!(t.message.contains("$TMPDIR") && t.message.contains("noexec"), "{}", t.message);
+    // No mountinfo: a warning, not a silent pass.
+    let mut f = gather(&ubuntu_ready(), &offline(), &t4());
+    f.tmp.mount = None;
+    f.tmp.error = Some("gone".into());
+    assert_eq!(checks::tmp_exec(&f, Lang::En).status, Status::Warn);
+}
+
+#[test]
+fn disk_uses_daemon_json_data_root_or_the_nearest_existing_parent() {
+    let h = ubuntu_ready()
+        .file(DAEMON_JSON, r#"{"data-root": "/srv/docker/data"}"#)
+        .dir("/srv")
+        .space_at("/srv", 49_999_999_999);
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.disk.data_root, PathBuf::from("/srv/docker/data"));
+    assert!(f.disk.from_daemon_json);
+    assert_eq!(f.disk.probed, PathBuf::from("/srv"));
+    let d = r.iter().find(|x| x.id == DISK).unwrap();
+    assert_eq!(d.status, Status::Fail);
+    assert!(d.message.contains("50.0 GB"), "{}", d.message);
+    let h = ubuntu_ready()
+        .file(DAEMON_JSON, r#"{"data-root": "/srv/docker"}"#)
+        .dir("/srv")
+        .space_at("/srv", MIN_FREE_BYTES);
+    assert_eq!(st(&audit(&h, &t4()).1, DISK), Status::Pass);
+    // No daemon.json and no /var/lib/docker yet: measure /var/lib (then /var, then /).
+    let h = FakeHost::new().dir("/var/lib").space_at("/var/lib", 60_000_000_000);
+    let f = gather(&h, &offline(), &t4());
+    assert_eq!(f.disk.data_root, PathBuf::from(DEFAULT_DATA_ROOT));
+    assert_eq!(f.disk.probed, PathBuf::from("/var/lib"));
+    assert_eq!(checks::disk(&f, Lang::En).status, Status::Pass);
+    // Cannot measure: a warning.
+    let h = FakeHost::new();
+    assert_eq!(checks::disk(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+}
+
+#[test]
+fn nvidia_driver_states_are_told_apart() {
+    let f0 = gather(&ubuntu_ready(), &offline(), &t4());
+    let cases = [
+        (GpuFacts::LibraryMissing { lib: "libnvidia-ml.so.1".into(), detail: "x".into() }, "not found"),
+        (GpuFacts::LibraryBroken { lib: "l".into(), detail: "x".into() }, "broken"),
+        (GpuFacts::DriverNotLoaded, "kernel module"),
+        (GpuFacts::VersionMismatch, "mismatch"),
+        (GpuFacts::NoDevices { driver: "550".into() }, "sees no GPU"),
+        (GpuFacts::NoPermission, "permission"),
+        (GpuFacts::Other("boom".into()), "boom"),
+    ];
+    let mut msgs = Vec::new();
+    for (g, want) in cases {
+        let mut f = f0.clone();
+        f.gpu = g;
+        let x = checks::nvidia_driver(&f, Lang::En);
+        assert_eq!(x.status, Status::Fail);
+        assert!(x.message.contains(want), "{}", x.message);
+        assert!(x.fix.is_some());
+        msgs.push(x.message);
+    }
+    msgs.dedup();
+    assert_eq!(msgs.len(), 7);
+    let x = checks::nvidia_driver(&f0, Lang::Ru);
+    assert!(x.message.contains("Tesla T4") && x.message.contains("550.127.05"));
+}
+
+#[test]
+fn docker_absent_snap_silent_and_bad_daemon_json() {
+    // Absent: it will be installed, which is fine.
+    let h = FakeHost::new().file(OS_RELEASE, fixture("ubuntu2204.os-release"));
+    let f = gather(&h, &offline(), &t4());
+    assert!(!f.docker.present());
+    assert_eq!(checks::docker(&f, Lang::En).status, Status::Pass);
+    assert_eq!(checks::nvidia_toolkit(&f, Lang::En).status, Status::Pass);
+    // Snap, seen by its binary or by its data root.
+    let h = ubuntu_ready().file("/snap/bin/docker", "");
+    assert_eq!(st(&audit(&h, &t4()).1, DOCKER), Status::Fail);
+    let h = ubuntu_ready().file("/snap/bin/docker", "").env_var("PATH", "/snap/bin:/usr/bin");
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.docker.binary.as_deref(), Some(Path::new("/snap/bin/docker")));
+    assert!(f.docker.snap);
+    assert!(r.iter().find(|x| x.id == DOCKER).unwrap().fix.as_ref().unwrap().contains("snap remove docker"));
+    // Installed but the engine does not answer.
+    let h = ubuntu_ready().unix_http(
+        DEFAULT_DOCKER_SOCKET,
+        "/_ping",
+        "HTTP/1.0 500 Internal Server Error\r\n\r\noops",
+    );
+    let d = checks::docker(&gather(&h, &offline(), &t4()), Lang::En);
+    assert_eq!(d.status, Status::Warn);
+    assert!(d.message.contains("HTTP 500"));
+    // A broken daemon.json fails: the installer must merge the runtime into it.
+    let h = ubuntu_ready().file(DAEMON_JSON, "{ \"runtimes\": ");
+    assert_eq!(st(&audit(&h, &t4()).1, DOCKER), Status::Fail);
+    // DOCKER_HOST pointing at another Unix socket is honoured.
+    let h = ubuntu_ready().env_var("DOCKER_HOST", "unix:///run/alt.sock").unix_http(
+        "/run/alt.sock",
+        "/_ping",
+        fixture("debian12-docker-ping.http"),
+    );
+    let f = gather(&h, &offline(), &t4());
+    assert_eq!(f.docker.engine.as_ref().unwrap().version, "20.10.24+dfsg1");
+    let d = checks::docker(&f, Lang::En);
+    assert_eq!(d.message, "Docker 20.10.24+dfsg1 (docker-ce 5:27.4.1-1~ubuntu.22.04~jammy)");
+    // DOCKER_HOST over TCP cannot be asked without the network: reported, not guessed.
+    let h = ubuntu_ready().env_var("DOCKER_HOST", "tcp://10.0.0.1:2375");
+    let f = gather(&h, &offline(), &t4());
+    assert!(f.docker.engine.as_ref().unwrap_err().contains("not a Unix socket"));
+}
+
+#[test]
+fn toolkit_without_the_nvidia_runtime_warns_about_the_restart() {
+    let h = ubuntu_ready().file(DAEMON_JSON, "{}");
+    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En);
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.fix.unwrap().contains("restart policy"));
+    // No daemon.json at all: the same.
+    let h = FakeHost::new().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"));
+    assert_eq!(checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    // The runtime as nvidia-ctk writes it: pass.
+    assert_eq!(
+        checks::nvidia_toolkit(&gather(&ubuntu_ready(), &offline(), &t4()), Lang::En).status,
+        Status::Pass
+    );
+}
+
+#[test]
+fn dpkg_lock_held_is_a_warning() {
+    let h = ubuntu_ready().lock_held("/var/lib/dpkg/lock-frontend", 4242);
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.dpkg_lock, LockFacts::Held { path: "/var/lib/dpkg/lock-frontend".into(), pid: 4242 });
+    let x = r.iter().find(|x| x.id == DPKG_LOCK).unwrap();
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.message.contains("4242"));
+    assert!(ready(&r), "a held lock is a warning, not a failure");
+    let mut f = f.clone();
+    f.dpkg_lock = LockFacts::Unknown("permission denied".into());
+    assert_eq!(checks::dpkg_lock(&f, Lang::En).status, Status::Warn);
+    f.euid = 1000;
+    assert_eq!(checks::dpkg_lock(&f, Lang::En).status, Status::Skip);
+}
+
+fn with_state(state: &AgentState) -> FakeHost {
+    ubuntu_ready()
+        .file("/etc/gpum-agent/config.toml", "token = \"secret\"\n")
+        .file("/var/lib/gpum-agent/state.json", serde_json::to_vec(state).unwrap())
+}
+
+#[test]
+fn existing_install_reports_its_state_and_whether_its_server_was_deleted() {
+    let revoked = AgentState {
+        node_id: Some("node-7".into()),
+        server: Some("https://gpum.example".into()),
+        connection: Connection::Stopped,
+        stopped: Some(Stopped { reason: StopReason::Revoked, detail: "node_deleted".into(), at: 1 }),
+        ..Default::default()
+    };
+    let x = checks::existing_install(&gather(&with_state(&revoked), &offline(), &t4()), Lang::En);
+    assert_eq!(x.status, Status::Pass);
+    assert!(x.message.contains("server deleted") && x.message.contains("node-7"), "{}", x.message);
+
+    let live = AgentState {
+        node_id: Some("node-8".into()),
+        connection: Connection::Connected,
+        ..Default::default()
+    };
+    let h = with_state(&live);
+    let x = checks::existing_install(&gather(&h, &offline(), &t4()), Lang::Ru);
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.fix.unwrap().contains("Эта видеокарта уже зарегистрирована на другом сервере"));
+    // The config holds the token: gather must not read it.
+    assert!(h.ran().is_empty());
+
+    let cfg_err = AgentState {
+        stopped: Some(Stopped { reason: StopReason::ConfigError, detail: "x".into(), at: 1 }),
+        connection: Connection::Stopped,
+        ..Default::default()
+    };
+    let x = checks::existing_install(&gather(&with_state(&cfg_err), &offline(), &t4()), Lang::En);
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.message.contains("configuration error"));
+
+    let h = ubuntu_ready().file("/var/lib/gpum-agent/state.json", "{not json");
+    assert_eq!(checks::existing_install(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    let h = ubuntu_ready().file("/opt/gpum-agent/gpum-agent", "");
+    assert_eq!(checks::existing_install(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+}
+
+#[test]
+fn platform_is_skipped_offline_or_without_a_server_and_refuses_plain_http_elsewhere() {
+    let h = ubuntu_ready();
+    let f = gather(&h, &GatherOptions::default(), &t4());
+    assert_eq!(f.platform, PlatformFacts::NoServer);
+    assert_eq!(checks::platform(&f, Lang::En).status, Status::Skip);
+    let opts =
+        GatherOptions { server: Some("https://gpum.example".into()), offline: true, ..Default::default() };
+    assert_eq!(gather(&h, &opts, &t4()).platform, PlatformFacts::Offline);
+    // Plain http to a non-loopback host is refused before any connection is tried.
+    let opts = GatherOptions { server: Some("http://10.1.2.3/".into()), ..Default::default() };
+    let f = gather(&h, &opts, &t4());
+    assert!(matches!(f.platform, PlatformFacts::BadUrl { .. }), "{:?}", f.platform);
+    assert_eq!(checks::platform(&f, Lang::En).status, Status::Fail);
+}
+
+#[test]
+fn platform_reachable_and_unreachable_on_loopback() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", l.local_addr().unwrap());
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").unwrap();
+    });
+    let opts = GatherOptions { server: Some(url.clone()), ..Default::default() };
+    let f = facts::gather(&FakeHost::new(), &opts, &t4());
+    t.join().unwrap();
+    assert_eq!(f.platform, PlatformFacts::Reachable { url, status: 404 });
+    assert_eq!(checks::platform(&f, Lang::En).status, Status::Pass);
+    // A closed port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let opts = GatherOptions { server: Some(format!("http://127.0.0.1:{port}/")), ..Default::default() };
+    let f = facts::gather(&FakeHost::new(), &opts, &t4());
+    assert!(matches!(f.platform, PlatformFacts::Unreachable { .. }), "{:?}", f.platform);
+}
+
+#[test]
+fn every_finding_exists_in_both_languages() {
+    let h = FakeHost::new()
+        .with_euid(1)
+        .with_arch("armv7l")
+        .file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
+    let gpu = Gpu(GpuFacts::DriverNotLoaded);
+    let f = gather(&h, &offline(), &gpu);
+    let (ru, en) = (run_all(&f, Lang::Ru), run_all(&f, Lang::En));
+    for (r, e) in ru.iter().zip(&en) {
+        assert_eq!((r.id, r.status), (e.id, e.status));
+        assert_ne!(r.message, e.message, "{}", r.id);
+        assert!(e.message.is_ascii() && e.fix.as_deref().unwrap_or("").is_ascii(), "{e:?}");
+    }
+}
+
+#[test]
+fn no_systemd_output_parser_matches_gather_choice() {
+    // gather decides "systemd" from /run/systemd/system, and never asks systemctl then.
+    let h = ubuntu_ready().file(gpum_common::agent_state::UNIT_PATH, "").command(
+        "systemctl show gpum-agent -p LoadState,ActiveState,SubState,Result,ExecMainStatus",
+        Ok(Output {
+            code: Some(1),
+            stdout: vec![],
+            stderr: fixture("debian12-systemctl-nosystemd.txt").into_bytes(),
+        }),
+    );
+    let f = gather(&h, &offline(), &t4());
+    assert!(f.existing.unit_state.is_none());
+    assert_eq!(h.ran().len(), 1, "systemd is up in this fake, so systemctl was asked");
+}

@@ -1,0 +1,743 @@
+//! `gpum-agent` end to end: the real binary against the real `gpum-platform` on loopback, with a
+//! 1 s heartbeat interval.
+//!
+//! Nothing here is simulated. NVML is absent on a machine without an NVIDIA driver, and the
+//! agent must run and report "no driver" (`nvml: library_missing`). Most tests point the agent at
+//! a Docker socket that does not exist, which is also a state the agent must survive; the
+//! command test uses the real engine, scoped with a `gpum.test.` label so it never touches
+//! another test's containers.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use gpum_protocol::{NodeSummary, NvmlState, VerificationState};
+use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
+use gpum_tests::{bin, docker_or_skip};
+
+const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
+const LONG: Duration = Duration::from_secs(20);
+
+fn agent_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(bin("gpum-agent"));
+    c.args(args).env("LANG", "C.UTF-8").env_remove("LC_ALL").env_remove("LC_MESSAGES");
+    c
+}
+
+fn run_with_stdin(mut c: Command, stdin: &str) -> Output {
+    let mut child =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().expect("wait")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A registered node with its scratch state directory.
+struct Node {
+    dir: tempfile::TempDir,
+    id: String,
+}
+
+impl Node {
+    fn state(&self) -> &Path {
+        self.dir.path()
+    }
+    fn state_str(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+    fn token(&self) -> String {
+        let cfg = std::fs::read_to_string(self.config()).unwrap();
+        let line = cfg.lines().find(|l| l.starts_with("token")).expect("token line");
+        line.split('"').nth(1).expect("quoted token").to_string()
+    }
+    fn append_config(&self, line: &str) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(self.config()).unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+    /// Rewrites the server URL through `configure`, with the token on stdin.
+    fn configure_server(&self, url: &str) {
+        let token = self.token();
+        let out = run_with_stdin(
+            agent_cmd(&["configure", "--state", self.state_str(), "--server", url, "--node-id", &self.id]),
+            &format!("{token}\n"),
+        );
+        assert!(out.status.success(), "configure: {}", text(&out));
+    }
+    fn status(&self, lang: &str) -> Output {
+        agent_cmd(&["status", "--state", self.state_str()]).env("LANG", lang).output().unwrap()
+    }
+    fn status_json(&self) -> serde_json::Value {
+        let out = agent_cmd(&["status", "--json", "--state", self.state_str()]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn register_args(p: &TestPlatform, dir: &Path, docker_socket: &str) -> Vec<String> {
+    let mut a = vec![
+        "register".to_string(),
+        "--state".into(),
+        dir.to_str().unwrap().into(),
+        "--server".into(),
+        p.url().into(),
+        "--docker-socket".into(),
+        docker_socket.into(),
+    ];
+    if let Some(ca) = p.ca_path() {
+        a.push("--ca-file".into());
+        a.push(ca.to_str().unwrap().into());
+    }
+    a
+}
+
+fn try_register(p: &TestPlatform, dir: &Path, code: &str, lang: &str) -> Output {
+    let args = register_args(p, dir, MISSING_DOCKER);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut c = agent_cmd(&args);
+    c.env("LANG", lang);
+    run_with_stdin(c, &format!("{code}\n"))
+}
+
+fn register_with(p: &TestPlatform, docker_socket: &str) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let args = register_args(p, dir.path(), docker_socket);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_with_stdin(agent_cmd(&args), &format!("{}\n", p.join_code()));
+    assert!(out.status.success(), "register failed: {}", text(&out));
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let id = st["node_id"].as_str().expect("node id in state.json").to_string();
+    Node { dir, id }
+}
+
+fn register(p: &TestPlatform) -> Node {
+    register_with(p, MISSING_DOCKER)
+}
+
+/// A running `gpum-agent run`, its stderr in `agent.log` of the state directory.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(node: &Node) -> Agent {
+        Agent::start_with(node, Command::new(bin("gpum-agent")), "debug")
+    }
+
+    /// Starts `cmd` (the agent binary, or a wrapper such as `unshare` in front of it).
+    fn start_with(node: &Node, mut cmd: Command, log_level: &str) -> Agent {
+        let log = node.state().join("agent.log");
+        let f = std::fs::File::create(&log).unwrap();
+        if cmd.get_program() != bin("gpum-agent").as_os_str() {
+            cmd.arg(bin("gpum-agent"));
+        }
+        let child = cmd
+            .args(["run", "--state", node.state_str()])
+            .env("GPUM_LOG", log_level)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("start agent");
+        Agent { child, log }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+
+    /// Waits up to `timeout` for the agent to exit.
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node(p: &TestPlatform, id: &str) -> NodeSummary {
+    p.node(id).expect("node listed")
+}
+
+fn last_seq(p: &TestPlatform, id: &str) -> u64 {
+    node(p, id).last_seq.unwrap_or(0)
+}
+
+fn wait_heartbeats(p: &TestPlatform, id: &str, n: u64) {
+    wait_until(LONG, &format!("{n} heartbeats of {id}"), || last_seq(p, id) >= n);
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn register_run_heartbeat_then_sigterm_exits_0_quickly() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    assert_eq!(mode(&n.config()), 0o600, "config.toml holds the token");
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 3);
+
+    let s = node(&p, &n.id);
+    assert!(s.online);
+    assert_eq!(s.verification, VerificationState::AwaitingCheck, "no probe image: awaiting check");
+    assert!(!s.inventory.private.kernel.is_empty() && !s.inventory.private.hostname.is_empty());
+    assert!(s.inventory.public.cpu_cores >= 1 && s.inventory.public.ram_mib > 0);
+    let health = s.health.expect("health reported");
+    assert!(!health.docker_ok && health.docker_error.as_deref().unwrap_or("").contains(MISSING_DOCKER));
+    if !Path::new("/dev/nvidiactl").exists() {
+        // No driver here: the agent runs and says so.
+        assert_eq!(health.nvml, NvmlState::LibraryMissing);
+        assert!(s.inventory.public.gpus.is_empty());
+    }
+    assert!(s.last_metrics.expect("metrics").ram_total_mib > 0);
+
+    let st = n.status_json();
+    assert_eq!(st["connection"], "connected");
+    assert_eq!(st["node_id"], n.id.as_str());
+
+    let t0 = Instant::now();
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    let exit = a.wait_exit(Duration::from_secs(10)).expect("exits within 10 s of SIGTERM");
+    assert_eq!(exit.code(), Some(0), "{}", a.log());
+    eprintln!("SIGTERM -> exit in {:?}", t0.elapsed());
+    assert!(a.log().contains("stopping"));
+}
+
+#[test]
+fn the_token_never_shows_in_argv_environ_or_trace_logs() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let token = n.token();
+    assert!(token.len() >= 32, "a real token");
+    let a = Agent::start_with(&n, Command::new(bin("gpum-agent")), "trace");
+    wait_heartbeats(&p, &n.id, 3);
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", a.pid())).unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", a.pid())).unwrap();
+    let contains = |hay: &[u8]| hay.windows(token.len()).any(|w| w == token.as_bytes());
+    assert!(!contains(&cmdline) && !contains(&environ));
+    let log = a.log();
+    assert!(log.contains("TRACE"), "trace logging is on");
+    assert!(log.lines().count() > 20, "the log has content");
+    assert!(!log.contains(&token), "the token leaked into the log");
+    for args in [vec!["status"], vec!["doctor", "--connectivity"], vec!["doctor", "--json"]] {
+        let mut full = args.clone();
+        full.extend(["--state", n.state_str()]);
+        let out = agent_cmd(&full).env("GPUM_LOG", "trace").output().unwrap();
+        assert!(!text(&out).contains(&token), "{args:?} printed the token");
+        assert!(args[0] != "doctor" || text(&out).contains("redacted"), "{}", text(&out));
+    }
+}
+
+#[test]
+fn join_code_failures_exit_2_and_40_with_the_seed_messages() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ru = "ru_RU.UTF-8";
+
+    let out = try_register(&p, dir.path(), "GPUM-12345", ru);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("Код подключения выглядит неверно"), "{}", text(&out));
+    let out = try_register(&p, dir.path(), "", ru);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // Well-formed, but never issued.
+    let unknown = gpum_protocol::joincode::JoinCode::generate().to_string();
+    let out = try_register(&p, dir.path(), &unknown, ru);
+    assert_eq!(out.status.code(), Some(40), "{}", text(&out));
+    assert!(text(&out).contains("Код подключения недействителен, истёк или уже использован"));
+
+    let code = p.join_code();
+    assert!(try_register(&p, dir.path(), &code, ru).status.success());
+    let out = try_register(&p, dir.path(), &code, "C.UTF-8");
+    assert_eq!(out.status.code(), Some(40), "used twice: {}", text(&out));
+    assert!(text(&out).contains("invalid, expired or already used"));
+
+    let short = p.join_code_ttl("60s");
+    p.advance_clock(120);
+    let out = try_register(&p, dir.path(), &short, ru);
+    assert_eq!(out.status.code(), Some(40), "expired: {}", text(&out));
+    assert!(!dir.path().join("config.toml.tmp").exists());
+}
+
+#[test]
+fn an_inventory_change_is_resent_in_full() {
+    // A real change of a real fact: the agent runs in its own UTS namespace, and the test
+    // renames that namespace's host while the agent runs.
+    let probe = Command::new("unshare").args(["--uts", "true"]).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP an_inventory_change_is_resent_in_full: cannot create a UTS namespace (needs root)");
+        return;
+    }
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let mut cmd = Command::new("unshare");
+    cmd.arg("--uts");
+    let a = Agent::start_with(&n, cmd, "debug");
+    wait_heartbeats(&p, &n.id, 2);
+    let before = node(&p, &n.id).inventory;
+    let new_name = format!("gpum-e2e-{}", std::process::id());
+    let st = Command::new("nsenter")
+        .args(["-t", &a.pid().to_string(), "--uts", "hostname", &new_name])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_until(LONG, "the new hostname on the platform", || {
+        node(&p, &n.id).inventory.private.hostname == new_name
+    });
+    let after = node(&p, &n.id).inventory;
+    assert_ne!(before.hash(), after.hash());
+    assert_eq!(before.public, after.public, "only the hostname changed");
+    assert!(a.log().contains("inventory changed"), "{}", a.log());
+}
+
+/// Queues a command of a kind the platform's API refuses to queue, straight into its database,
+/// as a newer (or compromised) platform could send it.
+fn queue_raw_command(p: &TestPlatform, node_id: &str, kind: &str) -> String {
+    let db = rusqlite::Connection::open(p.db_path()).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let id = format!("cmd-raw-{}", std::process::id());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    db.execute(
+        "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM commands))",
+        rusqlite::params![id, node_id, kind, now],
+    )
+    .unwrap();
+    id
+}
+
+fn command_result(p: &TestPlatform, node_id: &str, cmd: &str) -> Option<gpum_protocol::CommandResult> {
+    node(p, node_id).commands.into_iter().find(|c| c.id == cmd).and_then(|c| c.result)
+}
+
+#[test]
+fn recheck_reruns_the_probe_unknown_commands_are_refused_restart_exits() {
+    let docker = docker_or_skip("recheck_reruns_the_probe").is_some();
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = if docker { register_with(&p, "/var/run/docker.sock") } else { register(&p) };
+    let image = if docker {
+        n.append_config(&format!("test_docker_scope = \"gpum.test.agent-e2e=p{}\"", std::process::id()));
+        gpum_tests::images::busybox().expect("test image")
+    } else {
+        "gpum-test/busybox:absent".to_string()
+    };
+    assert_eq!(mode(&n.config()), 0o600);
+    p.set_probe_image(&image);
+    let mut a = Agent::start(&n);
+    let probes = |a: &Agent| a.log().matches("running the GPU probe").count();
+
+    // The first probe runs after the first answered heartbeat.
+    wait_until(Duration::from_secs(60), "the first probe report", || {
+        node(&p, &n.id).verification != VerificationState::AwaitingCheck
+    });
+    let s = node(&p, &n.id);
+    eprintln!("probe: {:?} {:?}", s.verification, s.last_probe_reason);
+    assert!(s.last_probe_output.is_some());
+    assert_eq!(probes(&a), 1);
+
+    let recheck = p.command(&n.id, "recheck");
+    wait_until(LONG, "the recheck result", || command_result(&p, &n.id, &recheck).is_some());
+    assert!(command_result(&p, &n.id, &recheck).unwrap().ok);
+    wait_until(Duration::from_secs(60), "a second probe", || probes(&a) >= 2);
+
+    let unknown = queue_raw_command(&p, &n.id, "format_disk");
+    wait_until(LONG, "the refusal of an unknown command", || command_result(&p, &n.id, &unknown).is_some());
+    let r = command_result(&p, &n.id, &unknown).unwrap();
+    assert!(!r.ok && r.message.contains("unknown"), "{r:?}");
+    assert!(a.running(), "an unknown command does not stop the agent");
+
+    let restart = p.command(&n.id, "restart");
+    let exit = a.wait_exit(LONG).expect("exits on restart");
+    assert_eq!(exit.code(), Some(gpum_agent::run::EXIT_RESTART), "{}", a.log());
+    assert!(command_result(&p, &n.id, &restart).is_some_and(|r| r.ok), "the restart was acknowledged first");
+    // The probe container is gone: nothing with the probe label in this test's scope.
+    if docker {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", "label=gpum.probe=true", "--filter"])
+            .arg(format!("label=gpum.test.agent-e2e=p{}", std::process::id()))
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty(), "a probe container was left behind");
+    }
+}
+
+#[test]
+fn a_deleted_node_exits_78_within_two_intervals_and_status_says_why() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 2);
+    p.delete_node(&n.id);
+    let t0 = Instant::now();
+    // Two intervals of 1 s, plus jitter and a loaded machine's slack.
+    let exit = a.wait_exit(Duration::from_secs(5)).expect("exits after the node is deleted");
+    eprintln!("deleted -> exit 78 in {:?}", t0.elapsed());
+    assert_eq!(exit.code(), Some(78), "{}", a.log());
+    assert_eq!(a.log().matches("revoked").count(), 1, "logged once: {}", a.log());
+
+    let st = n.status_json();
+    assert_eq!(st["connection"], "stopped");
+    assert_eq!(st["stopped"]["reason"], "revoked");
+    assert_eq!(st["stopped"]["detail"], "node_deleted");
+    let ru = n.status("ru_RU.UTF-8");
+    assert!(ru.status.success());
+    assert!(text(&ru).contains("Агент остановлен: сервер удалён или токен заменён"), "{}", text(&ru));
+    assert!(text(&n.status("C.UTF-8")).contains("Agent stopped: server deleted or token replaced"));
+    // The config stays: stopping for good removes nothing.
+    assert!(n.config().exists());
+}
+
+#[test]
+fn token_rotation_exits_78() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 2);
+    let new_token = p.rotate_token(&n.id);
+    let exit = a.wait_exit(Duration::from_secs(5)).expect("exits after the token is replaced");
+    assert_eq!(exit.code(), Some(78), "{}", a.log());
+    assert_eq!(n.status_json()["stopped"]["detail"], "token_replaced");
+    assert!(!a.log().contains(&new_token));
+}
+
+#[test]
+fn missing_or_invalid_config_exits_78_with_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let out = agent_cmd(&["run", "--state", state]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    let st = agent_cmd(&["status", "--state", state]).env("LANG", "ru_RU.UTF-8").output().unwrap();
+    assert!(text(&st).contains("Агент остановлен: ошибка конфигурации"), "{}", text(&st));
+
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "server = 'http://10.1.2.3'\nnode_id = 'n'\ntoken = 'abc'\n",
+    )
+    .unwrap();
+    let out = agent_cmd(&["run", "--state", state]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "plain http off loopback is a config error: {}", text(&out));
+    let st = agent_cmd(&["status", "--json", "--state", state]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["stopped"]["reason"], "config_error");
+}
+
+/// A loopback stand-in for a captive portal or a misconfigured reverse proxy: in `HTML` mode it
+/// answers every request with an HTML 401/403/502 page; in `FORWARD` mode it pipes bytes to the
+/// real platform.
+struct Proxy {
+    port: u16,
+    mode: Arc<AtomicU8>,
+}
+const HTML: u8 = 0;
+const FORWARD: u8 = 1;
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicU8::new(HTML));
+        let m = mode.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                n += 1;
+                let m = m.load(Ordering::SeqCst);
+                std::thread::spawn(move || if m == HTML { html(s, n) } else { forward(s, upstream) });
+            }
+        });
+        Proxy { port, mode }
+    }
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+fn html(s: TcpStream, n: u32) {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    let _ = r.read_exact(&mut body);
+    let status = ["401 Unauthorized", "403 Forbidden", "502 Bad Gateway"][n as usize % 3];
+    let page = format!("<html><body><h1>{status}</h1>Please log in to the network.</body></html>");
+    let mut s = s;
+    let _ = write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+        page.len()
+    );
+}
+
+fn forward(client: TcpStream, upstream: u16) {
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let t = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut s2);
+        let _ = s2.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut c, mut s) = (client, server);
+    let _ = std::io::copy(&mut s, &mut c);
+    let _ = c.shutdown(std::net::Shutdown::Write);
+    let _ = t.join();
+}
+
+#[test]
+fn a_proxys_html_401_does_not_stop_the_agent() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let n = register(&p);
+    let proxy = Proxy::start(p.port());
+    n.configure_server(&proxy.url());
+    let mut a = Agent::start(&n);
+    // Several intervals of HTML 401/403/502 pages.
+    wait_until(LONG, "the agent to meet the proxy", || a.log().contains("heartbeat failed"));
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(a.running(), "an HTML 401 must not stop the agent: {}", a.log());
+    assert_eq!(n.status_json()["connection"], "unreachable");
+    assert!(n.status_json()["stopped"].is_null());
+    let seq = last_seq(&p, &n.id);
+    assert_eq!(seq, 0, "nothing reached the platform yet");
+
+    proxy.mode.store(FORWARD, Ordering::SeqCst);
+    wait_heartbeats(&p, &n.id, 2);
+    assert!(a.running());
+    assert!(a.log().contains("platform reachable again"), "{}", a.log());
+}
+
+#[test]
+fn platform_down_for_many_intervals_then_back() {
+    let mut p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 2);
+    p.stop();
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(a.running(), "{}", a.log());
+    assert_eq!(n.status_json()["connection"], "unreachable");
+    let seq = last_seq(&p, &n.id);
+    p.restart();
+    let t0 = Instant::now();
+    wait_until(LONG, "a heartbeat after the platform came back", || last_seq(&p, &n.id) > seq);
+    eprintln!("back after {:?}", t0.elapsed());
+    assert!(a.running());
+    let log = a.log();
+    // One warning for the outage, not one per attempt.
+    let warns = log.lines().filter(|l| l.contains("WARN") && l.contains("heartbeat failed")).count();
+    assert_eq!(warns, 1, "{log}");
+    assert!(log.lines().filter(|l| l.contains("DEBUG") && l.contains("heartbeat failed")).count() >= 2);
+}
+
+#[test]
+fn the_platform_clock_being_off_is_reported_not_fatal() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 1);
+    p.advance_clock(600);
+    wait_until(LONG, "the skew in health", || {
+        node(&p, &n.id).health.and_then(|h| h.clock_skew_secs).is_some_and(|s| (-610..=-590).contains(&s))
+    });
+    assert!(a.running());
+    wait_until(LONG, "the skew in status", || n.status_json()["clock_skew_secs"].as_i64().is_some());
+    assert!(text(&n.status("C.UTF-8")).contains("clock skew"));
+}
+
+#[test]
+fn smoke_exit_codes() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register(&p);
+    let smoke = |n: &Node| agent_cmd(&["smoke", "--state", n.state_str()]).output().unwrap();
+    let out = smoke(&n);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // 1: nothing listens (connection refused).
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let n2 = register(&p);
+    n2.configure_server(&format!("http://127.0.0.1:{free}"));
+    assert_eq!(smoke(&n2).status.code(), Some(1), "{}", text(&smoke(&n2)));
+
+    // 3: something accepts and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    n2.configure_server(&format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port()));
+    let t0 = Instant::now();
+    let out = smoke(&n2);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    assert_eq!(
+        agent_cmd(&["doctor", "--connectivity", "--state", n2.state_str()]).output().unwrap().status.code(),
+        Some(3),
+        "doctor --connectivity uses smoke's codes"
+    );
+    drop(silent);
+
+    // 4: the platform rejects the token.
+    p.rotate_token(&n.id);
+    let out = smoke(&n);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+}
+
+#[test]
+fn status_without_root_exits_13() {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        eprintln!("SKIP status_without_root_exits_13: the test drops root, so it needs root");
+        return;
+    }
+    // A copy of the binary that uid 65534 can execute wherever the target directory is.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("gpum-agent");
+    std::fs::copy(bin("gpum-agent"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .arg("status")
+        .env("LANG", "ru_RU.UTF-8")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(13), "{}", text(&out));
+    assert!(text(&out).contains("Для чтения состояния агента нужны права root (sudo)"), "{}", text(&out));
+}
+
+#[test]
+fn cli_shape() {
+    let out = agent_cmd(&["--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    for c in ["register", "configure", "run", "smoke", "status", "doctor", "version"] {
+        assert!(text(&out).contains(c), "--help lists {c}");
+    }
+    assert_eq!(agent_cmd(&["frobnicate"]).output().unwrap().status.code(), Some(2));
+    assert_eq!(agent_cmd(&[]).output().unwrap().status.code(), Some(2));
+    let v = agent_cmd(&["version"]).output().unwrap();
+    assert!(v.status.success() && text(&v).contains(env!("CARGO_PKG_VERSION")));
+    let d = agent_cmd(&["doctor", "--state", "/nonexistent/gpum"]).output().unwrap();
+    assert_eq!(d.status.code(), Some(0), "the full report is not a verdict: {}", text(&d));
+    assert!(text(&d).contains("[gpu]") && text(&d).contains("[platform]"));
+}
+
+#[test]
+fn sigterm_during_a_hung_heartbeat_exits_0_within_10_s_and_a_second_signal_at_once() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    // Something that accepts connections and never answers: the heartbeat hangs in flight.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let n = register(&p);
+    n.configure_server(&url);
+
+    let mut a = Agent::start(&n);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(a.running());
+    let t0 = Instant::now();
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    let exit = a.wait_exit(Duration::from_secs(10)).expect("exits within 10 s of SIGTERM even mid-request");
+    assert_eq!(exit.code(), Some(0), "{}", a.log());
+    eprintln!("SIGTERM with a hung heartbeat -> exit in {:?}", t0.elapsed());
+
+    let mut b = Agent::start(&n);
+    std::thread::sleep(Duration::from_millis(1500));
+    b.signal(nix::sys::signal::Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    let t1 = Instant::now();
+    b.signal(nix::sys::signal::Signal::SIGINT);
+    let exit = b.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert_eq!(exit.code(), Some(0));
+    assert!(t1.elapsed() < Duration::from_secs(2), "the second signal quits at once, not after the grace");
+    assert!(b.log().contains("second signal"), "{}", b.log());
+    drop(silent);
+}
+
+#[test]
+fn managed_containers_are_reported_and_unlabelled_ones_are_invisible() {
+    if docker_or_skip("managed_containers_are_reported").is_none() {
+        return;
+    }
+    let image = gpum_tests::images::busybox().expect("test image");
+    let scope = format!("gpum.test.agent-e2e=m{}", std::process::id());
+    let create = |labels: &[&str]| {
+        let mut c = Command::new("docker");
+        c.arg("create");
+        for l in labels {
+            c.args(["--label", l]);
+        }
+        let out = c.args([image.as_str(), "true"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let managed = create(&["gpum.managed=true", &scope]);
+    let unlabelled = create(&[&scope]);
+    // Removed on every exit, a failed assertion included.
+    struct Remove(Vec<String>);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").arg("rm").arg("-f").args(&self.0).output();
+        }
+    }
+    let _remove = Remove(vec![managed.clone(), unlabelled.clone()]);
+
+    let p = TestPlatform::start(PlatformOpts::default());
+    let n = register_with(&p, "/var/run/docker.sock");
+    n.append_config(&format!("test_docker_scope = \"{scope}\""));
+    let a = Agent::start(&n);
+    wait_until(LONG, "the managed container on the platform", || {
+        node(&p, &n.id).managed_containers.contains(&managed)
+    });
+    let s = node(&p, &n.id);
+    assert_eq!(s.managed_containers, vec![managed.clone()], "only the labelled container is listed");
+    assert!(s.health.is_some_and(|h| h.docker_ok));
+    // Known to the platform: it stays, however many heartbeats pass.
+    p.set_known_containers(&n.id, &[&managed]);
+    let seq = last_seq(&p, &n.id);
+    wait_heartbeats(&p, &n.id, seq + 4);
+    let exists = |id: &str| Command::new("docker").args(["inspect", id]).output().unwrap().status.success();
+    assert!(exists(&managed) && exists(&unlabelled), "{}", a.log());
+}

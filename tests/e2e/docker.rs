@@ -1,0 +1,526 @@
+//! The agent's Docker promises, against the real engine on this machine: the GPU probe, the
+//! reconciler, leftover cleanup, uninstall, and a missing engine.
+//!
+//! Every test scopes its client and its containers with a unique `gpum.test.scope` label, so
+//! that suites running in parallel processes never see (or remove) each other's containers, and
+//! a guard removes whatever the test created when it ends, pass or fail. What a test checks, it
+//! checks through the docker CLI, independently of the agent's own bollard calls.
+//!
+//! The engine here has no NVIDIA toolkit, so the probe scenarios other than "`--gpus all`
+//! refused" run without the GPU request (the agent's fenced test seam) against the SIMULATED
+//! `nvidia-smi` of `tests/sim/`.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpum_agent::docker::probe::{self, ProbeSpec};
+use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
+use gpum_agent::docker::{Docker, DockerError};
+use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, VerificationState};
+use gpum_tests::{docker_or_skip, images};
+
+const SCOPE_KEY: &str = "gpum.test.scope";
+
+/// A unique scope for one test; removes every container carrying it when dropped.
+struct Scope {
+    value: String,
+}
+
+impl Scope {
+    fn new(test: &str) -> Self {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        Scope { value: format!("{test}-{}-{nanos:08x}", std::process::id()) }
+    }
+    fn docker(&self) -> Docker {
+        Docker::connect(None)
+            .expect("the engine answered docker_or_skip")
+            .with_test_scope(SCOPE_KEY, &self.value)
+    }
+    fn label(&self) -> String {
+        format!("{SCOPE_KEY}={}", self.value)
+    }
+    /// Names of the containers in this scope that exist now (any state).
+    fn names(&self) -> HashSet<String> {
+        docker(&["ps", "-a", "--filter", &format!("label={}", self.label()), "--format", "{{.Names}}"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+    /// Starts (`running`) or just creates a container named `<scope>-<name>` with `labels`.
+    fn container(&self, name: &str, labels: &[&str], running: bool) -> String {
+        let full = format!("{}-{name}", self.value);
+        let image = images::busybox().expect("test image");
+        let mut args = vec![if running { "run" } else { "create" }];
+        if running {
+            args.push("-d");
+        }
+        let scope_label = self.label();
+        args.extend(["--name", &full, "--network", "none", "--label", &scope_label]);
+        for l in labels {
+            args.extend(["--label", l]);
+        }
+        args.extend([image.as_str(), "sleep", "3600"]);
+        docker(&args);
+        full
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let ids = docker(&["ps", "-aq", "--filter", &format!("label={}", self.label())]);
+        let ids: Vec<&str> = ids.lines().collect();
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(ids);
+            let _ = Command::new("docker").args(&args).output();
+        }
+    }
+}
+
+/// Runs the docker CLI, panicking on failure; returns stdout.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker CLI");
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn exists(kind: &str, name: &str) -> bool {
+    Command::new("docker").args([kind, "inspect", name]).output().unwrap().status.success()
+}
+
+fn id_of(name: &str) -> String {
+    docker(&["inspect", "--format", "{{.Id}}", name])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probe
+
+/// Runs a simulated scenario without the GPU request and checks what every probe must leave:
+/// a container that had network `none` and the probe label, gone afterwards with its volume.
+async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> Option<probe::ProbeOutcome> {
+    docker_or_skip(test)?;
+    let scope = Scope::new(test);
+    let image = images::sim_nvidia(scenario).expect("sim image");
+    let d = scope.docker();
+    let out = probe::run_probe_with(&d, &ProbeSpec::simulation_without_gpu_request(&image, timeout)).await;
+    let c = out.container.clone().expect("a probe container was created");
+    assert_eq!(c.network_mode, "none", "the engine says the probe had a network");
+    assert_eq!(c.labels.get("gpum.probe").map(String::as_str), Some("true"));
+    assert!(c.device_requests.is_empty(), "simulation probes do not ask for GPUs");
+    assert_eq!(c.volumes.len(), 1, "the sim image declares one anonymous volume: {:?}", c.volumes);
+    assert!(out.removed);
+    assert!(!exists("container", &c.id), "probe container {} left behind", c.name);
+    assert!(!exists("volume", &c.volumes[0]), "anonymous volume {} left behind", c.volumes[0]);
+    assert!(scope.names().is_empty(), "{:?}", scope.names());
+    assert_eq!(out.report.image, image);
+    assert!(out.report.output.len() <= PROBE_OUTPUT_MAX);
+    Some(out)
+}
+
+#[tokio::test]
+async fn probe_success_is_verified() {
+    let Some(out) = sim_probe("probe_success", "ok", Duration::from_secs(20)).await else { return };
+    assert_eq!(out.report.state, VerificationState::Verified, "{:?}", out.report);
+    assert_eq!(out.report.reason, None);
+    assert!(out.report.output.contains("Tesla T4 (SIMULATED)"), "{}", out.report.output);
+}
+
+#[tokio::test]
+async fn probe_nvidia_smi_failing_is_classified() {
+    let Some(out) = sim_probe("probe_fail", "fail", Duration::from_secs(20)).await else { return };
+    assert_eq!(out.report.state, VerificationState::Failed);
+    assert_eq!(out.report.reason, Some(ProbeFailure::NvidiaSmiFailed));
+    assert!(
+        out.report.output.contains("couldn't communicate with the NVIDIA driver"),
+        "{}",
+        out.report.output
+    );
+}
+
+#[tokio::test]
+async fn probe_nvml_unknown_error_is_classified() {
+    let Some(out) = sim_probe("probe_unknown", "unknown_error", Duration::from_secs(20)).await else {
+        return;
+    };
+    assert_eq!(out.report.reason, Some(ProbeFailure::NvmlUnknownError));
+    assert_eq!(out.report.output.trim(), "Failed to initialize NVML: Unknown Error");
+}
+
+#[tokio::test]
+async fn probe_driver_library_mismatch_is_classified() {
+    let Some(out) = sim_probe("probe_mismatch", "mismatch", Duration::from_secs(20)).await else { return };
+    assert_eq!(out.report.reason, Some(ProbeFailure::DriverLibraryMismatch));
+}
+
+#[tokio::test]
+async fn probe_output_is_truncated() {
+    let Some(out) = sim_probe("probe_flood", "flood", Duration::from_secs(20)).await else { return };
+    assert_eq!(out.report.state, VerificationState::Verified);
+    assert_eq!(out.report.output.len(), PROBE_OUTPUT_MAX, "64 KiB of output cut to the limit");
+    assert!(out.report.output.starts_with("Tue Dec  2") || out.report.output.contains("NVIDIA-SMI"));
+}
+
+/// A hanging `nvidia-smi` times out, and while it hangs the test checks from outside, with the
+/// docker CLI, that the container has no network interface but loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_timeout_kills_and_removes_and_had_no_network() {
+    let test = "probe_timeout";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let image = images::sim_nvidia("hang").expect("sim image");
+    let d = scope.docker();
+    let filter = format!("label={}", scope.label());
+    let watcher = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let id = docker(&["ps", "-q", "--filter", &filter, "--filter", "label=gpum.probe=true"]);
+            if !id.is_empty() {
+                let mode = docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &id]);
+                let dev = docker(&["exec", &id, "cat", "/proc/net/dev"]);
+                return Some((mode, dev));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    });
+    let started = Instant::now();
+    let out =
+        probe::run_probe_with(&d, &ProbeSpec::simulation_without_gpu_request(&image, Duration::from_secs(8)))
+            .await;
+    let elapsed = started.elapsed();
+    let (mode, dev) = watcher.await.unwrap().expect("saw the running probe container");
+    assert_eq!(mode, "none");
+    let ifaces: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    assert_eq!(ifaces, ["lo"], "{dev}");
+    assert_eq!(out.report.reason, Some(ProbeFailure::Timeout), "{:?}", out.report);
+    assert!(out.report.output.contains("hanging"), "output so far is kept: {}", out.report.output);
+    assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
+    let c = out.container.unwrap();
+    assert!(!exists("container", &c.id) && !exists("volume", &c.volumes[0]));
+    assert!(scope.names().is_empty());
+}
+
+/// The production probe (`--gpus all`) on this engine. Without the NVIDIA toolkit the engine
+/// refuses the device request; the report carries the engine's words verbatim.
+#[tokio::test]
+async fn probe_gpus_all_is_refused_by_this_engine() {
+    let test = "probe_gpus_all";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let image = images::sim_nvidia("ok").expect("sim image");
+    let d = scope.docker();
+    let has_runtime = d.has_nvidia_runtime().await.expect("engine info");
+    let out = probe::run_probe_with(&d, &ProbeSpec::new(&image, Duration::from_secs(20))).await;
+    eprintln!("engine answer to --gpus all: {:?} {:?}", out.report.reason, out.report.output);
+    let c = out.container.clone().expect("the engine creates the container and refuses at start");
+    assert_eq!(c.device_requests, vec![(String::new(), -1, vec![vec!["gpu".to_string()]])], "--gpus all");
+    assert_eq!(c.network_mode, "none");
+    assert!(out.removed && !exists("container", &c.id) && !exists("volume", &c.volumes[0]));
+    if !has_runtime {
+        assert_eq!(out.report.state, VerificationState::Failed);
+        assert_eq!(out.report.reason, Some(ProbeFailure::DeviceRequestRefused));
+        assert!(
+            out.report.output.starts_with(r#"could not select device driver "" with capabilities: [[gpu]]"#),
+            "{}",
+            out.report.output
+        );
+    }
+    // The plain entry point makes the same request.
+    let rep = probe::run_probe(&d, &image, Duration::from_secs(20)).await;
+    assert_eq!(rep.reason, out.report.reason);
+    assert!(scope.names().is_empty());
+}
+
+#[tokio::test]
+async fn probe_image_pull_failure_is_classified() {
+    let test = "probe_pull";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    // A registry on loopback where nothing listens: the pull fails at once, and no traffic
+    // leaves the machine.
+    let image = "127.0.0.1:9/gpum-test/absent:1";
+    let out = probe::run_probe_with(&scope.docker(), &ProbeSpec::new(image, Duration::from_secs(20))).await;
+    assert_eq!(out.report.reason, Some(ProbeFailure::ImagePullFailed), "{:?}", out.report);
+    assert!(out.report.output.contains("127.0.0.1:9"), "{}", out.report.output);
+    assert!(out.container.is_none() && scope.names().is_empty());
+}
+
+#[tokio::test]
+async fn leftover_probes_are_removed_and_nothing_else() {
+    let test = "probe_leftovers";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let crashed = scope.container("crashed-probe", &["gpum.probe=true"], true);
+    let stopped = scope.container("stopped-probe", &["gpum.probe=true"], false);
+    let decoy = scope.container("decoy", &[], true);
+    let not_true = scope.container("probe-false", &["gpum.probe=false"], false);
+    let mut removed = probe::cleanup_leftovers(&scope.docker()).await.expect("cleanup");
+    removed.sort();
+    let mut want = vec![crashed.clone(), stopped.clone()];
+    want.sort();
+    assert_eq!(removed, want);
+    assert_eq!(scope.names(), HashSet::from([decoy, not_true]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconciler
+
+#[tokio::test]
+async fn reconciler_removes_only_unknown_managed_containers_after_the_grace() {
+    let test = "reconcile";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let known_run = scope.container("known-running", &["gpum.managed=true"], true);
+    let known_stopped = scope.container("known-stopped", &["gpum.managed=true"], false);
+    let unknown_run = scope.container("unknown-running", &["gpum.managed=true"], true);
+    let unknown_stopped = scope.container("unknown-stopped", &["gpum.managed=true"], false);
+    let mine_run = scope.container("owner-running", &[], true);
+    let mine_stopped = scope.container("owner-stopped", &[], false);
+    let mine_false = scope.container("owner-managed-false", &["gpum.managed=false"], true);
+    let d = scope.docker();
+
+    let known: HashSet<String> = [id_of(&known_run), id_of(&known_stopped)].into();
+    // The production thresholds (3 beats, 60 s), on a synthetic clock: the engine is real, the
+    // time between heartbeats is not, so the test neither waits a minute nor races one.
+    let mut r = Reconciler::default();
+    let t0 = Instant::now();
+    let at = |secs: u64| t0 + Duration::from_secs(secs);
+
+    let present = reconcile::list_managed(&d).await.expect("list");
+    let names: HashSet<String> = present.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(
+        names,
+        HashSet::from([
+            known_run.clone(),
+            known_stopped.clone(),
+            unknown_run.clone(),
+            unknown_stopped.clone()
+        ])
+    );
+    assert!(present.iter().any(|c| c.state == "created") && present.iter().any(|c| c.state == "running"));
+    // Three answers 10 s apart: three beats, but only 20 s.
+    for secs in [0, 10, 20] {
+        let present = reconcile::list_managed(&d).await.expect("list");
+        assert!(r.decide(&present, &known, at(secs)).is_empty());
+    }
+    // 59 s: still young.
+    let present = reconcile::list_managed(&d).await.expect("list");
+    assert!(r.decide(&present, &known, at(59)).is_empty());
+    assert_eq!(scope.names().len(), 7, "nothing removed before the grace");
+    let present = reconcile::list_managed(&d).await.expect("list");
+    let doomed = r.decide(&present, &known, at(60));
+    let doomed_names: HashSet<String> = doomed.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(doomed_names, HashSet::from([unknown_run.clone(), unknown_stopped.clone()]));
+    for c in &doomed {
+        let rc = reconcile::remove(&d, c, Duration::from_secs(1)).await.expect("remove");
+        assert_eq!((rc.id.as_str(), rc.name.as_str()), (c.id.as_str(), c.name.as_str()));
+        assert_eq!(rc.reason, reconcile::REASON_UNKNOWN);
+    }
+    assert_eq!(
+        scope.names(),
+        HashSet::from([known_run, known_stopped, mine_run.clone(), mine_stopped, mine_false])
+    );
+
+    // Handed an unlabelled container by mistake, remove refuses and it survives.
+    let fake = ManagedContainer { id: id_of(&mine_run), name: mine_run.clone(), state: "running".into() };
+    assert!(matches!(
+        reconcile::remove(&d, &fake, Duration::from_secs(1)).await,
+        Err(DockerError::NotManaged(_))
+    ));
+    assert!(exists("container", &mine_run));
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 3,
+            max_shrink_iters: 4,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+        /// Random mixes of labelled/unlabelled, running/stopped containers, and random known
+        /// sets over several rounds, against the real engine: no unlabelled container and no
+        /// container known in the current answer is ever lost.
+        #[test]
+        fn never_loses_an_unlabelled_or_known_container(
+            mix in proptest::collection::vec((any::<bool>(), any::<bool>()), 2..6),
+            knowns in proptest::collection::vec(proptest::collection::vec(any::<bool>(), 6), 4),
+        ) {
+            if docker_or_skip("reconcile_property").is_none() {
+                return Ok(());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let scope = Scope::new("reconcile-prop");
+            let mut all = Vec::new();
+            for (i, (managed, running)) in mix.iter().enumerate() {
+                let labels: &[&str] = if *managed { &["gpum.managed=true"] } else { &[] };
+                let name = scope.container(&format!("c{i}"), labels, *running);
+                all.push((id_of(&name), name, *managed));
+            }
+            let d = scope.docker();
+            let min_beats = 2;
+            let mut r = Reconciler::new(min_beats, Duration::ZERO);
+            // Unknown answers in a row per container, as the platform gave them.
+            let mut streak: HashMap<String, u32> = HashMap::new();
+            for known_bits in &knowns {
+                let known: HashSet<String> = all
+                    .iter()
+                    .zip(known_bits)
+                    .filter(|((_, _, managed), k)| *managed && **k)
+                    .map(|((id, _, _), _)| id.clone())
+                    .collect();
+                let before = scope.names();
+                for (id, name, managed) in &all {
+                    if *managed && before.contains(name) && !known.contains(id) {
+                        *streak.entry(id.clone()).or_default() += 1;
+                    } else {
+                        streak.remove(id);
+                    }
+                }
+                let present = rt.block_on(reconcile::list_managed(&d)).unwrap();
+                for c in r.decide(&present, &known, Instant::now()) {
+                    rt.block_on(reconcile::remove(&d, &c, Duration::from_secs(1))).unwrap();
+                }
+                let alive = scope.names();
+                for (id, name, managed) in &all {
+                    if !managed {
+                        prop_assert!(alive.contains(name), "lost unlabelled {}", name);
+                    } else if before.contains(name) && !alive.contains(name) {
+                        prop_assert!(!known.contains(id), "removed {} while the platform knew it", name);
+                        let s = streak.get(id).copied().unwrap_or(0);
+                        prop_assert!(s >= min_beats, "removed {} after {} unknown answers", name, s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Docker down
+
+/// A missing socket, a socket nobody listens on, and a socket that disappears after connecting:
+/// clean errors and a `docker_unavailable` probe report, never a panic.
+#[tokio::test]
+async fn missing_or_dead_socket_is_a_clean_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    assert!(matches!(Docker::connect(Some(&missing)), Err(DockerError::Unavailable(_))));
+
+    let dead = dir.path().join("dead.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    let d = Docker::connect(Some(&dead)).expect("the socket file exists");
+    assert!(matches!(d.version().await, Err(DockerError::Unavailable(_))), "{:?}", d.version().await);
+    assert!(matches!(reconcile::list_managed(&d).await, Err(DockerError::Unavailable(_))));
+    let rep = probe::run_probe(&d, "nvidia/cuda:12.4.1-base-ubuntu22.04", Duration::from_secs(5)).await;
+    assert_eq!(rep.reason, Some(ProbeFailure::DockerUnavailable), "{rep:?}");
+    assert_eq!(rep.state, VerificationState::Failed);
+
+    std::fs::remove_file(&dead).unwrap();
+    assert!(
+        matches!(d.has_nvidia_runtime().await, Err(DockerError::Unavailable(m)) if m.contains("not found"))
+    );
+    assert!(matches!(probe::cleanup_leftovers(&d).await, Err(DockerError::Unavailable(_))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Uninstall
+
+#[tokio::test]
+async fn uninstall_on_a_scratch_root_removes_only_what_gpum_owns() {
+    let test = "uninstall";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let root = tempfile::tempdir().unwrap();
+    let put = |p: &str| {
+        let p = root.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "x").unwrap();
+    };
+    let owned = [
+        "/opt/gpum-agent/gpum-agent",
+        "/etc/gpum-agent/config.toml",
+        "/var/lib/gpum-agent/state.json",
+        "/etc/systemd/system/gpum-agent.service",
+    ];
+    let decoys = [
+        "/opt/gpum-agent-old/keep",
+        "/opt/other/keep",
+        "/etc/gpum-agent.conf.bak",
+        "/etc/systemd/system/other.service",
+        "/var/lib/docker-decoy/keep",
+        "/var/lib/gpum-agent2/keep",
+    ];
+    owned.iter().chain(&decoys).for_each(|p| put(p));
+    let managed = scope.container("managed", &["gpum.managed=true"], true);
+    let probe_left = scope.container("probe", &["gpum.probe=true"], false);
+    let owner = scope.container("owner", &[], true);
+    let owner_false = scope.container("owner-false", &["gpum.managed=false", "gpum.probe=false"], false);
+    let image = images::busybox().unwrap();
+
+    let host = gpum_host::RealHost::with_root(root.path());
+    let d = scope.docker();
+    let u = gpum_agent::uninstall::uninstall(&host, Ok(&d), gpum_common::Lang::En).await;
+    assert!(u.errors.is_empty(), "{:?}", u.errors);
+    assert!(u.notes.iter().any(|n| n.contains("systemd is not running")), "{:?}", u.notes);
+    for p in owned {
+        assert!(!root.path().join(p.trim_start_matches('/')).exists(), "{p} survived");
+    }
+    for p in ["/opt/gpum-agent", "/etc/gpum-agent", "/var/lib/gpum-agent"] {
+        assert!(!root.path().join(p.trim_start_matches('/')).exists(), "{p} survived");
+        assert!(u.removed.contains(&p.to_string()), "{:?}", u.removed);
+    }
+    for p in decoys {
+        assert!(root.path().join(p.trim_start_matches('/')).exists(), "{p} was removed");
+    }
+    assert!(
+        u.removed.iter().any(|r| r.contains(&managed)) && u.removed.iter().any(|r| r.contains(&probe_left))
+    );
+    assert_eq!(scope.names(), HashSet::from([owner, owner_false]));
+    assert!(exists("image", &image), "images stay");
+    let text = gpum_agent::uninstall::render(&u, gpum_common::Lang::En);
+    assert!(
+        text.contains("Removed:") && text.contains("/etc/gpum-agent") && text.contains(&managed),
+        "{text}"
+    );
+
+    // A second run finds nothing and says so.
+    let again = gpum_agent::uninstall::uninstall(&host, Ok(&d), gpum_common::Lang::En).await;
+    assert!(again.removed.is_empty() && again.errors.is_empty());
+    assert!(Path::new(&root.path().join("opt/other/keep")).exists());
+}
+
+/// The real binary, without `--yes` and without a terminal, refuses before touching anything.
+#[test]
+fn uninstall_without_yes_and_without_a_tty_refuses() {
+    let out = Command::new(gpum_tests::bin("gpum-agent"))
+        .args(["uninstall"])
+        .env("LANG", "C.UTF-8")
+        .env_remove("LC_ALL")
+        .env_remove("LC_MESSAGES")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Nothing was removed") && stderr.contains("--yes"), "{stderr}");
+}

@@ -1,0 +1,129 @@
+//! Tiny local Docker images for the suites, built with `docker import` (the engine here cannot
+//! pull).
+//!
+//! The root filesystem is `/bin/busybox` from the `busybox-static` package, one symlink per
+//! applet, and the SIMULATED `nvidia-smi` of `tests/sim/nvidia-smi` at `/usr/bin/nvidia-smi`.
+//! [`busybox`] is the plain image (for containers the reconciler tests start);
+//! [`sim_nvidia`] is one tag per simulated `nvidia-smi` scenario, which is baked into the tag as
+//! `ENV GPUM_SIM_NVIDIA_SMI=<scenario>`, plus `VOLUME /gpum-sim-scratch` so that every probe
+//! container gets an anonymous volume whose removal the tests can check.
+//!
+//! Images are cached by tag. The tag carries [`IMAGE_VERSION`] and a hash of the simulation
+//! script, so editing the script rebuilds; an absent tag is rebuilt. Tests run in parallel
+//! processes, so building holds an exclusive `flock` on a file in the target directory, and
+//! re-checks the tag once it holds it.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Bump when the layout of the root filesystem changes.
+pub const IMAGE_VERSION: &str = "1";
+/// The repository every test image lives in. The agent refuses to run a probe without a GPU
+/// request on any other image.
+pub const REPO: &str = "gpum-test/busybox";
+/// The simulated `nvidia-smi` scenarios (see `tests/sim/nvidia-smi`).
+pub const SCENARIOS: [&str; 6] = ["ok", "fail", "unknown_error", "mismatch", "hang", "flood"];
+
+const SIM_SCRIPT: &str = include_str!("../sim/nvidia-smi");
+const BUSYBOX: &str = "/bin/busybox";
+
+/// `gpum-test/busybox:<version>`: busybox plus the simulated `nvidia-smi` (scenario `ok`).
+pub fn busybox() -> Result<String> {
+    let tag = format!("{REPO}:{}", version());
+    ensure(&tag, &["ENV GPUM_SIM_NVIDIA_SMI=ok".to_string()])?;
+    Ok(tag)
+}
+
+/// `gpum-test/busybox:<version>-<scenario>`: the simulated `nvidia-smi` behaves as `scenario`.
+pub fn sim_nvidia(scenario: &str) -> Result<String> {
+    if !SCENARIOS.contains(&scenario) {
+        bail!("no simulated nvidia-smi scenario {scenario:?}; see tests/sim/nvidia-smi");
+    }
+    let tag = format!("{REPO}:{}-{}", version(), scenario.replace('_', "-"));
+    ensure(&tag, &[format!("ENV GPUM_SIM_NVIDIA_SMI={scenario}"), "VOLUME /gpum-sim-scratch".to_string()])?;
+    Ok(tag)
+}
+
+/// `<IMAGE_VERSION>-<8 hex digits of the script's FNV-1a hash>`.
+fn version() -> String {
+    let mut h: u32 = 0x811c9dc5;
+    for b in SIM_SCRIPT.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    format!("{IMAGE_VERSION}-{h:08x}")
+}
+
+fn image_exists(tag: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", tag])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn ensure(tag: &str, changes: &[String]) -> Result<()> {
+    if image_exists(tag) {
+        return Ok(());
+    }
+    let lock_path = crate::target_dir().join("gpum-test-images.lock");
+    fs::create_dir_all(crate::target_dir())?;
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
+    let _lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    // Another process may have built it while we waited.
+    if image_exists(tag) {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let tar = dir.path().join("rootfs.tar");
+    build_rootfs(&dir.path().join("rootfs"))?;
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(dir.path().join("rootfs"))
+        .args(["--owner=0", "--group=0", "-cf"])
+        .arg(&tar)
+        .arg("."))?;
+    let mut import = Command::new("docker");
+    import.arg("import");
+    for c in changes {
+        import.args(["--change", c]);
+    }
+    import.arg(&tar).arg(tag);
+    run(&mut import).with_context(|| format!("docker import {tag}"))?;
+    Ok(())
+}
+
+fn build_rootfs(root: &Path) -> Result<()> {
+    for d in ["bin", "usr/bin", "etc", "tmp", "proc", "sys", "dev"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    fs::copy(BUSYBOX, root.join("bin/busybox"))
+        .with_context(|| format!("{BUSYBOX} (install busybox-static)"))?;
+    let list = Command::new(BUSYBOX).arg("--list").output().context("busybox --list")?;
+    for applet in String::from_utf8_lossy(&list.stdout).lines().map(str::trim) {
+        if applet.is_empty() || applet == "busybox" || applet.contains('/') {
+            continue;
+        }
+        symlink("busybox", root.join("bin").join(applet))?;
+    }
+    let smi = root.join("usr/bin/nvidia-smi");
+    fs::write(&smi, SIM_SCRIPT)?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&smi, fs::Permissions::from_mode(0o755))?;
+    fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
+    fs::write(root.join("etc/group"), "root:x:0:\n")?;
+    Ok(())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! The real `gpum-platform` for end-to-end tests.
+//!
+//! [`TestPlatform::start`] runs the real binary (`gpum-platform serve`) on 127.0.0.1 with a port
+//! the kernel picks, a fresh database, an admin token file, a test clock and either TLS (a
+//! throwaway CA and a certificate for 127.0.0.1 and localhost) or `--insecure-http`. It returns
+//! once the server has bound its socket. Admin operations run the real CLI against the same
+//! database (`gpum-platform --db F ...`), so they are synchronous and work from any test, async
+//! or not; the HTTP admin API is covered by `tests/e2e/platform.rs`.
+//!
+//! [`TestPlatform::stop`] and [`TestPlatform::restart`] keep the database and the port, for
+//! "platform down, then back" tests. Dropping it kills the server.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use gpum_protocol::{NodeList, NodeSummary};
+
+/// How to start the platform.
+#[derive(Debug, Clone)]
+pub struct PlatformOpts {
+    /// TLS with a throwaway CA (default), or plain HTTP on loopback.
+    pub tls: bool,
+    /// The interval given to agents (default 1 s, so tests run fast).
+    pub heartbeat_interval_secs: u64,
+    /// Served under `/dl/`.
+    pub dist: Option<PathBuf>,
+    /// Start with the admin API on (default).
+    pub admin_api: bool,
+    /// Extra arguments for `serve`.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for PlatformOpts {
+    fn default() -> Self {
+        PlatformOpts {
+            tls: true,
+            heartbeat_interval_secs: 1,
+            dist: None,
+            admin_api: true,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+impl PlatformOpts {
+    pub fn insecure_http() -> Self {
+        PlatformOpts { tls: false, ..Default::default() }
+    }
+}
+
+pub struct TestPlatform {
+    dir: tempfile::TempDir,
+    opts: PlatformOpts,
+    child: Option<Child>,
+    _stdout: Option<BufReader<ChildStdout>>,
+    url: String,
+    port: u16,
+    ca_pem: Option<String>,
+    admin_token: String,
+}
+
+impl TestPlatform {
+    /// Starts the real server; panics (with its log) if it does not come up within 30 s.
+    pub fn start(opts: PlatformOpts) -> TestPlatform {
+        let dir = tempfile::Builder::new().prefix("gpum-platform-test").tempdir().expect("temp dir");
+        let admin_token = random_hex(32);
+        write_private(&dir.path().join("admin-token"), admin_token.as_bytes());
+        std::fs::write(dir.path().join("clock"), "0\n").expect("clock file");
+        let mut ca_pem = None;
+        if opts.tls {
+            let (ca, cert, key) = make_certs();
+            std::fs::write(dir.path().join("ca.pem"), &ca).expect("ca.pem");
+            std::fs::write(dir.path().join("cert.pem"), cert).expect("cert.pem");
+            write_private(&dir.path().join("key.pem"), key.as_bytes());
+            ca_pem = Some(ca);
+        }
+        let mut p = TestPlatform {
+            dir,
+            opts,
+            child: None,
+            _stdout: None,
+            url: String::new(),
+            port: 0,
+            ca_pem,
+            admin_token,
+        };
+        p.spawn();
+        p
+    }
+
+    fn spawn(&mut self) {
+        let d = self.dir.path();
+        let mut cmd = Command::new(crate::bin("gpum-platform"));
+        cmd.arg("serve")
+            .arg("--db")
+            .arg(self.db_path())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--heartbeat-interval")
+            .arg(self.opts.heartbeat_interval_secs.to_string())
+            .arg("--test-clock-file")
+            .arg(d.join("clock"));
+        if self.opts.tls {
+            cmd.arg("--tls-cert").arg(d.join("cert.pem")).arg("--tls-key").arg(d.join("key.pem"));
+        } else {
+            cmd.arg("--insecure-http");
+        }
+        if self.opts.admin_api {
+            cmd.arg("--admin-token-file").arg(d.join("admin-token"));
+        }
+        if let Some(dist) = &self.opts.dist {
+            cmd.arg("--dist").arg(dist);
+        }
+        cmd.args(&self.opts.extra_args);
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).env("GPUM_LOG", "info");
+        let mut child = cmd.spawn().expect("spawn gpum-platform");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            let mut line = String::new();
+            let n = r.read_line(&mut line).unwrap_or(0);
+            let _ = tx.send((n, line, r));
+        });
+        let (n, line, reader) = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("gpum-platform did not start within 30 s; log:\n{}", self.log());
+            }
+        };
+        let Some(url) = line.trim().strip_prefix("gpum-platform listening on ").filter(|_| n > 0) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gpum-platform did not start (said {line:?}); log:\n{}", self.log());
+        };
+        let port: u16 =
+            url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the listening line");
+        self.port = port;
+        // Clients use the name the certificate carries.
+        self.url = format!("{}://127.0.0.1:{port}", if self.opts.tls { "https" } else { "http" });
+        self.child = Some(child);
+        self._stdout = Some(reader);
+    }
+
+    /// The base URL, e.g. `https://127.0.0.1:40123` (no trailing slash).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The PEM of the CA that signed the server's certificate (TLS mode only).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// A file holding [`Self::ca_pem`] (TLS mode only), e.g. for `CURL_CA_BUNDLE`.
+    pub fn ca_path(&self) -> Option<PathBuf> {
+        self.ca_pem.as_ref().map(|_| self.dir.path().join("ca.pem"))
+    }
+
+    /// The admin API bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("platform.db")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("platform.log")
+    }
+
+    /// The server's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A reqwest client that trusts the test CA (and nothing else).
+    pub fn http_client(&self) -> reqwest::Client {
+        let mut b = reqwest::Client::builder().timeout(Duration::from_secs(20));
+        if let Some(pem) = &self.ca_pem {
+            b = b
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).expect("CA PEM"));
+        }
+        b.build().expect("reqwest client")
+    }
+
+    /// Runs the real CLI against this platform's database and clock; returns its output.
+    pub fn cli<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Command::new(crate::bin("gpum-platform"))
+            .arg("--db")
+            .arg(self.db_path())
+            .arg("--test-clock-file")
+            .arg(self.dir.path().join("clock"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run gpum-platform")
+    }
+
+    /// Runs the CLI with `--json`, panics on failure, returns the parsed output.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.cli(&a);
+        assert!(
+            out.status.success(),
+            "gpum-platform {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("gpum-platform {args:?}: not JSON ({e})"))
+    }
+
+    /// A fresh join code valid for 24 h.
+    pub fn join_code(&self) -> String {
+        self.join_code_ttl("24h")
+    }
+
+    /// A fresh join code with a TTL like `90s` or `1h`.
+    pub fn join_code_ttl(&self, ttl: &str) -> String {
+        self.cli_json(&["join-code", "create", "--ttl", ttl])["code"].as_str().expect("code").to_owned()
+    }
+
+    pub fn nodes(&self) -> NodeList {
+        serde_json::from_value(self.cli_json(&["nodes", "list"])).expect("NodeList")
+    }
+
+    pub fn node(&self, id: &str) -> Option<NodeSummary> {
+        self.nodes().nodes.into_iter().find(|n| n.id == id)
+    }
+
+    pub fn delete_node(&self, id: &str) {
+        self.cli_json(&["nodes", "delete", id]);
+    }
+
+    /// Queues `recheck` or `restart`; returns the command id.
+    pub fn command(&self, id: &str, kind: &str) -> String {
+        self.cli_json(&["nodes", "command", id, kind])["id"].as_str().expect("command id").to_owned()
+    }
+
+    /// Replaces the node's token; returns the new one.
+    pub fn rotate_token(&self, id: &str) -> String {
+        self.cli_json(&["nodes", "rotate-token", id])["node_token"].as_str().expect("token").to_owned()
+    }
+
+    pub fn set_probe_image(&self, image: &str) {
+        self.cli_json(&["probe-image", "set", image]);
+    }
+
+    pub fn clear_probe_image(&self) {
+        self.cli_json(&["probe-image", "clear"]);
+    }
+
+    /// Sets the `gpum.managed` containers the platform knows on a node (empty: none).
+    pub fn set_known_containers(&self, id: &str, container_ids: &[&str]) {
+        let mut a = vec!["nodes", "known-containers", id];
+        a.extend_from_slice(container_ids);
+        self.cli_json(&a);
+    }
+
+    /// Moves the platform's clock (server and CLI) forward by `secs` (backward if negative).
+    pub fn advance_clock(&self, secs: i64) {
+        let f = self.dir.path().join("clock");
+        let cur: i64 = std::fs::read_to_string(&f).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let tmp = self.dir.path().join("clock.tmp");
+        std::fs::write(&tmp, format!("{}\n", cur + secs)).expect("write clock");
+        std::fs::rename(&tmp, &f).expect("rename clock");
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Stops the server (SIGKILL), keeping the database and the port number.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self._stdout = None;
+    }
+
+    /// Starts the server again on the same port with the same database.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for TestPlatform {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `f` every 50 ms until it is true; panics with `what` after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut b)
+        .expect("random");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn write_private(path: &Path, data: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).expect("create");
+    f.write_all(data).expect("write");
+}
+
+/// A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost:
+/// (CA PEM, certificate PEM, key PEM).
+fn make_certs() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "gpum test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("CA cert");
+    let key = KeyPair::generate().expect("server key");
+    let mut params =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("server params");
+    params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    let cert = params.signed_by(&key, &ca, &ca_key).expect("server cert");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}

@@ -1,0 +1,66 @@
+//! `cargo xtask bench dryrun`: the median wall time of `gpum-install --dry-run --offline --json`
+//! (release build) against the physical floor, the same binary with `--help`, which starts,
+//! parses and exits. Goal: under 20 ms, and within 3x of `--help`.
+//!
+//! Both run as whole processes, interleaved (so drift in machine load hits both alike), with
+//! output discarded. The dry run's exit code is 10 on a machine that is not ready (this one has
+//! no GPU); that is expected and not an error here.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::util::{median, percentile, workspace_root};
+
+pub fn run(quick: bool) -> Result<()> {
+    let runs = if quick { 25 } else { 201 };
+    let root = workspace_root();
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "--release", "-p", "gpum-install", "--bin", "gpum-install"])
+        .current_dir(&root)
+        .status()?;
+    if !st.success() {
+        bail!("cargo build --release -p gpum-install failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(Into::into).unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release").join("gpum-install");
+    let dry = ["--dry-run", "--offline", "--json"];
+    // One untimed run of each: page cache, and proof that the dry run answers.
+    let code = once(&bin, &dry)?.1;
+    if code != 0 && code != 10 {
+        bail!("gpum-install --dry-run exited {code}");
+    }
+    once(&bin, &["--help"])?;
+    let (mut d, mut h) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        d.push(once(&bin, &dry)?.0);
+        h.push(once(&bin, &["--help"])?.0);
+    }
+    let (dm, hm) = (median(&mut d), median(&mut h));
+    let (d90, h90) = (percentile(&mut d, 90.0), percentile(&mut h, 90.0));
+    let ratio = dm / hm;
+    println!("command: {} --dry-run --offline --json vs --help, {runs} interleaved runs each", bin.display());
+    println!("dry-run: median {dm:.2} ms, p90 {d90:.2} ms (exit {code})");
+    println!("--help:  median {hm:.2} ms, p90 {h90:.2} ms");
+    println!(
+        "ratio {ratio:.2}x; goal < 20 ms: {}; goal within 3x of --help: {}",
+        if dm < 20.0 { "met" } else { "MISSED" },
+        if ratio <= 3.0 { "met" } else { "MISSED" }
+    );
+    Ok(())
+}
+
+/// One run: wall milliseconds and exit code.
+fn once(bin: &Path, args: &[&str]) -> Result<(f64, i32)> {
+    let t = Instant::now();
+    let st = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    Ok((t.elapsed().as_secs_f64() * 1000.0, st.code().unwrap_or(-1)))
+}
