@@ -52,7 +52,8 @@ gpum_main() {
     [ "$gpum_actual" = "$gpum_expected" ] || gpum_fail_download "checksum mismatch"
 
     chmod 0700 "$gpum_tmp/gpum-install" || gpum_fail_download "cannot make the installer executable"
-    GPUM_PLATFORM_URL="$GPUM_PLATFORM_URL" "$gpum_tmp/gpum-install" "$@"
+    # The platform URL is no secret: it goes on the command line, where the installer reads --server.
+    "$gpum_tmp/gpum-install" --server "$GPUM_PLATFORM_URL" "$@"
     gpum_rc=$?
     if [ "$gpum_rc" -eq 126 ]; then
         gpum_fail_exec

@@ -453,12 +453,17 @@ pub fn heartbeat_prepared(
     }
 
     // Pending commands are delivered once: the answer that carries them marks them delivered.
-    let commands: Vec<gpum_protocol::Command> = conn
-        .prepare_cached(
+    // A handshake (`seq == 0`, what `gpum-agent smoke` sends) gets none: a one-shot process that
+    // exits right after would otherwise swallow a command meant for the service.
+    let commands: Vec<gpum_protocol::Command> = if req.seq == 0 {
+        Vec::new()
+    } else {
+        conn.prepare_cached(
             "SELECT id, kind FROM commands WHERE node_id = ?1 AND delivered_at IS NULL ORDER BY seq",
         )?
         .query_map(params![node_id], |r| Ok(gpum_protocol::Command { id: r.get(0)?, kind: r.get(1)? }))?
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()?
+    };
     if !commands.is_empty() {
         conn.prepare_cached(
             "UPDATE commands SET delivered_at = ?1 WHERE node_id = ?2 AND delivered_at IS NULL",
@@ -752,6 +757,9 @@ mod tests {
         assert!(a.send_inventory, "hash mismatch asks for the inventory");
         let q = queue_command(&c, 2, &r.node_id, "recheck").unwrap();
         assert_eq!(queue_command(&c, 2, &r.node_id, "format").unwrap_err().code, ErrorCode::InvalidRequest);
+        hb.seq = 0;
+        let a = heartbeat(&c, 2, &r.node_token, &hb, 10).unwrap();
+        assert!(a.commands.is_empty(), "a handshake (smoke) never takes a command");
         hb.seq = 2;
         hb.probe = Some(ProbeReport {
             state: VerificationState::Verified,

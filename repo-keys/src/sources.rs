@@ -426,7 +426,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let host = gpum_host::RealHost::with_root(dir.path());
-        gpum_host::Host::create_dir_all(&host, std::path::Path::new("/etc/apt/sources.list.d"), 0o755).unwrap();
+        gpum_host::Host::create_dir_all(&host, std::path::Path::new("/etc/apt/sources.list.d"), 0o755)
+            .unwrap();
         write_source(&host, &DOCKER_UBUNTU, "jammy", "amd64").unwrap();
         let p = dir.path().join("etc/apt/sources.list.d/gpum-docker.sources");
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644);

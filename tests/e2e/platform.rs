@@ -458,7 +458,7 @@ fn sha256_hex(data: &[u8]) -> String {
 }
 
 fn dist_with_installer(dir: &Path, hash_ok: bool) {
-    let script = b"#!/bin/sh\necho \"dummy installer ran with: $*\"\necho \"platform=$GPUM_PLATFORM_URL\"\necho \"from=$0\"\nexit 7\n";
+    let script = b"#!/bin/sh\necho \"dummy installer ran with: $*\"\necho \"from=$0\"\nexit 7\n";
     std::fs::write(dir.join("gpum-install"), script).unwrap();
     let hash = if hash_ok { sha256_hex(script) } else { sha256_hex(b"something else") };
     std::fs::write(dir.join("gpum-install.sha256"), format!("{hash}  gpum-install\n")).unwrap();
@@ -507,8 +507,10 @@ async fn install_sh_passes_shellcheck_and_runs_a_verified_installer() {
         "the installer's exit code comes through: {stdout} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("dummy installer ran with: --code GPUM-X --dry-run"), "{stdout}");
-    assert!(stdout.contains(&format!("platform={}", p.url())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("dummy installer ran with: --server {} --code GPUM-X --dry-run", p.url())),
+        "the platform URL is passed as --server, then the script's own arguments: {stdout}"
+    );
     assert!(stdout.contains(&format!("from={}", tmp.display())), "downloaded under TMPDIR: {stdout}");
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "cleaned up");
 
