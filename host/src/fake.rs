@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::{Cmd, FsSpace, Host, Output, UnixHttpResponse};
@@ -27,7 +27,7 @@ struct State {
 /// See the module docs.
 #[derive(Debug)]
 pub struct FakeHost {
-    st: Mutex<State>,
+    st: Arc<Mutex<State>>,
     pub euid: u32,
     pub arch: String,
     pub now: SystemTime,
@@ -37,7 +37,7 @@ pub struct FakeHost {
 impl Default for FakeHost {
     fn default() -> Self {
         Self {
-            st: Mutex::default(),
+            st: Arc::default(),
             euid: 0,
             arch: "x86_64".into(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -214,11 +214,34 @@ impl Host for FakeHost {
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
         Ok(self.st.lock().unwrap().locks.get(path).copied())
     }
+    fn create_partial(&self, dest: &Path, _mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
+        Ok(Box::new(FakePartial { st: Arc::clone(&self.st), dest: dest.to_path_buf(), data: Vec::new() }))
+    }
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         let raw = self.st.lock().unwrap().unix_http.get(&(socket.to_path_buf(), path.to_string())).cloned();
         match raw {
             Some(r) => UnixHttpResponse::parse(&r),
             None => Err(io::Error::new(io::ErrorKind::ConnectionRefused, socket.display().to_string())),
         }
+    }
+}
+
+/// A partial file in memory: lands in the fake filesystem only on commit.
+struct FakePartial {
+    st: Arc<Mutex<State>>,
+    dest: PathBuf,
+    data: Vec<u8>,
+}
+
+impl crate::PartialFile for FakePartial {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.data.extend_from_slice(buf);
+        Ok(())
+    }
+    fn commit(self: Box<Self>) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(self.dest.clone());
+        st.files.insert(self.dest.clone(), self.data);
+        Ok(())
     }
 }

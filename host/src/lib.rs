@@ -127,12 +127,28 @@ pub trait Host: Send + Sync {
         Err(io::Error::new(io::ErrorKind::Unsupported, "lock_holder"))
     }
 
+    /// Starts writing `dest` through a partial file beside it, created O_EXCL with `mode`.
+    /// Bytes go to disk as they arrive; [`PartialFile::commit`] fsyncs and renames the partial
+    /// file onto `dest`; dropping it uncommitted deletes it. So a download can be hashed while it
+    /// is written, and be in place only after every check has passed.
+    fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn PartialFile>> {
+        let _ = (dest, mode);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "create_partial"))
+    }
+
     /// One `GET` over a Unix socket (the Docker Engine API), HTTP/1.0 so the body ends at EOF.
     /// Bounded by a short timeout so a hung daemon cannot hang the caller.
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         let _ = (socket, path);
         Err(io::Error::new(io::ErrorKind::Unsupported, "unix_http_get"))
     }
+}
+
+/// A file being written under a temporary name; see [`Host::create_partial`].
+pub trait PartialFile: Send {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// fsync, rename onto the destination, fsync the directory.
+    fn commit(self: Box<Self>) -> io::Result<()>;
 }
 
 /// An HTTP/1.0 response read from a Unix socket: status, headers, and the body (which ends at

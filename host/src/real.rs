@@ -163,6 +163,16 @@ impl Host for RealHost {
         Ok(if fl.l_type == libc::F_UNLCK as libc::c_short { None } else { Some(fl.l_pid) })
     }
 
+    fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
+        let dest = self.map(dest);
+        let dir = dest.parent().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no parent"))?;
+        let name = dest.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no name"))?;
+        let tmp = dir.join(format!(".{}.partial.{}", name.to_string_lossy(), std::process::id()));
+        let file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        Ok(Box::new(RealPartial { file: Some(file), tmp, dest }))
+    }
+
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         use std::os::unix::net::UnixStream;
         let timeout = Some(std::time::Duration::from_secs(3));
@@ -210,6 +220,38 @@ pub fn write_atomic(dest: &Path, data: &[u8], mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_file_lands_only_on_commit() {
+        let dir = tempfile_dir();
+        let host = RealHost::with_root(&dir);
+        let entries = || fs::read_dir(&dir).unwrap().count();
+
+        let mut p = host.create_partial(Path::new("/agent"), 0o755).unwrap();
+        p.write_all(b"half").unwrap();
+        assert_eq!(entries(), 1, "the bytes are on disk, under a temporary name");
+        assert!(!dir.join("agent").exists(), "not under the final name before commit");
+        drop(p);
+        assert_eq!(entries(), 0, "dropping an uncommitted partial file deletes it");
+
+        let mut p = host.create_partial(Path::new("/agent"), 0o755).unwrap();
+        p.write_all(b"whole").unwrap();
+        p.commit().unwrap();
+        assert_eq!(fs::read(dir.join("agent")).unwrap(), b"whole");
+        assert_eq!(fs::metadata(dir.join("agent")).unwrap().permissions().mode() & 0o777, 0o755);
+        assert_eq!(entries(), 1, "nothing else is left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "gpum-host-test.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
 
     #[test]
     fn http10_split() {
@@ -269,5 +311,39 @@ mod tests {
         write_atomic(&dir.join("lock"), b"", 0o640).unwrap();
         assert_eq!(h.lock_holder(Path::new("/lock")).unwrap(), None);
         fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// A partial file on the real machine: removed on drop unless committed.
+struct RealPartial {
+    file: Option<fs::File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl crate::PartialFile for RealPartial {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.as_mut().expect("open until commit").write_all(buf)
+    }
+
+    fn commit(mut self: Box<Self>) -> io::Result<()> {
+        let f = self.file.take().expect("open until commit");
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&self.tmp, &self.dest)?;
+        if let Some(d) = self.dest.parent().and_then(|d| fs::File::open(d).ok()) {
+            let _ = d.sync_all();
+        }
+        // Committed: nothing for Drop to remove.
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for RealPartial {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
     }
 }

@@ -3,10 +3,12 @@
 //! An artifact is fetched with its `.sha256` and `.sig` first, so a missing or malformed
 //! checksum or signature stops the install before the large download starts. The body is then
 //! hashed while it arrives ([`ArtifactVerifier`], one SHA-256 pass serving both the checksum and
-//! the signature) and kept in memory, bounded by [`MAX_ARTIFACT_BYTES`]. Only after every check
-//! has passed is it written, through [`Host::write_atomic`]: a temp file beside the destination,
-//! fsync, rename. So a failure at any point leaves no file behind, partial or whole, and nothing
-//! unverified is ever on disk where it could be executed.
+//! the signature) and written as it arrives to a partial file beside the destination
+//! ([`Host::create_partial`]: created O_EXCL with the final mode, under a hidden temporary name),
+//! bounded by [`MAX_ARTIFACT_BYTES`]. Only after every check has passed is the partial file
+//! fsynced and renamed onto the destination; any failure drops it, which deletes it. So a failure
+//! at any point leaves no file behind, partial or whole, and nothing unverified ever has the name
+//! the installer executes.
 //!
 //! The destination directory is under `$TMPDIR` (`/tmp` when unset), see [`work_dir`]: the
 //! installer runs the downloaded agent from there, so the seed's advice for a noexec `/tmp`
@@ -24,7 +26,7 @@ use gpum_repo_keys::pinned::Repo;
 use gpum_repo_keys::release::{ArtifactVerifier, ReleaseKeys};
 
 /// The largest artifact accepted. gpum binaries are tens of MB; a server that sends more is
-/// broken or hostile, and the bound keeps the in-memory buffer bounded too.
+/// broken or hostile, and the bound keeps a hostile server from filling the disk.
 pub const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 /// The largest `.sha256`, `.sig` or apt key accepted.
 const MAX_SMALL_BYTES: u64 = 1 << 20;
@@ -95,17 +97,20 @@ pub async fn fetch_verified(
     if let Some(n) = resp.content_length().filter(|n| *n > MAX_ARTIFACT_BYTES) {
         return Err(fail(url, format!("{n} bytes is larger than the {MAX_ARTIFACT_BYTES}-byte limit")));
     }
-    let mut data = Vec::with_capacity(resp.content_length().unwrap_or(0) as usize);
+    let writing = |e: std::io::Error| fail(url, format!("writing {}: {e}", dest.display()));
+    // Dropped on every early return below, which deletes the partial file.
+    let mut partial = host.create_partial(dest, mode).map_err(writing)?;
+    let mut len: u64 = 0;
     while let Some(chunk) = resp.chunk().await.map_err(|e| fail(url, e))? {
-        if data.len() as u64 + chunk.len() as u64 > MAX_ARTIFACT_BYTES {
+        len += chunk.len() as u64;
+        if len > MAX_ARTIFACT_BYTES {
             return Err(fail(url, format!("larger than the {MAX_ARTIFACT_BYTES}-byte limit")));
         }
         verifier.update(&chunk);
-        data.extend_from_slice(&chunk);
+        partial.write_all(&chunk).map_err(writing)?;
     }
     verifier.finish(keys, host.now()).map_err(|e| fail(url, e))?;
-    host.write_atomic(dest, &data, mode)
-        .map_err(|e| fail(url, format!("writing {}: {e}", dest.display())))?;
+    partial.commit().map_err(writing)?;
     Ok(dest.to_path_buf())
 }
 
