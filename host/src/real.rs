@@ -217,6 +217,40 @@ pub fn write_atomic(dest: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     res
 }
 
+/// A partial file on the real machine: removed on drop unless committed.
+struct RealPartial {
+    file: Option<fs::File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl crate::PartialFile for RealPartial {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.as_mut().expect("open until commit").write_all(buf)
+    }
+
+    fn commit(mut self: Box<Self>) -> io::Result<()> {
+        let f = self.file.take().expect("open until commit");
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&self.tmp, &self.dest)?;
+        if let Some(d) = self.dest.parent().and_then(|d| fs::File::open(d).ok()) {
+            let _ = d.sync_all();
+        }
+        // Committed: nothing for Drop to remove.
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for RealPartial {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,39 +345,5 @@ mod tests {
         write_atomic(&dir.join("lock"), b"", 0o640).unwrap();
         assert_eq!(h.lock_holder(Path::new("/lock")).unwrap(), None);
         fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
-/// A partial file on the real machine: removed on drop unless committed.
-struct RealPartial {
-    file: Option<fs::File>,
-    tmp: PathBuf,
-    dest: PathBuf,
-}
-
-impl crate::PartialFile for RealPartial {
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.file.as_mut().expect("open until commit").write_all(buf)
-    }
-
-    fn commit(mut self: Box<Self>) -> io::Result<()> {
-        let f = self.file.take().expect("open until commit");
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&self.tmp, &self.dest)?;
-        if let Some(d) = self.dest.parent().and_then(|d| fs::File::open(d).ok()) {
-            let _ = d.sync_all();
-        }
-        // Committed: nothing for Drop to remove.
-        self.tmp = PathBuf::new();
-        Ok(())
-    }
-}
-
-impl Drop for RealPartial {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            let _ = fs::remove_file(&self.tmp);
-        }
     }
 }
