@@ -4,6 +4,10 @@
 //! status`, the agent's `doctor` and the installer's `existing_install` check read it. It holds no
 //! secret (the token lives only in `config.toml`, mode 0600).
 
+use std::io;
+use std::path::{Path, PathBuf};
+
+use gpum_host::Host;
 use serde::{Deserialize, Serialize};
 
 /// File name inside the state directory.
@@ -67,4 +71,40 @@ pub struct AgentState {
     pub stopped: Option<Stopped>,
     /// Unix seconds of this write.
     pub updated_at: u64,
+}
+
+/// `<state_dir>/state.json`.
+pub fn state_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(STATE_FILE)
+}
+
+/// Reads the state; `Ok(None)` when the agent never wrote one, `InvalidData` when it is not
+/// valid JSON of this schema. The one reader for the agent's `status`/`doctor` and the
+/// installer's `existing_install` check, so they cannot disagree on what a state file says.
+pub fn read(host: &dyn Host, state_dir: &Path) -> io::Result<Option<AgentState>> {
+    match host.read(&state_path(state_dir)) {
+        Ok(b) => {
+            serde_json::from_slice(&b).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_host::fake::FakeHost;
+
+    #[test]
+    fn read_absent_valid_and_invalid() {
+        let dir = Path::new(DEFAULT_STATE_DIR);
+        assert_eq!(read(&FakeHost::new(), dir).unwrap(), None);
+        let st =
+            AgentState { node_id: Some("n".into()), connection: Connection::Connected, ..Default::default() };
+        let h = FakeHost::new().file(state_path(dir), serde_json::to_vec(&st).unwrap());
+        assert_eq!(read(&h, dir).unwrap(), Some(st));
+        let h = FakeHost::new().file(state_path(dir), "{not json");
+        assert_eq!(read(&h, dir).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
 }

@@ -22,3 +22,48 @@ pub const DOCKER_HOST: &str = "DOCKER_HOST";
 /// Where programs are looked up (the preflight audit looks for `docker` and `nvidia-ctk` without
 /// running them).
 pub const PATH: &str = "PATH";
+
+/// Where temporary files go when [`TMPDIR`] is unset or empty.
+pub const DEFAULT_TMPDIR: &str = "/tmp";
+
+/// `$TMPDIR` when it is set and non-empty (an empty value means unset, as for `mktemp`). The
+/// installer downloads there and the audit checks that directory's mount, so both read it here.
+pub fn tmpdir(host: &dyn crate::Host) -> Option<std::path::PathBuf> {
+    host.env(TMPDIR).filter(|d| !d.is_empty()).map(std::path::PathBuf::from)
+}
+
+/// Docker's default Unix socket, used when [`DOCKER_HOST`] is unset.
+pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// The socket `$DOCKER_HOST` names: `None` when unset or empty, `Err` when it is not a
+/// `unix://` URL (gpum asks Docker only over its Unix socket, never over the network). The audit
+/// and the agent both read it here.
+pub fn docker_host_socket(host: &dyn crate::Host) -> Option<Result<std::path::PathBuf, String>> {
+    let h = host.env(DOCKER_HOST).filter(|h| !h.is_empty())?;
+    Some(match h.strip_prefix("unix://") {
+        Some(p) => Ok(p.into()),
+        None => Err(format!("DOCKER_HOST={h} is not a Unix socket")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fake::FakeHost;
+
+    #[test]
+    fn tmpdir_empty_means_unset() {
+        assert_eq!(super::tmpdir(&FakeHost::new()), None);
+        assert_eq!(super::tmpdir(&FakeHost::new().env_var("TMPDIR", "")), None);
+        assert_eq!(super::tmpdir(&FakeHost::new().env_var("TMPDIR", "/var/tmp")), Some("/var/tmp".into()));
+    }
+
+    #[test]
+    fn docker_host_only_as_a_unix_socket() {
+        assert_eq!(super::docker_host_socket(&FakeHost::new()), None);
+        assert_eq!(super::docker_host_socket(&FakeHost::new().env_var("DOCKER_HOST", "")), None);
+        let h = FakeHost::new().env_var("DOCKER_HOST", "unix:///run/alt.sock");
+        assert_eq!(super::docker_host_socket(&h), Some(Ok("/run/alt.sock".into())));
+        let h = FakeHost::new().env_var("DOCKER_HOST", "tcp://10.0.0.1:2375");
+        assert!(matches!(super::docker_host_socket(&h), Some(Err(e)) if e.contains("tcp://10.0.0.1:2375")));
+    }
+}

@@ -17,6 +17,7 @@ struct State {
     dirs: Vec<PathBuf>,
     commands: BTreeMap<String, io::Result<Output>>,
     ran: Vec<Cmd>,
+    reads: Vec<PathBuf>,
     writes: Vec<PathBuf>,
     env: BTreeMap<String, String>,
     space: BTreeMap<PathBuf, FsSpace>,
@@ -120,6 +121,11 @@ impl FakeHost {
     pub fn ran(&self) -> Vec<Cmd> {
         self.st.lock().unwrap().ran.clone()
     }
+    /// Every path whose contents were read so far (found or not), so a test can prove that a
+    /// file holding a secret was never opened.
+    pub fn reads(&self) -> Vec<PathBuf> {
+        self.st.lock().unwrap().reads.clone()
+    }
     /// Every path written or removed so far.
     pub fn writes(&self) -> Vec<PathBuf> {
         self.st.lock().unwrap().writes.clone()
@@ -136,10 +142,9 @@ impl Host for FakeHost {
         }
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.st
-            .lock()
-            .unwrap()
-            .files
+        let mut st = self.st.lock().unwrap();
+        st.reads.push(path.to_path_buf());
+        st.files
             .get(path)
             .cloned()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))

@@ -33,10 +33,7 @@ const MAX_SMALL_BYTES: u64 = 1 << 20;
 
 /// `$TMPDIR`, or `/tmp` when it is unset or empty.
 pub fn tmp_base(host: &dyn Host) -> PathBuf {
-    host.env(env::TMPDIR)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
+    env::tmpdir(host).unwrap_or_else(|| PathBuf::from(env::DEFAULT_TMPDIR))
 }
 
 /// A fresh private directory for this run's downloads, `$TMPDIR/gpum-install.<pid>`, mode 0700

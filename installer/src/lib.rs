@@ -95,6 +95,8 @@ fn fail(io: &mut Io, f: &Failure, lang: Lang) -> i32 {
 
 /// The program. `args` includes the program name. Returns the exit code.
 pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) -> i32 {
+    // Read before parsing so a usage error is already in the right language; when parsing
+    // succeeds, `--lang` is the same value clap saw, so this is the run's language too.
     let lang = detect_lang(host, cli::lang_flag(args));
     let cli = match cli::parse(args) {
         cli::Parsed::Run(c) => c,
@@ -104,7 +106,6 @@ pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) ->
         }
         cli::Parsed::Fail(f) => return fail(io, &f, lang),
     };
-    let lang = detect_lang(host, cli.lang.as_deref().and_then(Lang::parse));
     let opts = GatherOptions { server: cli.server.clone(), offline: cli.offline, ..Default::default() };
 
     if cli.dry_run {
@@ -146,13 +147,11 @@ pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) ->
         return fail(io, &f, lang);
     }
     let audit = Audit::run(host, gpu, &opts, lang);
-    if !audit.ready() {
-        let _ = report::write_checks(io.stdout, &audit.findings, lang);
-        let _ = io.stdout.flush();
-        return fail(io, &Failure::PreflightFailed(gpum_preflight::failed_ids(&audit.findings)), lang);
-    }
     let _ = report::write_checks(io.stdout, &audit.findings, lang);
     let _ = io.stdout.flush();
+    if !audit.ready() {
+        return fail(io, &Failure::PreflightFailed(gpum_preflight::failed_ids(&audit.findings)), lang);
+    }
     fail(io, &Failure::InstallNotImplemented, lang)
 }
 

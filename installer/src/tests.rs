@@ -2,25 +2,17 @@
 //! comes from the documented places, and `--json` has the documented shape.
 
 use gpum_common::agent_state;
-use gpum_host::Host;
 use gpum_host::fake::FakeHost;
 use gpum_preflight::facts::*;
-use gpum_preflight::gpu::{GpuFacts, GpuProbe};
+use gpum_preflight::gpu::GpuFacts;
 use gpum_protocol::joincode::JoinCode;
 use serde_json::Value;
 
 use crate::plan::{Purpose, Step};
 use crate::{Io, join_code, run};
 
-struct Gpu(GpuFacts);
-impl GpuProbe for Gpu {
-    fn probe(&self, _: &dyn Host) -> GpuFacts {
-        self.0.clone()
-    }
-}
-
-fn t4() -> Gpu {
-    Gpu(GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] })
+fn t4() -> GpuFacts {
+    GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] }
 }
 
 fn fixture(name: &str) -> String {
@@ -49,7 +41,7 @@ struct Ran {
     err: String,
 }
 
-fn go(h: &FakeHost, gpu: &Gpu, args: &[&str], stdin: &str) -> Ran {
+fn go(h: &FakeHost, gpu: &GpuFacts, args: &[&str], stdin: &str) -> Ran {
     let args: Vec<String> =
         std::iter::once("gpum-install").chain(args.iter().copied()).map(String::from).collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -202,15 +194,16 @@ fn the_gate_keeps_its_order() {
     assert!(r.err.contains("looks wrong"));
     // 5. every failed check, listed.
     let h = fresh_ubuntu().with_arch("aarch64").file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
-    let r = go(&h, &Gpu(GpuFacts::DriverNotLoaded), &["--offline", "--code", &valid_code()], "");
+    let r = go(&h, &GpuFacts::DriverNotLoaded, &["--offline", "--code", &valid_code()], "");
     assert_eq!(r.code, 10);
     assert!(r.err.contains("(arch, tmp_exec, nvidia_driver)"), "{}", r.err);
     assert!(r.out.contains("[FAIL] tmp_exec"));
     // All passing: not implemented yet, and never 0.
-    let r = go(&fresh_ubuntu(), &t4(), &["--offline", "--code", &valid_code()], "");
+    let h = fresh_ubuntu();
+    let r = go(&h, &t4(), &["--offline", "--code", &valid_code()], "");
     assert_eq!(r.code, 1);
     assert!(r.err.contains("cannot install yet"), "{}", r.err);
-    assert!(fresh_ubuntu().writes().is_empty());
+    assert!(h.writes().is_empty(), "{:?}", h.writes());
 }
 
 #[test]

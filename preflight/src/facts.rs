@@ -30,7 +30,7 @@ pub const DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
 pub const DPKG_STATUS: &str = "/var/lib/dpkg/status";
 /// apt takes the frontend lock, dpkg the other; either held means another install is running.
 pub const DPKG_LOCKS: &[&str] = &["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock"];
-pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+pub const DEFAULT_DOCKER_SOCKET: &str = env::DEFAULT_DOCKER_SOCKET;
 pub const SYSTEMD_RUN_DIR: &str = "/run/systemd/system";
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin";
 
@@ -222,9 +222,9 @@ fn read_os(host: &dyn Host) -> Result<OsRelease, String> {
 }
 
 fn tmp_facts(host: &dyn Host, mounts: Result<&Vec<Mount>, String>) -> TmpFacts {
-    let env_dir = host.env(env::TMPDIR).filter(|d| !d.is_empty());
+    let env_dir = env::tmpdir(host);
     let from_env = env_dir.is_some();
-    let dir = PathBuf::from(env_dir.unwrap_or_else(|| "/tmp".into()));
+    let dir = env_dir.unwrap_or_else(|| PathBuf::from(env::DEFAULT_TMPDIR));
     match mounts {
         Ok(m) => TmpFacts { mount: mountinfo::mount_for(m, &dir).cloned(), dir, from_env, error: None },
         Err(e) => TmpFacts { dir, from_env, mount: None, error: Some(format!("{MOUNTINFO}: {e}")) },
@@ -248,13 +248,7 @@ fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>)
 
 /// The Docker socket: `DOCKER_HOST` when it names a Unix socket, else the default.
 fn docker_socket(host: &dyn Host) -> Result<PathBuf, String> {
-    match host.env(env::DOCKER_HOST).filter(|h| !h.is_empty()) {
-        None => Ok(PathBuf::from(DEFAULT_DOCKER_SOCKET)),
-        Some(h) => match h.strip_prefix("unix://") {
-            Some(p) => Ok(PathBuf::from(p)),
-            None => Err(format!("DOCKER_HOST={h} is not a Unix socket")),
-        },
-    }
+    env::docker_host_socket(host).unwrap_or_else(|| Ok(PathBuf::from(DEFAULT_DOCKER_SOCKET)))
 }
 
 fn docker_facts(
@@ -299,14 +293,10 @@ fn lock_facts(host: &dyn Host) -> LockFacts {
 }
 
 fn existing_facts(host: &dyn Host, systemd: bool) -> ExistingFacts {
-    let state_path = Path::new(agent_state::DEFAULT_STATE_DIR).join(agent_state::STATE_FILE);
-    let state = match host.read(&state_path) {
-        Ok(b) => Some(
-            serde_json::from_slice::<AgentState>(&b).map_err(|e| format!("{}: {e}", state_path.display())),
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(Err(format!("{}: {e}", state_path.display()))),
-    };
+    let state_dir = Path::new(agent_state::DEFAULT_STATE_DIR);
+    let state = agent_state::read(host, state_dir)
+        .map_err(|e| format!("{}: {e}", agent_state::state_path(state_dir).display()))
+        .transpose();
     let unit = host.exists(Path::new(agent_state::UNIT_PATH));
     let unit_state = if unit && systemd {
         let cmd =

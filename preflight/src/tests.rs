@@ -4,24 +4,17 @@ use std::path::{Path, PathBuf};
 
 use gpum_common::Lang;
 use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
+use gpum_host::Output;
 use gpum_host::fake::FakeHost;
-use gpum_host::{Host, Output};
 
 use crate::checks::{self, *};
 use crate::facts::{self, *};
-use crate::gpu::{GpuFacts, GpuProbe};
+use crate::gpu::GpuFacts;
 use crate::parse::fixture;
 use crate::{Status, failed_ids, ready};
 
-struct Gpu(GpuFacts);
-impl GpuProbe for Gpu {
-    fn probe(&self, _: &dyn Host) -> GpuFacts {
-        self.0.clone()
-    }
-}
-
-fn t4() -> Gpu {
-    Gpu(GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] })
+fn t4() -> GpuFacts {
+    GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] }
 }
 
 /// A ready Ubuntu 22.04 GPU machine with Docker and the toolkit configured.
@@ -44,7 +37,7 @@ fn offline() -> GatherOptions {
     GatherOptions { offline: true, ..Default::default() }
 }
 
-fn audit(h: &FakeHost, gpu: &Gpu) -> (Facts, Vec<crate::Finding>) {
+fn audit(h: &FakeHost, gpu: &GpuFacts) -> (Facts, Vec<crate::Finding>) {
     let f = gather(h, &offline(), gpu);
     let r = run_all(&f, Lang::En);
     (f, r)
@@ -104,7 +97,7 @@ fn this_machine_shape_no_gpu_no_systemd_debian_docker_io_non_root() {
         .dir("/var/lib/docker")
         .space_at("/var/lib/docker", 80_000_000_000)
         .env_var("PATH", "/usr/local/bin:/usr/bin");
-    let gpu = Gpu(GpuFacts::LibraryMissing { lib: "libnvidia-ml.so.1".into(), detail: "cannot open".into() });
+    let gpu = GpuFacts::LibraryMissing { lib: "libnvidia-ml.so.1".into(), detail: "cannot open".into() };
     let (f, r) = audit(&h, &gpu);
     assert_eq!(st(&r, ROOT), Status::Fail);
     assert_eq!(st(&r, SYSTEMD), Status::Fail);
@@ -341,7 +334,13 @@ fn existing_install_reports_its_state_and_whether_its_server_was_deleted() {
     let x = checks::existing_install(&gather(&h, &offline(), &t4()), Lang::Ru);
     assert_eq!(x.status, Status::Warn);
     assert!(x.fix.unwrap().contains("Эта видеокарта уже зарегистрирована на другом сервере"));
-    // The config holds the token: gather must not read it.
+    // The config holds the token: gather looks at its existence only, never its contents.
+    assert!(h.reads().iter().any(|p| p.ends_with("state.json")), "{:?}", h.reads());
+    assert!(
+        !h.reads().iter().any(|p| p == Path::new(gpum_common::agent_state::DEFAULT_CONFIG)),
+        "{:?}",
+        h.reads()
+    );
     assert!(h.ran().is_empty());
 
     let cfg_err = AgentState {
@@ -404,7 +403,7 @@ fn every_finding_exists_in_both_languages() {
         .with_euid(1)
         .with_arch("armv7l")
         .file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
-    let gpu = Gpu(GpuFacts::DriverNotLoaded);
+    let gpu = GpuFacts::DriverNotLoaded;
     let f = gather(&h, &offline(), &gpu);
     let (ru, en) = (run_all(&f, Lang::Ru), run_all(&f, Lang::En));
     for (r, e) in ru.iter().zip(&en) {

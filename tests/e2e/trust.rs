@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use gpum_common::{Failure, Lang};
 use gpum_host::RealHost;
 use gpum_host::http::{ClientOptions, client_for};
-use gpum_install::download::{fetch_repo_key, fetch_verified, work_dir};
+use gpum_install::download::{MAX_ARTIFACT_BYTES, fetch_repo_key, fetch_verified, work_dir};
 use gpum_repo_keys::keys::write_keyring;
 use gpum_repo_keys::pinned::{DOCKER_UBUNTU, NVIDIA_TOOLKIT, Repo};
 use gpum_repo_keys::release::ReleaseKeys;
@@ -29,6 +29,8 @@ enum Reply {
     Ok(Vec<u8>),
     /// Announces the full length, sends only the first half, then closes: a dropped download.
     Cut(Vec<u8>),
+    /// Announces this many bytes and sends none: a body too large to accept.
+    Announce(u64),
 }
 
 /// A minimal HTTP/1.1 server on 127.0.0.1: each connection gets one response, then is closed.
@@ -66,6 +68,10 @@ async fn serve(files: HashMap<String, Reply>) -> String {
                             b.len()
                         ),
                         b[..b.len() / 2].to_vec(),
+                    ),
+                    Some(Reply::Announce(n)) => (
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"),
+                        Vec::new(),
                     ),
                     None => (
                         "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -222,6 +228,43 @@ async fn missing_sha256_is_refused() {
     refused(&r, Reply::Ok(r.binary.clone()), None, Some(sig), "gpum-agent.sha256: HTTP 404").await;
 }
 
+#[tokio::test]
+async fn missing_binary_is_refused() {
+    let r = release();
+    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
+    // The checksum and signature are there; the binary itself is not (404).
+    let base = serve(HashMap::from([
+        ("/dl/gpum-agent.sha256".to_string(), Reply::Ok(sum)),
+        ("/dl/gpum-agent.sig".to_string(), Reply::Ok(sig)),
+    ]))
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let host = RealHost::with_root(root.path());
+    let url = format!("{base}/dl/gpum-agent");
+    let f = fetch_verified(&host, &client(&base), &url, Path::new("/gpum-agent"), 0o755, &r.keys)
+        .await
+        .unwrap_err();
+    assert_refused(&f, "/dl/gpum-agent: HTTP 404");
+    assert_eq!(files_under(root.path()), Vec::<PathBuf>::new());
+}
+
+#[tokio::test]
+async fn oversized_binary_is_refused_before_anything_is_written() {
+    let r = release();
+    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
+    let n = MAX_ARTIFACT_BYTES + 1;
+    let why = format!("{n} bytes is larger than the {MAX_ARTIFACT_BYTES}-byte limit");
+    refused(&r, Reply::Announce(n), Some(sum), Some(sig), &why).await;
+}
+
+#[tokio::test]
+async fn oversized_signature_is_refused() {
+    let r = release();
+    let (sum, _) = sign(&r.cert, &r.binary, "gpum-agent");
+    let huge = vec![b'A'; (1 << 20) + 1];
+    refused(&r, Reply::Ok(r.binary.clone()), Some(sum), Some(huge), "larger than 1048576 bytes").await;
+}
+
 /// `TMPDIR=/var/tmp`, as the seed advises for a noexec `/tmp`: the work directory and the
 /// verified agent land under `/var/tmp`, and the agent can be executed from there. The process
 /// environment can only be set for a new process, so the test re-runs itself as a child.
@@ -355,4 +398,27 @@ async fn missing_key_is_refused() {
     let host = RealHost::with_root(tempfile::tempdir().unwrap().path());
     let f = fetch_repo_key(&host, &client(&base), &format!("{base}/gpg"), &DOCKER_UBUNTU).await.unwrap_err();
     assert_refused(&f, "HTTP 404");
+}
+
+// ---------------------------------------------------------------- the platform check's TLS
+
+/// The dry run's platform check verifies TLS: the real platform over HTTPS with a certificate
+/// from a CA the installer does not trust fails the check (and so the audit), naming the
+/// certificate problem. With no switch to turn verification off, this is the only outcome.
+#[test]
+fn platform_check_refuses_an_untrusted_certificate() {
+    let p = gpum_tests::platform::TestPlatform::start(Default::default());
+    assert!(p.url().starts_with("https://"), "{}", p.url());
+    let o = std::process::Command::new(gpum_tests::bin("gpum-install"))
+        .args(["--dry-run", "--json", "--lang", "en", "--server", p.url()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(10), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let check = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "platform").unwrap();
+    assert_eq!(check["status"], "fail", "{check}");
+    let msg = check["message"].as_str().unwrap().to_lowercase();
+    assert!(msg.contains("certificate"), "{msg}");
+    assert_eq!(v["ready"], false);
 }

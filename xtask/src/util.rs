@@ -9,6 +9,19 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR`, else `target/` in the workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// `cargo build --quiet --release` with `args` (packages, targets); returns `target/release`.
+pub fn release_build(args: &[&str]) -> Result<PathBuf> {
+    let mut all = vec!["build", "--quiet", "--release"];
+    all.extend_from_slice(args);
+    cargo(&all)?;
+    Ok(target_dir().join("release"))
+}
+
 pub fn cargo(args: &[&str]) -> Result<()> {
     cargo_env(args, &[])
 }

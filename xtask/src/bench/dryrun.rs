@@ -12,20 +12,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{median, percentile, workspace_root};
+use crate::util::{median, percentile, release_build};
 
 pub fn run(quick: bool) -> Result<()> {
     let runs = if quick { 25 } else { 201 };
-    let root = workspace_root();
-    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--quiet", "--release", "-p", "gpum-install", "--bin", "gpum-install"])
-        .current_dir(&root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo build --release -p gpum-install failed");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(Into::into).unwrap_or_else(|| root.join("target"));
-    let bin = target.join("release").join("gpum-install");
+    let bin = release_build(&["-p", "gpum-install", "--bin", "gpum-install"])?.join("gpum-install");
     let dry = ["--dry-run", "--offline", "--json"];
     // One untimed run of each: page cache, and proof that the dry run answers.
     let code = once(&bin, &dry)?.1;

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{median, workspace_root};
+use crate::util::{median, release_build};
 
 pub fn run(quick: bool) -> Result<()> {
     let runs = if quick { 7 } else { 31 };
@@ -23,16 +23,8 @@ pub fn run(quick: bool) -> Result<()> {
 }
 
 fn bench(dir: &Path, runs: usize) -> Result<()> {
-    let root = workspace_root();
-    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--quiet", "--release", "-p", "gpum-repo-keys", "--example", "verify_file"])
-        .current_dir(&root)
-        .status()?;
-    if !st.success() {
-        bail!("building the verify_file example failed");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(Into::into).unwrap_or_else(|| root.join("target"));
-    let exe = target.join("release/examples/verify_file");
+    let exe =
+        release_build(&["-p", "gpum-repo-keys", "--example", "verify_file"])?.join("examples/verify_file");
 
     // A 10 MB pseudo-random "binary", signed with a throwaway key like `cargo xtask sign` does.
     let file = dir.join("gpum-agent");
