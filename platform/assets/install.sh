@@ -89,22 +89,26 @@ gpum_sha256() {
     printf '%s\n' "${gpum_out%% *}"
 }
 
-gpum_fail_download() {
+# gpum_die CODE RUSSIAN ENGLISH: the message in the user's language on stderr, then exit CODE.
+gpum_die() {
     if [ "$gpum_lang" = ru ]; then
-        printf '%s\n' "Не удалось скачать или проверить агент: $1. Повторите попытку; если ошибка повторяется, напишите нам." >&2
+        printf '%s\n' "$2" >&2
     else
-        printf '%s\n' "Could not download or verify the agent: $1. Try again; if it keeps failing, contact us." >&2
+        printf '%s\n' "$3" >&2
     fi
-    exit 20
+    exit "$1"
+}
+
+gpum_fail_download() {
+    gpum_die 20 \
+        "Не удалось скачать или проверить агент: $1. Повторите попытку; если ошибка повторяется, напишите нам." \
+        "Could not download or verify the agent: $1. Try again; if it keeps failing, contact us."
 }
 
 gpum_fail_exec() {
-    if [ "$gpum_lang" = ru ]; then
-        printf '%s\n' "Не удалось запустить скачанный агент. Скорее всего, ${TMPDIR:-/tmp} смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash." >&2
-    else
-        printf '%s\n' "Could not run the downloaded agent. Most likely ${TMPDIR:-/tmp} is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash." >&2
-    fi
-    exit 10
+    gpum_die 10 \
+        "Не удалось запустить скачанный агент. Скорее всего, ${TMPDIR:-/tmp} смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash." \
+        "Could not run the downloaded agent. Most likely ${TMPDIR:-/tmp} is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash."
 }
 
 gpum_main "$@"

@@ -181,24 +181,26 @@ async fn register(State(st): St, ApiJson(req): ApiJson<RegisterRequest>) -> Resu
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-async fn heartbeat(State(st): St, headers: HeaderMap, req: Request) -> Result<Response, ApiError> {
+async fn heartbeat(State(st): St, req: Request) -> Result<Response, ApiError> {
     // Authentication comes before the body, so a revoked agent learns it even if its body is bad.
-    let token = bearer(&headers)
+    // The token is read off the request itself: a `HeaderMap` extractor would copy every header.
+    let token = bearer(req.headers())
         .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?
         .to_owned();
-    // A deleted, replaced or unknown node hears so whatever it sends.
-    let parsed = match read_body(req, &()).await {
-        Ok(bytes) => parse_json::<HeartbeatRequest>(&bytes),
-        Err(e) => Err(e),
-    };
-    let req = match parsed {
-        Ok(r) => r,
+    // Reading, parsing and preparing (hashing, JSON encoding) happen here, off the database
+    // thread. A deleted, replaced or unknown node hears so whatever it sends.
+    let prepared = read_body(req, &()).await.and_then(|bytes| {
+        let req = parse_json::<HeartbeatRequest>(&bytes)?;
+        let p = store::PreparedBeat::new(&token, &req)?;
+        Ok((req, p))
+    });
+    let (req, prepared) = match prepared {
+        Ok(v) => v,
         Err(e) => return Err(revocation_or(&st, &token, e).await),
     };
-    let prepared = store::PreparedBeat::new(&token, &req);
     let now = st.clock.now();
     let interval = st.cfg.heartbeat_interval_secs;
-    let r = st.db.call(move |c| store::heartbeat_checked(c, now, &token, &req, prepared, interval)).await?;
+    let r = st.db.call(move |c| store::heartbeat_prepared(c, now, &req, &prepared, interval)).await?;
     Ok(Json(r).into_response())
 }
 

@@ -226,7 +226,7 @@ pub fn register(
         .execute(params![now as i64, code_hash])?;
     let node_id = new_id("node-");
     let token = new_token();
-    let inventory_json = serde_json::to_string(&req.inventory)?;
+    let (inventory_json, inventory_hash) = req.inventory.json_and_hash();
     conn.prepare_cached(
         "INSERT INTO nodes (id, token_hash, registered_at, agent_version, inventory_json, inventory_hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -237,7 +237,7 @@ pub fn register(
         now as i64,
         truncate(&req.agent_version, 64),
         inventory_json,
-        req.inventory.hash()
+        inventory_hash
     ])?;
     set_gpus(conn, &node_id, &req.inventory.private.gpu_uuids)?;
     Ok(RegisterResponse {
@@ -334,7 +334,7 @@ impl PreparedBeat {
         let inventory = match &req.inventory {
             Some(inv) => {
                 validate_inventory(inv)?;
-                Some((serde_json::to_string(inv)?, inv.hash()))
+                Some(inv.json_and_hash())
             }
             None => None,
         };
@@ -348,6 +348,8 @@ impl PreparedBeat {
     }
 }
 
+/// A heartbeat, start to end. The token is checked before the body: a revoked node hears so
+/// even if its body is bad (the server does the same with [`PreparedBeat`] off this thread).
 pub fn heartbeat(
     conn: &Connection,
     now: u64,
@@ -355,20 +357,7 @@ pub fn heartbeat(
     req: &HeartbeatRequest,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    let prepared = PreparedBeat::new(token, req)?;
-    heartbeat_prepared(conn, now, req, &prepared, heartbeat_interval_secs)
-}
-
-/// Checks the token before anything else: a revoked node hears so even if its body is bad.
-pub fn heartbeat_checked(
-    conn: &Connection,
-    now: u64,
-    token: &str,
-    req: &HeartbeatRequest,
-    prepared: Result<PreparedBeat, ApiError>,
-    heartbeat_interval_secs: u64,
-) -> Result<HeartbeatResponse, ApiError> {
-    match prepared {
+    match PreparedBeat::new(token, req) {
         Ok(p) => heartbeat_prepared(conn, now, req, &p, heartbeat_interval_secs),
         Err(e) => {
             check_node_token(conn, token)?;
@@ -384,13 +373,19 @@ pub fn heartbeat_prepared(
     prep: &PreparedBeat,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    // One lookup serves the common case; the slow path tells the revocation answers apart.
-    let row: Option<(String, Option<i64>, String, String)> = conn
-        .prepare_cached("SELECT id, deleted_at, inventory_hash, known_json FROM nodes WHERE token_hash = ?1")?
-        .query_row(params![prep.token_hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+    // One lookup serves the common case (the probe image rides along); the slow path tells the
+    // revocation answers apart.
+    type Row = (String, Option<i64>, String, String, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT id, deleted_at, inventory_hash, known_json,
+                    (SELECT value FROM settings WHERE key = 'probe_image')
+             FROM nodes WHERE token_hash = ?1",
+        )?
+        .query_row(params![prep.token_hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
         .optional()?;
-    let (node_id, stored_hash, known_json) = match row {
-        Some((id, None, h, k)) => (id, h, k),
+    let (node_id, stored_hash, known_json, probe_image) = match row {
+        Some((id, None, h, k, img)) => (id, h, k, img),
         _ => {
             authenticate_hash(conn, &prep.token_hash)?;
             return Err(ApiError::internal());
@@ -475,7 +470,7 @@ pub fn heartbeat_prepared(
         heartbeat_interval_secs,
         commands,
         known_containers: serde_json::from_str(&known_json)?,
-        probe_image: probe_image(conn)?,
+        probe_image,
         send_inventory,
     })
 }
@@ -500,76 +495,37 @@ pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
                 health_json, verification, probe_output, probe_reason, managed_json, known_json
          FROM nodes WHERE deleted_at IS NULL ORDER BY registered_at, id",
     )?;
-    type Row = (
-        String,
-        i64,
-        String,
-        String,
-        Option<i64>,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-        String,
-        Option<String>,
-        Option<String>,
-        String,
-        String,
-    );
-    let rows: Vec<Row> = stmt
+    // Each row maps straight to its summary; the two histories are filled in after.
+    let mut nodes: Vec<NodeSummary> = stmt
         .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-                r.get(11)?,
-                r.get(12)?,
-            ))
+            let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
+            Ok(NodeSummary {
+                id: r.get(0)?,
+                registered_at: r.get::<_, i64>(1)? as u64,
+                agent_version: r.get(2)?,
+                inventory: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                online: last_heartbeat_at.is_some_and(|t| now < t + OFFLINE_AFTER_SECS),
+                last_heartbeat_at,
+                last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+                last_metrics: r
+                    .get::<_, Option<String>>(6)?
+                    .and_then(|m| serde_json::from_str::<Metrics>(&m).ok()),
+                health: r.get::<_, Option<String>>(7)?.and_then(|h| serde_json::from_str::<Health>(&h).ok()),
+                verification: enum_parse::<VerificationState>(&r.get::<_, String>(8)?).unwrap_or_default(),
+                last_probe_output: r.get(9)?,
+                last_probe_reason: r
+                    .get::<_, Option<String>>(10)?
+                    .and_then(|x| enum_parse::<ProbeFailure>(&x)),
+                managed_containers: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
+                known_containers: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+                removed_containers: Vec::new(),
+                commands: Vec::new(),
+            })
         })?
         .collect::<Result<_, _>>()?;
-    let mut nodes = Vec::with_capacity(rows.len());
-    for (
-        id,
-        registered_at,
-        agent_version,
-        inv,
-        last_hb,
-        last_seq,
-        metrics,
-        health,
-        verif,
-        out,
-        reason,
-        managed,
-        known,
-    ) in rows
-    {
-        let last_heartbeat_at = last_hb.map(|v| v as u64);
-        nodes.push(NodeSummary {
-            online: last_heartbeat_at.is_some_and(|t| now < t + OFFLINE_AFTER_SECS),
-            verification: enum_parse::<VerificationState>(&verif).unwrap_or_default(),
-            last_probe_output: out,
-            last_probe_reason: reason.and_then(|r| enum_parse::<ProbeFailure>(&r)),
-            last_heartbeat_at,
-            registered_at: registered_at as u64,
-            agent_version,
-            inventory: serde_json::from_str(&inv).unwrap_or_default(),
-            last_metrics: metrics.and_then(|m| serde_json::from_str::<Metrics>(&m).ok()),
-            health: health.and_then(|h| serde_json::from_str::<Health>(&h).ok()),
-            last_seq: last_seq.map(|v| v as u64),
-            managed_containers: serde_json::from_str(&managed).unwrap_or_default(),
-            known_containers: serde_json::from_str(&known).unwrap_or_default(),
-            removed_containers: removals(conn, &id)?,
-            commands: command_history(conn, &id)?,
-            id,
-        });
+    for n in &mut nodes {
+        n.removed_containers = removals(conn, &n.id)?;
+        n.commands = command_history(conn, &n.id)?;
     }
     Ok(NodeList { nodes })
 }
@@ -755,6 +711,15 @@ mod tests {
         let mut hb = HeartbeatRequest { seq: 1, ..Default::default() };
         let a = heartbeat(&c, 1, &r.node_token, &hb, 10).unwrap();
         assert!(a.send_inventory, "hash mismatch asks for the inventory");
+        assert_eq!(a.probe_image, None);
+        set_probe_image(&c, Some("img:1")).unwrap();
+        assert_eq!(heartbeat(&c, 1, &r.node_token, &hb, 10).unwrap().probe_image.as_deref(), Some("img:1"));
+        let too_many =
+            HeartbeatRequest { seq: 1, managed_containers: vec!["c".into(); 1001], ..Default::default() };
+        assert_eq!(
+            heartbeat(&c, 1, &r.node_token, &too_many, 10).unwrap_err().code,
+            ErrorCode::InvalidRequest
+        );
         let q = queue_command(&c, 2, &r.node_id, "recheck").unwrap();
         assert_eq!(queue_command(&c, 2, &r.node_id, "format").unwrap_err().code, ErrorCode::InvalidRequest);
         hb.seq = 0;
@@ -788,6 +753,11 @@ mod tests {
         delete_node(&c, 8, &r.node_id).unwrap();
         assert_eq!(heartbeat(&c, 9, &new.node_token, &hb, 10).unwrap_err().code, ErrorCode::NodeDeleted);
         assert_eq!(heartbeat(&c, 9, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::NodeDeleted);
+        assert_eq!(
+            heartbeat(&c, 9, &new.node_token, &too_many, 10).unwrap_err().code,
+            ErrorCode::NodeDeleted,
+            "revocation wins over a bad body"
+        );
         assert_eq!(delete_node(&c, 9, &r.node_id).unwrap_err().code, ErrorCode::NotFound);
         assert!(list_nodes(&c, 9).unwrap().nodes.is_empty());
     }

@@ -90,8 +90,15 @@ impl Inventory {
     /// A stable hash of the inventory (SHA-256 of its JSON, hex). The agent resends the full
     /// inventory only when this changes.
     pub fn hash(&self) -> String {
-        let json = serde_json::to_vec(self).expect("inventory serializes");
-        hex::encode(Sha256::digest(&json))
+        self.json_and_hash().1
+    }
+
+    /// The inventory's JSON and its [`Inventory::hash`], from one serialization (for a caller
+    /// that stores both).
+    pub fn json_and_hash(&self) -> (String, String) {
+        let json = serde_json::to_string(self).expect("inventory serializes");
+        let hash = hex::encode(Sha256::digest(json.as_bytes()));
+        (json, hash)
     }
 }
 
@@ -470,6 +477,9 @@ mod tests {
         assert_eq!(h1, inv.hash());
         inv.private.driver_version = Some("550.54.15".into());
         assert_ne!(h1, inv.hash());
+        let (json, hash) = inv.json_and_hash();
+        assert_eq!(serde_json::from_str::<Inventory>(&json).unwrap(), inv);
+        assert_eq!(hash, inv.hash());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! schemathesis against docs/openapi.yaml.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpum_protocol::{
@@ -163,6 +163,8 @@ async fn bad_bodies_get_codes_never_500() {
     let almost = vec![b' '; 1024 * 1024 - 1];
     assert_eq!(api.post_raw(PATH_REGISTER, None, almost).await.code(), ErrorCode::InvalidJson);
     assert_eq!(api.post_raw(PATH_HEARTBEAT, Some(&r.node_token), "{}").await.code(), ErrorCode::InvalidJson);
+    let too_many = HeartbeatRequest { managed_containers: vec!["c".into(); 1001], ..beat(1) };
+    assert_eq!(api.heartbeat(&r.node_token, &too_many).await.code(), ErrorCode::InvalidRequest);
 
     let a = api.send(api.c.get(format!("{}/nope", api.url))).await;
     assert_eq!(a.code(), ErrorCode::NotFound);
@@ -229,9 +231,11 @@ async fn heartbeat_revocation_rotation_and_deletion() {
         let a = api.heartbeat(t, &beat(3)).await;
         assert_eq!((a.status, a.code()), (StatusCode::GONE, ErrorCode::NodeDeleted));
     }
-    // Revocation wins over a bad body.
+    // Revocation wins over a bad body: one that is not JSON, and one that parses but is refused.
     let a = api.post_raw(PATH_HEARTBEAT, Some(&new), "not json").await;
     assert_eq!(a.code(), ErrorCode::NodeDeleted);
+    let too_many = HeartbeatRequest { managed_containers: vec!["c".into(); 1001], ..beat(4) };
+    assert_eq!(api.heartbeat(&new, &too_many).await.code(), ErrorCode::NodeDeleted);
     assert!(p.nodes().nodes.is_empty());
 }
 
@@ -465,23 +469,35 @@ fn dist_with_installer(dir: &Path, hash_ok: bool) {
     std::fs::write(dir.join("gpum-install.sig"), b"sig").unwrap();
 }
 
-async fn fetch_install_sh(p: &TestPlatform, to: &Path) -> String {
+/// A platform serving a dummy installer under `/dl/`, and its install.sh saved in a fresh
+/// directory.
+struct InstallSh {
+    p: TestPlatform,
+    dist: tempfile::TempDir,
+    work: tempfile::TempDir,
+    script: PathBuf,
+    text: String,
+}
+
+/// Starts the platform with `opts` and a dummy installer whose published checksum matches it
+/// (`hash_ok`) or not, then fetches `/install.sh`.
+async fn serve_install_sh(opts: PlatformOpts, hash_ok: bool) -> InstallSh {
+    let dist = tempfile::tempdir().unwrap();
+    dist_with_installer(dist.path(), hash_ok);
+    let p = TestPlatform::start(PlatformOpts { dist: Some(dist.path().to_owned()), ..opts });
+    let work = tempfile::tempdir().unwrap();
+    let script = work.path().join("install.sh");
     let r = p.http_client().get(format!("{}/install.sh", p.url())).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers().get("date").is_some());
-    let s = r.text().await.unwrap();
-    std::fs::write(to, &s).unwrap();
-    s
+    let text = r.text().await.unwrap();
+    std::fs::write(&script, &text).unwrap();
+    InstallSh { p, dist, work, script, text }
 }
 
 #[tokio::test]
 async fn install_sh_passes_shellcheck_and_runs_a_verified_installer() {
-    let dist = tempfile::tempdir().unwrap();
-    dist_with_installer(dist.path(), true);
-    let p = TestPlatform::start(PlatformOpts { dist: Some(dist.path().to_owned()), ..Default::default() });
-    let work = tempfile::tempdir().unwrap();
-    let script = work.path().join("install.sh");
-    let text = fetch_install_sh(&p, &script).await;
+    let InstallSh { p, dist, work, script, text } = serve_install_sh(PlatformOpts::default(), true).await;
     assert!(text.contains(&format!("GPUM_PLATFORM_URL='{}'", p.url())), "the platform URL is filled in");
 
     let sc =
@@ -531,15 +547,8 @@ async fn install_sh_passes_shellcheck_and_runs_a_verified_installer() {
 
 #[tokio::test]
 async fn install_sh_exits_20_when_the_hash_does_not_match() {
-    let dist = tempfile::tempdir().unwrap();
-    dist_with_installer(dist.path(), false);
-    let p = TestPlatform::start(PlatformOpts {
-        dist: Some(dist.path().to_owned()),
-        ..PlatformOpts::insecure_http()
-    });
-    let work = tempfile::tempdir().unwrap();
-    let script = work.path().join("install.sh");
-    fetch_install_sh(&p, &script).await;
+    let InstallSh { p: _p, dist, work, script, .. } =
+        serve_install_sh(PlatformOpts::insecure_http(), false).await;
     let tmp = work.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     for (lang, msg) in [
@@ -642,15 +651,8 @@ impl Drop for Mount {
 
 #[tokio::test]
 async fn install_sh_exits_10_when_tmpdir_is_noexec() {
-    let dist = tempfile::tempdir().unwrap();
-    dist_with_installer(dist.path(), true);
-    let p = TestPlatform::start(PlatformOpts {
-        dist: Some(dist.path().to_owned()),
-        ..PlatformOpts::insecure_http()
-    });
-    let work = tempfile::tempdir().unwrap();
-    let script = work.path().join("install.sh");
-    fetch_install_sh(&p, &script).await;
+    let InstallSh { p: _p, dist: _dist, work, script, .. } =
+        serve_install_sh(PlatformOpts::insecure_http(), true).await;
     let noexec = work.path().join("noexec");
     std::fs::create_dir(&noexec).unwrap();
     let mounted = Command::new("mount")

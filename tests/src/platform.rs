@@ -325,7 +325,7 @@ fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut b)
         .expect("random");
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn write_private(path: &Path, data: &[u8]) {

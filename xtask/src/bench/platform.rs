@@ -207,39 +207,38 @@ async fn load(
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval_at(start + phase, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let mut seq = 0u64;
+            // One body per agent; only `seq` changes between beats.
+            let mut body = HeartbeatRequest {
+                inventory_hash: hash,
+                inventory: None,
+                metrics: Metrics {
+                    cpu_load_pct: 3.5,
+                    ram_used_mib: 5_200,
+                    ram_total_mib: 64_000,
+                    disk_free_gib: 180,
+                    gpus: vec![GpuMetrics {
+                        index: 0,
+                        util_pct: 0,
+                        mem_used_mib: 0,
+                        mem_total_mib: 15_360,
+                        temp_c: 34,
+                        power_w: 9.8,
+                    }],
+                },
+                health: Health {
+                    docker_ok: true,
+                    docker_error: None,
+                    nvml: NvmlState::Ok,
+                    clock_skew_secs: None,
+                },
+                ..Default::default()
+            };
             loop {
                 let due = tick.tick().await;
                 if due >= end {
                     break;
                 }
-                seq += 1;
-                let body = HeartbeatRequest {
-                    seq,
-                    inventory_hash: hash.clone(),
-                    inventory: None,
-                    metrics: Metrics {
-                        cpu_load_pct: 3.5,
-                        ram_used_mib: 5_200,
-                        ram_total_mib: 64_000,
-                        disk_free_gib: 180,
-                        gpus: vec![GpuMetrics {
-                            index: 0,
-                            util_pct: 0,
-                            mem_used_mib: 0,
-                            mem_total_mib: 15_360,
-                            temp_c: 34,
-                            power_w: 9.8,
-                        }],
-                    },
-                    health: Health {
-                        docker_ok: true,
-                        docker_error: None,
-                        nvml: NvmlState::Ok,
-                        clock_skew_secs: None,
-                    },
-                    ..Default::default()
-                };
+                body.seq += 1;
                 let Ok(_permit) = in_flight.acquire().await else { break };
                 let r = c.post(&url).bearer_auth(&token).json(&body).send().await;
                 let good = match r {
