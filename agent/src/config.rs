@@ -65,6 +65,11 @@ pub struct Config {
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
     /// touch each other's containers. Never written by `register`; absent in production.
     pub test_docker_scope: Option<(String, String)>,
+    /// TEST ONLY, and only with `test_docker_scope`: how long a managed container must be
+    /// unknown before the reconciler removes it, instead of
+    /// [`crate::docker::reconcile::MIN_AGE`] (60 s), so that an end-to-end test can watch the
+    /// real agent remove one. The three-answers rule stays.
+    pub test_reconcile_min_age: Option<std::time::Duration>,
 }
 
 /// The file's shape. Unknown keys are refused so that a typo is a visible configuration error
@@ -81,6 +86,8 @@ struct ConfigFile {
     docker_socket: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_docker_scope: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    test_reconcile_min_age_secs: Option<u64>,
 }
 
 /// What is wrong with a config file; the text goes into «ошибка конфигурации: …».
@@ -123,6 +130,9 @@ impl Config {
                 _ => return Err(invalid("test_docker_scope must be gpum.test.KEY=VALUE".into())),
             },
         };
+        if f.test_reconcile_min_age_secs.is_some() && test_docker_scope.is_none() {
+            return Err(invalid("test_reconcile_min_age_secs needs test_docker_scope".into()));
+        }
         Ok(Config {
             server: f.server.trim_end_matches('/').to_string(),
             node_id: f.node_id,
@@ -130,6 +140,7 @@ impl Config {
             ca_file: f.ca_file,
             docker_socket: f.docker_socket,
             test_docker_scope,
+            test_reconcile_min_age: f.test_reconcile_min_age_secs.map(std::time::Duration::from_secs),
         })
     }
 
@@ -152,6 +163,7 @@ impl Config {
             ca_file: self.ca_file.clone(),
             docker_socket: self.docker_socket.clone(),
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
+            test_reconcile_min_age_secs: self.test_reconcile_min_age.map(|d| d.as_secs()),
         };
         toml::to_string(&f).expect("config serializes")
     }
@@ -192,6 +204,7 @@ mod tests {
             ca_file: None,
             docker_socket: None,
             test_docker_scope: None,
+            test_reconcile_min_age: None,
         }
     }
 
@@ -216,12 +229,24 @@ mod tests {
             "server = 'https://x'\nnode_id='n'\ntoken='tok-secret",
             "garbage",
             "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_docker_scope='gpum.managed=true'",
+            "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_reconcile_min_age_secs=0",
         ];
         for b in bad {
             let e = Config::parse(b, "c").unwrap_err();
             assert!(matches!(e, ConfigError::Invalid(..)), "{b}: {e:?}");
             assert!(!e.to_string().contains("tok-secret"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_test_reconcile_age_comes_only_with_a_test_scope_and_roundtrips() {
+        let text = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n\
+                    test_docker_scope='gpum.test.s=1'\ntest_reconcile_min_age_secs=0";
+        let c = Config::parse(text, "c").unwrap();
+        assert_eq!(c.test_reconcile_min_age, Some(std::time::Duration::ZERO));
+        assert_eq!(Config::parse(&c.to_toml(), "c").unwrap(), c);
+        assert_eq!(sample().test_reconcile_min_age, None);
+        assert!(!sample().to_toml().contains("test_reconcile"));
     }
 
     #[test]

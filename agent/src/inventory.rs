@@ -114,6 +114,9 @@ pub struct Gatherer {
     nvml: NvmlHandle,
     cpu_model: String,
     cpu_cores: u32,
+    /// The running kernel's release: it changes only with a reboot, which restarts the agent,
+    /// so it is read once.
+    kernel: String,
     /// Docker's data root, for the disk figures.
     pub docker_root: PathBuf,
     calls: u64,
@@ -136,12 +139,14 @@ impl Gatherer {
         let cpu_model = sys.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
         let cpu_cores = sys.cpus().len() as u32;
         sys.refresh_memory();
+        let kernel = read_trim(host.as_ref(), "/proc/sys/kernel/osrelease").unwrap_or_default();
         Gatherer {
             host,
             sys,
             nvml: NvmlHandle::load(lib),
             cpu_model,
             cpu_cores,
+            kernel,
             docker_root: PathBuf::from(DEFAULT_DOCKER_ROOT),
             calls: 0,
             os: None,
@@ -170,10 +175,6 @@ impl Gatherer {
                 None => return (0, 0),
             }
         }
-    }
-
-    fn read_trim(&self, path: &str) -> Option<String> {
-        self.host.read_to_string(Path::new(path)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
     }
 
     /// The inventory now. `docker_version` comes from the engine (the caller holds the socket).
@@ -218,12 +219,13 @@ impl Gatherer {
                 disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
             },
             private: PrivateInventory {
-                hostname: self.read_trim("/proc/sys/kernel/hostname").unwrap_or_default(),
+                // The hostname can change while the agent runs: read every time (one small read).
+                hostname: read_trim(self.host.as_ref(), "/proc/sys/kernel/hostname").unwrap_or_default(),
                 gpu_uuids,
                 driver_version,
                 cuda_version,
                 os: self.os.clone().unwrap_or_default(),
-                kernel: self.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default(),
+                kernel: self.kernel.clone(),
                 docker_version,
                 // The toolkit's version lives in dpkg's database, which the agent does not read;
                 // a toolkit change still shows through the probe.
@@ -262,6 +264,10 @@ impl Gatherer {
             gpus,
         }
     }
+}
+
+fn read_trim(host: &dyn Host, path: &str) -> Option<String> {
+    host.read_to_string(Path::new(path)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// The parts of the inventory whose change calls for a new GPU probe: GPUs, driver, OS, kernel,

@@ -95,6 +95,7 @@ pub async fn register(
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
         test_docker_scope: None,
+        test_reconcile_min_age: None,
     };
     write_config_and_state(host.as_ref(), &cfg, &opts.config_path, &opts.state_dir)?;
     tracing::info!(node_id = %resp.node_id, "registered");
@@ -136,6 +137,7 @@ pub fn configure(
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
         test_docker_scope: None,
+        test_reconcile_min_age: None,
     };
     write_config_and_state(host, &cfg, &opts.config_path, &opts.state_dir)
 }

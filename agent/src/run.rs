@@ -69,7 +69,7 @@ pub fn docker_socket(host: &dyn Host, configured: Option<&Path>) -> Option<PathB
     if let Some(p) = configured {
         return Some(p.to_path_buf());
     }
-    host.env(env::DOCKER_HOST).and_then(|v| v.strip_prefix("unix://").map(PathBuf::from))
+    env::docker_host_socket(host).and_then(Result::ok)
 }
 
 /// The engine's version, or `None` when it does not answer within [`DOCKER_STEP_TIMEOUT`].
@@ -242,6 +242,10 @@ impl Agent {
             verification: Some(verification_text(VerificationState::AwaitingCheck).into()),
             ..Default::default()
         };
+        let reconciler = reconcile::Reconciler::new(
+            reconcile::MIN_BEATS,
+            cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
+        );
         Agent {
             gatherer: Some(Gatherer::new(host.clone())),
             host,
@@ -268,7 +272,7 @@ impl Agent {
             pending_probe: None,
             pending_results: Vec::new(),
             pending_removed: Vec::new(),
-            reconciler: reconcile::Reconciler::default(),
+            reconciler,
             skew: None,
             restart_requested: false,
         }
@@ -667,12 +671,7 @@ impl Agent {
     fn write_state(&mut self, force: bool) {
         let due = match &self.last_written {
             None => true,
-            Some((prev, at)) => {
-                let mut a = prev.clone();
-                a.last_heartbeat_at = self.state.last_heartbeat_at;
-                a.updated_at = self.state.updated_at;
-                a != self.state || at.elapsed() >= STATE_REFRESH
-            }
+            Some((prev, at)) => at.elapsed() >= STATE_REFRESH || !same_but_times(prev, &self.state),
         };
         if !(force || due) {
             return;
@@ -682,6 +681,32 @@ impl Agent {
             Err(e) => warn!(error = %e, dir = %self.state_dir.display(), "could not write the state file"),
         }
     }
+}
+
+/// Whether two states differ only in their timestamps (the heartbeat's and the write's). It
+/// runs every heartbeat, so it compares in place rather than cloning; the destructuring makes a
+/// new field a compile error here until it is compared.
+fn same_but_times(a: &AgentState, b: &AgentState) -> bool {
+    let AgentState {
+        node_id,
+        server,
+        connection,
+        last_heartbeat_at: _,
+        verification,
+        last_error,
+        clock_skew_secs,
+        docker_ok,
+        stopped,
+        updated_at: _,
+    } = a;
+    *node_id == b.node_id
+        && *server == b.server
+        && *connection == b.connection
+        && *verification == b.verification
+        && *last_error == b.last_error
+        && *clock_skew_secs == b.clock_skew_secs
+        && *docker_ok == b.docker_ok
+        && *stopped == b.stopped
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -726,5 +751,30 @@ pub fn verification_text(v: VerificationState) -> &'static str {
         VerificationState::AwaitingCheck => "awaiting_check",
         VerificationState::Verified => "verified",
         VerificationState::Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_timestamps_do_not_count_as_a_change() {
+        let a = AgentState {
+            node_id: Some("n".into()),
+            connection: Connection::Connected,
+            last_heartbeat_at: Some(10),
+            updated_at: 10,
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.last_heartbeat_at = Some(20);
+        b.updated_at = 21;
+        assert!(same_but_times(&a, &b));
+        b.connection = Connection::Unreachable;
+        assert!(!same_but_times(&a, &b));
+        let mut c = a.clone();
+        c.last_error = Some("timeout".into());
+        assert!(!same_but_times(&a, &c));
     }
 }

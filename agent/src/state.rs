@@ -3,30 +3,18 @@
 //! The run loop owns the state and writes it atomically when it changes, so `status` never
 //! reads a half-written file. It holds no secret, so it is written 0644.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gpum_common::agent_state::{AgentState, STATE_FILE};
+// The one reader (and path) of the state file, shared with the installer's
+// `existing_install` check so the two cannot disagree on what a state file says.
+use gpum_common::agent_state::AgentState;
+pub use gpum_common::agent_state::{read, state_path};
 use gpum_host::Host;
-
-pub fn state_path(state_dir: &Path) -> PathBuf {
-    state_dir.join(STATE_FILE)
-}
 
 /// Unix seconds of `t`.
 pub fn unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// Reads the state; `Ok(None)` when the agent never wrote one.
-pub fn read(host: &dyn Host, state_dir: &Path) -> std::io::Result<Option<AgentState>> {
-    match host.read(&state_path(state_dir)) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// Writes the state atomically, stamping `updated_at`. Creates the directory when missing.

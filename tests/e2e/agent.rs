@@ -57,10 +57,11 @@ impl Node {
     fn config(&self) -> PathBuf {
         self.dir.path().join("config.toml")
     }
+    /// The node token, read with the agent's own config parser.
     fn token(&self) -> String {
-        let cfg = std::fs::read_to_string(self.config()).unwrap();
-        let line = cfg.lines().find(|l| l.starts_with("token")).expect("token line");
-        line.split('"').nth(1).expect("quoted token").to_string()
+        let text = std::fs::read_to_string(self.config()).unwrap();
+        let cfg = gpum_agent::config::Config::parse(&text, "config.toml").expect("a valid config");
+        cfg.token.expose().to_string()
     }
     fn append_config(&self, line: &str) {
         let mut f = std::fs::OpenOptions::new().append(true).open(self.config()).unwrap();
@@ -116,9 +117,9 @@ fn register_with(p: &TestPlatform, docker_socket: &str) -> Node {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_with_stdin(agent_cmd(&args), &format!("{}\n", p.join_code()));
     assert!(out.status.success(), "register failed: {}", text(&out));
-    let st: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
-    let id = st["node_id"].as_str().expect("node id in state.json").to_string();
+    let host = gpum_host::RealHost::new();
+    let st = gpum_common::agent_state::read(&host, dir.path()).unwrap().expect("state.json written");
+    let id = st.node_id.expect("node id in state.json");
     Node { dir, id }
 }
 
@@ -696,9 +697,13 @@ fn sigterm_during_a_hung_heartbeat_exits_0_within_10_s_and_a_second_signal_at_on
     drop(silent);
 }
 
+/// The reconciler in the real agent: an unknown `gpum.managed=true` container is removed and
+/// reported, while a known one and an unlabelled one stay. The config's test-only
+/// `test_reconcile_min_age_secs = 0` drops the 60 s age rule (the three-answers rule stays), so
+/// the removal happens within seconds; the thresholds themselves are tested in `docker.rs`.
 #[test]
-fn managed_containers_are_reported_and_unlabelled_ones_are_invisible() {
-    if docker_or_skip("managed_containers_are_reported").is_none() {
+fn unknown_managed_containers_are_removed_known_and_unlabelled_ones_stay() {
+    if docker_or_skip("unknown_managed_containers_are_removed").is_none() {
         return;
     }
     let image = gpum_tests::images::busybox().expect("test image");
@@ -713,7 +718,8 @@ fn managed_containers_are_reported_and_unlabelled_ones_are_invisible() {
         assert!(out.status.success(), "{}", text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    let managed = create(&["gpum.managed=true", &scope]);
+    let known = create(&["gpum.managed=true", &scope]);
+    let unknown = create(&["gpum.managed=true", &scope]);
     let unlabelled = create(&[&scope]);
     // Removed on every exit, a failed assertion included.
     struct Remove(Vec<String>);
@@ -722,22 +728,38 @@ fn managed_containers_are_reported_and_unlabelled_ones_are_invisible() {
             let _ = Command::new("docker").arg("rm").arg("-f").args(&self.0).output();
         }
     }
-    let _remove = Remove(vec![managed.clone(), unlabelled.clone()]);
+    let _remove = Remove(vec![known.clone(), unknown.clone(), unlabelled.clone()]);
+    let exists = |id: &str| Command::new("docker").args(["inspect", id]).output().unwrap().status.success();
 
     let p = TestPlatform::start(PlatformOpts::default());
     let n = register_with(&p, "/var/run/docker.sock");
-    n.append_config(&format!("test_docker_scope = \"{scope}\""));
+    n.append_config(&format!("test_docker_scope = \"{scope}\"\ntest_reconcile_min_age_secs = 0"));
+    p.set_known_containers(&n.id, &[&known]);
     let a = Agent::start(&n);
-    wait_until(LONG, "the managed container on the platform", || {
-        node(&p, &n.id).managed_containers.contains(&managed)
+    // The first report that lists it, kept as it was: the removal follows a few beats later.
+    let mut first = None;
+    wait_until(LONG, "the managed containers on the platform", || {
+        let s = node(&p, &n.id);
+        let listed = s.managed_containers.contains(&unknown);
+        first = Some(s);
+        listed
     });
-    let s = node(&p, &n.id);
-    assert_eq!(s.managed_containers, vec![managed.clone()], "only the labelled container is listed");
+    let s = first.expect("a report");
+    let mut listed = s.managed_containers.clone();
+    listed.sort();
+    let mut want = vec![known.clone(), unknown.clone()];
+    want.sort();
+    assert_eq!(listed, want, "only the labelled containers are listed");
     assert!(s.health.is_some_and(|h| h.docker_ok));
-    // Known to the platform: it stays, however many heartbeats pass.
-    p.set_known_containers(&n.id, &[&managed]);
+
+    wait_until(LONG, "the removal of the unknown container, reported", || {
+        node(&p, &n.id).removed_containers.iter().any(|r| r.id == unknown)
+    });
+    assert!(!exists(&unknown), "reported removed but still there: {}", a.log());
+    assert!(a.log().contains("removed managed container"), "{}", a.log());
+    // However many more heartbeats pass, the known and the unlabelled container stay.
     let seq = last_seq(&p, &n.id);
     wait_heartbeats(&p, &n.id, seq + 4);
-    let exists = |id: &str| Command::new("docker").args(["inspect", id]).output().unwrap().status.success();
-    assert!(exists(&managed) && exists(&unlabelled), "{}", a.log());
+    assert!(exists(&known) && exists(&unlabelled), "{}", a.log());
+    assert_eq!(node(&p, &n.id).managed_containers, vec![known.clone()]);
 }

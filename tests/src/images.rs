@@ -9,14 +9,16 @@
 //! container gets an anonymous volume whose removal the tests can check.
 //!
 //! Images are cached by tag. The tag carries [`IMAGE_VERSION`] and a hash of the simulation
-//! script, so editing the script rebuilds; an absent tag is rebuilt. Tests run in parallel
+//! script, so editing the script rebuilds; an absent tag is rebuilt (checked once per process). Tests run in parallel
 //! processes, so building holds an exclusive `flock` on a file in the target directory, and
 //! re-checks the tag once it holds it.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
@@ -65,7 +67,20 @@ fn image_exists(tag: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Tags this process already found or built: a suite asks for its image once per container it
+/// creates, and each `docker image inspect` is a process of its own.
+static READY: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
 fn ensure(tag: &str, changes: &[String]) -> Result<()> {
+    if READY.lock().unwrap_or_else(|e| e.into_inner()).contains(tag) {
+        return Ok(());
+    }
+    build_if_absent(tag, changes)?;
+    READY.lock().unwrap_or_else(|e| e.into_inner()).insert(tag.to_string());
+    Ok(())
+}
+
+fn build_if_absent(tag: &str, changes: &[String]) -> Result<()> {
     if image_exists(tag) {
         return Ok(());
     }

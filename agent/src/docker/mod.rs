@@ -31,7 +31,7 @@ use std::time::Duration;
 use bollard::container::{ListContainersOptions, RemoveContainerOptions};
 
 /// The socket the engine listens on unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+pub const DEFAULT_SOCKET: &str = gpum_host::env::DEFAULT_DOCKER_SOCKET;
 /// The label on every container the platform asks the agent to manage.
 pub const LABEL_MANAGED: &str = "gpum.managed";
 /// The label on the agent's own probe containers.

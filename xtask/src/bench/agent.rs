@@ -57,7 +57,7 @@ pub fn run(quick: bool) -> Result<()> {
         .context("start gpum-platform")?;
     let mut first = String::new();
     BufReader::new(p.stdout.take().expect("stdout")).read_line(&mut first)?;
-    let _p = Kill(p);
+    let platform_proc = Kill(p);
     let port: u16 = first.trim().rsplit(':').next().and_then(|s| s.parse().ok()).context("platform port")?;
 
     let relay = Relay::start(port)?;
@@ -115,7 +115,9 @@ pub fn run(quick: bool) -> Result<()> {
     let steady = median(&mut rss);
     let cpu_ms = (cpu1 - cpu0) as f64 / 1e6 / beats as f64;
     let bytes = (bytes1 - bytes0) as f64 / beats as f64;
-    let _ = &mut a;
+    // Both processes go before their directory does, so neither writes into it afterwards.
+    drop(a);
+    drop(platform_proc);
     let _ = std::fs::remove_dir_all(&dir);
 
     let mib = |kib: f64| kib / 1024.0;
