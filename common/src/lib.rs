@@ -8,6 +8,7 @@
 pub mod agent_state;
 mod lang;
 mod msg;
+pub mod text;
 
 pub use lang::{Lang, detect_lang};
 pub use msg::{Failure, Text, text};
@@ -26,6 +27,9 @@ pub mod exit {
     pub const NOT_ROOT: i32 = 13;
     pub const NO_SYSTEMD: i32 = 14;
     pub const DOWNLOAD: i32 = 20;
+    /// The install could not set up Docker or the NVIDIA Container Toolkit (apt, daemon.json, or
+    /// applying Docker's settings failed).
+    pub const SETUP: i32 = 30;
     pub const GPU_NOT_IN_CONTAINER: i32 = 31;
     pub const JOIN_CODE: i32 = 40;
     pub const SERVICE: i32 = 50;
