@@ -47,9 +47,12 @@ pub enum Failure {
     UninstallNotConfirmed,
     /// Anything unexpected (1), with the error.
     Other(String),
-    /// `gpum-install` without `--dry-run` found the machine ready, but this version has no
-    /// install flow yet (1): it must not exit 0 after not doing the job.
-    InstallNotImplemented,
+    /// apt, or applying Docker's settings, failed during the install (30), with the tool's own
+    /// last lines.
+    SetupFailed(String),
+    /// Docker must restart, which stops the named containers (they have no restart policy), and
+    /// nobody confirmed it: no `--yes` and no terminal to ask on, or the owner said no (2).
+    RestartNotConfirmed(Vec<String>),
 }
 
 impl Failure {
@@ -65,7 +68,9 @@ impl Failure {
             JoinCodeRejected | GpuAlreadyRegistered => exit::JOIN_CODE,
             ServiceFailed => exit::SERVICE,
             StoppedRevoked | StoppedConfig(_) => exit::STOPPED_FOR_GOOD,
-            Other(_) | InstallNotImplemented => exit::OTHER,
+            Other(_) => exit::OTHER,
+            SetupFailed(_) => exit::SETUP,
+            RestartNotConfirmed(_) => exit::USAGE,
         }
     }
 
@@ -213,11 +218,27 @@ impl Failure {
                     format!("Error: {e}")
                 }
             }
-            InstallNotImplemented => {
+            SetupFailed(why) => {
                 if ru {
-                    "Проверка машины пройдена, но сама установка в этой версии ещё не реализована: на машине ничего не изменено. Для проверки машины используйте --dry-run.".into()
+                    format!(
+                        "Не удалось установить или настроить Docker и NVIDIA Container Toolkit: {why}\nИсправьте причину и запустите установщик снова: уже сделанное он пропустит."
+                    )
                 } else {
-                    "The machine check passed, but this version cannot install yet: nothing was changed. Use --dry-run to audit the machine.".into()
+                    format!(
+                        "Could not install or configure Docker and the NVIDIA Container Toolkit: {why}\nFix the cause and run the installer again: it skips what is already done."
+                    )
+                }
+            }
+            RestartNotConfirmed(names) => {
+                let names = names.join(", ");
+                if ru {
+                    format!(
+                        "Docker нужно перезапустить, и при этом остановятся контейнеры без политики автозапуска: {names}. Подтверждения нет (нет терминала или ответ «нет»), поэтому больше ничего не изменено. Остановите их сами или запустите установщик снова с --yes."
+                    )
+                } else {
+                    format!(
+                        "Docker must restart, which stops these containers that have no restart policy: {names}. It was not confirmed (no terminal, or the answer was no), so nothing more was changed. Stop them yourself, or run the installer again with --yes."
+                    )
                 }
             }
         }
@@ -296,7 +317,8 @@ mod tests {
             UninstallNeedsRoot,
             UninstallNotConfirmed,
             Other("x".into()),
-            InstallNotImplemented,
+            SetupFailed("apt-get install failed".into()),
+            RestartNotConfirmed(vec!["web".into()]),
         ]
     }
 
@@ -318,7 +340,8 @@ mod tests {
         assert_eq!(StatusNeedsRoot.code(), 13);
         assert_eq!(StoppedRevoked.code(), 78);
         assert_eq!(StoppedConfig(String::new()).code(), 78);
-        assert_eq!(InstallNotImplemented.code(), 1, "never 0 after not doing the job");
+        assert_eq!(SetupFailed(String::new()).code(), 30);
+        assert_eq!(RestartNotConfirmed(vec![]).code(), 2);
         assert_eq!(UninstallNeedsRoot.code(), 13);
         assert_eq!(UninstallNotConfirmed.code(), 2);
     }

@@ -13,6 +13,16 @@ pub const LANG: &str = "LANG";
 pub const TMPDIR: &str = "TMPDIR";
 /// A join code for the installer when `--code` is not given.
 pub const GPUM_JOIN_CODE: &str = "GPUM_JOIN_CODE";
+/// The installer's flags, for unattended installs (cloud-init, Ansible): `--server`, `--lang`,
+/// `--ca-file`, `--yes`, `--allow-downgrade`. docs/install.md lists them.
+pub const GPUM_SERVER: &str = "GPUM_SERVER";
+pub const GPUM_LANG: &str = "GPUM_LANG";
+pub const GPUM_CA_FILE: &str = "GPUM_CA_FILE";
+pub const GPUM_YES: &str = "GPUM_YES";
+pub const GPUM_ALLOW_DOWNGRADE: &str = "GPUM_ALLOW_DOWNGRADE";
+pub const GPUM_PROBE_REGISTRIES: &str = "GPUM_PROBE_REGISTRIES";
+/// Proxy variables the installer passes on to the service (reqwest reads them too).
+pub const PROXY_VARS: &[&str] = &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"];
 /// Log filter for the agent and platform (tracing's `EnvFilter` syntax).
 pub const GPUM_LOG: &str = "GPUM_LOG";
 /// Overrides of where the installer looks for the simulated/real NVML library (tests only).

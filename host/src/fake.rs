@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::{Cmd, FsSpace, Host, Output, UnixHttpResponse};
+use crate::{Cmd, FileKind, FileStat, FsSpace, Host, Output, UnixHttpResponse};
 
 #[derive(Debug, Default)]
 struct State {
@@ -23,16 +23,20 @@ struct State {
     space: BTreeMap<PathBuf, FsSpace>,
     locks: BTreeMap<PathBuf, i32>,
     unix_http: BTreeMap<(PathBuf, String), Vec<u8>>,
+    /// What `lstat` reports where a test or `create_dir_exclusive` said so.
+    stats: BTreeMap<PathBuf, FileStat>,
 }
 
 /// See the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FakeHost {
     st: Arc<Mutex<State>>,
     pub euid: u32,
     pub arch: String,
     pub now: SystemTime,
     pub tty: bool,
+    /// What [`Host::confirm`] answers: `None` is "no terminal".
+    pub answer: Option<bool>,
 }
 
 impl Default for FakeHost {
@@ -43,6 +47,7 @@ impl Default for FakeHost {
             arch: "x86_64".into(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             tty: false,
+            answer: None,
         }
     }
 }
@@ -117,6 +122,18 @@ impl FakeHost {
         self.st.lock().unwrap().unix_http.insert((socket.into(), path.to_string()), raw_response.into());
         self
     }
+    /// What [`Host::lstat`] reports for `path` (a symlink, another user's directory…). The
+    /// path then exists. Without it, a known directory is root's 0755 and a file root's 0644.
+    pub fn stat(self, path: impl Into<PathBuf>, st: FileStat) -> Self {
+        let path = path.into();
+        let mut state = self.st.lock().unwrap();
+        if st.kind == FileKind::Dir {
+            state.dirs.push(path.clone());
+        }
+        state.stats.insert(path, st);
+        drop(state);
+        self
+    }
     /// Every command run so far.
     pub fn ran(&self) -> Vec<Cmd> {
         self.st.lock().unwrap().ran.clone()
@@ -151,7 +168,7 @@ impl Host for FakeHost {
     }
     fn exists(&self, path: &Path) -> bool {
         let st = self.st.lock().unwrap();
-        st.files.contains_key(path) || st.dirs.iter().any(|d| d == path)
+        st.files.contains_key(path) || st.dirs.iter().any(|d| d == path) || st.stats.contains_key(path)
     }
     fn is_dir(&self, path: &Path) -> bool {
         self.st.lock().unwrap().dirs.iter().any(|d| d == path)
@@ -192,6 +209,7 @@ impl Host for FakeHost {
         st.writes.push(path.to_path_buf());
         st.files.retain(|p, _| !p.starts_with(path));
         st.dirs.retain(|p| !p.starts_with(path));
+        st.stats.retain(|p, _| !p.starts_with(path));
         Ok(())
     }
     fn space(&self, path: &Path) -> io::Result<FsSpace> {
@@ -213,6 +231,10 @@ impl Host for FakeHost {
     fn arch(&self) -> String {
         self.arch.clone()
     }
+    fn confirm(&self, _prompt: &str) -> io::Result<Option<bool>> {
+        Ok(self.answer)
+    }
+    fn sleep(&self, _d: Duration) {}
     fn stdin_is_tty(&self) -> bool {
         self.tty
     }
@@ -221,6 +243,31 @@ impl Host for FakeHost {
     }
     fn create_partial(&self, dest: &Path, _mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
         Ok(Box::new(FakePartial { st: Arc::clone(&self.st), dest: dest.to_path_buf(), data: Vec::new() }))
+    }
+    fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()> {
+        if self.exists(path) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, path.display().to_string()));
+        }
+        if !path.parent().is_some_and(|p| self.is_dir(p)) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()));
+        }
+        let mut st = self.st.lock().unwrap();
+        st.writes.push(path.to_path_buf());
+        st.dirs.push(path.to_path_buf());
+        st.stats.insert(path.to_path_buf(), FileStat { kind: FileKind::Dir, uid: self.euid, mode });
+        Ok(())
+    }
+    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
+        let st = self.st.lock().unwrap();
+        if let Some(s) = st.stats.get(path) {
+            Ok(*s)
+        } else if st.dirs.iter().any(|d| d == path) {
+            Ok(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
+        } else if st.files.contains_key(path) {
+            Ok(FileStat { kind: FileKind::File, uid: 0, mode: 0o644 })
+        } else {
+            Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+        }
     }
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         let raw = self.st.lock().unwrap().unix_http.get(&(socket.to_path_buf(), path.to_string())).cloned();

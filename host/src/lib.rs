@@ -119,6 +119,26 @@ pub trait Host: Send + Sync {
     fn arch(&self) -> String;
     fn stdin_is_tty(&self) -> bool;
 
+    /// Asks a yes/no question on the controlling terminal (`/dev/tty`), which works even when
+    /// stdin is the piped install script (`curl … | sudo bash`). `Ok(None)` when there is no
+    /// terminal to ask on; the caller then decides without asking (it never assumes "yes").
+    fn confirm(&self, prompt: &str) -> io::Result<Option<bool>> {
+        let _ = prompt;
+        Ok(None)
+    }
+
+    /// When `path`'s inode last changed (ctime): for an installed program, when it was installed,
+    /// since dpkg keeps the package's mtime but cannot keep the ctime.
+    fn changed(&self, path: &Path) -> io::Result<SystemTime> {
+        let _ = path;
+        Err(io::Error::new(io::ErrorKind::Unsupported, "changed"))
+    }
+
+    /// Waits. The fake host returns at once, so tests of polling loops take no time.
+    fn sleep(&self, d: std::time::Duration) {
+        std::thread::sleep(d)
+    }
+
     /// Read-only probe of a POSIX (`fcntl`) lock, the kind dpkg and apt take on
     /// `/var/lib/dpkg/lock*`: the pid of a process holding a lock on `path` that would conflict
     /// with a write lock, `Ok(None)` when none does. Takes no lock and changes nothing.
@@ -136,12 +156,45 @@ pub trait Host: Send + Sync {
         Err(io::Error::new(io::ErrorKind::Unsupported, "create_partial"))
     }
 
+    /// Creates the directory `path` with `mode` (re-applied, so the umask cannot narrow it),
+    /// failing with `AlreadyExists` when anything is there already, a symlink included: a
+    /// directory someone else prepared is never adopted. The parent must exist.
+    fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()> {
+        let _ = (path, mode);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "create_dir_exclusive"))
+    }
+
+    /// What `path` itself is (`lstat`: a symlink is reported as one, not followed): its kind,
+    /// owner and permission bits.
+    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
+        let _ = path;
+        Err(io::Error::new(io::ErrorKind::Unsupported, "lstat"))
+    }
+
     /// One `GET` over a Unix socket (the Docker Engine API), HTTP/1.0 so the body ends at EOF.
     /// Bounded by a short timeout so a hung daemon cannot hang the caller.
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         let _ = (socket, path);
         Err(io::Error::new(io::ErrorKind::Unsupported, "unix_http_get"))
     }
+}
+
+/// What [`Host::lstat`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    pub kind: FileKind,
+    /// The owner's uid.
+    pub uid: u32,
+    /// Permission bits with setuid, setgid and sticky (`st_mode & 0o7777`).
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
 }
 
 /// A file being written under a temporary name; see [`Host::create_partial`].

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
-use crate::{Cmd, FsSpace, Host, Output, UnixHttpResponse};
+use crate::{Cmd, FileKind, FileStat, FsSpace, Host, Output, UnixHttpResponse};
 
 /// The machine gpum runs on, with every path mapped under `root` (`/` in production; a
 /// scratch directory in tests that exercise writes, such as uninstall).
@@ -142,6 +142,25 @@ impl Host for RealHost {
         io::stdin().is_terminal()
     }
 
+    fn changed(&self, path: &Path) -> io::Result<SystemTime> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(self.map(path))?;
+        let secs = u64::try_from(m.ctime()).unwrap_or(0);
+        Ok(SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, m.ctime_nsec().clamp(0, 999_999_999) as u32))
+    }
+
+    fn confirm(&self, prompt: &str) -> io::Result<Option<bool>> {
+        // No controlling terminal (cron, cloud-init, CI): ENXIO or ENOENT. Nobody to ask.
+        let Ok(read) = OpenOptions::new().read(true).write(true).open("/dev/tty") else { return Ok(None) };
+        let write = read.try_clone()?;
+        let term = dialoguer::console::Term::read_write_pair(read, write);
+        dialoguer::Confirm::new()
+            .with_prompt(prompt)
+            .default(false)
+            .interact_on_opt(&term)
+            .map_err(|dialoguer::Error::IO(e)| e)
+    }
+
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
         use std::os::fd::AsRawFd;
         // No lock file means nobody has ever locked it, so nobody holds it.
@@ -171,6 +190,33 @@ impl Host for RealHost {
         let file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         Ok(Box::new(RealPartial { file: Some(file), tmp, dest }))
+    }
+
+    fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let p = self.map(path);
+        // mkdir(2) fails with EEXIST on anything already there, a dangling symlink included.
+        fs::DirBuilder::new().mode(mode).create(&p)?;
+        // fchmod through a descriptor opened without following a symlink, so a swap between
+        // the mkdir and here cannot redirect the chmod.
+        let d = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(&p)?;
+        d.set_permissions(fs::Permissions::from_mode(mode))
+    }
+
+    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::symlink_metadata(self.map(path))?;
+        let t = m.file_type();
+        let kind = if t.is_symlink() {
+            FileKind::Symlink
+        } else if t.is_dir() {
+            FileKind::Dir
+        } else if t.is_file() {
+            FileKind::File
+        } else {
+            FileKind::Other
+        };
+        Ok(FileStat { kind, uid: m.uid(), mode: m.mode() & 0o7777 })
     }
 
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
@@ -285,6 +331,42 @@ mod tests {
         ));
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// Issue 14, item 12: an exclusive mkdir adopts nothing that was there, and lstat sees a
+    /// symlink and another user's directory for what they are. Runs as root to plant them.
+    #[test]
+    fn exclusive_dir_adopts_nothing_and_lstat_does_not_follow() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile_dir();
+        let host = RealHost::with_root(&dir);
+        let euid = nix::unistd::geteuid().as_raw();
+
+        host.create_dir_exclusive(Path::new("/mine"), 0o700).unwrap();
+        let st = host.lstat(Path::new("/mine")).unwrap();
+        assert_eq!(st, FileStat { kind: FileKind::Dir, uid: euid, mode: 0o700 });
+
+        // Already there: a directory (of another user, when we can make one), a symlink to a
+        // directory, a dangling symlink. Each is refused and left exactly as it was.
+        fs::create_dir(dir.join("theirs")).unwrap();
+        fs::set_permissions(dir.join("theirs"), fs::Permissions::from_mode(0o777)).unwrap();
+        let other = if euid == 0 { 65534 } else { euid };
+        if euid == 0 {
+            std::os::unix::fs::chown(dir.join("theirs"), Some(other), Some(other)).unwrap();
+        }
+        std::os::unix::fs::symlink(dir.join("theirs"), dir.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling")).unwrap();
+        for p in ["/theirs", "/link", "/dangling", "/mine"] {
+            let e = host.create_dir_exclusive(Path::new(p), 0o700).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{p}");
+        }
+        let theirs = fs::symlink_metadata(dir.join("theirs")).unwrap();
+        assert_eq!((theirs.uid(), theirs.mode() & 0o777), (other, 0o777), "left as it was");
+        assert!(!dir.join("nowhere").exists(), "nothing created through the dangling link");
+        assert_eq!(host.lstat(Path::new("/link")).unwrap().kind, FileKind::Symlink);
+        assert_eq!(host.lstat(Path::new("/theirs")).unwrap().uid, other);
+        assert_eq!(host.lstat(Path::new("/missing")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -12,28 +12,46 @@ use gpum_common::{Failure, Lang};
     name = "gpum-install",
     version,
     about = "Installs the gpum agent on a GPU machine. With --dry-run, only audits the machine and changes nothing.",
-    after_help = "Exit codes: 0 ok (with --dry-run: ready), 1 checks passed but this version cannot install yet, \
-                  2 usage or join code format, 10 machine check failed, 13 not root, 14 no systemd. \
-                  See docs/install.md."
+    after_help = "Exit codes: 0 ok (with --dry-run: ready), 1 unexpected error, 2 usage, join code format, or a \
+                  Docker restart not confirmed, 10 machine check failed or the downloaded agent cannot run, 13 not root, \
+                  14 no systemd, 20 download or verification failed, 30 apt or Docker setup failed, 31 GPU not visible \
+                  in a container, 40 join code refused or GPU registered elsewhere, 50 the service did not start. \
+                  Every flag also reads an environment variable: see docs/install.md."
 )]
 pub struct Cli {
     /// Audit the machine and print what the install would do; change nothing. Needs no root
     /// and no join code.
     #[arg(long)]
     pub dry_run: bool,
-    /// With --dry-run: print one JSON object {"checks":[…],"plan":[…],"ready":bool}.
-    #[arg(long, requires = "dry_run")]
+    /// JSON output. With --dry-run: one object {"checks":[…],"plan":[…],"ready":bool}; else one
+    /// event per line, the last {"event":"exit","code":N,…}.
+    #[arg(long)]
     pub json: bool,
+    /// Answer yes: restart Docker even when that stops containers without a restart policy
+    /// ($GPUM_YES=1).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// An extra trusted CA (PEM) for a platform with a private CA; the agent keeps it in its
+    /// config ($GPUM_CA_FILE). It adds a root; it never turns verification off.
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<String>,
+    /// A registry the GPU probe image may come from; repeat for several. Default: the agent's
+    /// list (docker.io, nvcr.io, ghcr.io) ($GPUM_PROBE_REGISTRIES, comma-separated).
+    #[arg(long = "probe-registry", value_name = "HOST")]
+    pub probe_registries: Vec<String>,
+    /// Install an agent older than the one installed ($GPUM_ALLOW_DOWNGRADE=1).
+    #[arg(long)]
+    pub allow_downgrade: bool,
     /// Make no network request (the platform check is skipped).
     #[arg(long)]
     pub offline: bool,
-    /// The platform's URL (https://…); checked for reachability over TLS.
+    /// The platform's URL (https://…); checked for reachability over TLS ($GPUM_SERVER).
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
     /// The join code from your dashboard (else $GPUM_JOIN_CODE, else one line on stdin).
     #[arg(long, value_name = "CODE")]
     pub code: Option<String>,
-    /// Message language (default: from LC_ALL / LC_MESSAGES / LANG).
+    /// Message language (default: $GPUM_LANG, else LC_ALL / LC_MESSAGES / LANG).
     #[arg(long, value_name = "ru|en", value_parser = ["ru", "en"])]
     pub lang: Option<String>,
 }
@@ -122,11 +140,8 @@ mod tests {
         }
         assert!(matches!(parse(&a(&["--lang", "de"])), Parsed::Fail(Failure::Usage(_))));
         assert!(matches!(parse(&a(&["--server"])), Parsed::Fail(Failure::Usage(_))));
-        // --json without --dry-run is a usage error, not silently ignored.
-        match parse(&a(&["--json"])) {
-            Parsed::Fail(Failure::Usage(m)) => assert!(m.contains("--dry-run"), "{m}"),
-            other => panic!("{other:?}"),
-        }
+        // --json also works for the install (one event per line).
+        assert!(matches!(parse(&a(&["--json", "--yes"])), Parsed::Run(c) if c.json && c.yes));
         for f in ["--help", "-h", "--version", "-V"] {
             assert!(matches!(parse(&a(&[f])), Parsed::Print(_)), "{f}");
         }

@@ -1,22 +1,27 @@
 //! gpum-install: the one-line installer's program.
 //!
 //! [`run`] is the whole program over the seam, so unit tests drive it with `FakeHost` and the
-//! integration tests drive the real binary. Today it does two things:
+//! integration tests drive the real binary:
 //! - `--dry-run`: gather facts (read-only), run every check, compute the [`plan::Plan`], print
 //!   them (or `--json`), exit 0 when ready and 10 when not. It needs neither root nor a join code.
 //! - without `--dry-run`: the pre-install gate, in the documented order (unknown parameter 2,
-//!   not root 13, no systemd 14, join code missing or malformed 2, any failed check 10). The
-//!   install flow itself is a later issue: a machine that passes gets
-//!   [`Failure::InstallNotImplemented`] (exit 1), never a false 0.
+//!   not root 13, no systemd 14, join code missing or malformed 2, any failed check 10), then
+//!   [`apply::install`] executes the same plan the dry run shows, and a summary.
 
+pub mod apply;
 pub mod apt;
 pub mod cli;
+pub mod daemon_json;
+pub mod dockerd;
 pub mod download;
+pub mod knobs;
 pub mod plan;
 pub mod report;
+pub mod text;
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gpum_common::{Failure, Lang, detect_lang, exit};
 use gpum_host::{Host, env};
@@ -37,6 +42,8 @@ pub struct Audit {
     pub facts: gpum_preflight::Facts,
     pub findings: Vec<Finding>,
     pub plan: plan::Plan,
+    /// The repositories the plan may add (pinned, or the test host's with `test-knobs`).
+    pub repos: Vec<gpum_repo_keys::pinned::Repo>,
 }
 
 impl Audit {
@@ -45,22 +52,36 @@ impl Audit {
     pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, opts: &GatherOptions, lang: Lang) -> Audit {
         let facts = gpum_preflight::gather(host, opts, gpu);
         let mut findings = gpum_preflight::run_all(&facts, lang);
-        let plan = plan::plan(&facts);
-        let all: Vec<_> =
-            plan::distro(&facts).map(|d| gpum_repo_keys::pinned::repos_for(d).to_vec()).unwrap_or_default();
-        let repos = apt::planned_repos(&plan, &all);
+        let repos = plan::distro(&facts).map(|d| knobs::repos_for(host, d));
+        let input = plan::PlanInput {
+            server: opts.server.clone(),
+            repos,
+            docker: dockerd::gather(host, &facts),
+            proxy: proxy_vars(host),
+        };
+        let plan = plan::plan(&facts, &input);
+        let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
+        let planned = apt::planned_repos(&plan, &all);
         let files =
-            if repos.is_empty() { Vec::new() } else { gpum_repo_keys::sources::read_apt_sources(host) };
-        let apt_finding = apt::check(&files, &repos, lang);
+            if planned.is_empty() { Vec::new() } else { gpum_repo_keys::sources::read_apt_sources(host) };
+        let apt_finding = apt::check(&files, &planned, lang);
         let at =
             findings.iter().position(|f| f.id == gpum_preflight::checks::PLATFORM).unwrap_or(findings.len());
         findings.insert(at, apt_finding);
-        Audit { facts, findings, plan }
+        Audit { facts, findings, plan, repos: all }
     }
 
     pub fn ready(&self) -> bool {
         gpum_preflight::ready(&self.findings)
     }
+}
+
+/// The proxy variables the installer was started with, which the service gets too.
+pub fn proxy_vars(host: &dyn Host) -> Vec<(String, String)> {
+    env::PROXY_VARS
+        .iter()
+        .filter_map(|k| host.env(k).filter(|v| !v.is_empty()).map(|v| (k.to_string(), v)))
+        .collect()
 }
 
 /// The longest line read from stdin for a join code; anything longer is not one.
@@ -88,25 +109,52 @@ pub fn join_code(host: &dyn Host, flag: Option<&str>, stdin: &mut dyn Read) -> R
     JoinCode::parse(&raw).map_err(|_| Failure::BadJoinCode)
 }
 
-fn fail(io: &mut Io, f: &Failure, lang: Lang) -> i32 {
+fn fail(io: &mut Io, f: &Failure, lang: Lang, json: bool) -> i32 {
+    if json {
+        let ev = serde_json::json!({"event": "exit", "code": f.code(), "message": f.message(lang)});
+        let _ = writeln!(io.stdout, "{ev}");
+        let _ = io.stdout.flush();
+    }
     let _ = writeln!(io.stderr, "{}", f.message(lang));
     f.code()
 }
 
+/// A flag, else its environment variable (for cloud-init and Ansible; docs/install.md).
+fn flag_or_env(host: &dyn Host, flag: Option<String>, var: &str) -> Option<String> {
+    flag.or_else(|| host.env(var).filter(|v| !v.is_empty()))
+}
+
+fn env_true(host: &dyn Host, var: &str) -> bool {
+    host.env(var).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
 /// The program. `args` includes the program name. Returns the exit code.
-pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) -> i32 {
+pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) -> i32 {
+    let h = host.as_ref();
     // Read before parsing so a usage error is already in the right language; when parsing
     // succeeds, `--lang` is the same value clap saw, so this is the run's language too.
-    let lang = detect_lang(host, cli::lang_flag(args));
+    let lang_flag = cli::lang_flag(args).or_else(|| h.env(env::GPUM_LANG).and_then(|l| Lang::parse(&l)));
+    let lang = detect_lang(h, lang_flag);
     let cli = match cli::parse(args) {
         cli::Parsed::Run(c) => c,
         cli::Parsed::Print(text) => {
             let _ = write!(io.stdout, "{text}");
             return exit::OK;
         }
-        cli::Parsed::Fail(f) => return fail(io, &f, lang),
+        cli::Parsed::Fail(f) => return fail(io, &f, lang, false),
     };
-    let opts = GatherOptions { server: cli.server.clone(), offline: cli.offline, ..Default::default() };
+    let json = cli.json;
+    let server = flag_or_env(h, cli.server.clone(), env::GPUM_SERVER);
+    let ca_file = flag_or_env(h, cli.ca_file.clone(), env::GPUM_CA_FILE).map(PathBuf::from);
+    let yes = cli.yes || env_true(h, env::GPUM_YES);
+    let allow_downgrade = cli.allow_downgrade || env_true(h, env::GPUM_ALLOW_DOWNGRADE);
+    let mut opts = GatherOptions { server: server.clone(), offline: cli.offline, ..Default::default() };
+    if let Some(p) = &ca_file {
+        match h.read(p) {
+            Ok(pem) => opts.extra_roots_pem.push(pem),
+            Err(e) => return fail(io, &Failure::Usage(format!("--ca-file {}: {e}", p.display())), lang, json),
+        }
+    }
 
     if cli.dry_run {
         // No code is needed, but one given on the command line is checked: a typo found now
@@ -114,9 +162,9 @@ pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) ->
         if let Some(c) = &cli.code
             && JoinCode::parse(c).is_err()
         {
-            return fail(io, &Failure::BadJoinCode, lang);
+            return fail(io, &Failure::BadJoinCode, lang, false);
         }
-        let audit = Audit::run(host, gpu, &opts, lang);
+        let audit = Audit::run(h, gpu, &opts, lang);
         let ready = audit.ready();
         if cli.json {
             let r = report::JsonReport { checks: &audit.findings, plan: &audit.plan, ready };
@@ -130,6 +178,7 @@ pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) ->
                     io,
                     &Failure::PreflightFailed(gpum_preflight::failed_ids(&audit.findings)),
                     lang,
+                    false,
                 );
             }
         }
@@ -137,22 +186,58 @@ pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, args: &[String], io: &mut Io) ->
     }
 
     // The pre-install gate, in the documented order.
-    if host.euid() != 0 {
-        return fail(io, &Failure::NotRoot, lang);
+    if h.euid() != 0 {
+        return fail(io, &Failure::NotRoot, lang, json);
     }
-    if !host.is_dir(Path::new(gpum_preflight::facts::SYSTEMD_RUN_DIR)) {
-        return fail(io, &Failure::NoSystemd, lang);
+    if !h.is_dir(Path::new(gpum_preflight::facts::SYSTEMD_RUN_DIR)) {
+        return fail(io, &Failure::NoSystemd, lang, json);
     }
-    if let Err(f) = join_code(host, cli.code.as_deref(), io.stdin) {
-        return fail(io, &f, lang);
+    let code = match join_code(h, cli.code.as_deref(), io.stdin) {
+        Ok(c) => c,
+        Err(f) => return fail(io, &f, lang, json),
+    };
+    let Some(server) = server else {
+        return fail(io, &Failure::Usage("--server is required to install".into()), lang, json);
+    };
+    let audit = Audit::run(h, gpu, &opts, lang);
+    if json {
+        for f in &audit.findings {
+            let _ = serde_json::to_writer(&mut *io.stdout, &serde_json::json!({"event": "check", "check": f}));
+            let _ = writeln!(io.stdout);
+        }
+    } else {
+        let _ = report::write_checks(io.stdout, &audit.findings, lang);
     }
-    let audit = Audit::run(host, gpu, &opts, lang);
-    let _ = report::write_checks(io.stdout, &audit.findings, lang);
     let _ = io.stdout.flush();
     if !audit.ready() {
-        return fail(io, &Failure::PreflightFailed(gpum_preflight::failed_ids(&audit.findings)), lang);
+        return fail(io, &Failure::PreflightFailed(gpum_preflight::failed_ids(&audit.findings)), lang, json);
     }
-    fail(io, &Failure::InstallNotImplemented, lang)
+    let mut probe_registries = cli.probe_registries.clone();
+    if probe_registries.is_empty()
+        && let Some(v) = h.env(env::GPUM_PROBE_REGISTRIES)
+    {
+        probe_registries = v.split(',').map(str::trim).filter(|r| !r.is_empty()).map(String::from).collect();
+    }
+    let probe_registries = (!probe_registries.is_empty()).then_some(probe_registries);
+    let aopts =
+        apply::Options { code: code.to_string(), server, ca_file, yes, allow_downgrade, probe_registries, lang };
+    let result = {
+        let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
+        apply::install(host.clone(), &audit, audit.repos.clone(), &aopts, &mut rep)
+    };
+    match result {
+        Ok(summary) => {
+            if json {
+                let ev = serde_json::json!({"event": "exit", "code": exit::OK, "summary": summary});
+                let _ = writeln!(io.stdout, "{ev}");
+            } else {
+                let _ = apply::write_summary(io.stdout, &summary, lang);
+            }
+            let _ = io.stdout.flush();
+            exit::OK
+        }
+        Err(f) => fail(io, &f, lang, json),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ fn main() {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let code = run(
-        &RealHost::new(),
+        std::sync::Arc::new(RealHost::new()),
         &NvmlProbe,
         &args,
         &mut Io { stdin: &mut std::io::stdin(), stdout: &mut out, stderr: &mut std::io::stderr() },

@@ -1,6 +1,6 @@
 //! What the install would do on this machine, computed from the audit's facts.
 //!
-//! `--dry-run` prints this [`Plan`]; the install flow (a later issue) executes the same value,
+//! `--dry-run` prints this [`Plan`]; the install ([`crate::apply`]) executes the same value,
 //! step by step, so what the owner was shown is what runs. Steps name every repository (with
 //! the pinned key fingerprints), package, file and service concretely.
 
@@ -10,10 +10,15 @@ use gpum_preflight::Facts;
 use gpum_repo_keys::pinned::{self, Distro, Repo};
 use serde::Serialize;
 
-/// One thing the install changes.
+/// One thing the install does, in the order it runs. The dry run prints these; the install
+/// executes the same value ([`crate::apply`]) and never does anything that is not here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Step {
+    /// Download the agent from the platform, verify it against the signed release manifest
+    /// (name, version, SHA-256), and test-run it from `$TMPDIR`. Together with the repository
+    /// keys, this is verified before anything on the machine changes.
+    DownloadAgent { url: String },
     /// Download the key from `key_url`, refuse it unless its primary fingerprint is one of
     /// `fingerprints`, write it to `keyring`, and write the deb822 source to `sources`.
     AddRepository {
@@ -28,32 +33,88 @@ pub enum Step {
     },
     /// `apt-get update` (with the new sources).
     AptUpdate,
-    /// `apt-get install` of packages that are missing.
+    /// `apt-get install` of packages that are missing (or too old).
     InstallPackages { packages: Vec<String> },
-    /// Write a file (created with `mode` from the first byte).
+    /// Merge the `nvidia` runtime into `path`, keeping every other key, after a backup.
+    ConfigureDocker { path: String },
+    /// `systemctl reload docker`: enough for a new `runtimes` entry.
+    ReloadDocker,
+    /// `systemctl restart docker`: needed when dockerd started before the toolkit's hook was
+    /// installed (it registers its GPU device driver only at start). `stops`: the running
+    /// containers without a restart policy, which stop; the installer asks first.
+    RestartDocker { stops: Vec<String> },
+    /// Register with the join code and write the agent's config (0600) with its token.
+    Register { server: String, config: String },
+    /// Write a file (created with `mode` from the first byte); skipped when identical.
     WriteFile { path: String, mode: String, purpose: Purpose },
-    /// `systemctl restart NAME`; `stops_containers`: containers without a restart policy stop.
-    RestartService { name: String, stops_containers: bool },
-    /// `systemctl daemon-reload`, `enable --now NAME`.
-    EnableService { name: String },
+    /// `systemctl daemon-reload`, `enable`, `restart NAME`, then wait up to `wait_secs` for its
+    /// first accepted heartbeat.
+    StartAgent { name: String, wait_secs: u64 },
+    /// Wait for the agent's first GPU-in-a-container result.
+    GpuCheck,
 }
 
 /// Why a file is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Purpose {
-    /// Docker's settings, with the `nvidia` runtime added and everything else kept.
-    DockerNvidiaRuntime,
-    /// The agent's configuration, holding its token (0600).
-    AgentConfig,
-    AgentUnit,
     AgentBinary,
+    AgentUnit,
+    /// The proxy variables the installer was given, for the service.
+    AgentProxy,
+}
+
+impl Step {
+    /// The checkpoint after this step, for crash tests (`knobs::checkpoint`).
+    pub fn checkpoint(&self) -> String {
+        match self {
+            Step::DownloadAgent { .. } => "download_agent".into(),
+            Step::AddRepository { id, .. } => format!("add_repository_{id}"),
+            Step::AptUpdate => "apt_update".into(),
+            Step::InstallPackages { .. } => "install_packages".into(),
+            Step::ConfigureDocker { .. } => "configure_docker".into(),
+            Step::ReloadDocker => "reload_docker".into(),
+            Step::RestartDocker { .. } => "restart_docker".into(),
+            Step::Register { .. } => "register".into(),
+            Step::WriteFile { purpose: Purpose::AgentBinary, .. } => "write_agent_binary".into(),
+            Step::WriteFile { purpose: Purpose::AgentUnit, .. } => "write_agent_unit".into(),
+            Step::WriteFile { purpose: Purpose::AgentProxy, .. } => "write_agent_proxy".into(),
+            Step::StartAgent { .. } => "start_agent".into(),
+            Step::GpuCheck => "gpu_check".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 #[serde(transparent)]
 pub struct Plan {
     pub steps: Vec<Step>,
+}
+
+impl Plan {
+    /// The containers a Docker restart would stop (empty when there is no restart).
+    pub fn stops(&self) -> &[String] {
+        self.steps
+            .iter()
+            .find_map(|s| match s {
+                Step::RestartDocker { stops } => Some(stops.as_slice()),
+                _ => None,
+            })
+            .unwrap_or(&[])
+    }
+}
+
+/// What the plan needs besides the preflight facts.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInput {
+    /// The platform (`--server`); the dry run may have none.
+    pub server: Option<String>,
+    /// The repositories for this distribution (pinned, or the test host's with `test-knobs`).
+    pub repos: Option<[Repo; 2]>,
+    /// What [`crate::dockerd`] found: the engine and the containers a restart would stop.
+    pub docker: crate::dockerd::DockerRuntimeFacts,
+    /// `HTTPS_PROXY`/`NO_PROXY`… as the installer got them.
+    pub proxy: Vec<(String, String)>,
 }
 
 /// The distribution whose repositories to use, from os-release.
@@ -82,15 +143,23 @@ fn write(path: &str, mode: u32, purpose: Purpose) -> Step {
     Step::WriteFile { path: path.into(), mode: format!("{mode:04o}"), purpose }
 }
 
-/// The plan for this machine. Docker and the toolkit are installed only when missing; Docker's
-/// settings are written (and Docker restarted) only when it lacks the `nvidia` runtime.
-pub fn plan(f: &Facts) -> Plan {
+/// The drop-in that carries the installer's proxy variables to the service.
+pub const PROXY_DROP_IN: &str = "/etc/systemd/system/gpum-agent.service.d/proxy.conf";
+/// How long the service has to send its first accepted heartbeat (the seed's exit 50).
+pub const START_WAIT_SECS: u64 = 60;
+
+/// The plan for this machine. Docker and the toolkit are installed only when missing (the
+/// toolkit also when older than the first release without a known container escape); Docker's
+/// settings are merged only when they lack the `nvidia` runtime; Docker is restarted only when
+/// its GPU device driver cannot be registered otherwise, and reloaded when that is enough.
+pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     let mut steps = Vec::new();
+    let server = input.server.clone().unwrap_or_else(|| "https://PLATFORM".into());
+    steps.push(Step::DownloadAgent { url: format!("{}/dl/gpum-agent", server.trim_end_matches('/')) });
     let codename = f.os.as_ref().map(|o| o.codename.clone()).unwrap_or_default();
     let need_docker = !f.docker.present();
-    let need_toolkit = !f.toolkit.present();
-    if let Some(d) = distro(f) {
-        let [docker, toolkit] = pinned::repos_for(d);
+    let need_toolkit = !f.toolkit.present() || crate::dockerd::toolkit_too_old(f);
+    if let Some([docker, toolkit]) = input.repos.or_else(|| distro(f).map(pinned::repos_for)) {
         let mut packages: Vec<String> = Vec::new();
         if need_docker {
             steps.push(add_repo(&docker, &codename));
@@ -107,18 +176,25 @@ pub fn plan(f: &Facts) -> Plan {
     }
     let has_runtime = f.docker.has_nvidia_runtime();
     if need_docker || !has_runtime {
-        steps.push(write(gpum_preflight::facts::DAEMON_JSON, 0o644, Purpose::DockerNvidiaRuntime));
-        // A fresh Docker has no containers to stop.
-        steps.push(Step::RestartService { name: "docker".into(), stops_containers: !need_docker });
+        steps.push(Step::ConfigureDocker { path: gpum_preflight::facts::DAEMON_JSON.into() });
     }
+    if need_docker {
+        // A fresh engine: its package started it, perhaps before the toolkit's hook was
+        // unpacked. Nothing runs on it yet, so a restart costs nothing.
+        steps.push(Step::RestartDocker { stops: Vec::new() });
+    } else if need_toolkit || input.docker.driver_stale() {
+        steps.push(Step::RestartDocker { stops: input.docker.at_risk.clone() });
+    } else if !has_runtime {
+        steps.push(Step::ReloadDocker);
+    }
+    steps.push(Step::Register { server, config: agent_state::DEFAULT_CONFIG.into() });
     steps.push(write(&format!("{}/gpum-agent", agent_state::INSTALL_DIR), 0o755, Purpose::AgentBinary));
-    steps.push(write(agent_state::DEFAULT_CONFIG, 0o600, Purpose::AgentConfig));
     steps.push(write(agent_state::UNIT_PATH, 0o644, Purpose::AgentUnit));
-    if f.existing.unit {
-        steps.push(Step::RestartService { name: agent_state::SERVICE_NAME.into(), stops_containers: false });
-    } else {
-        steps.push(Step::EnableService { name: agent_state::SERVICE_NAME.into() });
+    if !input.proxy.is_empty() {
+        steps.push(write(PROXY_DROP_IN, 0o600, Purpose::AgentProxy));
     }
+    steps.push(Step::StartAgent { name: agent_state::SERVICE_NAME.into(), wait_secs: START_WAIT_SECS });
+    steps.push(Step::GpuCheck);
     Plan { steps }
 }
 
@@ -136,77 +212,46 @@ pub fn spaced_fpr(f: &str) -> String {
 }
 
 impl Step {
-    /// One line for the human report.
+    /// One line for the human report; the texts are in [`crate::text`].
     pub fn describe(&self, lang: Lang) -> String {
-        let ru = lang == Lang::Ru;
+        use crate::text::{Msg, t};
+        let tr = |m: Msg| t(m, lang);
         match self {
+            Step::DownloadAgent { url } => tr(Msg::StepDownload).replace("{url}", url),
             Step::AddRepository { id, uri, suite, components, key_url, fingerprints, keyring, sources } => {
                 let fprs = fingerprints.iter().map(|f| spaced_fpr(f)).collect::<Vec<_>>().join(", ");
                 let comps =
                     if components.is_empty() { String::new() } else { format!(" {}", components.join(" ")) };
-                if ru {
-                    format!(
-                        "добавить репозиторий {id}: {uri} {suite}{comps}; ключ {key_url}, принимается только отпечаток {fprs}; файлы {keyring}, {sources}"
-                    )
-                } else {
-                    format!(
-                        "add repository {id}: {uri} {suite}{comps}; key {key_url}, accepted only with fingerprint {fprs}; files {keyring}, {sources}"
-                    )
-                }
+                tr(Msg::StepAddRepo)
+                    .replace("{id}", id)
+                    .replace("{repo}", &format!("{uri} {suite}{comps}"))
+                    .replace("{key_url}", key_url)
+                    .replace("{fprs}", &fprs)
+                    .replace("{files}", &format!("{keyring}, {sources}"))
             }
-            Step::AptUpdate => {
-                if ru {
-                    "обновить списки пакетов (apt-get update)".into()
-                } else {
-                    "refresh package lists (apt-get update)".into()
-                }
+            Step::AptUpdate => tr(Msg::StepAptUpdate).into(),
+            Step::InstallPackages { packages } => tr(Msg::StepInstall).replace("{packages}", &packages.join(" ")),
+            Step::ConfigureDocker { path } => tr(Msg::StepConfigureDocker).replace("{path}", path),
+            Step::ReloadDocker => tr(Msg::StepReloadDocker).into(),
+            Step::RestartDocker { stops } if stops.is_empty() => tr(Msg::StepRestartDocker).into(),
+            Step::RestartDocker { stops } => {
+                tr(Msg::StepRestartDockerStops).replace("{names}", &crate::text::names(stops))
             }
-            Step::InstallPackages { packages } => {
-                let p = packages.join(" ");
-                if ru {
-                    format!("установить пакеты: {p}")
-                } else {
-                    format!("install packages: {p}")
-                }
+            Step::Register { server, config } => {
+                tr(Msg::StepRegister).replace("{server}", server).replace("{config}", config)
             }
             Step::WriteFile { path, mode, purpose } => {
-                let what = match (purpose, ru) {
-                    (Purpose::DockerNvidiaRuntime, true) => {
-                        "настройки Docker: добавить среду nvidia, остальное сохранить"
-                    }
-                    (Purpose::DockerNvidiaRuntime, false) => {
-                        "Docker settings: add the nvidia runtime, keep the rest"
-                    }
-                    (Purpose::AgentConfig, true) => "настройки агента с его токеном",
-                    (Purpose::AgentConfig, false) => "the agent's settings, with its token",
-                    (Purpose::AgentUnit, true) => "служба systemd",
-                    (Purpose::AgentUnit, false) => "the systemd unit",
-                    (Purpose::AgentBinary, true) => "программа агента",
-                    (Purpose::AgentBinary, false) => "the agent program",
+                let what = match purpose {
+                    Purpose::AgentBinary => Msg::FileAgentBinary,
+                    Purpose::AgentUnit => Msg::FileAgentUnit,
+                    Purpose::AgentProxy => Msg::FileAgentProxy,
                 };
-                if ru {
-                    format!("записать {path} ({mode}): {what}")
-                } else {
-                    format!("write {path} ({mode}): {what}")
-                }
+                tr(Msg::StepWrite).replace("{path}", path).replace("{mode}", mode).replace("{what}", tr(what))
             }
-            Step::RestartService { name, stops_containers } => match (ru, stops_containers) {
-                (true, true) => format!(
-                    "перезапустить {name}; контейнеры без политики автозапуска при этом остановятся (установщик спросит подтверждение)"
-                ),
-                (true, false) => format!("перезапустить {name}"),
-                (false, true) => format!(
-                    "restart {name}; containers without a restart policy will stop (the installer asks first)"
-                ),
-                (false, false) => format!("restart {name}"),
-            },
-            Step::EnableService { name } => {
-                if ru {
-                    format!("включить и запустить службу {name}")
-                } else {
-                    format!("enable and start the {name} service")
-                }
+            Step::StartAgent { name, wait_secs } => {
+                tr(Msg::StepStart).replace("{name}", name).replace("{secs}", &wait_secs.to_string())
             }
+            Step::GpuCheck => tr(Msg::StepGpuCheck).into(),
         }
     }
 }

@@ -8,7 +8,7 @@ use gpum_preflight::gpu::GpuFacts;
 use gpum_protocol::joincode::JoinCode;
 use serde_json::Value;
 
-use crate::plan::{Purpose, Step};
+use crate::plan::Step;
 use crate::{Io, join_code, run};
 
 fn t4() -> GpuFacts {
@@ -46,7 +46,8 @@ fn go(h: &FakeHost, gpu: &GpuFacts, args: &[&str], stdin: &str) -> Ran {
         std::iter::once("gpum-install").chain(args.iter().copied()).map(String::from).collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut input = stdin.as_bytes();
-    let code = run(h, gpu, &args, &mut Io { stdin: &mut input, stdout: &mut out, stderr: &mut err });
+    let host: std::sync::Arc<dyn gpum_host::Host> = std::sync::Arc::new(h.clone());
+    let code = run(host, gpu, &args, &mut Io { stdin: &mut input, stdout: &mut out, stderr: &mut err });
     Ran { code, out: String::from_utf8(out).unwrap(), err: String::from_utf8(err).unwrap() }
 }
 
@@ -82,35 +83,36 @@ fn dry_run_on_a_fresh_machine_is_ready_writes_nothing_and_plans_everything() {
     assert_eq!(
         actions,
         [
+            "download_agent",
             "add_repository",
             "add_repository",
             "apt_update",
             "install_packages",
+            "configure_docker",
+            "restart_docker",
+            "register",
             "write_file",
-            "restart_service",
             "write_file",
-            "write_file",
-            "write_file",
-            "enable_service"
+            "start_agent",
+            "gpu_check"
         ]
     );
-    assert_eq!(plan[0]["fingerprints"][0], "9DC858229FC7DD38854AE2D88D81803C0EBFCD88");
-    assert_eq!(plan[0]["suite"], "jammy");
-    assert_eq!(plan[0]["uri"], "https://download.docker.com/linux/ubuntu");
-    assert_eq!(plan[1]["keyring"], "/etc/apt/keyrings/gpum-nvidia-container-toolkit.gpg");
-    let pk: Vec<&str> = plan[3]["packages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    assert_eq!(plan[1]["fingerprints"][0], "9DC858229FC7DD38854AE2D88D81803C0EBFCD88");
+    assert_eq!(plan[1]["suite"], "jammy");
+    assert_eq!(plan[1]["uri"], "https://download.docker.com/linux/ubuntu");
+    assert_eq!(plan[2]["keyring"], "/etc/apt/keyrings/gpum-nvidia-container-toolkit.gpg");
+    let pk: Vec<&str> = plan[4]["packages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
     assert!(pk.contains(&"docker-ce") && pk.contains(&"nvidia-container-toolkit"));
     // Fresh Docker: the restart stops nothing.
-    assert_eq!(plan[5]["stops_containers"], false);
-    assert_eq!(plan[7]["path"], agent_state::DEFAULT_CONFIG);
-    assert_eq!(plan[7]["mode"], "0600");
+    assert_eq!(plan[6]["stops"], serde_json::json!([]));
+    assert_eq!(plan[7]["config"], agent_state::DEFAULT_CONFIG);
 }
 
 #[test]
 fn dry_run_on_a_configured_machine_plans_only_the_agent() {
     let h = fresh_ubuntu()
         .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
-        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
         .file("/usr/bin/docker", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"));
     let a = crate::Audit::run(
@@ -120,14 +122,15 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         gpum_common::Lang::En,
     );
     assert!(a.ready());
-    assert!(
-        matches!(a.plan.steps[0], Step::WriteFile { purpose: Purpose::AgentBinary, .. }),
-        "{:?}",
-        a.plan.steps
+    let kinds: Vec<String> = a.plan.steps.iter().map(|s| s.checkpoint()).collect();
+    assert_eq!(
+        kinds,
+        ["download_agent", "register", "write_agent_binary", "write_agent_unit", "start_agent", "gpu_check"],
+        "a configured machine: only the agent"
     );
-    assert_eq!(a.plan.steps.len(), 4);
-    // Docker present without the runtime: daemon.json and a restart that stops containers.
-    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt")).unix_http(
+    // Docker present without the toolkit: install it, merge daemon.json, and restart Docker
+    // (its GPU driver registers only at start).
+    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("nvidia-container-toolkit", "not-the-toolkit")).file("/usr/bin/docker", "").unix_http(
         DEFAULT_DOCKER_SOCKET,
         "/_ping",
         fixture("debian12-docker-ping.http"),
@@ -138,8 +141,28 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         &GatherOptions { offline: true, ..Default::default() },
         gpum_common::Lang::En,
     );
-    assert!(a.plan.steps.contains(&Step::RestartService { name: "docker".into(), stops_containers: true }));
-    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { .. })));
+    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })), "{:?}", a.plan.steps);
+    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-nvidia-container-toolkit")));
+    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-docker")));
+    // Docker and the toolkit present, only the runtime missing: a reload is enough.
+    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1")).file("/usr/bin/docker", "").file("/usr/bin/nvidia-ctk", "").unix_http(
+        DEFAULT_DOCKER_SOCKET,
+        "/_ping",
+        fixture("debian12-docker-ping.http"),
+    );
+    let a = crate::Audit::run(&h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En);
+    assert!(a.plan.steps.contains(&Step::ReloadDocker), "{:?}", a.plan.steps);
+    assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into() }));
+    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. } | Step::InstallPackages { .. })));
+    // A toolkit with a known container escape (older than 1.17.8) is upgraded from its repository.
+    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt")).file("/usr/bin/docker", "").file("/usr/bin/nvidia-ctk", "").unix_http(
+        DEFAULT_DOCKER_SOCKET,
+        "/_ping",
+        fixture("debian12-docker-ping.http"),
+    );
+    let a = crate::Audit::run(&h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En);
+    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::InstallPackages { packages } if packages == &["nvidia-container-toolkit"])), "{:?}", a.plan.steps);
+    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })));
 }
 
 #[test]
@@ -194,15 +217,15 @@ fn the_gate_keeps_its_order() {
     assert!(r.err.contains("looks wrong"));
     // 5. every failed check, listed.
     let h = fresh_ubuntu().with_arch("aarch64").file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
-    let r = go(&h, &GpuFacts::DriverNotLoaded, &["--offline", "--code", &valid_code()], "");
+    let r = go(&h, &GpuFacts::DriverNotLoaded, &["--offline", "--server", "https://p.example", "--code", &valid_code()], "");
     assert_eq!(r.code, 10);
     assert!(r.err.contains("(arch, tmp_exec, nvidia_driver)"), "{}", r.err);
     assert!(r.out.contains("[FAIL] tmp_exec"));
-    // All passing: not implemented yet, and never 0.
+    // All passing, but no platform to install from: a usage error, nothing changed.
     let h = fresh_ubuntu();
-    let r = go(&h, &t4(), &["--offline", "--code", &valid_code()], "");
-    assert_eq!(r.code, 1);
-    assert!(r.err.contains("cannot install yet"), "{}", r.err);
+    let r = go(&h, &t4(), &["--code", &valid_code()], "");
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(r.err.contains("--server"), "{}", r.err);
     assert!(h.writes().is_empty(), "{:?}", h.writes());
 }
 

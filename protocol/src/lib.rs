@@ -46,6 +46,28 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_SECS: u64 = 10;
 /// A node with no heartbeat for this long is offline.
 pub const OFFLINE_AFTER_SECS: u64 = 60;
 
+/// Bounds on every list that crosses the wire, so that no single answer or request can wedge
+/// either side or fill the platform's disk. Both sides enforce them: the sender never sends
+/// more, the receiver refuses (or truncates, where stated) anything larger.
+pub mod limits {
+    /// Commands handed to an agent in one heartbeat answer; the rest wait for the next one.
+    pub const MAX_COMMANDS_PER_RESPONSE: usize = 16;
+    /// Command results in one heartbeat request. An agent holding more sends the oldest first.
+    pub const MAX_COMMAND_RESULTS: usize = 64;
+    /// Removed containers reported in one heartbeat request; the agent keeps the rest for later.
+    pub const MAX_REMOVED_CONTAINERS: usize = 64;
+    /// Managed container ids in one heartbeat request.
+    pub const MAX_MANAGED_CONTAINERS: usize = 1024;
+    /// Known container ids in one heartbeat answer.
+    pub const MAX_KNOWN_CONTAINERS: usize = 1024;
+    /// GPUs in one inventory.
+    pub const MAX_GPUS: usize = 64;
+    /// Removed-container records the platform keeps per node (older ones are pruned).
+    pub const MAX_REMOVED_HISTORY_PER_NODE: usize = 256;
+    /// Length of any free-text string field (names, messages, versions) the platform stores.
+    pub const MAX_TEXT_LEN: usize = 1024;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inventory
 
@@ -110,6 +132,12 @@ pub struct RegisterRequest {
     pub join_code: String,
     pub agent_version: String,
     pub inventory: Inventory,
+    /// A random id the installer writes (0600) before it registers, 32 hex digits. A repeat of
+    /// the same join code with the same install id, within the code's lifetime, gets the same
+    /// node and a fresh token (the first token is revoked), so a crash between the platform's
+    /// answer and the token reaching `config.toml` never strands the owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +251,10 @@ pub enum ProbeFailure {
     ImagePullFailed,
     Timeout,
     DockerUnavailable,
+    /// The probe image is not pinned by digest (`name@sha256:<64 hex>`); nothing was pulled.
+    ImageNotPinned,
+    /// The probe image's registry is not one the node accepts; nothing was pulled.
+    RegistryNotAccepted,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,6 +340,8 @@ pub enum ErrorCode {
     InvalidRequest,
     /// 413
     PayloadTooLarge,
+    /// 408: the request body did not arrive within the platform's body timeout.
+    RequestTimeout,
     /// 400: the join code fails its format or check character.
     JoinCodeMalformed,
     /// 403
@@ -340,6 +374,7 @@ impl ErrorCode {
         match self {
             InvalidJson | InvalidRequest | JoinCodeMalformed => 400,
             PayloadTooLarge => 413,
+            RequestTimeout => 408,
             JoinCodeUnknown | JoinCodeExpired | JoinCodeUsed => 403,
             GpuAlreadyRegistered => 409,
             Unauthorized | TokenReplaced | AdminUnauthorized => 401,

@@ -168,6 +168,7 @@ async fn load(
                 join_code: code.code,
                 agent_version: "bench".into(),
                 inventory: inventory(i),
+                install_id: None,
             };
             let r: RegisterResponse = c
                 .post(format!("{url}{PATH_REGISTER}"))

@@ -1,0 +1,621 @@
+//! The install: the [`Plan`] the dry run shows, executed step by step through the seam.
+//!
+//! - **Verify first.** The first step downloads the agent and verifies it against the signed
+//!   release manifest, test-runs it from `$TMPDIR`, and downloads and verifies every repository
+//!   key the plan adds. A failure there (exit 20, or 10 for a noexec `$TMPDIR`) leaves the
+//!   machine as it was.
+//! - **Ask first.** A Docker restart that stops containers is confirmed (`--yes`, or a question
+//!   on `/dev/tty`) before the first step; without a confirmation nothing is changed (exit 2).
+//! - **Skip what is done.** Each step looks at the machine again and reports "already present"
+//!   or "unchanged" instead of redoing it, so a re-run after a crash or a failure converges:
+//!   same files, one source per repository, one node on the platform (the install id makes a
+//!   repeated registration with the same code return the same node).
+//! - **Named checkpoints** after every step ([`Step::checkpoint`]) let a `test-knobs` build die
+//!   there, to prove the convergence.
+//! - **Register late.** Registration runs after the machine is ready, so no server is created
+//!   for a machine that fails; a refused registration leaves a running agent, its config and
+//!   its binary as they were.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use gpum_common::agent_state::{self, Connection};
+use gpum_common::{Failure, Lang};
+use gpum_host::{Cmd, Host, Output};
+use gpum_preflight::facts::LockFacts;
+use gpum_repo_keys::keys::{self, VerifiedKey};
+use gpum_repo_keys::pinned::Repo;
+use gpum_repo_keys::release::ReleaseKeys;
+use gpum_repo_keys::sources;
+use serde::Serialize;
+
+use crate::daemon_json::{self, Merged};
+use crate::download;
+use crate::knobs;
+use crate::plan::{Plan, Purpose, Step};
+use crate::text::{Msg, t};
+
+/// How long the GPU check may take: the first probe pulls its image.
+pub const GPU_WAIT_SECS: u64 = 600;
+/// Where the install id lives (0600); written before the first registration, reused after.
+pub const INSTALL_ID: &str = "/var/lib/gpum-agent/install-id";
+/// How often the waits look again.
+const POLL: Duration = Duration::from_millis(500);
+/// Lines of apt's own output quoted in an error.
+const TAIL_LINES: usize = 12;
+
+/// What the owner asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub code: String,
+    pub server: String,
+    pub ca_file: Option<PathBuf>,
+    pub yes: bool,
+    pub allow_downgrade: bool,
+    /// `--probe-registry`; `None`: the agent's defaults.
+    pub probe_registries: Option<Vec<String>>,
+    pub lang: Lang,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done(Option<String>),
+    Skipped(String),
+}
+
+/// The owner's account of the run, printed at the end.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub node_id: String,
+    pub installed: Vec<String>,
+    pub changed: Vec<String>,
+    pub left_alone: Vec<String>,
+    /// `verified`, `awaiting_check`, or `running` (the check had not finished).
+    pub verification: String,
+}
+
+/// Prints step results as lines or JSON events.
+pub struct Reporter<'a> {
+    pub out: &'a mut dyn Write,
+    pub json: bool,
+    pub lang: Lang,
+}
+
+#[derive(Serialize)]
+struct StepEvent<'a> {
+    event: &'static str,
+    index: usize,
+    checkpoint: String,
+    result: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+    step: &'a Step,
+}
+
+impl Reporter<'_> {
+    fn step(&mut self, index: usize, step: &Step, result: Result<&Outcome, &Failure>) {
+        let (tag, word, detail) = match result {
+            Ok(Outcome::Done(d)) => (Msg::Done, "done", d.clone()),
+            Ok(Outcome::Skipped(why)) => (Msg::Skipped, "skipped", Some(why.clone())),
+            Err(f) => (Msg::Failed, "failed", Some(f.message(self.lang))),
+        };
+        if self.json {
+            let ev = StepEvent {
+                event: "step",
+                index,
+                checkpoint: step.checkpoint(),
+                result: word,
+                detail: detail.as_deref(),
+                step,
+            };
+            let _ = serde_json::to_writer(&mut *self.out, &ev);
+            let _ = writeln!(self.out);
+        } else {
+            let d = match (&detail, result) {
+                (Some(d), Ok(_)) => format!(" — {}", gpum_common::text::escape_controls(d)),
+                _ => String::new(),
+            };
+            let _ = writeln!(self.out, "{} {}. {}{d}", t(tag, self.lang), index, step.describe(self.lang));
+        }
+        let _ = self.out.flush();
+    }
+
+    /// A line that is not a step's result (a wait, a question answered).
+    pub fn note(&mut self, text: &str) {
+        if self.json {
+            let _ = serde_json::to_writer(&mut *self.out, &serde_json::json!({"event": "note", "message": text}));
+            let _ = writeln!(self.out);
+        } else {
+            let _ = writeln!(self.out, "       {}", gpum_common::text::escape_controls(text));
+        }
+        let _ = self.out.flush();
+    }
+}
+
+/// The run's state shared by the steps.
+struct Run<'a> {
+    host: Arc<dyn Host>,
+    opts: &'a Options,
+    plan: &'a Plan,
+    facts: &'a gpum_preflight::Facts,
+    repos: Vec<Repo>,
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    work: Option<WorkDir>,
+    keys: Vec<(String, VerifiedKey)>,
+    node: Option<gpum_agent::register::Registered>,
+    summary: Summary,
+}
+
+/// The download directory, removed when the run ends (but not when it is killed: its name is
+/// random and it holds nothing secret).
+struct WorkDir {
+    host: Arc<dyn Host>,
+    path: PathBuf,
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = self.host.remove_dir_all(&self.path);
+    }
+}
+
+/// Runs `plan`. See the module docs.
+pub fn install(
+    host: Arc<dyn Host>,
+    audit: &crate::Audit,
+    repos: Vec<Repo>,
+    opts: &Options,
+    rep: &mut Reporter,
+) -> Result<Summary, Failure> {
+    let plan = &audit.plan;
+    let lang = opts.lang;
+    // Ask before anything happens.
+    let stops = plan.stops();
+    if !stops.is_empty() && !opts.yes {
+        let q = t(Msg::ConfirmRestart, lang).replace("{names}", &crate::text::names(stops));
+        match host.confirm(&q) {
+            Ok(Some(true)) => rep.note(t(Msg::RestartConfirmed, lang)),
+            _ => return Err(Failure::RestartNotConfirmed(stops.to_vec())),
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Other(e.to_string()))?;
+    let client = {
+        let _ctx = rt.enter();
+        let roots = match &opts.ca_file {
+            Some(p) => vec![host.read(p).map_err(|e| Failure::Usage(format!("--ca-file {}: {e}", p.display())))?],
+            None => Vec::new(),
+        };
+        let copts = gpum_host::http::ClientOptions {
+            extra_roots_pem: roots,
+            timeout: Some(Duration::from_secs(900)),
+            connect_timeout: Some(Duration::from_secs(20)),
+            user_agent: None,
+        };
+        gpum_host::http::client_for(&opts.server, &copts).map_err(|e| Failure::Download(e.to_string()))?
+    };
+    let mut run = Run {
+        host: host.clone(),
+        opts,
+        plan,
+        facts: &audit.facts,
+        repos,
+        rt,
+        client,
+        work: None,
+        keys: Vec::new(),
+        node: None,
+        summary: Summary::default(),
+    };
+    for (i, step) in plan.steps.iter().enumerate() {
+        match run.exec(step, rep) {
+            Ok(o) => rep.step(i + 1, step, Ok(&o)),
+            Err(f) => {
+                rep.step(i + 1, step, Err(&f));
+                return Err(f);
+            }
+        }
+        knobs::checkpoint(host.as_ref(), &step.checkpoint());
+    }
+    run.left_alone();
+    Ok(run.summary)
+}
+
+fn tail(o: &Output) -> String {
+    let text = format!("{}\n{}", o.stdout_str(), String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let from = lines.len().saturating_sub(TAIL_LINES);
+    lines[from..].join("\n")
+}
+
+/// Runs `cmd`; a failure to start or a non-zero exit is `SetupFailed` with the tool's last lines.
+fn must(host: &dyn Host, cmd: &Cmd) -> Result<Output, Failure> {
+    match host.run(cmd) {
+        Ok(o) if o.success() => Ok(o),
+        Ok(o) => Err(Failure::SetupFailed(format!("{} (exit {:?}):\n{}", cmd.display(), o.code, tail(&o)))),
+        Err(e) => Err(Failure::SetupFailed(format!("{}: {e}", cmd.display()))),
+    }
+}
+
+/// apt, non-interactive, waiting for a held dpkg lock instead of failing at once.
+fn apt(args: &[&str]) -> Cmd {
+    Cmd::new("env")
+        .args(["DEBIAN_FRONTEND=noninteractive", "apt-get", "-o", "DPkg::Lock::Timeout=600", "-o", "Acquire::Retries=3"])
+        .args(args.iter().copied())
+}
+
+/// dpkg's name for the machine's architecture.
+fn dpkg_arch(uname_m: &str) -> &str {
+    match uname_m {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+impl Run<'_> {
+    fn lang(&self) -> Lang {
+        self.opts.lang
+    }
+
+    fn exec(&mut self, step: &Step, rep: &mut Reporter) -> Result<Outcome, Failure> {
+        let host = self.host.clone();
+        let h = host.as_ref();
+        let lang = self.lang();
+        match step {
+            Step::DownloadAgent { .. } => self.download(),
+            Step::AddRepository { id, keyring, sources: src, .. } => {
+                let repo = *self.repo(id)?;
+                let key = self
+                    .keys
+                    .iter()
+                    .find(|(k, _)| k == id)
+                    .map(|(_, v)| v.keyring_bytes())
+                    .ok_or_else(|| Failure::Other(format!("no verified key for {id}")))?;
+                let codename = self.facts.os.as_ref().map(|o| o.codename.clone()).unwrap_or_default();
+                let text = sources::render(&repo, &codename, dpkg_arch(&h.arch()));
+                let same = h.read(Path::new(keyring)).ok().as_deref() == Some(&key[..])
+                    && h.read_to_string(Path::new(src)).ok().as_deref() == Some(&text);
+                if same {
+                    return Ok(Outcome::Skipped(t(Msg::AlreadyPresent, lang).into()));
+                }
+                let vk = &self.keys.iter().find(|(k, _)| k == id).expect("checked above").1;
+                keys::write_keyring(h, &repo, vk).map_err(|e| Failure::SetupFailed(format!("{keyring}: {e}")))?;
+                sources::write_source(h, &repo, &codename, dpkg_arch(&h.arch()))
+                    .map_err(|e| Failure::SetupFailed(format!("{src}: {e}")))?;
+                self.summary.changed.push(format!("{keyring}, {src}"));
+                Ok(Outcome::Done(None))
+            }
+            Step::AptUpdate => {
+                self.lock_note(rep);
+                must(h, &apt(&["update"]))?;
+                Ok(Outcome::Done(None))
+            }
+            Step::InstallPackages { packages } => {
+                self.lock_note(rep);
+                rep.note(t(Msg::AptSlow, lang));
+                let mut args = vec![
+                    "install",
+                    "-y",
+                    "--no-install-recommends",
+                    "-o",
+                    "Dpkg::Options::=--force-confdef",
+                    "-o",
+                    "Dpkg::Options::=--force-confold",
+                ];
+                args.extend(packages.iter().map(String::as_str));
+                must(h, &apt(&args))?;
+                self.summary.installed.extend(packages.iter().cloned());
+                Ok(Outcome::Done(None))
+            }
+            Step::ConfigureDocker { path } => self.configure_docker(Path::new(path)),
+            Step::ReloadDocker => {
+                must(h, &Cmd::new("systemctl").args(["reload", "docker"]))?;
+                // A reload is a SIGHUP: dockerd applies it on its own time.
+                for _ in 0..40 {
+                    if self.engine_has_runtime() {
+                        self.summary.changed.push("docker: reloaded".into());
+                        return Ok(Outcome::Done(None));
+                    }
+                    h.sleep(Duration::from_millis(250));
+                }
+                Err(Failure::SetupFailed(
+                    "dockerd did not list the nvidia runtime after systemctl reload docker".into(),
+                ))
+            }
+            Step::RestartDocker { .. } => {
+                must(h, &Cmd::new("systemctl").args(["restart", "docker"]))?;
+                for _ in 0..120 {
+                    if self.engine_answers() {
+                        self.summary.changed.push("docker: restarted".into());
+                        return Ok(Outcome::Done(None));
+                    }
+                    h.sleep(POLL);
+                }
+                Err(Failure::SetupFailed("Docker did not answer within 60 s of its restart".into()))
+            }
+            Step::Register { server, config } => self.register(server, Path::new(config)),
+            Step::WriteFile { path, mode, purpose } => {
+                let mode = u32::from_str_radix(mode, 8).unwrap_or(0o600);
+                let data = match purpose {
+                    Purpose::AgentBinary => {
+                        let w = self.work.as_ref().ok_or_else(|| Failure::Other("no download".into()))?;
+                        h.read(&w.path.join("gpum-agent")).map_err(|e| Failure::Other(e.to_string()))?
+                    }
+                    Purpose::AgentUnit => gpum_agent::unit::UNIT.as_bytes().to_vec(),
+                    Purpose::AgentProxy => proxy_drop_in(&crate::proxy_vars(h)).into_bytes(),
+                };
+                self.write_file(Path::new(path), &data, mode)
+            }
+            Step::StartAgent { name, wait_secs } => self.start(name, *wait_secs),
+            Step::GpuCheck => self.gpu_check(rep),
+        }
+    }
+
+    fn repo(&self, id: &str) -> Result<&Repo, Failure> {
+        self.repos.iter().find(|r| r.id == id).ok_or_else(|| Failure::Other(format!("unknown repository {id}")))
+    }
+
+    fn lock_note(&self, rep: &mut Reporter) {
+        if let LockFacts::Held { path, pid } = &self.facts.dpkg_lock
+            && self.host.lock_holder(path).ok().flatten().is_some()
+        {
+            rep.note(
+                &t(Msg::LockWait, self.lang()).replace("{pid}", &pid.to_string()).replace("{path}", &path.display().to_string()),
+            );
+        }
+    }
+
+    /// Step 1: every download and every verification, before anything changes.
+    fn download(&mut self) -> Result<Outcome, Failure> {
+        let host = self.host.clone();
+        let h = host.as_ref();
+        // The repository keys the plan will write.
+        let ids: Vec<String> = self
+            .plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::AddRepository { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        for id in &ids {
+            let repo = *self.repo(id)?;
+            let key = self.rt.block_on(download::fetch_repo_key(h, &self.client, repo.key_url, &repo))?;
+            self.keys.push((id.clone(), key));
+        }
+        // The agent.
+        let keys = match knobs::release_key(h) {
+            Some((k, f)) => ReleaseKeys::new(&k, &[f.as_str()]).map_err(|e| Failure::Download(e.to_string()))?,
+            None => ReleaseKeys::gpum(),
+        };
+        let dir = download::work_dir(h)?;
+        self.work = Some(WorkDir { host: host.clone(), path: dir.clone() });
+        let installed = installed_version(h);
+        let wanted = download::Wanted {
+            name: "gpum-agent",
+            installed_version: installed.as_deref(),
+            allow_downgrade: self.opts.allow_downgrade,
+        };
+        let dl_base = format!("{}/dl", self.opts.server.trim_end_matches('/'));
+        let dest = dir.join("gpum-agent");
+        let fetched = self.rt.block_on(download::fetch_verified(h, &self.client, &dl_base, &wanted, &dest, 0o700, &keys))?;
+        // The seed's exit 10: a program that cannot be executed from $TMPDIR.
+        match h.run(&Cmd::new(dest.display().to_string()).arg("version")) {
+            Ok(o) if o.success() => {}
+            Ok(o) => return Err(Failure::Download(format!("the downloaded agent does not run: {}", tail(&o)))),
+            Err(_) => return Err(Failure::AgentNoExec),
+        }
+        let mut detail = format!("gpum-agent {}", fetched.version);
+        if !ids.is_empty() {
+            detail.push_str("; ");
+            detail.push_str(&t(Msg::KeysVerified, self.lang()).replace("{ids}", &ids.join(", ")));
+        }
+        Ok(Outcome::Done(Some(detail)))
+    }
+
+    fn configure_docker(&mut self, path: &Path) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        let old = match h.read_to_string(path) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Failure::SetupFailed(format!("{}: {e}", path.display()))),
+        };
+        let new = daemon_json::add_nvidia_runtime(old.as_deref()).map_err(|e| {
+            Failure::SetupFailed(format!("{}: {e}; the file was left as it is", path.display()))
+        })?;
+        let Merged::Changed(text) = new else {
+            return Ok(Outcome::Skipped(t(Msg::AlreadyPresent, self.lang()).into()));
+        };
+        let io = |e: std::io::Error| Failure::SetupFailed(format!("{}: {e}", path.display()));
+        let mut detail = None;
+        if let Some(old) = &old {
+            let secs = h.now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let backup = PathBuf::from(format!("{}.gpum-backup-{secs}", path.display()));
+            h.write_atomic(&backup, old.as_bytes(), 0o644).map_err(io)?;
+            detail = Some(t(Msg::BackupAt, self.lang()).replace("{path}", &backup.display().to_string()));
+            self.summary.changed.push(format!("{} ({})", path.display(), backup.display()));
+        } else {
+            self.summary.changed.push(path.display().to_string());
+        }
+        if let Some(dir) = path.parent() {
+            h.create_dir_all(dir, 0o755).map_err(io)?;
+        }
+        h.write_atomic(path, text.as_bytes(), 0o644).map_err(io)?;
+        Ok(Outcome::Done(detail))
+    }
+
+    fn engine_answers(&self) -> bool {
+        let h = self.host.as_ref();
+        h.unix_http_get(&self.facts.docker.socket, "/_ping").is_ok_and(|r| r.status == 200)
+    }
+
+    fn engine_has_runtime(&self) -> bool {
+        let h = self.host.as_ref();
+        h.unix_http_get(&self.facts.docker.socket, "/info")
+            .ok()
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+            .is_some_and(|v| v["Runtimes"].get(daemon_json::RUNTIME).is_some())
+    }
+
+    fn register(&mut self, server: &str, config: &Path) -> Result<Outcome, Failure> {
+        let host = self.host.clone();
+        let h = host.as_ref();
+        let io = |p: &Path, e: std::io::Error| Failure::Other(format!("{}: {e}", p.display()));
+        for d in [agent_state::CONFIG_DIR, agent_state::DEFAULT_STATE_DIR] {
+            h.create_dir_all(Path::new(d), 0o700).map_err(|e| io(Path::new(d), e))?;
+        }
+        let id_path = Path::new(INSTALL_ID);
+        let install_id = match h.read_to_string(id_path).ok().map(|s| s.trim().to_string()) {
+            Some(id) if id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()) => id,
+            _ => {
+                let id = new_install_id();
+                h.write_atomic(id_path, format!("{id}\n").as_bytes(), 0o600).map_err(|e| io(id_path, e))?;
+                id
+            }
+        };
+        let opts = gpum_agent::register::RegisterOptions {
+            server: server.to_string(),
+            config_path: config.to_path_buf(),
+            state_dir: PathBuf::from(agent_state::DEFAULT_STATE_DIR),
+            ca_file: self.opts.ca_file.clone(),
+            docker_socket: None,
+            probe_registries: self.opts.probe_registries.clone(),
+            install_id: Some(install_id),
+        };
+        let r = self.rt.block_on(gpum_agent::register::register(host.clone(), &opts, &self.opts.code))?;
+        self.summary.node_id = r.node_id.clone();
+        self.summary.changed.push(format!("{} (0600)", config.display()));
+        let detail = t(Msg::NodeRegistered, self.lang()).replace("{node}", &r.node_id);
+        self.node = Some(r);
+        Ok(Outcome::Done(Some(detail)))
+    }
+
+    fn write_file(&mut self, path: &Path, data: &[u8], mode: u32) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        if h.read(path).ok().as_deref() == Some(data) {
+            return Ok(Outcome::Skipped(t(Msg::Unchanged, self.lang()).into()));
+        }
+        let io = |e: std::io::Error| Failure::Other(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent() {
+            h.create_dir_all(dir, 0o755).map_err(io)?;
+        }
+        h.write_atomic(path, data, mode).map_err(io)?;
+        self.summary.changed.push(path.display().to_string());
+        Ok(Outcome::Done(None))
+    }
+
+    fn start(&mut self, name: &str, wait_secs: u64) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        let node = self.node.as_ref().map(|n| n.node_id.clone()).unwrap_or_default();
+        let t0 = h.now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        for args in [vec!["daemon-reload"], vec!["enable", name]] {
+            must(h, &Cmd::new("systemctl").args(args)).map_err(|_| Failure::ServiceFailed)?;
+        }
+        // A unit that stopped for good (78) is "failed"; clear that so it can start again.
+        let _ = h.run(&Cmd::new("systemctl").args(["reset-failed", name]));
+        must(h, &Cmd::new("systemctl").args(["restart", name])).map_err(|_| Failure::ServiceFailed)?;
+        for _ in 0..wait_secs * 2 {
+            if let Ok(Some(st)) = agent_state::read(h, Path::new(agent_state::DEFAULT_STATE_DIR)) {
+                if st.node_id.as_deref() == Some(&node)
+                    && st.connection == Connection::Connected
+                    && st.last_heartbeat_at.is_some_and(|at| at + 2 >= t0)
+                {
+                    return Ok(Outcome::Done(Some(t(Msg::AgentOnline, self.lang()).into())));
+                }
+                if st.stopped.is_some() && st.updated_at + 2 >= t0 {
+                    return Err(Failure::ServiceFailed);
+                }
+            }
+            h.sleep(POLL);
+        }
+        Err(Failure::ServiceFailed)
+    }
+
+    fn gpu_check(&mut self, rep: &mut Reporter) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        let lang = self.lang();
+        if self.node.as_ref().and_then(|n| n.probe_image.as_ref()).is_none() {
+            self.summary.verification = "awaiting_check".into();
+            return Ok(Outcome::Done(Some(t(Msg::AwaitingCheck, lang).into())));
+        }
+        rep.note(&t(Msg::WaitingForCheck, lang).replace("{secs}", &GPU_WAIT_SECS.to_string()));
+        for _ in 0..GPU_WAIT_SECS * 2 {
+            if let Ok(Some(st)) = agent_state::read(h, Path::new(agent_state::DEFAULT_STATE_DIR)) {
+                match st.verification.as_deref() {
+                    Some("verified") => {
+                        self.summary.verification = "verified".into();
+                        return Ok(Outcome::Done(Some(t(Msg::Verified, lang).into())));
+                    }
+                    Some("failed") => return Err(Failure::GpuNotInContainer),
+                    _ => {}
+                }
+            }
+            h.sleep(POLL);
+        }
+        self.summary.verification = "running".into();
+        Ok(Outcome::Done(Some(t(Msg::CheckStillRunning, lang).into())))
+    }
+
+    fn left_alone(&mut self) {
+        let lang = self.lang();
+        if self.facts.docker.present() {
+            self.summary.left_alone.push(t(Msg::LeftDocker, lang).into());
+        }
+        if self.facts.toolkit.present() && !crate::dockerd::toolkit_too_old(self.facts) {
+            self.summary.left_alone.push(t(Msg::LeftToolkit, lang).into());
+        }
+        if self.facts.docker.daemon_json.is_some() {
+            self.summary.left_alone.push(t(Msg::LeftDaemonJson, lang).into());
+        }
+        self.summary.left_alone.push(t(Msg::LeftContainers, lang).into());
+    }
+}
+
+/// The installed agent's version (`gpum-agent version` prints `gpum-agent X`), for the
+/// rollback rule; `None` when there is none or it does not run.
+fn installed_version(h: &dyn Host) -> Option<String> {
+    let bin = Path::new(agent_state::INSTALL_DIR).join("gpum-agent");
+    if !h.exists(&bin) {
+        return None;
+    }
+    let o = h.run(&Cmd::new(bin.display().to_string()).arg("version")).ok().filter(Output::success)?;
+    o.stdout_str().split_whitespace().nth(1).map(str::to_string)
+}
+
+/// 128 random bits, hex.
+fn new_install_id() -> String {
+    let mut b = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The systemd drop-in carrying the proxy variables. Values are quoted for systemd.
+pub fn proxy_drop_in(vars: &[(String, String)]) -> String {
+    let mut s = String::from("# Written by gpum-install: the proxy variables it was run with.\n[Service]\n");
+    for (k, v) in vars {
+        let v = v.replace('\\', "\\\\").replace('"', "\\\"");
+        s.push_str(&format!("Environment=\"{k}={v}\"\n"));
+    }
+    s
+}
+
+/// The summary's lines.
+pub fn write_summary(out: &mut dyn Write, s: &Summary, lang: Lang) -> std::io::Result<()> {
+    let list = |v: &[String]| if v.is_empty() { t(Msg::SummaryNothing, lang).to_string() } else { v.join("; ") };
+    writeln!(out)?;
+    writeln!(out, "{}:", t(Msg::SummaryTitle, lang))?;
+    writeln!(out, "  {}: {}", t(Msg::SummaryInstalled, lang), list(&s.installed))?;
+    writeln!(out, "  {}: {}", t(Msg::SummaryChanged, lang), list(&s.changed))?;
+    writeln!(out, "  {}: {}", t(Msg::SummaryLeftAlone, lang), list(&s.left_alone))?;
+    writeln!(out, "  {}: {}", t(Msg::SummaryNext, lang), t(Msg::NextDashboard, lang).replace("{node}", &s.node_id))?;
+    writeln!(out, "        {}", t(Msg::NextStatus, lang))?;
+    Ok(())
+}
