@@ -1,7 +1,8 @@
 //! Feeds arbitrary bytes to every parser and verifier of the trust chain that reads data from
-//! the network: downloaded apt keys, release keyrings, `.sha256` and `.sig` files, `InRelease`
-//! files, and apt source lists. None may panic, hang or accept: the inputs are random, so any
-//! success other than on a valid key copy would be a verification bug.
+//! the network: downloaded apt keys, release keyrings, the release manifest and its signature,
+//! `InRelease` files, apt source lists, and the version rule. None may panic, hang or accept a
+//! signature: the inputs are random, so any success other than on a valid key copy would be a
+//! verification bug.
 #![no_main]
 
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ const DEBIAN_KEYRING: &[u8] = include_bytes!("../../repo-keys/tests/fixtures/deb
 fuzz_target!(|data: &[u8]| {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_083_200);
     let Some((&sel, rest)) = data.split_first() else { return };
-    match sel % 5 {
+    match sel % 7 {
         0 => {
             if let Ok(k) = keys::verify_key(rest, pinned::DOCKER_UBUNTU.fingerprints, now) {
                 assert_eq!(k.fingerprint, pinned::DOCKER_UBUNTU.fingerprints[0]);
@@ -25,17 +26,37 @@ fuzz_target!(|data: &[u8]| {
             let _ = release::ReleaseKeys::new(rest, release::GPUM_RELEASE_FINGERPRINTS);
         }
         2 => {
-            // The checksum of the payload, so the signature path is reached.
-            let sum = "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5  f\n";
-            let sig = rest;
-            if let Ok(mut v) = release::ArtifactVerifier::new(sum.as_bytes(), sig, "f") {
-                v.update(b"payload");
-                assert!(v.finish(&release::ReleaseKeys::gpum(), now).is_err());
-            }
-            let _ = release::parse_sha256_file(rest, "f");
+            // Random bytes as the signature of a fixed manifest: never a good signature.
+            let manifest = br#"{"format":1,"artifacts":[{"name":"gpum-agent","version":"0.1.0","size":7,"sha256":"239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"}]}"#;
+            assert!(release::verify_manifest(manifest, rest, &release::ReleaseKeys::gpum(), now).is_err());
+            let _ = release::parse_signatures(rest);
         }
         3 => {
             let _ = inrelease::verify_inrelease(rest, DEBIAN_KEYRING, now);
+        }
+        5 => {
+            // The manifest parser (the verifier runs it only on signed bytes, but a signer's
+            // mistake must not crash an installer either). What it accepts keeps its rules.
+            if let Ok(m) = release::Manifest::parse(rest) {
+                assert_eq!(m.format, release::MANIFEST_FORMAT);
+                for e in &m.artifacts {
+                    assert_eq!(m.entry(&e.name).unwrap(), e, "names are unique");
+                    assert_eq!(e.sha256.len(), 64);
+                    assert!(release::check_version(&e.version, None, false).is_ok());
+                }
+            }
+        }
+        6 => {
+            // The version rule on two arbitrary strings: it never accepts an unreadable
+            // version, and of two readable ones at most one direction is a downgrade.
+            let text = String::from_utf8_lossy(rest);
+            let (a, b) = text.split_once('\n').unwrap_or((&text, ""));
+            let ab = release::check_version(a, Some(b), false);
+            let ba = release::check_version(b, Some(a), false);
+            if matches!(ab, Err(release::ReleaseError::Downgrade { .. })) {
+                assert!(ba.is_ok(), "{a:?} < {b:?} and {b:?} < {a:?}");
+            }
+            assert!(release::check_version(a, Some(b), true).is_ok() == release::check_version(a, None, false).is_ok());
         }
         _ => {
             let text = String::from_utf8_lossy(rest).into_owned();

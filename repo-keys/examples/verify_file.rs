@@ -1,12 +1,13 @@
-//! `verify_file FILE KEY [--repeat N]`: verifies FILE against FILE.sha256 and FILE.sig with the
-//! release key KEY, the way the installer does (one pass over the data). It exists for
+//! `verify_file FILE KEY [--repeat N]`: verifies FILE against the signed `manifest.json` beside
+//! it (with `manifest.json.sig`) and the release key KEY, the way the installer does (the
+//! manifest's signature, then one SHA-256 pass over the data). It exists for
 //! `cargo xtask bench verify`, which compares it with `sha256sum` on the same file; with
 //! `--repeat N` it also prints the in-process median time in microseconds.
 #![allow(clippy::disallowed_methods)]
 
 use std::time::{Instant, SystemTime};
 
-use gpum_repo_keys::release::{ArtifactVerifier, ReleaseKeys};
+use gpum_repo_keys::release::{MANIFEST, MANIFEST_SIG, ReleaseKeys, Wanted, verify_manifest};
 use sequoia_openpgp::parse::Parse;
 
 fn main() {
@@ -21,9 +22,18 @@ fn main() {
     let mut times = Vec::new();
     for _ in 0..repeat {
         let t = Instant::now();
-        let sum = std::fs::read(format!("{file}.sha256")).expect("sha256");
-        let sig = std::fs::read(format!("{file}.sig")).expect("sig");
-        let mut v = ArtifactVerifier::new(&sum, &sig, &name).expect("parse");
+        let dir = std::path::Path::new(file).parent().unwrap();
+        let manifest = std::fs::read(dir.join(MANIFEST)).expect("manifest");
+        let sig = std::fs::read(dir.join(MANIFEST_SIG)).expect("manifest signature");
+        let wanted = Wanted { name: &name, installed_version: None, allow_downgrade: false };
+        let signed = match verify_manifest(&manifest, &sig, &keys, SystemTime::now()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("FAILED: {e}");
+                std::process::exit(20);
+            }
+        };
+        let mut v = signed.verifier(&wanted).expect("listed");
         // Read in 64 KiB chunks, as a download arrives, rather than all at once.
         let mut f = std::fs::File::open(file).expect("open");
         let mut buf = vec![0u8; 64 * 1024];
@@ -32,9 +42,9 @@ fn main() {
             if n == 0 {
                 break;
             }
-            v.update(&buf[..n]);
+            v.update(&buf[..n]).expect("within the signed size");
         }
-        if let Err(e) = v.finish(&keys, SystemTime::now()) {
+        if let Err(e) = v.finish() {
             eprintln!("FAILED: {e}");
             std::process::exit(20);
         }

@@ -1,9 +1,11 @@
 //! The trust chain end to end: real HTTP on loopback (a small server in this file), the real
 //! download and verification code of `gpum-install`, real files.
 //!
-//! Every bad input of issue 3 is served once and must be refused with exit 20, a message that
-//! says what was wrong, and no file left behind. The happy path and `TMPDIR=/var/tmp` show
-//! that the refusals are not a verifier that refuses everything.
+//! Every bad input of issue 3, and the swap, rename and rollback of issue 14 (item 11), is served
+//! once and must be refused with exit 20, a message that says what was wrong, and no file left
+//! behind. The happy path and `TMPDIR=/var/tmp` show that the refusals are not a verifier that
+//! refuses everything. The work directory of issue 14 (item 12) is tried against a directory and
+//! a symlink that another user prepared.
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::HashMap;
@@ -15,11 +17,13 @@ use std::time::{Duration, SystemTime};
 use gpum_common::{Failure, Lang};
 use gpum_host::RealHost;
 use gpum_host::http::{ClientOptions, client_for};
-use gpum_install::download::{MAX_ARTIFACT_BYTES, fetch_repo_key, fetch_verified, work_dir};
+use gpum_install::download::{
+    Fetched, MAX_ARTIFACT_BYTES, Wanted, create_private_dir, fetch_repo_key, fetch_verified, work_dir,
+};
 use gpum_repo_keys::keys::write_keyring;
 use gpum_repo_keys::pinned::{DOCKER_UBUNTU, NVIDIA_TOOLKIT, Repo};
 use gpum_repo_keys::release::ReleaseKeys;
-use gpum_repo_keys::release::signing::{sign, throwaway_key};
+use gpum_repo_keys::release::signing::{sha256_line, sign_detached, sign_release, throwaway_key};
 use sequoia_openpgp as openpgp;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -132,31 +136,62 @@ fn release() -> Release {
     Release { cert, keys, binary }
 }
 
-/// Serves `binary` with `.sha256` and `.sig` (either may be absent), downloads it into a scratch
-/// root with the release keys, and returns the result and the scratch directory.
-async fn download(
-    r: &Release,
-    binary: Reply,
-    sum: Option<Vec<u8>>,
-    sig: Option<Vec<u8>>,
-) -> (Result<PathBuf, Failure>, tempfile::TempDir) {
-    let mut files = HashMap::from([("/dl/gpum-agent".to_string(), binary)]);
-    if let Some(s) = sum {
-        files.insert("/dl/gpum-agent.sha256".into(), Reply::Ok(s));
+impl Release {
+    /// The signed manifest of a release holding this agent at 0.1.0: (manifest, signature).
+    fn signed(&self) -> (Vec<u8>, Vec<u8>) {
+        sign_release(
+            &self.cert,
+            &[("gpum-agent", "0.1.0", &self.binary), ("gpum-install", "0.1.0", INSTALLER)],
+        )
+    }
+}
+
+/// The installer's bytes in the same release: validly signed, but not the agent.
+const INSTALLER: &[u8] = b"#!/bin/sh\necho this is gpum-install, not the agent\n";
+
+const FRESH: Wanted<'static> = Wanted { name: "gpum-agent", installed_version: None, allow_downgrade: false };
+
+/// A `/dl/` directory: the agent (when given) and the manifest and its signature (either may be
+/// absent).
+fn dl(binary: Option<Reply>, manifest: Option<Vec<u8>>, sig: Option<Vec<u8>>) -> HashMap<String, Reply> {
+    let mut files = HashMap::new();
+    if let Some(b) = binary {
+        files.insert("/dl/gpum-agent".to_string(), b);
+    }
+    if let Some(m) = manifest {
+        files.insert("/dl/manifest.json".into(), Reply::Ok(m));
     }
     if let Some(s) = sig {
-        files.insert("/dl/gpum-agent.sig".into(), Reply::Ok(s));
+        files.insert("/dl/manifest.json.sig".into(), Reply::Ok(s));
     }
+    files
+}
+
+/// Serves `files`, downloads the agent into a scratch root with the release keys as `wanted`
+/// says, and returns the result and the scratch directory.
+async fn download(
+    r: &Release,
+    files: HashMap<String, Reply>,
+    wanted: &Wanted<'_>,
+) -> (Result<Fetched, Failure>, tempfile::TempDir) {
     let base = serve(files).await;
     let root = tempfile::tempdir().unwrap();
     let host = RealHost::with_root(root.path());
-    let url = format!("{base}/dl/gpum-agent");
-    let res = fetch_verified(&host, &client(&base), &url, Path::new("/gpum-agent"), 0o755, &r.keys).await;
+    let res = fetch_verified(
+        &host,
+        &client(&base),
+        &format!("{base}/dl"),
+        wanted,
+        Path::new("/gpum-agent"),
+        0o755,
+        &r.keys,
+    )
+    .await;
     (res, root)
 }
 
-async fn refused(r: &Release, binary: Reply, sum: Option<Vec<u8>>, sig: Option<Vec<u8>>, why: &str) {
-    let (res, root) = download(r, binary, sum, sig).await;
+async fn refused(r: &Release, files: HashMap<String, Reply>, wanted: &Wanted<'_>, why: &str) {
+    let (res, root) = download(r, files, wanted).await;
     assert_refused(&res.unwrap_err(), why);
     assert_eq!(files_under(root.path()), Vec::<PathBuf>::new(), "a refused download left files behind");
 }
@@ -164,10 +199,12 @@ async fn refused(r: &Release, binary: Reply, sum: Option<Vec<u8>>, sig: Option<V
 #[tokio::test]
 async fn good_artifact_is_written_0755_after_verification() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
-    let (res, root) = download(&r, Reply::Ok(r.binary.clone()), Some(sum), Some(sig)).await;
+    let (m, sig) = r.signed();
+    let (res, root) = download(&r, dl(Some(Reply::Ok(r.binary.clone())), Some(m), Some(sig)), &FRESH).await;
     let p = root.path().join("gpum-agent");
-    assert_eq!(res.unwrap(), PathBuf::from("/gpum-agent"));
+    let got = res.unwrap();
+    assert_eq!(got.path, PathBuf::from("/gpum-agent"));
+    assert_eq!(got.version, "0.1.0");
     assert_eq!(std::fs::read(&p).unwrap(), r.binary);
     assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o755);
     assert_eq!(files_under(root.path()), vec![p], "only the artifact, no temp file");
@@ -176,93 +213,206 @@ async fn good_artifact_is_written_0755_after_verification() {
 #[tokio::test]
 async fn truncated_binary_is_refused() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
+    let (m, sig) = r.signed();
     let short = r.binary[..r.binary.len() - 4096].to_vec();
-    refused(&r, Reply::Ok(short), Some(sum), Some(sig), "SHA-256 mismatch").await;
+    refused(&r, dl(Some(Reply::Ok(short)), Some(m), Some(sig)), &FRESH, "the signed manifest").await;
 }
 
 #[tokio::test]
 async fn dropped_connection_is_refused() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
-    refused(&r, Reply::Cut(r.binary.clone()), Some(sum), Some(sig), "/dl/gpum-agent").await;
+    let (m, sig) = r.signed();
+    refused(&r, dl(Some(Reply::Cut(r.binary.clone())), Some(m), Some(sig)), &FRESH, "/dl/gpum-agent").await;
 }
 
 #[tokio::test]
 async fn one_flipped_byte_is_refused() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
+    let (m, sig) = r.signed();
     let mut bad = r.binary.clone();
     bad[1_234_567] ^= 0x01;
-    refused(&r, Reply::Ok(bad), Some(sum), Some(sig), "SHA-256 mismatch").await;
+    refused(&r, dl(Some(Reply::Ok(bad)), Some(m), Some(sig)), &FRESH, "SHA-256 mismatch").await;
 }
 
 #[tokio::test]
 async fn signature_by_another_key_is_refused() {
     let r = release();
     let (stranger, _, _) = throwaway_key();
-    // The checksum is right; only the signer is wrong.
-    let (sum, sig) = sign(&stranger, &r.binary, "gpum-agent");
-    refused(&r, Reply::Ok(r.binary.clone()), Some(sum), Some(sig), "not by a trusted release key").await;
+    // The manifest is right; only the signer is wrong.
+    let (m, _) = r.signed();
+    let sig = sign_detached(&stranger, &m);
+    let files = dl(Some(Reply::Ok(r.binary.clone())), Some(m), Some(sig));
+    refused(&r, files, &FRESH, "not by a trusted release key").await;
 }
 
 #[tokio::test]
-async fn valid_signature_over_a_different_file_is_refused() {
+async fn valid_signature_over_a_different_manifest_is_refused() {
     let r = release();
-    let (sum, _) = sign(&r.cert, &r.binary, "gpum-agent");
-    let (_, other_sig) = sign(&r.cert, b"an older agent", "gpum-agent");
-    refused(&r, Reply::Ok(r.binary.clone()), Some(sum), Some(other_sig), "bad signature").await;
+    let (m, _) = r.signed();
+    let (_, other_sig) = sign_release(&r.cert, &[("gpum-agent", "0.1.0", b"an older agent")]);
+    refused(&r, dl(Some(Reply::Ok(r.binary.clone())), Some(m), Some(other_sig)), &FRESH, "bad signature")
+        .await;
 }
 
 #[tokio::test]
-async fn missing_sig_is_refused() {
+async fn missing_manifest_signature_is_refused() {
     let r = release();
-    let (sum, _) = sign(&r.cert, &r.binary, "gpum-agent");
-    refused(&r, Reply::Ok(r.binary.clone()), Some(sum), None, "gpum-agent.sig: HTTP 404").await;
+    let (m, _) = r.signed();
+    let files = dl(Some(Reply::Ok(r.binary.clone())), Some(m), None);
+    refused(&r, files, &FRESH, "manifest.json.sig: HTTP 404").await;
 }
 
 #[tokio::test]
-async fn missing_sha256_is_refused() {
+async fn missing_manifest_is_refused() {
     let r = release();
-    let (_, sig) = sign(&r.cert, &r.binary, "gpum-agent");
-    refused(&r, Reply::Ok(r.binary.clone()), None, Some(sig), "gpum-agent.sha256: HTTP 404").await;
+    let (_, sig) = r.signed();
+    refused(&r, dl(Some(Reply::Ok(r.binary.clone())), None, Some(sig)), &FRESH, "manifest.json: HTTP 404")
+        .await;
 }
 
 #[tokio::test]
 async fn missing_binary_is_refused() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
-    // The checksum and signature are there; the binary itself is not (404).
-    let base = serve(HashMap::from([
-        ("/dl/gpum-agent.sha256".to_string(), Reply::Ok(sum)),
-        ("/dl/gpum-agent.sig".to_string(), Reply::Ok(sig)),
-    ]))
-    .await;
-    let root = tempfile::tempdir().unwrap();
-    let host = RealHost::with_root(root.path());
-    let url = format!("{base}/dl/gpum-agent");
-    let f = fetch_verified(&host, &client(&base), &url, Path::new("/gpum-agent"), 0o755, &r.keys)
-        .await
-        .unwrap_err();
-    assert_refused(&f, "/dl/gpum-agent: HTTP 404");
-    assert_eq!(files_under(root.path()), Vec::<PathBuf>::new());
+    let (m, sig) = r.signed();
+    // The manifest and its signature are there; the binary itself is not (404).
+    refused(&r, dl(None, Some(m), Some(sig)), &FRESH, "/dl/gpum-agent: HTTP 404").await;
 }
 
 #[tokio::test]
 async fn oversized_binary_is_refused_before_anything_is_written() {
     let r = release();
-    let (sum, sig) = sign(&r.cert, &r.binary, "gpum-agent");
+    let (m, sig) = r.signed();
     let n = MAX_ARTIFACT_BYTES + 1;
     let why = format!("{n} bytes is larger than the {MAX_ARTIFACT_BYTES}-byte limit");
-    refused(&r, Reply::Announce(n), Some(sum), Some(sig), &why).await;
+    refused(&r, dl(Some(Reply::Announce(n)), Some(m), Some(sig)), &FRESH, &why).await;
 }
 
 #[tokio::test]
 async fn oversized_signature_is_refused() {
     let r = release();
-    let (sum, _) = sign(&r.cert, &r.binary, "gpum-agent");
+    let (m, _) = r.signed();
     let huge = vec![b'A'; (1 << 20) + 1];
-    refused(&r, Reply::Ok(r.binary.clone()), Some(sum), Some(huge), "larger than 1048576 bytes").await;
+    let files = dl(Some(Reply::Ok(r.binary.clone())), Some(m), Some(huge));
+    refused(&r, files, &FRESH, "larger than 1048576 bytes").await;
+}
+
+// ---------------------------------------------------------------- issue 14, item 11
+
+/// A download site swaps the agent for another validly signed artifact of the same release
+/// (the installer), and offers the per-file checksum and signature that used to be enough, made
+/// for the installer's bytes and renamed. The signed manifest says what `gpum-agent` is.
+#[tokio::test]
+async fn swapped_file_is_refused() {
+    let r = release();
+    let (m, sig) = r.signed();
+    let mut files = dl(Some(Reply::Ok(INSTALLER.to_vec())), Some(m), Some(sig));
+    files.insert("/dl/gpum-agent.sha256".into(), Reply::Ok(sha256_line("gpum-agent", INSTALLER)));
+    files.insert("/dl/gpum-agent.sig".into(), Reply::Ok(sign_detached(&r.cert, INSTALLER)));
+    refused(&r, files, &FRESH, "/dl/gpum-agent: the server announces").await;
+}
+
+/// The same swap with a body the size of the agent's: the hash decides.
+#[tokio::test]
+async fn swapped_file_of_the_same_size_is_refused() {
+    let r = release();
+    let (m, sig) = r.signed();
+    let mut other = INSTALLER.repeat(r.binary.len() / INSTALLER.len() + 1);
+    other.truncate(r.binary.len());
+    refused(&r, dl(Some(Reply::Ok(other)), Some(m), Some(sig)), &FRESH, "SHA-256 mismatch").await;
+}
+
+/// A validly signed release of the installer alone, its installer served as `gpum-agent`: the
+/// manifest does not name it `gpum-agent`. Renaming the entry in the manifest breaks the
+/// signature.
+#[tokio::test]
+async fn renamed_artifact_is_refused() {
+    let r = release();
+    let (m, sig) = sign_release(&r.cert, &[("gpum-install", "0.1.0", INSTALLER)]);
+    let files = dl(Some(Reply::Ok(INSTALLER.to_vec())), Some(m.clone()), Some(sig.clone()));
+    refused(&r, files, &FRESH, "lists no artifact named gpum-agent").await;
+
+    let renamed = String::from_utf8(m).unwrap().replace("\"gpum-install\"", "\"gpum-agent\"").into_bytes();
+    let files = dl(Some(Reply::Ok(INSTALLER.to_vec())), Some(renamed), Some(sig));
+    refused(&r, files, &FRESH, "bad signature").await;
+}
+
+/// A site serves last release's signed agent (0.1.0) to a machine running 0.2.0: refused, unless
+/// the owner asked for the downgrade. The same version is a re-install, and goes.
+#[tokio::test]
+async fn rollback_is_refused_unless_asked_for() {
+    let r = release();
+    let (m, sig) = r.signed();
+    let files = || dl(Some(Reply::Ok(r.binary.clone())), Some(m.clone()), Some(sig.clone()));
+    let installed =
+        |v, allow_downgrade| Wanted { name: "gpum-agent", installed_version: Some(v), allow_downgrade };
+    refused(&r, files(), &installed("0.2.0", false), "version 0.1.0 is older than the installed 0.2.0").await;
+    refused(&r, files(), &installed("not-a-version", false), "is not a version").await;
+
+    for ok in [installed("0.2.0", true), installed("0.1.0", false), installed("0.1.0-rc.1", false)] {
+        let (res, root) = download(&r, files(), &ok).await;
+        assert_eq!(res.unwrap().version, "0.1.0", "{ok:?}");
+        assert_eq!(std::fs::read(root.path().join("gpum-agent")).unwrap(), r.binary);
+    }
+}
+
+// ---------------------------------------------------------------- issue 14, item 12
+
+/// Another user (uid 65534) prepared what used to be this run's work directory,
+/// `$TMPDIR/gpum-install.<pid>`, world-writable, with their own `gpum-agent` inside; and a
+/// symlink to it under another name. The work directory is somewhere else, ours, 0700; theirs
+/// is left exactly as it was; and neither path can be created as ours. The installer runs as
+/// root, and so does this test where it can; otherwise the planted directory is the test user's
+/// own (still world-writable), which the old code adopted all the same.
+#[test]
+fn work_dir_adopts_nothing_another_user_prepared() {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid().as_raw();
+    let other = if euid == 0 { 65534 } else { euid };
+    let root = tempfile::tempdir().unwrap();
+    let host = RealHost::with_root(root.path());
+    let base = host.map(&gpum_install::download::tmp_base(&host));
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777)).unwrap();
+
+    let planted = base.join(format!("gpum-install.{}", std::process::id()));
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("gpum-agent"), b"#!/bin/sh\necho owned\n").unwrap();
+    for p in [&planted, &planted.join("gpum-agent")] {
+        std::os::unix::fs::chown(p, Some(other), Some(other)).unwrap();
+    }
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let link = base.join("gpum-install.link");
+    std::os::unix::fs::symlink(&planted, &link).unwrap();
+
+    let dir = host.map(&work_dir(&host).unwrap());
+    let st = std::fs::symlink_metadata(&dir).unwrap();
+    let theirs = std::fs::symlink_metadata(&planted).unwrap();
+    assert_ne!(dir, planted, "the prepared directory was adopted");
+    assert!(st.file_type().is_dir());
+    assert_eq!((st.uid(), st.mode() & 0o7777), (euid, 0o700));
+    assert_eq!((theirs.uid(), theirs.mode() & 0o7777), (other, 0o777), "theirs is left as it was");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+
+    for p in [&planted, &link] {
+        let target = Path::new("/").join(p.strip_prefix(root.path()).unwrap());
+        let e = create_private_dir(&host, &target).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{}", p.display());
+    }
+    assert_eq!(std::fs::symlink_metadata(&planted).unwrap().mode() & 0o7777, 0o777);
+}
+
+/// A `$TMPDIR` that others can write to and that is not sticky: anyone could rename the work
+/// directory away and put theirs in its place, so none is made there.
+#[test]
+fn work_dir_refuses_a_tmpdir_others_can_rename_in() {
+    let root = tempfile::tempdir().unwrap();
+    let host = RealHost::with_root(root.path());
+    let base = host.map(&gpum_install::download::tmp_base(&host));
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let f = work_dir(&host).unwrap_err();
+    assert_refused(&f, "not sticky");
+    assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
 }
 
 /// `TMPDIR=/var/tmp`, as the seed advises for a noexec `/tmp`: the work directory and the
@@ -290,23 +440,17 @@ fn tmpdir_var_tmp_is_honoured() {
         let keys = ReleaseKeys::new(&public, &[&fpr]).unwrap();
         // A real executable, so "allows exec" is tested, not assumed.
         let binary = b"#!/bin/sh\necho agent-ran\n".to_vec();
-        let (sum, sig) = sign(&cert, &binary, "gpum-agent");
-        let base = serve(HashMap::from([
-            ("/dl/gpum-agent".to_string(), Reply::Ok(binary)),
-            ("/dl/gpum-agent.sha256".to_string(), Reply::Ok(sum)),
-            ("/dl/gpum-agent.sig".to_string(), Reply::Ok(sig)),
-        ]))
-        .await;
+        let (m, sig) = sign_release(&cert, &[("gpum-agent", "0.1.0", &binary)]);
+        let base = serve(dl(Some(Reply::Ok(binary)), Some(m), Some(sig))).await;
         let host = RealHost::new();
         let dir = work_dir(&host).unwrap();
         assert!(dir.starts_with("/var/tmp"), "{}", dir.display());
         let dest = dir.join("gpum-agent");
         let res =
-            fetch_verified(&host, &client(&base), &format!("{base}/dl/gpum-agent"), &dest, 0o755, &keys)
-                .await;
-        let ran = res.as_ref().ok().map(|p| std::process::Command::new(p).output().unwrap());
+            fetch_verified(&host, &client(&base), &format!("{base}/dl"), &FRESH, &dest, 0o755, &keys).await;
+        let ran = res.as_ref().ok().map(|f| std::process::Command::new(&f.path).output().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(res.unwrap(), dest);
+        assert_eq!(res.unwrap().path, dest);
         assert_eq!(String::from_utf8_lossy(&ran.unwrap().stdout), "agent-ran\n");
         println!("CHILD-OK {}", dest.display());
     });

@@ -38,7 +38,7 @@ enum Cmd {
     },
     /// Make a development release signing key (kept outside the repository).
     ReleaseKey(sign::ReleaseKeyArgs),
-    /// Sign artifacts: writes FILE.sha256 and FILE.sig beside each.
+    /// Sign a release: DIR/manifest.json + manifest.json.sig, and FILE.sha256 beside each FILE.
     Sign(sign::SignArgs),
 }
 

@@ -8,9 +8,16 @@
 //! `gpum_repo_keys::release::GPUM_RELEASE_FINGERPRINTS` is a deliberate, reviewed change
 //! (docs/trust.md, "Rotating the release key").
 //!
-//! `cargo xtask sign --key DIR/gpum-release.key FILE...` writes `FILE.sha256` (sha256sum
-//! format) and `FILE.sig` (an armored detached signature over SHA-256, which is what lets the
-//! installer verify the checksum and the signature in one pass over the data).
+//! `cargo xtask sign --key DIR/gpum-release.key [--version V] FILE...` signs a release: the FILEs
+//! must all be in one directory (the one the platform serves as `/dl/`), and it writes there
+//! - `manifest.json`: name, version, size and SHA-256 of each FILE (and of the artifacts an
+//!   earlier `sign` listed, kept only when their file is still there unchanged);
+//! - `manifest.json.sig`: an armored detached signature over the manifest, which is what the
+//!   installer verifies (`gpum_repo_keys::release`): it binds each file's bytes to its name and
+//!   version, so one signed artifact cannot pass for another, nor an old one for a new one;
+//! - `FILE.sha256` beside each FILE (sha256sum format), which `install.sh` checks.
+//!
+//! `--version` defaults to the workspace version, which every gpum binary reports.
 
 use std::fs;
 use std::io::Write;
@@ -21,7 +28,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use sequoia_openpgp as openpgp;
 
-use gpum_repo_keys::release::signing;
+use gpum_repo_keys::release::{MANIFEST, MANIFEST_SIG, Manifest, ManifestEntry, signing};
 use openpgp::Cert;
 use openpgp::parse::Parse;
 use openpgp::serialize::SerializeInto;
@@ -36,12 +43,25 @@ pub struct ReleaseKeyArgs {
     pub userid: String,
 }
 
+/// `cargo xtask sign` (the help text is `after_help` below; the one-line summary is in main.rs).
 #[derive(Args)]
+#[command(after_help = "Writes, in DIR (the directory of the FILEs, which the platform serves as /dl/):\n  \
+    manifest.json      name, version, size and SHA-256 of each FILE\n  \
+    manifest.json.sig  the detached signature the installer verifies\n  \
+    FILE.sha256        beside each FILE, for install.sh\n\
+Signing more files later adds them to the manifest; an earlier entry whose file is gone or\n\
+changed is dropped.\n\n\
+Example (a test platform's --dist directory):\n  \
+    cargo xtask release-key --out /tmp/gpum-key\n  \
+    cargo xtask sign --key /tmp/gpum-key/gpum-release.key dist/gpum-install dist/gpum-agent")]
 pub struct SignArgs {
     /// The secret key file made by `cargo xtask release-key`.
     #[arg(long)]
     pub key: PathBuf,
-    /// Files to sign.
+    /// The version recorded for the files signed now.
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+    pub version: String,
+    /// Files to sign, all in one directory (DIR).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
@@ -91,18 +111,77 @@ fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
 
 pub fn sign(a: SignArgs) -> Result<()> {
     let tsk = fs::read(&a.key).with_context(|| format!("reading {}", a.key.display()))?;
+    let cert = secret_cert(&tsk)?;
+    let dir = release_dir(&a.files)?;
+    let mut entries = Vec::new();
     for f in &a.files {
         let data = fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        let (sum, sig) = sign_bytes(&tsk, &data, &file_name(f))?;
-        fs::write(append_ext(f, "sha256"), sum)?;
-        fs::write(append_ext(f, "sig"), sig)?;
-        println!("signed {}", f.display());
+        let name = file_name(f)?;
+        if entries.iter().any(|e: &ManifestEntry| e.name == name) {
+            bail!("{name} is given twice");
+        }
+        fs::write(append_ext(f, "sha256"), signing::sha256_line(&name, &data))?;
+        entries.push(signing::entry(&name, &a.version, &data));
+    }
+    for kept in earlier_entries(&dir, &entries)? {
+        entries.push(kept);
+    }
+    let manifest = signing::manifest_json(entries);
+    // Checked as the installer will read it, before anything is signed.
+    let parsed = Manifest::parse(&manifest).context("the manifest would be refused")?;
+    let sig = signing::sign_detached(&cert, &manifest);
+    fs::write(dir.join(MANIFEST), &manifest)?;
+    fs::write(dir.join(MANIFEST_SIG), sig)?;
+    println!("signed {}:", dir.join(MANIFEST).display());
+    for e in &parsed.artifacts {
+        println!("  {} {} ({} bytes, sha256 {})", e.name, e.version, e.size, e.sha256);
     }
     Ok(())
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+/// The one directory all `files` are in.
+fn release_dir(files: &[PathBuf]) -> Result<PathBuf> {
+    let dirs: Vec<PathBuf> = files
+        .iter()
+        .map(|f| {
+            let abs = fs::canonicalize(f).with_context(|| format!("reading {}", f.display()))?;
+            Ok(abs.parent().expect("a file has a parent").to_path_buf())
+        })
+        .collect::<Result<_>>()?;
+    if dirs.iter().any(|d| d != &dirs[0]) {
+        bail!(
+            "sign the files of one release directory together (got files in {} and others)",
+            dirs[0].display()
+        );
+    }
+    Ok(dirs[0].clone())
+}
+
+/// The entries of an existing `dir/manifest.json` for names not signed now, kept only when the
+/// file is still there with the same size and SHA-256 (the file is hashed again).
+fn earlier_entries(dir: &Path, now: &[ManifestEntry]) -> Result<Vec<ManifestEntry>> {
+    let Ok(old) = fs::read(dir.join(MANIFEST)) else { return Ok(Vec::new()) };
+    let Ok(old) = Manifest::parse(&old) else {
+        eprintln!("replacing {}: it is not a valid manifest", dir.join(MANIFEST).display());
+        return Ok(Vec::new());
+    };
+    let mut kept = Vec::new();
+    for e in old.artifacts.into_iter().filter(|e| !now.iter().any(|n| n.name == e.name)) {
+        match fs::read(dir.join(&e.name)) {
+            Ok(data) if signing::entry(&e.name, &e.version, &data) == e => kept.push(e),
+            _ => {
+                eprintln!("dropping {} {} from the manifest: its file is gone or changed", e.name, e.version)
+            }
+        }
+    }
+    Ok(kept)
+}
+
+fn file_name(p: &Path) -> Result<String> {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{} has no file name", p.display()))
 }
 
 fn append_ext(p: &Path, ext: &str) -> PathBuf {
@@ -112,11 +191,67 @@ fn append_ext(p: &Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The `.sha256` and `.sig` contents for `data` named `name`, signed with the secret key `tsk`.
-pub fn sign_bytes(tsk: &[u8], data: &[u8], name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+/// The certificate with its secret key, from the file `cargo xtask release-key` wrote.
+fn secret_cert(tsk: &[u8]) -> Result<Cert> {
     let cert = Cert::from_bytes(tsk).context("parsing the secret key")?;
     if !cert.is_tsk() {
         bail!("the key file holds no secret key");
     }
-    Ok(signing::sign(&cert, data, name))
+    Ok(cert)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_repo_keys::release::{ReleaseKeys, Wanted, verify_artifact};
+    use std::time::SystemTime;
+
+    /// What `sign` writes is what the installer accepts, per name and version; signing one more
+    /// file later keeps the earlier, unchanged entries.
+    #[test]
+    fn sign_writes_a_manifest_the_verifier_accepts() {
+        let dir = std::env::temp_dir().join(format!("gpum-xtask-sign-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let (secret, public) = generate("test").unwrap();
+        let key = dir.join("k.key");
+        fs::write(&key, &secret).unwrap();
+        let keys =
+            ReleaseKeys::new(&public.armored().to_vec().unwrap(), &[&public.fingerprint().to_hex()]).unwrap();
+        let rel = dir.join("dl");
+        fs::create_dir_all(&rel).unwrap();
+        fs::write(rel.join("gpum-agent"), b"agent").unwrap();
+        fs::write(rel.join("gpum-install"), b"installer").unwrap();
+        let args = |files: &[&str], version: &str| SignArgs {
+            key: key.clone(),
+            version: version.into(),
+            files: files.iter().map(|f| rel.join(f)).collect(),
+        };
+        sign(args(&["gpum-agent"], "0.2.0")).unwrap();
+        sign(args(&["gpum-install"], "0.2.1")).unwrap();
+        let m = fs::read(rel.join(MANIFEST)).unwrap();
+        let sig = fs::read(rel.join(MANIFEST_SIG)).unwrap();
+        let check = |data: &[u8], name| {
+            let w = Wanted { name, installed_version: None, allow_downgrade: false };
+            verify_artifact(data, &m, &sig, &w, &keys, SystemTime::now()).map(|v| v.version)
+        };
+        assert_eq!(check(b"agent", "gpum-agent").unwrap(), "0.2.0");
+        assert_eq!(check(b"installer", "gpum-install").unwrap(), "0.2.1");
+        assert!(check(b"installer", "gpum-agent").is_err());
+        let sum = fs::read_to_string(rel.join("gpum-agent.sha256")).unwrap();
+        assert!(sum.ends_with("  gpum-agent\n"), "{sum}");
+
+        // A changed file drops its old entry when another file is signed.
+        fs::write(rel.join("gpum-agent"), b"agent, rebuilt").unwrap();
+        sign(args(&["gpum-install"], "0.2.1")).unwrap();
+        let m = Manifest::parse(&fs::read(rel.join(MANIFEST)).unwrap()).unwrap();
+        assert_eq!(m.artifacts.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["gpum-install"]);
+
+        // Files from two directories are refused.
+        fs::write(dir.join("elsewhere"), b"x").unwrap();
+        let mut two = args(&["gpum-agent"], "0.2.0");
+        two.files.push(dir.join("elsewhere"));
+        assert!(sign(two).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
