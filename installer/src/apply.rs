@@ -126,12 +126,91 @@ impl Reporter<'_> {
     /// A line that is not a step's result (a wait, a question answered).
     pub fn note(&mut self, text: &str) {
         if self.json {
-            let _ = serde_json::to_writer(&mut *self.out, &serde_json::json!({"event": "note", "message": text}));
+            let _ =
+                serde_json::to_writer(&mut *self.out, &serde_json::json!({"event": "note", "message": text}));
             let _ = writeln!(self.out);
         } else {
             let _ = writeln!(self.out, "       {}", gpum_common::text::escape_controls(text));
         }
         let _ = self.out.flush();
+    }
+}
+
+/// Where the first step's bytes come from: the platform and the vendors over HTTPS
+/// ([`NetFetcher`]); unit tests pass one that serves known-good keys and a fake agent, so they
+/// can drive every later step over `FakeHost`.
+pub trait Fetcher {
+    /// Downloads and verifies `repo`'s apt key against its pinned fingerprints.
+    fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure>;
+    /// Downloads and verifies the agent into `dest`; returns its version.
+    fn agent(&self, host: &dyn Host, wanted: &download::Wanted, dest: &Path) -> Result<String, Failure>;
+    /// Runs the downloaded agent once (`version`); `Err(AgentNoExec)` when it cannot be executed.
+    fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure>;
+}
+
+/// The real downloads, see [`crate::download`].
+pub struct NetFetcher {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    dl_base: String,
+    keys: ReleaseKeys,
+}
+
+impl NetFetcher {
+    pub fn new(host: &dyn Host, opts: &Options) -> Result<NetFetcher, Failure> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::Other(e.to_string()))?;
+        let client = {
+            let _ctx = rt.enter();
+            let roots = match &opts.ca_file {
+                Some(p) => vec![
+                    host.read(p).map_err(|e| Failure::Usage(format!("--ca-file {}: {e}", p.display())))?,
+                ],
+                None => Vec::new(),
+            };
+            let copts = gpum_host::http::ClientOptions {
+                extra_roots_pem: roots,
+                timeout: Some(Duration::from_secs(900)),
+                connect_timeout: Some(Duration::from_secs(20)),
+                user_agent: None,
+            };
+            gpum_host::http::client_for(&opts.server, &copts).map_err(|e| Failure::Download(e.to_string()))?
+        };
+        let keys = match knobs::release_key(host) {
+            Some((k, f)) => {
+                ReleaseKeys::new(&k, &[f.as_str()]).map_err(|e| Failure::Download(e.to_string()))?
+            }
+            None => ReleaseKeys::gpum(),
+        };
+        Ok(NetFetcher { rt, client, dl_base: format!("{}/dl", opts.server.trim_end_matches('/')), keys })
+    }
+}
+
+impl Fetcher for NetFetcher {
+    fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure> {
+        self.rt.block_on(download::fetch_repo_key(host, &self.client, repo.key_url, repo))
+    }
+    fn agent(&self, host: &dyn Host, wanted: &download::Wanted, dest: &Path) -> Result<String, Failure> {
+        let f = self.rt.block_on(download::fetch_verified(
+            host,
+            &self.client,
+            &self.dl_base,
+            wanted,
+            dest,
+            0o700,
+            &self.keys,
+        ))?;
+        Ok(f.version)
+    }
+    fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure> {
+        match host.run(&Cmd::new(path.display().to_string()).arg("version")) {
+            Ok(o) if o.success() => Ok(()),
+            Ok(o) => Err(Failure::Download(format!("the downloaded agent does not run: {}", tail(&o)))),
+            // The seed's exit 10: a program that cannot be executed from $TMPDIR (noexec).
+            Err(_) => Err(Failure::AgentNoExec),
+        }
     }
 }
 
@@ -142,8 +221,9 @@ struct Run<'a> {
     plan: &'a Plan,
     facts: &'a gpum_preflight::Facts,
     repos: Vec<Repo>,
+    fetcher: &'a dyn Fetcher,
+    /// The registration's own runtime.
     rt: tokio::runtime::Runtime,
-    client: reqwest::Client,
     work: Option<WorkDir>,
     keys: Vec<(String, VerifiedKey)>,
     node: Option<gpum_agent::register::Registered>,
@@ -168,6 +248,7 @@ pub fn install(
     host: Arc<dyn Host>,
     audit: &crate::Audit,
     repos: Vec<Repo>,
+    fetcher: &dyn Fetcher,
     opts: &Options,
     rep: &mut Reporter,
 ) -> Result<Summary, Failure> {
@@ -186,28 +267,14 @@ pub fn install(
         .enable_all()
         .build()
         .map_err(|e| Failure::Other(e.to_string()))?;
-    let client = {
-        let _ctx = rt.enter();
-        let roots = match &opts.ca_file {
-            Some(p) => vec![host.read(p).map_err(|e| Failure::Usage(format!("--ca-file {}: {e}", p.display())))?],
-            None => Vec::new(),
-        };
-        let copts = gpum_host::http::ClientOptions {
-            extra_roots_pem: roots,
-            timeout: Some(Duration::from_secs(900)),
-            connect_timeout: Some(Duration::from_secs(20)),
-            user_agent: None,
-        };
-        gpum_host::http::client_for(&opts.server, &copts).map_err(|e| Failure::Download(e.to_string()))?
-    };
     let mut run = Run {
         host: host.clone(),
         opts,
         plan,
         facts: &audit.facts,
         repos,
+        fetcher,
         rt,
-        client,
         work: None,
         keys: Vec::new(),
         node: None,
@@ -246,7 +313,14 @@ fn must(host: &dyn Host, cmd: &Cmd) -> Result<Output, Failure> {
 /// apt, non-interactive, waiting for a held dpkg lock instead of failing at once.
 fn apt(args: &[&str]) -> Cmd {
     Cmd::new("env")
-        .args(["DEBIAN_FRONTEND=noninteractive", "apt-get", "-o", "DPkg::Lock::Timeout=600", "-o", "Acquire::Retries=3"])
+        .args([
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "-o",
+            "DPkg::Lock::Timeout=600",
+            "-o",
+            "Acquire::Retries=3",
+        ])
         .args(args.iter().copied())
 }
 
@@ -286,7 +360,8 @@ impl Run<'_> {
                     return Ok(Outcome::Skipped(t(Msg::AlreadyPresent, lang).into()));
                 }
                 let vk = &self.keys.iter().find(|(k, _)| k == id).expect("checked above").1;
-                keys::write_keyring(h, &repo, vk).map_err(|e| Failure::SetupFailed(format!("{keyring}: {e}")))?;
+                keys::write_keyring(h, &repo, vk)
+                    .map_err(|e| Failure::SetupFailed(format!("{keyring}: {e}")))?;
                 sources::write_source(h, &repo, &codename, dpkg_arch(&h.arch()))
                     .map_err(|e| Failure::SetupFailed(format!("{src}: {e}")))?;
                 self.summary.changed.push(format!("{keyring}, {src}"));
@@ -359,7 +434,10 @@ impl Run<'_> {
     }
 
     fn repo(&self, id: &str) -> Result<&Repo, Failure> {
-        self.repos.iter().find(|r| r.id == id).ok_or_else(|| Failure::Other(format!("unknown repository {id}")))
+        self.repos
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| Failure::Other(format!("unknown repository {id}")))
     }
 
     fn lock_note(&self, rep: &mut Reporter) {
@@ -367,7 +445,9 @@ impl Run<'_> {
             && self.host.lock_holder(path).ok().flatten().is_some()
         {
             rep.note(
-                &t(Msg::LockWait, self.lang()).replace("{pid}", &pid.to_string()).replace("{path}", &path.display().to_string()),
+                &t(Msg::LockWait, self.lang())
+                    .replace("{pid}", &pid.to_string())
+                    .replace("{path}", &path.display().to_string()),
             );
         }
     }
@@ -388,14 +468,10 @@ impl Run<'_> {
             .collect();
         for id in &ids {
             let repo = *self.repo(id)?;
-            let key = self.rt.block_on(download::fetch_repo_key(h, &self.client, repo.key_url, &repo))?;
+            let key = self.fetcher.repo_key(h, &repo)?;
             self.keys.push((id.clone(), key));
         }
         // The agent.
-        let keys = match knobs::release_key(h) {
-            Some((k, f)) => ReleaseKeys::new(&k, &[f.as_str()]).map_err(|e| Failure::Download(e.to_string()))?,
-            None => ReleaseKeys::gpum(),
-        };
         let dir = download::work_dir(h)?;
         self.work = Some(WorkDir { host: host.clone(), path: dir.clone() });
         let installed = installed_version(h);
@@ -404,16 +480,10 @@ impl Run<'_> {
             installed_version: installed.as_deref(),
             allow_downgrade: self.opts.allow_downgrade,
         };
-        let dl_base = format!("{}/dl", self.opts.server.trim_end_matches('/'));
         let dest = dir.join("gpum-agent");
-        let fetched = self.rt.block_on(download::fetch_verified(h, &self.client, &dl_base, &wanted, &dest, 0o700, &keys))?;
-        // The seed's exit 10: a program that cannot be executed from $TMPDIR.
-        match h.run(&Cmd::new(dest.display().to_string()).arg("version")) {
-            Ok(o) if o.success() => {}
-            Ok(o) => return Err(Failure::Download(format!("the downloaded agent does not run: {}", tail(&o)))),
-            Err(_) => return Err(Failure::AgentNoExec),
-        }
-        let mut detail = format!("gpum-agent {}", fetched.version);
+        let version = self.fetcher.agent(h, &wanted, &dest)?;
+        self.fetcher.test_run(h, &dest)?;
+        let mut detail = format!("gpum-agent {version}");
         if !ids.is_empty() {
             detail.push_str("; ");
             detail.push_str(&t(Msg::KeysVerified, self.lang()).replace("{ids}", &ids.join(", ")));
@@ -609,13 +679,226 @@ pub fn proxy_drop_in(vars: &[(String, String)]) -> String {
 
 /// The summary's lines.
 pub fn write_summary(out: &mut dyn Write, s: &Summary, lang: Lang) -> std::io::Result<()> {
-    let list = |v: &[String]| if v.is_empty() { t(Msg::SummaryNothing, lang).to_string() } else { v.join("; ") };
+    let list =
+        |v: &[String]| if v.is_empty() { t(Msg::SummaryNothing, lang).to_string() } else { v.join("; ") };
     writeln!(out)?;
     writeln!(out, "{}:", t(Msg::SummaryTitle, lang))?;
     writeln!(out, "  {}: {}", t(Msg::SummaryInstalled, lang), list(&s.installed))?;
     writeln!(out, "  {}: {}", t(Msg::SummaryChanged, lang), list(&s.changed))?;
     writeln!(out, "  {}: {}", t(Msg::SummaryLeftAlone, lang), list(&s.left_alone))?;
-    writeln!(out, "  {}: {}", t(Msg::SummaryNext, lang), t(Msg::NextDashboard, lang).replace("{node}", &s.node_id))?;
+    writeln!(
+        out,
+        "  {}: {}",
+        t(Msg::SummaryNext, lang),
+        t(Msg::NextDashboard, lang).replace("{node}", &s.node_id)
+    )?;
     writeln!(out, "        {}", t(Msg::NextStatus, lang))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! `install` over `FakeHost`, with a fetcher that serves the vendors' real (pinned) keys
+    //! from the repository's copies and a stand-in agent: a failure at each step stops there,
+    //! with its exit code, and nothing after it runs or is written. The steps after
+    //! registration need a real platform: the test host runs them (`cargo xtask e2e`).
+    use super::*;
+    use crate::tests_support::*;
+    use gpum_host::fake::FakeHost;
+
+    struct Offline {
+        agent_runs: bool,
+        bad_key: bool,
+    }
+
+    impl Fetcher for Offline {
+        fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure> {
+            if self.bad_key {
+                return Err(Failure::Download(format!("{}: fingerprint not pinned", repo.key_url)));
+            }
+            keys::verify_repo_key(repo.key_copy, repo, host.now())
+                .map_err(|e| Failure::Download(e.to_string()))
+        }
+        fn agent(&self, host: &dyn Host, _w: &download::Wanted, dest: &Path) -> Result<String, Failure> {
+            host.write_atomic(dest, b"agent", 0o700).map_err(|e| Failure::Download(e.to_string()))?;
+            Ok("0.1.0".into())
+        }
+        fn test_run(&self, _h: &dyn Host, _p: &Path) -> Result<(), Failure> {
+            if self.agent_runs { Ok(()) } else { Err(Failure::AgentNoExec) }
+        }
+    }
+
+    const APT_UPDATE: &str =
+        "env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update";
+
+    fn opts() -> Options {
+        Options {
+            code: gpum_protocol::joincode::JoinCode::generate().to_string(),
+            // Nothing listens on port 9: registration fails without a platform.
+            server: "http://127.0.0.1:9".into(),
+            ca_file: None,
+            yes: false,
+            allow_downgrade: false,
+            probe_registries: None,
+            lang: Lang::En,
+        }
+    }
+
+    fn go(h: &FakeHost, f: &Offline, o: &Options) -> (Result<Summary, Failure>, String) {
+        let host: Arc<dyn Host> = Arc::new(h.clone());
+        let gpu = t4();
+        let audit = crate::Audit::run(
+            h,
+            &gpu,
+            &gpum_preflight::GatherOptions {
+                offline: true,
+                server: Some(o.server.clone()),
+                ..Default::default()
+            },
+            Lang::En,
+        );
+        assert!(audit.ready(), "{:?}", audit.findings);
+        let mut out = Vec::new();
+        let r = {
+            let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
+            install(host, &audit, audit.repos.clone(), f, o, &mut rep)
+        };
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    fn ran(h: &FakeHost) -> Vec<String> {
+        h.ran().iter().map(|c| c.display()).filter(|c| !c.starts_with("systemctl show")).collect()
+    }
+
+    #[test]
+    fn a_noexec_tmpdir_or_a_bad_key_stops_before_anything_changes() {
+        for (f, code) in [
+            (Offline { agent_runs: false, bad_key: false }, 10),
+            (Offline { agent_runs: true, bad_key: true }, 20),
+        ] {
+            let h = fresh_debian();
+            let (r, out) = go(&h, &f, &opts());
+            assert_eq!(r.unwrap_err().code(), code, "{out}");
+            assert!(ran(&h).is_empty(), "{:?}", ran(&h));
+            let written: Vec<_> = h.writes().into_iter().filter(|p| !p.starts_with("/tmp")).collect();
+            assert!(written.is_empty(), "only the download directory may be touched: {written:?}");
+        }
+    }
+
+    #[test]
+    fn an_apt_failure_is_exit_30_with_apts_own_lines_and_nothing_after_it_runs() {
+        let h = fresh_debian().command(
+            APT_UPDATE,
+            Ok(Output {
+                code: Some(100),
+                stdout: b"Hit:1 http://x bookworm InRelease\n".to_vec(),
+                stderr: b"E: The repository 'http://x bookworm Release' is not signed.\n".to_vec(),
+            }),
+        );
+        let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+        let f = r.unwrap_err();
+        assert_eq!(f.code(), 30);
+        assert!(f.message(Lang::En).contains("is not signed"), "{}", f.message(Lang::En));
+        assert!(out.contains("[FAIL] 4. refresh package lists"), "{out}");
+        assert_eq!(ran(&h), [APT_UPDATE], "nothing past the failure");
+        // The keys and sources were written, with the pinned keys.
+        assert!(h.exists(Path::new("/etc/apt/keyrings/gpum-docker.gpg")));
+        assert!(
+            h.read_to_string(Path::new("/etc/apt/sources.list.d/gpum-docker.sources"))
+                .unwrap()
+                .contains("Signed-By: /etc/apt/keyrings/gpum-docker.gpg")
+        );
+        assert!(!h.exists(Path::new("/etc/docker/daemon.json")));
+    }
+
+    #[test]
+    fn an_invalid_daemon_json_is_never_overwritten() {
+        // Docker present with the toolkit: the plan merges daemon.json and reloads. The file
+        // turned invalid after the audit (the gate refuses an invalid one up front).
+        let h = configured_debian();
+        let audit_then_break = |h: &FakeHost| h.clone().file("/etc/docker/daemon.json", "{\"log-driver\": ");
+        let host_after = audit_then_break(&h);
+        let host: Arc<dyn Host> = Arc::new(host_after.clone());
+        let gpu = t4();
+        let audit = crate::Audit::run(
+            &h,
+            &gpu,
+            &gpum_preflight::GatherOptions {
+                offline: true,
+                server: Some(opts().server),
+                ..Default::default()
+            },
+            Lang::En,
+        );
+        let mut out = Vec::new();
+        let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
+        let f = install(
+            host,
+            &audit,
+            audit.repos.clone(),
+            &Offline { agent_runs: true, bad_key: false },
+            &opts(),
+            &mut rep,
+        )
+        .unwrap_err();
+        assert_eq!(f.code(), 30);
+        assert!(f.message(Lang::En).contains("/etc/docker/daemon.json"));
+        assert_eq!(
+            host_after.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap(),
+            "{\"log-driver\": "
+        );
+        assert!(ran(&host_after).is_empty(), "no reload after a refused merge: {:?}", ran(&host_after));
+    }
+
+    #[test]
+    fn a_merge_keeps_the_owners_keys_backs_up_and_reloads_then_registration_failure_is_reported() {
+        let h = configured_debian()
+            .command("systemctl reload docker", Ok(Output { code: Some(0), ..Default::default() }))
+            .unix_http(
+                gpum_preflight::facts::DEFAULT_DOCKER_SOCKET,
+                "/info",
+                "HTTP/1.0 200 OK\r\n\r\n{\"Runtimes\":{\"runc\":{},\"nvidia\":{}}}",
+            );
+        let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+        // No platform listens: registration fails after the machine is ready.
+        let f = r.unwrap_err();
+        assert_eq!(f.code(), 1, "{out}");
+        assert!(out.contains("[ ok ] 2. Docker settings"), "{out}");
+        assert!(out.contains("[ ok ] 3. reload Docker's settings"), "{out}");
+        assert!(out.contains("[FAIL] 4. register"), "{out}");
+        let new = h.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap();
+        assert!(new.find("log-opts").unwrap() < new.find("runtimes").unwrap(), "{new}");
+        let backups: Vec<_> = h
+            .writes()
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("daemon.json.gpum-backup-"))
+            .collect();
+        assert_eq!(backups.len(), 1);
+        assert_eq!(h.read_to_string(&backups[0]).unwrap(), OWNER_DAEMON_JSON);
+        assert_eq!(ran(&h), ["systemctl reload docker"], "nothing after the failed registration ran");
+        assert!(!h.exists(Path::new("/opt/gpum-agent/gpum-agent")));
+        assert!(!h.exists(Path::new("/etc/gpum-agent/config.toml")));
+        // The install id was kept for the re-run.
+        assert_eq!(h.read_to_string(Path::new(INSTALL_ID)).unwrap().trim().len(), 32);
+    }
+
+    #[test]
+    fn a_restart_that_stops_containers_needs_a_yes() {
+        let h = docker_without_toolkit_running("web");
+        // No terminal, no --yes: refused before anything, with the container named.
+        let (r, _) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+        assert_eq!(r.unwrap_err(), Failure::RestartNotConfirmed(vec!["web".into()]));
+        assert!(ran(&h).is_empty() && h.writes().is_empty());
+        // A terminal that says no: the same.
+        let mut h2 = docker_without_toolkit_running("web");
+        h2.answer = Some(false);
+        assert_eq!(go(&h2, &Offline { agent_runs: true, bad_key: false }, &opts()).0.unwrap_err().code(), 2);
+        assert!(h2.writes().is_empty());
+        // --yes goes on (and stops at the first command the fake does not know).
+        let h3 = docker_without_toolkit_running("web");
+        let (r, out) =
+            go(&h3, &Offline { agent_runs: true, bad_key: false }, &Options { yes: true, ..opts() });
+        assert_eq!(r.unwrap_err().code(), 30, "{out}");
+        assert_eq!(ran(&h3), [APT_UPDATE]);
+    }
 }

@@ -156,7 +156,9 @@ impl<'de> Deserialize<'de> for Json {
                 Ok(Json::Number(n.into()))
             }
             fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
-                serde_json::Number::from_f64(n).map(Json::Number).ok_or_else(|| E::custom("not a finite number"))
+                serde_json::Number::from_f64(n)
+                    .map(Json::Number)
+                    .ok_or_else(|| E::custom("not a finite number"))
             }
             fn visit_str<E>(self, s: &str) -> Result<Json, E> {
                 Ok(Json::String(s.to_string()))
@@ -202,10 +204,11 @@ mod tests {
     #[test]
     fn keeps_every_key_and_its_order_and_adds_only_the_runtime() {
         let Merged::Changed(t) = add_nvidia_runtime(Some(OWNER)).unwrap() else { panic!() };
-        let keys: Vec<usize> = ["log-opts", "max-size", "max-file", "data-root", "registry-mirrors", "mtu", "debug", "runtimes"]
-            .iter()
-            .map(|k| t.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} lost in {t}")))
-            .collect();
+        let keys: Vec<usize> =
+            ["log-opts", "max-size", "max-file", "data-root", "registry-mirrors", "mtu", "debug", "runtimes"]
+                .iter()
+                .map(|k| t.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} lost in {t}")))
+                .collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "order changed: {t}");
         let old: serde_json::Value = serde_json::from_str(OWNER).unwrap();
         let mut new: serde_json::Value = serde_json::from_str(&t).unwrap();

@@ -49,7 +49,10 @@ impl DockerRuntimeFacts {
 
 /// Reads the facts; see the module docs.
 pub fn gather(host: &dyn Host, facts: &Facts) -> DockerRuntimeFacts {
-    let mut out = DockerRuntimeFacts { hook_installed: hook_path(host).and_then(|p| host.changed(&p).ok()), ..Default::default() };
+    let mut out = DockerRuntimeFacts {
+        hook_installed: hook_path(host).and_then(|p| host.changed(&p).ok()),
+        ..Default::default()
+    };
     if facts.docker.engine.is_err() {
         return out;
     }
@@ -59,7 +62,10 @@ pub fn gather(host: &dyn Host, facts: &Facts) -> DockerRuntimeFacts {
 }
 
 fn hook_path(host: &dyn Host) -> Option<PathBuf> {
-    let path = host.env(env::PATH).filter(|p| !p.is_empty()).unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let path = host
+        .env(env::PATH)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
     path.split(':').filter(|d| d.starts_with('/')).map(|d| Path::new(d).join(HOOK)).find(|p| host.exists(p))
 }
 
@@ -86,7 +92,9 @@ fn at_risk(host: &dyn Host, socket: &Path) -> Vec<String> {
     let Ok(list) = serde_json::from_slice::<serde_json::Value>(&r.body) else { return Vec::new() };
     let mut names = Vec::new();
     for c in list.as_array().into_iter().flatten() {
-        let Some(id) = c["Id"].as_str().filter(|i| i.chars().all(|ch| ch.is_ascii_hexdigit())) else { continue };
+        let Some(id) = c["Id"].as_str().filter(|i| i.chars().all(|ch| ch.is_ascii_hexdigit())) else {
+            continue;
+        };
         let Ok(r) = host.unix_http_get(socket, &format!("/containers/{id}/json")) else { continue };
         let Ok(d) = serde_json::from_slice::<serde_json::Value>(&r.body) else { continue };
         if stops_on_restart(&d) {

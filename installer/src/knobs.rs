@@ -144,7 +144,11 @@ mod tests {
             assert_eq!(d.id, pinned::DOCKER_DEBIAN.id, "ids and packages stay gpum's");
             assert_eq!(n.suite, Some("/"));
         } else {
-            assert_eq!([d, n], pinned::repos_for(Distro::Debian), "a build without the feature must ignore {KNOBS_FILE}");
+            assert_eq!(
+                [d, n],
+                pinned::repos_for(Distro::Debian),
+                "a build without the feature must ignore {KNOBS_FILE}"
+            );
         }
     }
 }

@@ -152,7 +152,9 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     if let Some(p) = &ca_file {
         match h.read(p) {
             Ok(pem) => opts.extra_roots_pem.push(pem),
-            Err(e) => return fail(io, &Failure::Usage(format!("--ca-file {}: {e}", p.display())), lang, json),
+            Err(e) => {
+                return fail(io, &Failure::Usage(format!("--ca-file {}: {e}", p.display())), lang, json);
+            }
         }
     }
 
@@ -202,7 +204,8 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     let audit = Audit::run(h, gpu, &opts, lang);
     if json {
         for f in &audit.findings {
-            let _ = serde_json::to_writer(&mut *io.stdout, &serde_json::json!({"event": "check", "check": f}));
+            let _ =
+                serde_json::to_writer(&mut *io.stdout, &serde_json::json!({"event": "check", "check": f}));
             let _ = writeln!(io.stdout);
         }
     } else {
@@ -219,12 +222,19 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         probe_registries = v.split(',').map(str::trim).filter(|r| !r.is_empty()).map(String::from).collect();
     }
     let probe_registries = (!probe_registries.is_empty()).then_some(probe_registries);
-    let aopts =
-        apply::Options { code: code.to_string(), server, ca_file, yes, allow_downgrade, probe_registries, lang };
-    let result = {
-        let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
-        apply::install(host.clone(), &audit, audit.repos.clone(), &aopts, &mut rep)
+    let aopts = apply::Options {
+        code: code.to_string(),
+        server,
+        ca_file,
+        yes,
+        allow_downgrade,
+        probe_registries,
+        lang,
     };
+    let result = apply::NetFetcher::new(h, &aopts).and_then(|fetcher| {
+        let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
+        apply::install(host.clone(), &audit, audit.repos.clone(), &fetcher, &aopts, &mut rep)
+    });
     match result {
         Ok(summary) => {
             if json {
@@ -242,3 +252,5 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_support;

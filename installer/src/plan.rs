@@ -230,7 +230,9 @@ impl Step {
                     .replace("{files}", &format!("{keyring}, {sources}"))
             }
             Step::AptUpdate => tr(Msg::StepAptUpdate).into(),
-            Step::InstallPackages { packages } => tr(Msg::StepInstall).replace("{packages}", &packages.join(" ")),
+            Step::InstallPackages { packages } => {
+                tr(Msg::StepInstall).replace("{packages}", &packages.join(" "))
+            }
             Step::ConfigureDocker { path } => tr(Msg::StepConfigureDocker).replace("{path}", path),
             Step::ReloadDocker => tr(Msg::StepReloadDocker).into(),
             Step::RestartDocker { stops } if stops.is_empty() => tr(Msg::StepRestartDocker).into(),

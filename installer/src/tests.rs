@@ -130,11 +130,13 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
     );
     // Docker present without the toolkit: install it, merge daemon.json, and restart Docker
     // (its GPU driver registers only at start).
-    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("nvidia-container-toolkit", "not-the-toolkit")).file("/usr/bin/docker", "").unix_http(
-        DEFAULT_DOCKER_SOCKET,
-        "/_ping",
-        fixture("debian12-docker-ping.http"),
-    );
+    let h = fresh_ubuntu()
+        .file(
+            DPKG_STATUS,
+            fixture("ubuntu2204-dpkg-status-excerpt").replace("nvidia-container-toolkit", "not-the-toolkit"),
+        )
+        .file("/usr/bin/docker", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
     let a = crate::Audit::run(
         &h,
         &t4(),
@@ -142,26 +144,49 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         gpum_common::Lang::En,
     );
     assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })), "{:?}", a.plan.steps);
-    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-nvidia-container-toolkit")));
+    assert!(
+        a.plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-nvidia-container-toolkit"))
+    );
     assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-docker")));
     // Docker and the toolkit present, only the runtime missing: a reload is enough.
-    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1")).file("/usr/bin/docker", "").file("/usr/bin/nvidia-ctk", "").unix_http(
-        DEFAULT_DOCKER_SOCKET,
-        "/_ping",
-        fixture("debian12-docker-ping.http"),
+    let h = fresh_ubuntu()
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
+        .file("/usr/bin/docker", "")
+        .file("/usr/bin/nvidia-ctk", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
+    let a = crate::Audit::run(
+        &h,
+        &t4(),
+        &GatherOptions { offline: true, ..Default::default() },
+        gpum_common::Lang::En,
     );
-    let a = crate::Audit::run(&h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En);
     assert!(a.plan.steps.contains(&Step::ReloadDocker), "{:?}", a.plan.steps);
     assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into() }));
-    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. } | Step::InstallPackages { .. })));
-    // A toolkit with a known container escape (older than 1.17.8) is upgraded from its repository.
-    let h = fresh_ubuntu().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt")).file("/usr/bin/docker", "").file("/usr/bin/nvidia-ctk", "").unix_http(
-        DEFAULT_DOCKER_SOCKET,
-        "/_ping",
-        fixture("debian12-docker-ping.http"),
+    assert!(
+        !a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. } | Step::InstallPackages { .. }))
     );
-    let a = crate::Audit::run(&h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En);
-    assert!(a.plan.steps.iter().any(|s| matches!(s, Step::InstallPackages { packages } if packages == &["nvidia-container-toolkit"])), "{:?}", a.plan.steps);
+    // A toolkit with a known container escape (older than 1.17.8) is upgraded from its repository.
+    let h = fresh_ubuntu()
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file("/usr/bin/docker", "")
+        .file("/usr/bin/nvidia-ctk", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
+    let a = crate::Audit::run(
+        &h,
+        &t4(),
+        &GatherOptions { offline: true, ..Default::default() },
+        gpum_common::Lang::En,
+    );
+    assert!(
+        a.plan.steps.iter().any(
+            |s| matches!(s, Step::InstallPackages { packages } if packages == &["nvidia-container-toolkit"])
+        ),
+        "{:?}",
+        a.plan.steps
+    );
     assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })));
 }
 
@@ -217,7 +242,12 @@ fn the_gate_keeps_its_order() {
     assert!(r.err.contains("looks wrong"));
     // 5. every failed check, listed.
     let h = fresh_ubuntu().with_arch("aarch64").file(MOUNTINFO, fixture("ubuntu2204-noexec-tmp.mountinfo"));
-    let r = go(&h, &GpuFacts::DriverNotLoaded, &["--offline", "--server", "https://p.example", "--code", &valid_code()], "");
+    let r = go(
+        &h,
+        &GpuFacts::DriverNotLoaded,
+        &["--offline", "--server", "https://p.example", "--code", &valid_code()],
+        "",
+    );
     assert_eq!(r.code, 10);
     assert!(r.err.contains("(arch, tmp_exec, nvidia_driver)"), "{}", r.err);
     assert!(r.out.contains("[FAIL] tmp_exec"));

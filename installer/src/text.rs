@@ -57,38 +57,90 @@ pub enum Msg {
 pub fn t(m: Msg, lang: Lang) -> &'static str {
     use Msg::*;
     let (ru, en) = match m {
-        StepDownload => ("скачать агент {url}, проверить подпись (имя, версия, SHA-256) и пробно запустить", "download the agent {url}, verify its signature (name, version, SHA-256) and test-run it"),
-        StepAddRepo => ("добавить репозиторий {id}: {repo}; ключ {key_url}, принимается только отпечаток {fprs}; файлы {files}", "add repository {id}: {repo}; key {key_url}, accepted only with fingerprint {fprs}; files {files}"),
-        StepAptUpdate => ("обновить списки пакетов (apt-get update)", "refresh package lists (apt-get update)"),
+        StepDownload => (
+            "скачать агент {url}, проверить подпись (имя, версия, SHA-256) и пробно запустить",
+            "download the agent {url}, verify its signature (name, version, SHA-256) and test-run it",
+        ),
+        StepAddRepo => (
+            "добавить репозиторий {id}: {repo}; ключ {key_url}, принимается только отпечаток {fprs}; файлы {files}",
+            "add repository {id}: {repo}; key {key_url}, accepted only with fingerprint {fprs}; files {files}",
+        ),
+        StepAptUpdate => {
+            ("обновить списки пакетов (apt-get update)", "refresh package lists (apt-get update)")
+        }
         StepInstall => ("установить пакеты: {packages}", "install packages: {packages}"),
-        StepConfigureDocker => ("настройки Docker {path}: добавить среду nvidia, остальное сохранить (с резервной копией)", "Docker settings {path}: add the nvidia runtime, keep the rest (with a backup)"),
-        StepReloadDocker => ("перечитать настройки Docker (systemctl reload docker; контейнеры не останавливаются)", "reload Docker's settings (systemctl reload docker; no container stops)"),
-        StepRestartDocker => ("перезапустить docker (контейнеров, которые остановятся, нет)", "restart docker (no container will stop)"),
-        StepRestartDockerStops => ("перезапустить docker; остановятся контейнеры без политики автозапуска: {names} (установщик спросит подтверждение)", "restart docker; these containers without a restart policy will stop: {names} (the installer asks first)"),
-        StepRegister => ("зарегистрировать сервер на {server} по коду подключения; записать {config} (0600) с токеном", "register the server with {server} using the join code; write {config} (0600) with its token"),
+        StepConfigureDocker => (
+            "настройки Docker {path}: добавить среду nvidia, остальное сохранить (с резервной копией)",
+            "Docker settings {path}: add the nvidia runtime, keep the rest (with a backup)",
+        ),
+        StepReloadDocker => (
+            "перечитать настройки Docker (systemctl reload docker; контейнеры не останавливаются)",
+            "reload Docker's settings (systemctl reload docker; no container stops)",
+        ),
+        StepRestartDocker => (
+            "перезапустить docker (контейнеров, которые остановятся, нет)",
+            "restart docker (no container will stop)",
+        ),
+        StepRestartDockerStops => (
+            "перезапустить docker; остановятся контейнеры без политики автозапуска: {names} (установщик спросит подтверждение)",
+            "restart docker; these containers without a restart policy will stop: {names} (the installer asks first)",
+        ),
+        StepRegister => (
+            "зарегистрировать сервер на {server} по коду подключения; записать {config} (0600) с токеном",
+            "register the server with {server} using the join code; write {config} (0600) with its token",
+        ),
         StepWrite => ("записать {path} ({mode}): {what}", "write {path} ({mode}): {what}"),
-        StepStart => ("включить и (пере)запустить службу {name}, дождаться первого ответа платформы (до {secs} с)", "enable and (re)start the {name} service, wait for the platform's first answer (up to {secs} s)"),
-        StepGpuCheck => ("дождаться проверки видеокарты внутри контейнера", "wait for the GPU check inside a container"),
+        StepStart => (
+            "включить и (пере)запустить службу {name}, дождаться первого ответа платформы (до {secs} с)",
+            "enable and (re)start the {name} service, wait for the platform's first answer (up to {secs} s)",
+        ),
+        StepGpuCheck => {
+            ("дождаться проверки видеокарты внутри контейнера", "wait for the GPU check inside a container")
+        }
         FileAgentBinary => ("программа агента", "the agent program"),
         FileAgentUnit => ("служба systemd", "the systemd unit"),
         FileAgentProxy => ("переменные прокси для службы", "the proxy variables for the service"),
         Done => ("[ ok ]", "[ ok ]"),
         Skipped => ("[skip]", "[skip]"),
         Failed => ("[FAIL]", "[FAIL]"),
-        KeysVerified => ("ключи репозиториев проверены по отпечаткам: {ids}", "repository keys verified against their pinned fingerprints: {ids}"),
+        KeysVerified => (
+            "ключи репозиториев проверены по отпечаткам: {ids}",
+            "repository keys verified against their pinned fingerprints: {ids}",
+        ),
         AlreadyPresent => ("уже есть", "already present"),
         Unchanged => ("без изменений", "unchanged"),
         BackupAt => ("резервная копия: {path}", "backup: {path}"),
-        LockWait => ("dpkg занят процессом {pid} ({path}); жду его окончания (до 10 минут)…", "dpkg is held by process {pid} ({path}); waiting for it (up to 10 minutes)…"),
+        LockWait => (
+            "dpkg занят процессом {pid} ({path}); жду его окончания (до 10 минут)…",
+            "dpkg is held by process {pid} ({path}); waiting for it (up to 10 minutes)…",
+        ),
         AptSlow => ("это может занять несколько минут…", "this can take a few minutes…"),
-        ConfirmRestart => ("Docker нужно перезапустить; остановятся контейнеры без политики автозапуска: {names}. Продолжить?", "Docker must restart, which stops these containers without a restart policy: {names}. Continue?"),
+        ConfirmRestart => (
+            "Docker нужно перезапустить; остановятся контейнеры без политики автозапуска: {names}. Продолжить?",
+            "Docker must restart, which stops these containers without a restart policy: {names}. Continue?",
+        ),
         RestartConfirmed => ("перезапуск Docker подтверждён", "the Docker restart was confirmed"),
         NodeRegistered => ("сервер {node}", "server {node}"),
-        AgentOnline => ("служба работает, платформа приняла первый сигнал", "the service runs and the platform accepted its first heartbeat"),
-        AwaitingCheck => ("ожидает проверки: платформа ещё не выбрала образ для проверки (это не ошибка)", "awaiting check: the platform has not chosen a probe image yet (not an error)"),
-        CheckStillRunning => ("проверка ещё идёт; результат покажет sudo /opt/gpum-agent/gpum-agent status", "the check is still running; sudo /opt/gpum-agent/gpum-agent status will show its result"),
-        Verified => ("оборудование проверено: видеокарта видна внутри контейнера", "hardware verified: the GPU is visible inside a container"),
-        WaitingForCheck => ("жду результата проверки (до {secs} с; первый раз Docker скачивает образ)…", "waiting for the check's result (up to {secs} s; the first time Docker downloads the image)…"),
+        AgentOnline => (
+            "служба работает, платформа приняла первый сигнал",
+            "the service runs and the platform accepted its first heartbeat",
+        ),
+        AwaitingCheck => (
+            "ожидает проверки: платформа ещё не выбрала образ для проверки (это не ошибка)",
+            "awaiting check: the platform has not chosen a probe image yet (not an error)",
+        ),
+        CheckStillRunning => (
+            "проверка ещё идёт; результат покажет sudo /opt/gpum-agent/gpum-agent status",
+            "the check is still running; sudo /opt/gpum-agent/gpum-agent status will show its result",
+        ),
+        Verified => (
+            "оборудование проверено: видеокарта видна внутри контейнера",
+            "hardware verified: the GPU is visible inside a container",
+        ),
+        WaitingForCheck => (
+            "жду результата проверки (до {secs} с; первый раз Docker скачивает образ)…",
+            "waiting for the check's result (up to {secs} s; the first time Docker downloads the image)…",
+        ),
         SummaryTitle => ("Итог", "Summary"),
         SummaryInstalled => ("Установлено", "Installed"),
         SummaryChanged => ("Изменено", "Changed"),
@@ -96,10 +148,19 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
         SummaryNext => ("Дальше", "Next"),
         SummaryNothing => ("ничего", "nothing"),
         LeftDocker => ("Docker Engine (уже был установлен)", "Docker Engine (already installed)"),
-        LeftToolkit => ("NVIDIA Container Toolkit (уже был установлен)", "the NVIDIA Container Toolkit (already installed)"),
+        LeftToolkit => (
+            "NVIDIA Container Toolkit (уже был установлен)",
+            "the NVIDIA Container Toolkit (already installed)",
+        ),
         LeftContainers => ("ваши контейнеры, образы и тома", "your containers, images and volumes"),
-        LeftDaemonJson => ("остальные настройки в /etc/docker/daemon.json", "every other setting in /etc/docker/daemon.json"),
-        NextStatus => ("состояние агента: sudo /opt/gpum-agent/gpum-agent status; журнал: journalctl -u gpum-agent -n 50", "the agent's state: sudo /opt/gpum-agent/gpum-agent status; its log: journalctl -u gpum-agent -n 50"),
+        LeftDaemonJson => (
+            "остальные настройки в /etc/docker/daemon.json",
+            "every other setting in /etc/docker/daemon.json",
+        ),
+        NextStatus => (
+            "состояние агента: sudo /opt/gpum-agent/gpum-agent status; журнал: journalctl -u gpum-agent -n 50",
+            "the agent's state: sudo /opt/gpum-agent/gpum-agent status; its log: journalctl -u gpum-agent -n 50",
+        ),
         NextDashboard => ("сервер {node} виден в личном кабинете", "server {node} is in your dashboard"),
         HeaderInstall => ("Установка gpum", "Installing gpum"),
     };
@@ -119,16 +180,52 @@ mod tests {
     fn placeholders_match_between_languages() {
         use Msg::*;
         let all = [
-            StepDownload, StepAddRepo, StepAptUpdate, StepInstall, StepConfigureDocker, StepReloadDocker,
-            StepRestartDocker, StepRestartDockerStops, StepRegister, StepWrite, StepStart, StepGpuCheck,
-            FileAgentBinary, FileAgentUnit, FileAgentProxy, KeysVerified, AlreadyPresent, Unchanged, BackupAt,
-            LockWait, AptSlow, ConfirmRestart, RestartConfirmed, NodeRegistered, AgentOnline, AwaitingCheck,
-            CheckStillRunning, Verified, WaitingForCheck, SummaryTitle, SummaryInstalled, SummaryChanged,
-            SummaryLeftAlone, SummaryNext, SummaryNothing, LeftDocker, LeftToolkit, LeftContainers,
-            LeftDaemonJson, NextStatus, NextDashboard, HeaderInstall,
+            StepDownload,
+            StepAddRepo,
+            StepAptUpdate,
+            StepInstall,
+            StepConfigureDocker,
+            StepReloadDocker,
+            StepRestartDocker,
+            StepRestartDockerStops,
+            StepRegister,
+            StepWrite,
+            StepStart,
+            StepGpuCheck,
+            FileAgentBinary,
+            FileAgentUnit,
+            FileAgentProxy,
+            KeysVerified,
+            AlreadyPresent,
+            Unchanged,
+            BackupAt,
+            LockWait,
+            AptSlow,
+            ConfirmRestart,
+            RestartConfirmed,
+            NodeRegistered,
+            AgentOnline,
+            AwaitingCheck,
+            CheckStillRunning,
+            Verified,
+            WaitingForCheck,
+            SummaryTitle,
+            SummaryInstalled,
+            SummaryChanged,
+            SummaryLeftAlone,
+            SummaryNext,
+            SummaryNothing,
+            LeftDocker,
+            LeftToolkit,
+            LeftContainers,
+            LeftDaemonJson,
+            NextStatus,
+            NextDashboard,
+            HeaderInstall,
         ];
         let holes = |s: &str| {
-            let mut v: Vec<String> = s.split('{').skip(1).filter_map(|p| p.split_once('}')).map(|(h, _)| h.to_string()).collect();
+            let mut v: Vec<String> =
+                s.split('{').skip(1).filter_map(|p| p.split_once('}')).map(|(h, _)| h.to_string()).collect();
             v.sort();
             v
         };
