@@ -21,8 +21,6 @@ use gpum_preflight::Facts;
 pub const HOOK: &str = "nvidia-container-runtime-hook";
 /// Where dockerd writes its pid by default.
 pub const PID_FILES: &[&str] = &["/var/run/docker.pid", "/run/docker.pid"];
-/// The first NVIDIA Container Toolkit release without the container escape of CVE-2025-23266.
-pub const TOOLKIT_MIN_SAFE: [u64; 3] = [1, 17, 8];
 /// Linux's USER_HZ on every architecture gpum supports: `/proc/<pid>/stat` counts in it.
 const CLK_TCK: u64 = 100;
 
@@ -113,17 +111,10 @@ pub fn stops_on_restart(inspect: &serde_json::Value) -> bool {
     matches!(inspect["HostConfig"]["RestartPolicy"]["Name"].as_str().unwrap_or(""), "" | "no")
 }
 
-/// The installed toolkit is older than [`TOOLKIT_MIN_SAFE`] (a known container escape).
+/// The installed toolkit has a known container escape (preflight's `ToolkitFacts::vulnerable`,
+/// dpkg's version order against 1.17.8): the install upgrades it.
 pub fn toolkit_too_old(f: &Facts) -> bool {
-    f.toolkit.package_version.as_deref().and_then(upstream_version).is_some_and(|v| v < TOOLKIT_MIN_SAFE)
-}
-
-/// `1.17.4-1` → `[1, 17, 4]`: the first three numbers of a Debian version's upstream part.
-pub fn upstream_version(v: &str) -> Option<[u64; 3]> {
-    let v = v.split_once(':').map_or(v, |(_, r)| r);
-    let upstream = v.split(['-', '~', '+']).next()?;
-    let mut it = upstream.split('.').map(|n| n.parse::<u64>().ok());
-    Some([it.next()??, it.next().flatten().unwrap_or(0), it.next().flatten().unwrap_or(0)])
+    f.toolkit.vulnerable
 }
 
 #[cfg(test)]
@@ -155,15 +146,5 @@ mod tests {
         assert!(stops_on_restart(&p("")) && stops_on_restart(&p("no")));
         assert!(!stops_on_restart(&p("always")) && !stops_on_restart(&p("unless-stopped")));
         assert!(!stops_on_restart(&p("on-failure")));
-    }
-
-    #[test]
-    fn toolkit_versions() {
-        assert_eq!(upstream_version("1.17.4-1"), Some([1, 17, 4]));
-        assert_eq!(upstream_version("1:1.18.0~rc.1-1"), Some([1, 18, 0]));
-        assert_eq!(upstream_version("1.9"), Some([1, 9, 0]));
-        assert!(upstream_version("1.17.4-1").unwrap() < TOOLKIT_MIN_SAFE);
-        assert!(upstream_version("1.17.8-1").unwrap() >= TOOLKIT_MIN_SAFE);
-        assert_eq!(upstream_version("x"), None);
     }
 }

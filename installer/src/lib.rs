@@ -68,6 +68,17 @@ impl Audit {
         let at =
             findings.iter().position(|f| f.id == gpum_preflight::checks::PLATFORM).unwrap_or(findings.len());
         findings.insert(at, apt_finding);
+        // A toolkit with a known container escape fails the audit, but the install upgrades it
+        // from NVIDIA's repository: for the install it is a warning with that fix.
+        let upgrades = plan.steps.iter().any(|s| {
+            matches!(s, plan::Step::InstallPackages { packages } if packages.iter().any(|p| p == gpum_preflight::facts::TOOLKIT_PACKAGE))
+        });
+        if facts.toolkit.vulnerable && upgrades {
+            for f in findings.iter_mut().filter(|f| f.id == gpum_preflight::checks::NVIDIA_TOOLKIT) {
+                f.status = gpum_preflight::Status::Warn;
+                f.fix = Some(text::t(text::Msg::ToolkitUpgraded, lang).into());
+            }
+        }
         Audit { facts, findings, plan, repos: all }
     }
 

@@ -51,6 +51,7 @@ pub enum Msg {
     NextStatus,
     NextDashboard,
     HeaderInstall,
+    ToolkitUpgraded,
 }
 
 /// The text of `m` in `lang`.
@@ -163,6 +164,10 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
         ),
         NextDashboard => ("сервер {node} виден в личном кабинете", "server {node} is in your dashboard"),
         HeaderInstall => ("Установка gpum", "Installing gpum"),
+        ToolkitUpgraded => (
+            "установщик обновит его из репозитория NVIDIA",
+            "the installer upgrades it from NVIDIA's repository",
+        ),
     };
     if lang == Lang::Ru { ru } else { en }
 }
