@@ -9,9 +9,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use gpum_common::text::{Escaped, escape_controls};
 use gpum_protocol::{CommandKind, NodeList};
 use sha2::{Digest, Sha256};
 
@@ -82,9 +84,22 @@ struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = gpum_protocol::DEFAULT_HEARTBEAT_INTERVAL_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     heartbeat_interval: u64,
-    /// The platform's public URL, written into install.sh (default: from the request's Host).
+    /// The platform's public URL, written into install.sh: https://, or http:// to a loopback
+    /// host. Required unless --listen is a loopback address (then it defaults to that address).
+    /// Never taken from a request's Host header.
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
+    /// Seconds a client gets to send a request's headers (and to finish a TLS handshake); also
+    /// how long an idle keep-alive connection stays open.
+    #[arg(long, value_name = "SECS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+    header_timeout: u64,
+    /// Seconds a client gets to send a request's body.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    body_timeout: u64,
+    /// Connections open at once; more wait in the kernel's backlog. Kept below the process's
+    /// file-descriptor limit, which is raised to its hard limit at start.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,7 +163,7 @@ pub fn main() -> i32 {
             if json && let Some(api) = e.downcast_ref::<ApiError>() {
                 println!("{}", serde_json::to_string(&api.body()).unwrap_or_default());
             } else {
-                eprintln!("gpum-platform: {e:#}");
+                eprintln!("gpum-platform: {}", escape_controls(&format!("{e:#}")));
             }
             1
         }
@@ -178,11 +193,12 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
     };
+    // Human output is one line, or the node table whose fields are escaped one by one.
     let out = |v: &serde_json::Value, human: String| {
         if json {
             println!("{v}");
         } else {
-            println!("{human}");
+            println!("{}", escape_controls(&human));
         }
     };
     match cli.cmd {
@@ -194,7 +210,11 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Nodes { cmd: NodesCmd::List } => {
             let v = tx(&|c| Ok(serde_json::to_value(store::list_nodes(c, now)?)?))?;
             let list: NodeList = serde_json::from_value(v.clone())?;
-            out(&v, human_nodes(&list, now));
+            if json {
+                println!("{v}");
+            } else {
+                println!("{}", human_nodes(&list, now));
+            }
         }
         Cmd::Nodes { cmd: NodesCmd::Delete { id } } => {
             let v = tx(&|c| {
@@ -237,6 +257,8 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// The node table. Every field a node reported (its version, its GPU models) is printed with
+/// control characters escaped, so that no node can clear the operator's screen or forge lines.
 fn human_nodes(list: &NodeList, now: u64) -> String {
     let mut s = format!(
         "{:<22} {:<8} {:<15} {:<10} {:<10} GPUS",
@@ -252,12 +274,12 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
         let gpus: Vec<&str> = n.inventory.public.gpus.iter().map(|g| g.model.as_str()).collect();
         s.push_str(&format!(
             "\n{:<22} {:<8} {:<15} {:<10} {:<10} {}",
-            n.id,
+            Escaped(&n.id),
             state,
             verif.unwrap_or_default(),
-            n.agent_version,
+            Escaped(&n.agent_version),
             seen,
-            gpus.join(", ")
+            Escaped(&gpus.join(", "))
         ));
     }
     s
@@ -274,6 +296,19 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         }
         _ => bail!("give --tls-cert F --tls-key F, or --insecure-http on a loopback address"),
     };
+    // The URL in install.sh is fixed here, before anything else happens.
+    let public_url = match &args.public_url {
+        Some(u) => {
+            crate::install::check_public_url(u).map_err(|e| anyhow::anyhow!("--public-url: {e}"))?;
+            Some(u.trim_end_matches('/').to_owned())
+        }
+        None if args.listen.ip().is_loopback() => None,
+        None => bail!(
+            "--public-url https://… is required when listening on {} (not loopback): it is the address \
+             nodes download the installer from, and it is never taken from a request",
+            args.listen
+        ),
+    };
     let admin_token_hash = match &args.admin_token_file {
         None => None,
         Some(f) => {
@@ -285,11 +320,10 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             Some(<[u8; 32]>::from(Sha256::digest(t.as_bytes())))
         }
     };
-    if let Some(u) = &args.public_url
-        && !crate::install::url_is_safe(u.trim_end_matches('/'))
-    {
-        bail!("--public-url must be an http(s) URL without spaces or quotes");
-    }
+    let acceptor = match &tls {
+        Some((cert, key)) => Some(crate::listen::tls_config(cert, key)?),
+        None => None,
+    };
     let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
     // connection and thread, so no request waits for one inside its COMMIT.
@@ -303,6 +337,19 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             }
         }
     })?;
+    let listener =
+        std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let public_url =
+        public_url.unwrap_or_else(|| format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }));
+    let transport = crate::listen::Transport {
+        header_timeout: Duration::from_secs(args.header_timeout),
+        max_connections: crate::listen::effective_max_connections(
+            usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            crate::listen::raise_nofile_limit(),
+        ),
+    };
     let state = Arc::new(AppState {
         db: crate::db::Db::start(conn),
         clock,
@@ -310,14 +357,10 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             heartbeat_interval_secs: args.heartbeat_interval,
             admin_token_hash,
             dist: args.dist.clone(),
-            public_url: args.public_url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
-            tls: tls.is_some(),
+            public_url,
+            body_timeout: Duration::from_secs(args.body_timeout),
         },
     });
-    let listener =
-        std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
 
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -326,35 +369,24 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .try_init();
+    tracing::info!(
+        public_url = %state.cfg.public_url,
+        max_connections = transport.max_connections,
+        header_timeout_s = args.header_timeout,
+        body_timeout_s = args.body_timeout,
+        "serving"
+    );
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let st = state.clone();
     let res = rt.block_on(async move {
-        let app = server::router(state);
-        if let Some((cert, key)) = tls {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let config =
-                axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key).await.with_context(
-                    || format!("load the TLS certificate {} and key {}", cert.display(), key.display()),
-                )?;
-            let handle = axum_server::Handle::new();
-            let h = handle.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
-            });
-            announce(true, addr)?;
-            axum_server::from_tcp_rustls(listener, config)
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await?;
-        } else {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
-            announce(false, addr)?;
-            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
-        }
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        announce(acceptor.is_some(), addr)?;
+        crate::listen::serve(listener, acceptor, server::router(state), transport, shutdown_signal()).await?;
         Ok::<(), anyhow::Error>(())
     });
+    // A blocking task still running (a file being read) must not hold the process.
+    rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("stopped; {}", st.db.stats().summary());
     res
 }

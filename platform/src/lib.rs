@@ -16,5 +16,6 @@ pub mod clock;
 pub mod db;
 pub mod error;
 pub mod install;
+pub mod listen;
 pub mod server;
 pub mod store;

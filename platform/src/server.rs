@@ -2,12 +2,17 @@
 //!
 //! Every answer, including 404, 405, 413 and a body that is not JSON, is either the endpoint's
 //! JSON or `{"error":{"code","message"}}` with the code's status. Nothing here panics on input:
-//! bodies are read as bytes (within [`BODY_LIMIT`]) and parsed by hand so that every rejection
-//! maps to a stable code.
+//! bodies are read as bytes (within [`BODY_LIMIT`] and the body timeout) and parsed by hand so
+//! that every rejection maps to a stable code.
+//!
+//! No request header is trusted for anything but the bearer token and the body's length: the
+//! URL written into `install.sh` is fixed at start ([`Config::public_url`]), never taken from
+//! `Host`, and no address or forwarding header (`X-Forwarded-For`, `Forwarded`) is read.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
@@ -55,9 +60,10 @@ pub struct Config {
     /// SHA-256 of the admin token; `None` disables the admin API.
     pub admin_token_hash: Option<[u8; 32]>,
     pub dist: Option<PathBuf>,
-    /// The URL written into install.sh; derived from the request when absent.
-    pub public_url: Option<String>,
-    pub tls: bool,
+    /// The URL written into install.sh, checked at start (`install::check_public_url`).
+    pub public_url: String,
+    /// The longest a request body may take to arrive.
+    pub body_timeout: Duration,
 }
 
 pub struct AppState {
@@ -106,20 +112,23 @@ async fn date_header(State(st): St, req: Request, next: Next) -> Response {
 // Extraction
 
 /// A JSON body whose every failure is an [`ApiError`]: 413 `payload_too_large` past the limit,
-/// 400 `invalid_json` for anything that does not parse into `T`. The content type is not
-/// checked: clients are not browsers, and a bearer token, not a cookie, authenticates them.
+/// 408 `request_timeout` past the body timeout, 400 `invalid_json` for anything that does not
+/// parse into `T`. The content type is not checked: clients are not browsers, and a bearer
+/// token, not a cookie, authenticates them.
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = read_body(req, state).await?;
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state.cfg.body_timeout).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
 
-async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+/// Reads the whole body: at most [`BODY_LIMIT`] bytes, within `timeout` (a client that sends
+/// its body slowly, or never, does not hold the connection).
+async fn read_body(req: Request, timeout: Duration) -> Result<Bytes, ApiError> {
     let too_large =
         || ApiError::new(ErrorCode::PayloadTooLarge, format!("the request body is over {BODY_LIMIT} bytes"));
     // A declared length over the limit is refused before reading a byte of it.
@@ -128,13 +137,17 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Api
     if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
         return Err(too_large());
     }
-    Bytes::from_request(req, state).await.map_err(|rej| {
-        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            too_large()
-        } else {
-            ApiError::new(ErrorCode::InvalidJson, format!("could not read the request body: {rej}"))
+    match tokio::time::timeout(timeout, Bytes::from_request(req, &())).await {
+        Err(_) => Err(ApiError::new(
+            ErrorCode::RequestTimeout,
+            format!("the request body did not arrive within {} s", timeout.as_secs()),
+        )),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(rej)) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
+        Ok(Err(rej)) => {
+            Err(ApiError::new(ErrorCode::InvalidJson, format!("could not read the request body: {rej}")))
         }
-    })
+    }
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -189,7 +202,7 @@ async fn heartbeat(State(st): St, req: Request) -> Result<Response, ApiError> {
         .to_owned();
     // Reading, parsing and preparing (hashing, JSON encoding) happen here, off the database
     // thread. A deleted, replaced or unknown node hears so whatever it sends.
-    let prepared = read_body(req, &()).await.and_then(|bytes| {
+    let prepared = read_body(req, st.cfg.body_timeout).await.and_then(|bytes| {
         let req = parse_json::<HeartbeatRequest>(&bytes)?;
         let p = store::PreparedBeat::new(&token, &req)?;
         Ok((req, p))
@@ -218,7 +231,7 @@ async fn revocation_or(st: &AppState, token: &str, body_err: ApiError) -> ApiErr
 // Admin endpoints
 
 async fn create_join_code(State(st): St, req: Request) -> Result<Response, ApiError> {
-    let bytes = read_body(req, &()).await?;
+    let bytes = read_body(req, st.cfg.body_timeout).await?;
     // An empty body means the defaults.
     let req: CreateJoinCodeRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
         CreateJoinCodeRequest::default()
@@ -285,25 +298,11 @@ async fn set_probe_image(
 // ---------------------------------------------------------------------------------------------
 // Downloads
 
-async fn install_sh(State(st): St, headers: HeaderMap) -> Result<Response, ApiError> {
-    let url = match &st.cfg.public_url {
-        Some(u) => u.clone(),
-        None => {
-            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-            // The host ends up inside a shell script: accept only what a host[:port] can contain.
-            let ok = !host.is_empty()
-                && host.len() <= 253
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
-            if !ok {
-                return Err(ApiError::new(ErrorCode::InvalidRequest, "missing or invalid Host header"));
-            }
-            format!("{}://{host}", if st.cfg.tls { "https" } else { "http" })
-        }
-    };
-    let body = crate::install::render(&url);
-    Ok(([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], body).into_response())
+/// The bootstrap script for the URL fixed at start. The request (its `Host` included) plays no
+/// part: a script built from a header could send nodes anywhere.
+async fn install_sh(State(st): St) -> Response {
+    let body = crate::install::render(&st.cfg.public_url);
+    ([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], body).into_response()
 }
 
 /// Whether `name` is a plain file name: no separators, no leading dot, nothing odd.
@@ -314,23 +313,48 @@ pub fn safe_file_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'+'))
 }
 
+/// Chunks a download is sent in; a slow client holds one or two of them, never the file.
+const DOWNLOAD_CHUNK: usize = 64 * 1024;
+
+/// `/dl/<file>`: a regular file of `--dist`, streamed. Anything else (a symlink, even to a file
+/// inside the directory; a FIFO; a device; a directory) is 404.
 async fn download(State(st): St, Path(file): Path<String>) -> Result<Response, ApiError> {
     let Some(dir) = &st.cfg.dist else { return Err(ApiError::not_found("file")) };
     if !safe_file_name(&file) {
         return Err(ApiError::not_found("file"));
     }
     let path = dir.join(&file);
-    match tokio::fs::read(&path).await {
-        Ok(bytes) if path.is_file() => {
-            let ct = if file.ends_with(".sha256") {
-                "text/plain; charset=utf-8"
-            } else {
-                "application/octet-stream"
-            };
-            Ok(([(header::CONTENT_TYPE, ct)], Body::from(bytes)).into_response())
-        }
-        _ => Err(ApiError::not_found("file")),
+    let opened = tokio::task::spawn_blocking(move || open_regular(&path)).await.ok().flatten();
+    let Some((f, len)) = opened else { return Err(ApiError::not_found("file")) };
+    let ct = if file.ends_with(".sha256") { "text/plain; charset=utf-8" } else { "application/octet-stream" };
+    let stream = tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(f), DOWNLOAD_CHUNK);
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(ct)),
+            (header::CONTENT_LENGTH, HeaderValue::from(len)),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Opens `path` for reading if, and only if, it is a regular file, with its length. The name is
+/// checked with `lstat` first, then opened with `O_NOFOLLOW` (no symlink, even one swapped in
+/// between) and `O_NONBLOCK` (opening a FIFO cannot block), and the opened file must be the one
+/// checked and still regular.
+pub fn open_regular(path: &FsPath) -> Option<(std::fs::File, u64)> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let before = std::fs::symlink_metadata(path).ok()?;
+    if !before.file_type().is_file() {
+        return None;
     }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    (m.file_type().is_file() && m.dev() == before.dev() && m.ino() == before.ino()).then_some((f, m.len()))
 }
 
 /// Where a server listens; printed on stdout once bound so callers can use port 0.
@@ -391,8 +415,8 @@ mod tests {
                 heartbeat_interval_secs: 10,
                 admin_token_hash: Some(Sha256::digest(b"t").into()),
                 dist: None,
-                public_url: None,
-                tls: false,
+                public_url: "http://127.0.0.1:1".into(),
+                body_timeout: Duration::from_secs(30),
             },
         });
         let app = router(state);

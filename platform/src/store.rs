@@ -3,14 +3,18 @@
 //! admin API and `gpum-platform nodes ...` cannot drift apart.
 //!
 //! Privacy and secrecy, enforced here:
-//! - node tokens and join codes are stored only as SHA-256 hashes (hex); the admin token is
-//!   never stored at all (the server keeps its hash in memory);
+//! - node tokens, join codes and install ids are stored only as SHA-256 hashes (hex); the
+//!   admin token is never stored at all (the server keeps its hash in memory);
 //! - no column holds an IP address or anything derived from the connection;
 //! - a deleted node keeps only its id, its token hash and when it was deleted, so its agent can
 //!   be told `node_deleted` (410) instead of `unauthorized`.
 //!
 //! A replaced token's hash moves to `replaced_tokens`, so the platform can tell "your token was
 //! replaced" (401 `token_replaced`, the agent stops for good) from "I never issued this".
+//!
+//! Bounded, so that no node can fill the disk: every list a heartbeat carries is refused over
+//! `gpum_protocol::limits`, free text is cut to `limits::MAX_TEXT_LEN`, and the per-node
+//! histories (removed containers, delivered commands) keep only their newest records.
 
 use std::path::Path;
 
@@ -19,7 +23,7 @@ use gpum_protocol::{
     CommandKind, CommandQueued, CommandResult, CommandStatus, ErrorCode, Health, HeartbeatRequest,
     HeartbeatResponse, Inventory, JoinCodeCreated, Metrics, NodeList, NodeSummary, OFFLINE_AFTER_SECS,
     PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest, RegisterResponse, RemovedContainer, TokenRotated,
-    VerificationState,
+    VerificationState, limits,
 };
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -31,12 +35,14 @@ use crate::error::ApiError;
 pub const DEFAULT_JOIN_CODE_TTL_SECS: u64 = 24 * 3600;
 /// How many command and removal records a node listing carries.
 const HISTORY: i64 = 50;
-/// Limits on what an agent may make the platform store, per heartbeat.
-const MAX_CONTAINERS: usize = 1000;
+/// The longest id (GPU UUID, container id, command id) the platform accepts.
 const MAX_ID_LEN: usize = 128;
+/// Delivered commands kept per node (older ones are pruned); pending ones are always kept.
+pub const COMMAND_HISTORY_PER_NODE: usize = 256;
 
 /// The migrations, in order. `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE join_codes (
     code_hash   TEXT PRIMARY KEY,
     created_at  INTEGER NOT NULL,
@@ -95,7 +101,15 @@ CREATE TABLE settings (
     key    TEXT PRIMARY KEY,
     value  TEXT
 );
-"#];
+"#,
+    // Idempotent registration: a used code remembers the install id (hashed) that used it and the
+    // node it created.
+    r#"
+ALTER TABLE join_codes ADD COLUMN install_id_hash TEXT;
+ALTER TABLE join_codes ADD COLUMN node_id TEXT;
+CREATE INDEX commands_node_seq ON commands(node_id, seq);
+"#,
+];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
 pub fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
@@ -172,14 +186,91 @@ pub fn create_join_code(conn: &Connection, now: u64, ttl_secs: u64) -> Result<Jo
 // ---------------------------------------------------------------------------------------------
 // Register
 
+fn invalid(msg: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, msg)
+}
+
+/// Refuses an inventory whose lists are over the protocol's limits. Its strings are cut when
+/// stored ([`bounded_inventory_json`]), not refused.
 fn validate_inventory(inv: &Inventory) -> Result<(), ApiError> {
-    if inv.private.gpu_uuids.len() > 64
+    if inv.private.gpu_uuids.len() > limits::MAX_GPUS
         || inv.private.gpu_uuids.iter().any(|u| u.is_empty() || u.len() > MAX_ID_LEN)
     {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "gpu_uuids: at most 64 non-empty ids of up to 128 bytes",
-        ));
+        return Err(invalid(format!(
+            "gpu_uuids: at most {} non-empty ids of up to {MAX_ID_LEN} bytes",
+            limits::MAX_GPUS
+        )));
+    }
+    if inv.public.gpus.len() > limits::MAX_GPUS {
+        return Err(invalid(format!("gpus: at most {}", limits::MAX_GPUS)));
+    }
+    Ok(())
+}
+
+/// The inventory's JSON as stored, with every free-text field cut to
+/// [`limits::MAX_TEXT_LEN`] bytes, and the hash of the inventory as sent (what the agent
+/// compares with).
+fn bounded_inventory_json(inv: &Inventory) -> (String, String) {
+    let (json, hash) = inv.json_and_hash();
+    let long = |s: &str| s.len() > limits::MAX_TEXT_LEN;
+    let long_opt = |s: &Option<String>| s.as_deref().is_some_and(long);
+    let p = &inv.private;
+    let needs_cut = long(&inv.public.cpu_model)
+        || inv.public.gpus.iter().any(|g| long(&g.model))
+        || long(&p.hostname)
+        || long(&p.os)
+        || long(&p.kernel)
+        || [&p.driver_version, &p.cuda_version, &p.docker_version, &p.toolkit_version]
+            .into_iter()
+            .any(long_opt);
+    if !needs_cut {
+        return (json, hash);
+    }
+    let cut = |s: &mut String| *s = truncate(s, limits::MAX_TEXT_LEN);
+    let mut inv = inv.clone();
+    cut(&mut inv.public.cpu_model);
+    inv.public.gpus.iter_mut().for_each(|g| cut(&mut g.model));
+    let p = &mut inv.private;
+    for s in [&mut p.hostname, &mut p.os, &mut p.kernel] {
+        cut(s);
+    }
+    for s in [&mut p.driver_version, &mut p.cuda_version, &mut p.docker_version, &mut p.toolkit_version]
+        .into_iter()
+        .flatten()
+    {
+        cut(s);
+    }
+    (inv.json_and_hash().0, hash)
+}
+
+/// The install id's canonical form (32 lowercase hex digits), or `invalid_request`.
+fn normalize_install_id(id: &str) -> Result<String, ApiError> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(id.to_ascii_lowercase())
+    } else {
+        Err(invalid("install_id: 32 hexadecimal digits"))
+    }
+}
+
+/// Equality of two digests without an early exit.
+fn digest_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Refuses `gpu_already_registered` when a GPU of `uuids` belongs to a live node other than
+/// `node_id` (a deleted node gives its GPUs up). Registration and heartbeats share this rule.
+fn check_gpus_free(conn: &Connection, uuids: &[String], node_id: Option<&str>) -> Result<(), ApiError> {
+    for uuid in uuids {
+        let owner: Option<String> = conn
+            .prepare_cached("SELECT node_id FROM node_gpus WHERE uuid = ?1")?
+            .query_row(params![uuid], |r| r.get(0))
+            .optional()?;
+        if owner.is_some_and(|o| Some(o.as_str()) != node_id) {
+            return Err(ApiError::new(
+                ErrorCode::GpuAlreadyRegistered,
+                "a GPU of this machine is already registered to another server; delete that server first",
+            ));
+        }
     }
     Ok(())
 }
@@ -193,40 +284,48 @@ pub fn register(
     let code = JoinCode::parse(&req.join_code)
         .map_err(|e| ApiError::new(ErrorCode::JoinCodeMalformed, format!("the join code {e}")))?;
     validate_inventory(&req.inventory)?;
+    let install_id_hash =
+        req.install_id.as_deref().map(normalize_install_id).transpose()?.map(|i| hash_secret(&i));
     let code_hash = hash_secret(&code.to_string());
-    let row: Option<(i64, Option<i64>)> = conn
-        .prepare_cached("SELECT expires_at, used_at FROM join_codes WHERE code_hash = ?1")?
-        .query_row(params![code_hash], |r| Ok((r.get(0)?, r.get(1)?)))
+    type Row = (i64, Option<i64>, Option<String>, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT expires_at, used_at, install_id_hash, node_id FROM join_codes WHERE code_hash = ?1",
+        )?
+        .query_row(params![code_hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?;
+    let used = || ApiError::new(ErrorCode::JoinCodeUsed, "this join code was already used");
     match row {
         None => return Err(ApiError::new(ErrorCode::JoinCodeUnknown, "this join code was never issued")),
-        Some((_, Some(_))) => {
-            return Err(ApiError::new(ErrorCode::JoinCodeUsed, "this join code was already used"));
+        Some((expires_at, Some(_), stored_id, node_id)) => {
+            // The same installation asking again (it never saw the first answer, or crashed
+            // before saving the token), within the code's lifetime: the same node, a new token.
+            return match (install_id_hash, stored_id, node_id) {
+                (Some(sent), Some(stored), Some(node_id))
+                    if (now as i64) < expires_at
+                        && digest_eq(&sent, &stored)
+                        && live_node(conn, &node_id).is_ok() =>
+                {
+                    register_again(conn, now, req, &node_id, heartbeat_interval_secs)
+                }
+                _ => Err(used()),
+            };
         }
-        Some((expires_at, None)) if now as i64 >= expires_at => {
+        Some((expires_at, None, ..)) if now as i64 >= expires_at => {
             return Err(ApiError::new(ErrorCode::JoinCodeExpired, "this join code has expired"));
         }
         Some(_) => {}
     }
     // A GPU belongs to one live node. The code is not consumed on this refusal, so the owner
     // can delete the old server and run the installer again with the same code.
-    for uuid in &req.inventory.private.gpu_uuids {
-        let owner: Option<String> = conn
-            .prepare_cached("SELECT node_id FROM node_gpus WHERE uuid = ?1")?
-            .query_row(params![uuid], |r| r.get(0))
-            .optional()?;
-        if owner.is_some() {
-            return Err(ApiError::new(
-                ErrorCode::GpuAlreadyRegistered,
-                "a GPU of this machine is already registered to another server; delete that server first",
-            ));
-        }
-    }
-    conn.prepare_cached("UPDATE join_codes SET used_at = ?1 WHERE code_hash = ?2")?
-        .execute(params![now as i64, code_hash])?;
+    check_gpus_free(conn, &req.inventory.private.gpu_uuids, None)?;
     let node_id = new_id("node-");
+    conn.prepare_cached(
+        "UPDATE join_codes SET used_at = ?1, install_id_hash = ?2, node_id = ?3 WHERE code_hash = ?4",
+    )?
+    .execute(params![now as i64, install_id_hash, node_id, code_hash])?;
     let token = new_token();
-    let (inventory_json, inventory_hash) = req.inventory.json_and_hash();
+    let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
     conn.prepare_cached(
         "INSERT INTO nodes (id, token_hash, registered_at, agent_version, inventory_json, inventory_hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -248,11 +347,37 @@ pub fn register(
     })
 }
 
+/// A repeated registration of the same installation: the node takes the new inventory and a
+/// fresh token; the first token is revoked like a rotated one (`token_replaced`).
+fn register_again(
+    conn: &Connection,
+    now: u64,
+    req: &RegisterRequest,
+    node_id: &str,
+    heartbeat_interval_secs: u64,
+) -> Result<RegisterResponse, ApiError> {
+    check_gpus_free(conn, &req.inventory.private.gpu_uuids, Some(node_id))?;
+    let TokenRotated { node_token } = rotate_token(conn, now, node_id)?;
+    let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
+    conn.prepare_cached(
+        "UPDATE nodes SET agent_version = ?1, inventory_json = ?2, inventory_hash = ?3 WHERE id = ?4",
+    )?
+    .execute(params![truncate(&req.agent_version, 64), inventory_json, inventory_hash, node_id])?;
+    set_gpus(conn, node_id, &req.inventory.private.gpu_uuids)?;
+    Ok(RegisterResponse {
+        node_id: node_id.to_owned(),
+        node_token,
+        heartbeat_interval_secs,
+        probe_image: probe_image(conn)?,
+    })
+}
+
+/// Replaces the node's GPUs. Callers have checked with [`check_gpus_free`] that none belongs to
+/// another node; a UUID listed twice is stored once.
 fn set_gpus(conn: &Connection, node_id: &str, uuids: &[String]) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![node_id])?;
     for u in uuids {
-        // INSERT OR REPLACE: a GPU moved between two live nodes follows its latest report.
-        conn.prepare_cached("INSERT OR REPLACE INTO node_gpus (uuid, node_id) VALUES (?1, ?2)")?
+        conn.prepare_cached("INSERT OR IGNORE INTO node_gpus (uuid, node_id) VALUES (?1, ?2)")?
             .execute(params![u, node_id])?;
     }
     Ok(())
@@ -308,42 +433,55 @@ fn node_deleted() -> ApiError {
     )
 }
 
-/// The parts of a heartbeat that need no database: hashing and JSON encoding. The server does
-/// this on its worker threads, so the single database thread only runs SQL.
+/// The parts of a heartbeat that need no database: checking the limits, hashing and JSON
+/// encoding. The server does this on its worker threads, so the single database thread only
+/// runs SQL.
 pub struct PreparedBeat {
     token_hash: String,
     metrics_json: String,
     health_json: String,
     managed_json: String,
-    /// The inventory's JSON and hash, when sent.
+    /// The inventory's JSON (strings bounded) and hash, when sent.
     inventory: Option<(String, String)>,
+}
+
+/// Refuses a heartbeat whose lists are over the protocol's limits ([`limits`]). An agent never
+/// sends more; the platform stores nothing of a refused heartbeat.
+fn validate_beat(req: &HeartbeatRequest) -> Result<(), ApiError> {
+    let over = |what: &str, n: usize, max: usize| {
+        (n > max).then(|| invalid(format!("{what}: at most {max} per heartbeat, got {n}")))
+    };
+    if let Some(e) = over("managed_containers", req.managed_containers.len(), limits::MAX_MANAGED_CONTAINERS)
+        .or_else(|| over("removed_containers", req.removed_containers.len(), limits::MAX_REMOVED_CONTAINERS))
+        .or_else(|| over("command_results", req.command_results.len(), limits::MAX_COMMAND_RESULTS))
+        .or_else(|| over("metrics.gpus", req.metrics.gpus.len(), limits::MAX_GPUS))
+    {
+        return Err(e);
+    }
+    if req.managed_containers.iter().any(|c| c.len() > MAX_ID_LEN) {
+        return Err(invalid(format!("managed_containers: ids of up to {MAX_ID_LEN} bytes")));
+    }
+    if let Some(inv) = &req.inventory {
+        validate_inventory(inv)?;
+    }
+    Ok(())
 }
 
 impl PreparedBeat {
     pub fn new(token: &str, req: &HeartbeatRequest) -> Result<PreparedBeat, ApiError> {
-        if req.managed_containers.len() > MAX_CONTAINERS
-            || req.managed_containers.iter().any(|c| c.len() > MAX_ID_LEN)
-            || req.removed_containers.len() > MAX_CONTAINERS
-            || req.command_results.len() > MAX_CONTAINERS
-        {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                "too many or too long container ids or results",
-            ));
+        validate_beat(req)?;
+        let mut health = None;
+        if req.health.docker_error.as_deref().is_some_and(|e| e.len() > limits::MAX_TEXT_LEN) {
+            let mut h = req.health.clone();
+            h.docker_error = h.docker_error.map(|e| truncate(&e, limits::MAX_TEXT_LEN));
+            health = Some(h);
         }
-        let inventory = match &req.inventory {
-            Some(inv) => {
-                validate_inventory(inv)?;
-                Some(inv.json_and_hash())
-            }
-            None => None,
-        };
         Ok(PreparedBeat {
             token_hash: hash_secret(token),
             metrics_json: serde_json::to_string(&req.metrics)?,
-            health_json: serde_json::to_string(&req.health)?,
+            health_json: serde_json::to_string(health.as_ref().unwrap_or(&req.health))?,
             managed_json: serde_json::to_string(&req.managed_containers)?,
-            inventory,
+            inventory: req.inventory.as_ref().map(bounded_inventory_json),
         })
     }
 }
@@ -393,6 +531,9 @@ pub fn heartbeat_prepared(
     };
     let mut send_inventory = false;
     if let (Some(inv), Some((json, hash))) = (&req.inventory, &prep.inventory) {
+        // The rule of registration: a GPU of another live node cannot be taken over. Nothing
+        // of this heartbeat is stored then (this is the first write).
+        check_gpus_free(conn, &inv.private.gpu_uuids, Some(&node_id))?;
         conn.prepare_cached("UPDATE nodes SET inventory_json = ?1, inventory_hash = ?2 WHERE id = ?3")?
             .execute(params![json, hash, node_id])?;
         set_gpus(conn, &node_id, &inv.private.gpu_uuids)?;
@@ -425,17 +566,25 @@ pub fn heartbeat_prepared(
         node_id
     ])?;
 
-    for r in &req.removed_containers {
+    if !req.removed_containers.is_empty() {
+        for r in &req.removed_containers {
+            conn.prepare_cached(
+                "INSERT INTO container_removals (node_id, at, id, name, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                node_id,
+                now as i64,
+                truncate(&r.id, MAX_ID_LEN),
+                truncate(&r.name, 256),
+                truncate(&r.reason, 512)
+            ])?;
+        }
+        // The history is bounded per node: the oldest records go.
         conn.prepare_cached(
-            "INSERT INTO container_removals (node_id, at, id, name, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "DELETE FROM container_removals WHERE node_id = ?1 AND rowid <= (
+                 SELECT rowid FROM container_removals WHERE node_id = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2)",
         )?
-        .execute(params![
-            node_id,
-            now as i64,
-            truncate(&r.id, MAX_ID_LEN),
-            truncate(&r.name, 256),
-            truncate(&r.reason, 512)
-        ])?;
+        .execute(params![node_id, limits::MAX_REMOVED_HISTORY_PER_NODE as i64])?;
     }
 
     // Results are recorded once, and only for this node's own commands.
@@ -444,35 +593,48 @@ pub fn heartbeat_prepared(
             "UPDATE commands SET result_ok = ?1, result_message = ?2, completed_at = ?3
              WHERE id = ?4 AND node_id = ?5 AND completed_at IS NULL",
         )?
-        .execute(params![r.ok, truncate(&r.message, 1024), now as i64, r.id, node_id])?;
+        .execute(params![
+            r.ok,
+            truncate(&r.message, limits::MAX_TEXT_LEN),
+            now as i64,
+            r.id,
+            node_id
+        ])?;
     }
 
-    // Pending commands are delivered once: the answer that carries them marks them delivered.
-    // A handshake (`seq == 0`, what `gpum-agent smoke` sends) gets none: a one-shot process that
-    // exits right after would otherwise swallow a command meant for the service.
+    // Pending commands are delivered once, oldest first and at most
+    // `MAX_COMMANDS_PER_RESPONSE` per answer (the rest wait for the next heartbeat): the answer
+    // that carries them marks them delivered. A handshake (`seq == 0`, what `gpum-agent smoke`
+    // sends) gets none: a one-shot process that exits right after would otherwise swallow a
+    // command meant for the service.
     let commands: Vec<gpum_protocol::Command> = if req.seq == 0 {
         Vec::new()
     } else {
         conn.prepare_cached(
-            "SELECT id, kind FROM commands WHERE node_id = ?1 AND delivered_at IS NULL ORDER BY seq",
+            "SELECT id, kind FROM commands WHERE node_id = ?1 AND delivered_at IS NULL ORDER BY seq LIMIT ?2",
         )?
-        .query_map(params![node_id], |r| Ok(gpum_protocol::Command { id: r.get(0)?, kind: r.get(1)? }))?
+        .query_map(params![node_id, limits::MAX_COMMANDS_PER_RESPONSE as i64], |r| {
+            Ok(gpum_protocol::Command { id: r.get(0)?, kind: r.get(1)? })
+        })?
         .collect::<Result<_, _>>()?
     };
+    for c in &commands {
+        conn.prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2")?
+            .execute(params![now as i64, c.id])?;
+    }
     if !commands.is_empty() {
+        // Delivered commands are history, bounded per node; pending ones always stay.
         conn.prepare_cached(
-            "UPDATE commands SET delivered_at = ?1 WHERE node_id = ?2 AND delivered_at IS NULL",
+            "DELETE FROM commands WHERE node_id = ?1 AND delivered_at IS NOT NULL AND seq <= (
+                 SELECT seq FROM commands WHERE node_id = ?1 AND delivered_at IS NOT NULL
+                 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
         )?
-        .execute(params![now as i64, node_id])?;
+        .execute(params![node_id, COMMAND_HISTORY_PER_NODE as i64])?;
     }
 
-    Ok(HeartbeatResponse {
-        heartbeat_interval_secs,
-        commands,
-        known_containers: serde_json::from_str(&known_json)?,
-        probe_image,
-        send_inventory,
-    })
+    let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
+    known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
+    Ok(HeartbeatResponse { heartbeat_interval_secs, commands, known_containers, probe_image, send_inventory })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -620,11 +782,11 @@ pub fn rotate_token(conn: &Connection, now: u64, id: &str) -> Result<TokenRotate
 }
 
 pub fn set_known_containers(conn: &Connection, id: &str, ids: &[String]) -> Result<(), ApiError> {
-    if ids.len() > MAX_CONTAINERS || ids.iter().any(|c| c.is_empty() || c.len() > MAX_ID_LEN) {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "container_ids: at most 1000 ids of 1 to 128 bytes",
-        ));
+    if ids.len() > limits::MAX_KNOWN_CONTAINERS || ids.iter().any(|c| c.is_empty() || c.len() > MAX_ID_LEN) {
+        return Err(invalid(format!(
+            "container_ids: at most {} ids of 1 to {MAX_ID_LEN} bytes",
+            limits::MAX_KNOWN_CONTAINERS
+        )));
     }
     live_node(conn, id)?;
     conn.prepare_cached("UPDATE nodes SET known_json = ?1 WHERE id = ?2")?
@@ -668,9 +830,36 @@ mod tests {
         register(
             conn,
             now,
-            &RegisterRequest { join_code: code.into(), agent_version: "0.1.0".into(), inventory },
+            &RegisterRequest {
+                join_code: code.into(),
+                agent_version: "0.1.0".into(),
+                inventory,
+                install_id: None,
+            },
             10,
         )
+    }
+
+    fn reg_id(
+        conn: &Connection,
+        now: u64,
+        code: &str,
+        uuid: &str,
+        install_id: &str,
+    ) -> Result<RegisterResponse, ApiError> {
+        let mut inventory = Inventory::default();
+        inventory.private.gpu_uuids = vec![uuid.into()];
+        let req = RegisterRequest {
+            join_code: code.into(),
+            agent_version: "0.1.0".into(),
+            inventory,
+            install_id: Some(install_id.into()),
+        };
+        register(conn, now, &req, 10)
+    }
+
+    fn count(c: &Connection, sql: &str) -> i64 {
+        c.query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
     #[test]
@@ -714,8 +903,11 @@ mod tests {
         assert_eq!(a.probe_image, None);
         set_probe_image(&c, Some("img:1")).unwrap();
         assert_eq!(heartbeat(&c, 1, &r.node_token, &hb, 10).unwrap().probe_image.as_deref(), Some("img:1"));
-        let too_many =
-            HeartbeatRequest { seq: 1, managed_containers: vec!["c".into(); 1001], ..Default::default() };
+        let too_many = HeartbeatRequest {
+            seq: 1,
+            managed_containers: vec!["c".into(); limits::MAX_MANAGED_CONTAINERS + 1],
+            ..Default::default()
+        };
         assert_eq!(
             heartbeat(&c, 1, &r.node_token, &too_many, 10).unwrap_err().code,
             ErrorCode::InvalidRequest
@@ -760,5 +952,231 @@ mod tests {
         );
         assert_eq!(delete_node(&c, 9, &r.node_id).unwrap_err().code, ErrorCode::NotFound);
         assert!(list_nodes(&c, 9).unwrap().nodes.is_empty());
+    }
+
+    const ID_A: &str = "0123456789abcdef0123456789abcdef";
+    const ID_B: &str = "fedcba9876543210fedcba9876543210";
+
+    #[test]
+    fn a_repeat_with_the_same_install_id_gets_the_same_node_and_a_new_token() {
+        let (_d, c) = db();
+        let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let first = reg_id(&c, 1000, &code, "g", ID_A).unwrap();
+        // The same installation again (its answer was lost): same node, fresh token, and the
+        // first token is revoked.
+        let again = reg_id(&c, 1010, &code, "g", &ID_A.to_uppercase()).unwrap();
+        assert_eq!(again.node_id, first.node_id);
+        assert_ne!(again.node_token, first.node_token);
+        let hb = HeartbeatRequest { seq: 1, ..Default::default() };
+        assert_eq!(
+            heartbeat(&c, 1011, &first.node_token, &hb, 10).unwrap_err().code,
+            ErrorCode::TokenReplaced
+        );
+        heartbeat(&c, 1011, &again.node_token, &hb, 10).unwrap();
+        assert_eq!(list_nodes(&c, 1011).unwrap().nodes.len(), 1, "exactly one node");
+        // Every other reuse stays `join_code_used`: another install id, none, or too late.
+        let used = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
+        assert_eq!(used(reg_id(&c, 1012, &code, "g", ID_B)), ErrorCode::JoinCodeUsed);
+        assert_eq!(used(reg(&c, 1012, &code, "g")), ErrorCode::JoinCodeUsed);
+        assert_eq!(
+            used(reg_id(&c, 1060, &code, "g", ID_A)),
+            ErrorCode::JoinCodeUsed,
+            "past the code's lifetime"
+        );
+        // Nor after the node was deleted.
+        delete_node(&c, 1013, &first.node_id).unwrap();
+        assert_eq!(used(reg_id(&c, 1014, &code, "g", ID_A)), ErrorCode::JoinCodeUsed);
+        // A code first used without an install id cannot be repeated with one.
+        let code2 = create_join_code(&c, 1000, 60).unwrap().code;
+        reg(&c, 1015, &code2, "h").unwrap();
+        assert_eq!(used(reg_id(&c, 1016, &code2, "h", ID_A)), ErrorCode::JoinCodeUsed);
+        // A malformed install id is refused before the code is used.
+        let code3 = create_join_code(&c, 1000, 60).unwrap().code;
+        for bad in ["", "0123", "g123456789abcdef0123456789abcdef", &format!("{ID_A}0")] {
+            assert_eq!(used(reg_id(&c, 1017, &code3, "k", bad)), ErrorCode::InvalidRequest, "{bad:?}");
+        }
+        reg_id(&c, 1018, &code3, "k", ID_B).unwrap();
+        // Only the install id's hash is stored.
+        let stored: Vec<String> = c
+            .prepare("SELECT install_id_hash FROM join_codes WHERE install_id_hash IS NOT NULL")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(stored, vec![hash_secret(ID_A), hash_secret(ID_B)]);
+    }
+
+    #[test]
+    fn a_repeat_cannot_take_another_nodes_gpu() {
+        let (_d, c) = db();
+        let code = create_join_code(&c, 0, 60).unwrap().code;
+        let other = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "theirs").unwrap();
+        let mine = reg_id(&c, 0, &code, "mine", ID_A).unwrap();
+        assert_eq!(reg_id(&c, 1, &code, "theirs", ID_A).unwrap_err().code, ErrorCode::GpuAlreadyRegistered);
+        // The refusal changed nothing: the first token still works.
+        heartbeat(&c, 2, &mine.node_token, &HeartbeatRequest { seq: 1, ..Default::default() }, 10).unwrap();
+        assert_eq!(list_nodes(&c, 2).unwrap().nodes.iter().filter(|n| n.id == other.node_id).count(), 1);
+    }
+
+    #[test]
+    fn commands_come_in_bounded_batches_oldest_first() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
+        let n = 2 * limits::MAX_COMMANDS_PER_RESPONSE + 3;
+        let queued: Vec<String> =
+            (0..n).map(|_| queue_command(&c, 1, &r.node_id, "recheck").unwrap().id).collect();
+        let mut got = Vec::new();
+        for seq in 1.. {
+            let a =
+                heartbeat(&c, 2, &r.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10).unwrap();
+            assert!(
+                a.commands.len() <= limits::MAX_COMMANDS_PER_RESPONSE,
+                "{} in one answer",
+                a.commands.len()
+            );
+            if a.commands.is_empty() {
+                break;
+            }
+            got.extend(a.commands.into_iter().map(|c| c.id));
+        }
+        assert_eq!(got, queued, "every command once, in order");
+        // Results up to the limit are taken; more are refused as a whole.
+        let results = |k: usize| HeartbeatRequest {
+            seq: 9,
+            command_results: got
+                .iter()
+                .cycle()
+                .take(k)
+                .map(|id| CommandResult { id: id.clone(), ok: true, message: "m".into() })
+                .collect(),
+            ..Default::default()
+        };
+        heartbeat(&c, 3, &r.node_token, &results(limits::MAX_COMMAND_RESULTS), 10).unwrap();
+        assert_eq!(
+            heartbeat(&c, 3, &r.node_token, &results(limits::MAX_COMMAND_RESULTS + 1), 10).unwrap_err().code,
+            ErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn histories_stay_bounded_per_node() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
+        let long = "x".repeat(100_000);
+        for seq in 1..=50u64 {
+            let hb = HeartbeatRequest {
+                seq,
+                removed_containers: (0..limits::MAX_REMOVED_CONTAINERS)
+                    .map(|i| RemovedContainer {
+                        id: format!("{seq}-{i}"),
+                        name: long.clone(),
+                        reason: long.clone(),
+                    })
+                    .collect(),
+                health: Health { docker_error: Some(long.clone()), ..Default::default() },
+                ..Default::default()
+            };
+            heartbeat(&c, seq, &r.node_token, &hb, 10).unwrap();
+        }
+        assert_eq!(
+            count(&c, "SELECT COUNT(*) FROM container_removals") as usize,
+            limits::MAX_REMOVED_HISTORY_PER_NODE
+        );
+        assert!(count(&c, "SELECT MAX(length(name) + length(reason)) FROM container_removals") <= 768);
+        assert!(count(&c, "SELECT length(health_json) FROM nodes") < 2 * limits::MAX_TEXT_LEN as i64);
+        // The newest records are the ones kept.
+        let n = &list_nodes(&c, 51).unwrap().nodes[0];
+        assert_eq!(
+            n.removed_containers.last().unwrap().id,
+            format!("50-{}", limits::MAX_REMOVED_CONTAINERS - 1)
+        );
+        let over = HeartbeatRequest {
+            seq: 51,
+            removed_containers: vec![
+                RemovedContainer { id: "x".into(), name: "n".into(), reason: "r".into() };
+                limits::MAX_REMOVED_CONTAINERS + 1
+            ],
+            ..Default::default()
+        };
+        assert_eq!(heartbeat(&c, 51, &r.node_token, &over, 10).unwrap_err().code, ErrorCode::InvalidRequest);
+
+        // Delivered commands too: pending ones always stay.
+        for _ in 0..COMMAND_HISTORY_PER_NODE + 40 {
+            queue_command(&c, 52, &r.node_id, "recheck").unwrap();
+        }
+        for seq in 60..100 {
+            heartbeat(&c, 53, &r.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10).unwrap();
+        }
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM commands") as usize, COMMAND_HISTORY_PER_NODE);
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM commands WHERE delivered_at IS NULL"), 0);
+    }
+
+    #[test]
+    fn long_inventory_text_is_cut_but_its_hash_kept() {
+        let (_d, c) = db();
+        let mut inv = Inventory::default();
+        inv.private.gpu_uuids = vec!["g".into()];
+        inv.private.hostname = "h".repeat(500_000);
+        inv.public.gpus = vec![gpum_protocol::GpuPublic { model: "m".repeat(5000), vram_mib: 1 }];
+        let code = create_join_code(&c, 0, 60).unwrap().code;
+        let r = register(
+            &c,
+            0,
+            &RegisterRequest {
+                join_code: code,
+                agent_version: "v".repeat(5000),
+                inventory: inv.clone(),
+                install_id: None,
+            },
+            10,
+        )
+        .unwrap();
+        let n = &list_nodes(&c, 1).unwrap().nodes[0];
+        assert_eq!(n.inventory.private.hostname.len(), limits::MAX_TEXT_LEN);
+        assert_eq!(n.inventory.public.gpus[0].model.len(), limits::MAX_TEXT_LEN);
+        assert_eq!(n.agent_version.len(), 64);
+        // The agent's hash still matches: no endless "send the inventory".
+        let hb = HeartbeatRequest { seq: 1, inventory_hash: inv.hash(), ..Default::default() };
+        assert!(!heartbeat(&c, 2, &r.node_token, &hb, 10).unwrap().send_inventory);
+        inv.public.gpus =
+            vec![gpum_protocol::GpuPublic { model: "m".into(), vram_mib: 1 }; limits::MAX_GPUS + 1];
+        let hb = HeartbeatRequest {
+            seq: 2,
+            inventory_hash: inv.hash(),
+            inventory: Some(inv),
+            ..Default::default()
+        };
+        assert_eq!(heartbeat(&c, 3, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn a_heartbeat_cannot_take_another_nodes_gpu() {
+        let (_d, c) = db();
+        let a = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "GPU-a").unwrap();
+        let b = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "GPU-b").unwrap();
+        let beat = |uuids: &[&str], seq: u64| {
+            let mut inv = Inventory::default();
+            inv.private.gpu_uuids = uuids.iter().map(|u| u.to_string()).collect();
+            HeartbeatRequest { seq, inventory_hash: inv.hash(), inventory: Some(inv), ..Default::default() }
+        };
+        let owner = |uuid: &str| -> Option<String> {
+            c.query_row("SELECT node_id FROM node_gpus WHERE uuid = ?1", [uuid], |r| r.get(0))
+                .optional()
+                .unwrap()
+        };
+        let err = heartbeat(&c, 1, &b.node_token, &beat(&["GPU-b", "GPU-a"], 1), 10).unwrap_err();
+        assert_eq!(err.code, ErrorCode::GpuAlreadyRegistered);
+        assert_eq!(owner("GPU-a"), Some(a.node_id.clone()), "A keeps its GPU");
+        assert_eq!(owner("GPU-b"), Some(b.node_id.clone()), "nothing of the refused heartbeat was stored");
+        let n = list_nodes(&c, 1).unwrap().nodes.into_iter().find(|n| n.id == b.node_id).unwrap();
+        assert_eq!(n.last_seq, None);
+        // Its own GPUs, a new free one, or one listed twice are fine.
+        heartbeat(&c, 2, &b.node_token, &beat(&["GPU-b", "GPU-c", "GPU-c"], 2), 10).unwrap();
+        assert_eq!(owner("GPU-c"), Some(b.node_id.clone()));
+        // Once A is deleted its GPU is free, for a heartbeat as for a registration.
+        delete_node(&c, 3, &a.node_id).unwrap();
+        heartbeat(&c, 4, &b.node_token, &beat(&["GPU-b", "GPU-a"], 3), 10).unwrap();
+        assert_eq!(owner("GPU-a"), Some(b.node_id.clone()));
     }
 }

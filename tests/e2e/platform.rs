@@ -1,7 +1,9 @@
 //! The real `gpum-platform` over real HTTP(S) on loopback: every error code, the join-code
 //! lifecycle under a controlled clock, revocation, commands, the admin API and CLI, what the
 //! database file holds, install.sh (shellcheck, and run with `sh` against the server), and
-//! schemathesis against docs/openapi.yaml.
+//! schemathesis against docs/openapi.yaml; and the hardening of issue 14 (bounded answers and
+//! history, GPU squatting, streamed and regular-only downloads, slow clients, the public URL,
+//! escaped terminal output) and idempotent registration (issue 9).
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use gpum_protocol::{
     CommandResult, ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, Inventory, NodeList,
     PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES, PATH_ADMIN_PROBE_IMAGE, PATH_HEARTBEAT, PATH_REGISTER,
     ProbeFailure, ProbeReport, RegisterRequest, RegisterResponse, VerificationState, joincode::JoinCode,
+    limits,
 };
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::{Client, StatusCode};
@@ -87,6 +90,7 @@ impl Api {
             join_code: code.into(),
             agent_version: "0.1.0".into(),
             inventory: inventory(uuid),
+            install_id: None,
         };
         self.post(PATH_REGISTER, None, &req).await
     }
@@ -163,7 +167,10 @@ async fn bad_bodies_get_codes_never_500() {
     let almost = vec![b' '; 1024 * 1024 - 1];
     assert_eq!(api.post_raw(PATH_REGISTER, None, almost).await.code(), ErrorCode::InvalidJson);
     assert_eq!(api.post_raw(PATH_HEARTBEAT, Some(&r.node_token), "{}").await.code(), ErrorCode::InvalidJson);
-    let too_many = HeartbeatRequest { managed_containers: vec!["c".into(); 1001], ..beat(1) };
+    let too_many = HeartbeatRequest {
+        managed_containers: vec!["c".into(); limits::MAX_MANAGED_CONTAINERS + 1],
+        ..beat(1)
+    };
     assert_eq!(api.heartbeat(&r.node_token, &too_many).await.code(), ErrorCode::InvalidRequest);
 
     let a = api.send(api.c.get(format!("{}/nope", api.url))).await;
@@ -234,7 +241,10 @@ async fn heartbeat_revocation_rotation_and_deletion() {
     // Revocation wins over a bad body: one that is not JSON, and one that parses but is refused.
     let a = api.post_raw(PATH_HEARTBEAT, Some(&new), "not json").await;
     assert_eq!(a.code(), ErrorCode::NodeDeleted);
-    let too_many = HeartbeatRequest { managed_containers: vec!["c".into(); 1001], ..beat(4) };
+    let too_many = HeartbeatRequest {
+        managed_containers: vec!["c".into(); limits::MAX_MANAGED_CONTAINERS + 1],
+        ..beat(4)
+    };
     assert_eq!(api.heartbeat(&new, &too_many).await.code(), ErrorCode::NodeDeleted);
     assert!(p.nodes().nodes.is_empty());
 }
@@ -681,4 +691,412 @@ async fn install_sh_exits_10_when_tmpdir_is_noexec() {
     assert!(stderr.contains("sudo env TMPDIR=/var/tmp bash"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("dummy installer ran"));
     assert_eq!(std::fs::read_dir(&noexec).unwrap().count(), 0, "cleaned up");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 9: idempotent registration; issue 14: hardening
+
+async fn register_with_id(api: &Api, code: &str, uuid: &str, install_id: &str) -> Ans {
+    let req = RegisterRequest {
+        join_code: code.into(),
+        agent_version: "0.1.0".into(),
+        inventory: inventory(uuid),
+        install_id: Some(install_id.into()),
+    };
+    api.post(PATH_REGISTER, None, &req).await
+}
+
+#[tokio::test]
+async fn a_repeated_registration_with_the_same_install_id_gets_the_same_node() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let api = Api::new(&p);
+    let code = p.join_code();
+    let id = "00112233445566778899aabbccddeeff";
+    let first: RegisterResponse = register_with_id(&api, &code, "GPU-a", id).await.ok();
+    // The installer crashed before saving the token and runs again with the same command.
+    let again: RegisterResponse = register_with_id(&api, &code, "GPU-a", id).await.ok();
+    assert_eq!(again.node_id, first.node_id, "the same node");
+    assert_ne!(again.node_token, first.node_token, "a fresh token");
+    assert_eq!(api.heartbeat(&first.node_token, &beat(1)).await.code(), ErrorCode::TokenReplaced);
+    let _: HeartbeatResponse = api.heartbeat(&again.node_token, &beat(1)).await.ok();
+    assert_eq!(p.nodes().nodes.len(), 1, "exactly one node");
+    // Anyone else with the code is still refused.
+    let other = "ffeeddccbbaa99887766554433221100";
+    assert_eq!(register_with_id(&api, &code, "GPU-a", other).await.code(), ErrorCode::JoinCodeUsed);
+    assert_eq!(api.register(&code, "GPU-a").await.code(), ErrorCode::JoinCodeUsed);
+    assert_eq!(
+        register_with_id(&api, &p.join_code(), "GPU-z", "xyz").await.code(),
+        ErrorCode::InvalidRequest
+    );
+}
+
+#[tokio::test]
+async fn heartbeat_answers_carry_a_bounded_number_of_commands() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let r: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
+    let t = p.admin_token();
+    let n = 3 * limits::MAX_COMMANDS_PER_RESPONSE + 1;
+    for _ in 0..n {
+        let a = api
+            .send(
+                api.c
+                    .post(format!("{}{}", p.url(), gpum_protocol::path_admin_node_commands(&r.node_id)))
+                    .bearer_auth(t)
+                    .json(&serde_json::json!({"kind": "recheck"})),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::CREATED);
+    }
+    let mut delivered = 0;
+    let mut results = Vec::new();
+    for seq in 1..=10 {
+        let mut req = beat(seq);
+        req.command_results = std::mem::take(&mut results);
+        let hb: HeartbeatResponse = api.heartbeat(&r.node_token, &req).await.ok();
+        assert!(
+            hb.commands.len() <= limits::MAX_COMMANDS_PER_RESPONSE,
+            "{} commands in one answer",
+            hb.commands.len()
+        );
+        delivered += hb.commands.len();
+        results = hb
+            .commands
+            .iter()
+            .map(|c| CommandResult { id: c.id.clone(), ok: true, message: "ran".into() })
+            .collect();
+    }
+    assert_eq!(delivered, n, "the rest came with the next answers");
+    let node = p.node(&r.node_id).unwrap();
+    assert!(node.commands.iter().all(|c| c.result.is_some()), "every result was taken");
+}
+
+fn db_live_bytes(p: &TestPlatform) -> u64 {
+    let c = rusqlite::Connection::open_with_flags(p.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let q = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as u64;
+    (q("PRAGMA page_count") - q("PRAGMA freelist_count")) * q("PRAGMA page_size")
+}
+
+#[tokio::test]
+async fn fifty_oversized_heartbeats_leave_the_database_small() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let r: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
+    let before = db_live_bytes(&p);
+    // 1000 such records make a body just under the 1 MiB limit.
+    let long = "x".repeat(300);
+    let removed = |seq: u64, n: usize| {
+        (0..n)
+            .map(|i| gpum_protocol::RemovedContainer {
+                id: format!("{seq:04}{i:04}{}", "f".repeat(100)),
+                name: long.clone(),
+                reason: long.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    // What the review sent: a thousand removals per heartbeat (refused now), and then the most
+    // the limits allow (taken, and pruned).
+    for seq in 1..=50 {
+        let big = HeartbeatRequest { removed_containers: removed(seq, 1000), ..beat(seq) };
+        let a = api.heartbeat(&r.node_token, &big).await;
+        assert!(a.status == StatusCode::BAD_REQUEST || a.status.is_success(), "{}", a.status);
+        let max = HeartbeatRequest {
+            removed_containers: removed(seq, limits::MAX_REMOVED_CONTAINERS),
+            ..beat(seq)
+        };
+        let _: HeartbeatResponse = api.heartbeat(&r.node_token, &max).await.ok();
+    }
+    let after = db_live_bytes(&p);
+    assert!(after < before + 2 * 1024 * 1024, "the database grew from {before} to {after} bytes");
+    let node = p.node(&r.node_id).unwrap();
+    assert!(!node.removed_containers.is_empty());
+    let c = rusqlite::Connection::open_with_flags(p.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let kept: i64 = c.query_row("SELECT COUNT(*) FROM container_removals", [], |r| r.get(0)).unwrap();
+    assert_eq!(kept as usize, limits::MAX_REMOVED_HISTORY_PER_NODE);
+}
+
+#[tokio::test]
+async fn a_heartbeat_cannot_take_another_nodes_gpu() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let a: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
+    let b: RegisterResponse = api.register(&p.join_code(), "GPU-b").await.ok();
+    let mut squat = beat(1);
+    squat.inventory = Some(inventory("GPU-a"));
+    squat.inventory_hash = inventory("GPU-a").hash();
+    let ans = api.heartbeat(&b.node_token, &squat).await;
+    assert_eq!((ans.status, ans.code()), (StatusCode::CONFLICT, ErrorCode::GpuAlreadyRegistered));
+    assert_eq!(p.node(&a.node_id).unwrap().inventory.private.gpu_uuids, vec!["GPU-a"]);
+    assert_eq!(p.node(&b.node_id).unwrap().inventory.private.gpu_uuids, vec!["GPU-b"]);
+    // A deleted node's GPU is free again.
+    p.delete_node(&a.node_id);
+    let _: HeartbeatResponse = api.heartbeat(&b.node_token, &squat).await.ok();
+    assert_eq!(p.node(&b.node_id).unwrap().inventory.private.gpu_uuids, vec!["GPU-a"]);
+}
+
+#[tokio::test]
+async fn nodes_list_prints_control_characters_escaped() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let mut inv = inventory("GPU-a");
+    inv.public.gpus[0].model = "T4\x1b[2J\x1b[H\nnode-forged online verified".into();
+    let req = RegisterRequest {
+        join_code: p.join_code(),
+        agent_version: "0.1\u{9b}31m\r".into(),
+        inventory: inv,
+        install_id: None,
+    };
+    let _: RegisterResponse = api.post(PATH_REGISTER, None, &req).await.ok();
+    let out = p.cli(["nodes", "list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "a control character reached the terminal: {text:?}"
+    );
+    assert_eq!(text.lines().count(), 2, "the header and one node: {text}");
+    assert!(text.contains("T4\\x1b[2J\\x1b[H\\nnode-forged"), "{text}");
+    assert!(text.contains("0.1\\u{9b}31m\\r"), "{text}");
+}
+
+// install.sh's URL
+
+#[tokio::test]
+async fn install_sh_never_reflects_the_host_header() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let get = |host: &'static str| {
+        let port = p.port();
+        async move {
+            raw_http(port, &format!("GET /install.sh HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
+                .await
+        }
+    };
+    let text = get("evil.example").await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(&format!("GPUM_PLATFORM_URL='{}'", p.url())), "the bound loopback address: {text}");
+    assert!(!text.contains("evil.example"));
+
+    let p2 = TestPlatform::start(PlatformOpts {
+        extra_args: vec!["--public-url".into(), "https://gpum.example/".into()],
+        ..PlatformOpts::insecure_http()
+    });
+    let text =
+        raw_http(p2.port(), "GET /install.sh HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+            .await;
+    assert!(text.contains("GPUM_PLATFORM_URL='https://gpum.example'\n"), "{text}");
+    assert!(!text.contains("evil.example"));
+}
+
+#[test]
+fn serve_requires_an_https_public_url_off_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(gpum_tests::bin("gpum-platform"))
+            .arg("serve")
+            .arg("--db")
+            .arg(dir.path().join("p.db"))
+            .args(["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"])
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // No bind happens: each is refused before the server listens.
+    let (code, err) = run(&["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--public-url https://") && err.contains("required"), "{err}");
+    for url in ["http://gpum.example", "http://192.0.2.1:8080", "ftp://gpum.example"] {
+        let (code, err) = run(&["--listen", "0.0.0.0:0", "--public-url", url]);
+        assert_eq!(code, Some(1), "{url}");
+        assert!(err.contains("--public-url"), "{url}: {err}");
+    }
+    let (code, err) = run(&["--listen", "127.0.0.1:0", "--public-url", "http://gpum.example"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("plain http"), "{err}");
+}
+
+// Slow clients
+
+/// Sends `request` on a fresh connection and reads until the server closes it (at most 10 s).
+async fn raw_http(port: u16, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Connections that send part of a request head and then nothing.
+async fn slow_clients(port: u16, n: usize) -> Vec<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.write_all(b"GET /install.sh HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+        v.push(s);
+    }
+    v
+}
+
+/// Whether the server closed `s` (EOF or reset) within `within`.
+async fn closed_by_server(s: &mut tokio::net::TcpStream, within: std::time::Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut b = [0u8; 256];
+    loop {
+        match tokio::time::timeout(within, s.read(&mut b)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn three_hundred_slow_header_clients_do_not_starve_install_sh() {
+    // A soft limit of 256 open files, as a shell's default can be: the server raises it, and
+    // keeps its connection cap below it.
+    let p = TestPlatform::start(PlatformOpts {
+        nofile_soft_limit: Some(256),
+        extra_args: vec!["--header-timeout".into(), "3".into()],
+        ..PlatformOpts::insecure_http()
+    });
+    let mut slow = slow_clients(p.port(), 300).await;
+    let started = std::time::Instant::now();
+    let r = p.http_client().get(format!("{}/install.sh", p.url())).send().await.expect("install.sh answers");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().starts_with("#!/bin/sh"));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered at once: {:?}",
+        started.elapsed()
+    );
+    // The header timeout closes every one of them.
+    for s in &mut slow {
+        assert!(closed_by_server(s, std::time::Duration::from_secs(10)).await, "a slow client was kept");
+    }
+    assert!(!p.log().contains("Too many open files"), "{}", p.log());
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_connection_cap_holds_and_the_server_recovers() {
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec!["--max-connections".into(), "20".into(), "--header-timeout".into(), "2".into()],
+        ..PlatformOpts::insecure_http()
+    });
+    let pid = p.pid().unwrap();
+    let base = open_fds(pid);
+    let _slow = slow_clients(p.port(), 60).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let held = open_fds(pid);
+    assert!(held <= base + 20, "{held} descriptors open with a cap of 20 connections (at rest: {base})");
+    // Slow clients time out, those waiting get their turn, and so does a real request.
+    let started = std::time::Instant::now();
+    let r = p.http_client().get(format!("{}/install.sh", p.url())).send().await.expect("install.sh answers");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_times_out() {
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec!["--body-timeout".into(), "2".into()],
+        ..PlatformOpts::insecure_http()
+    });
+    let started = std::time::Instant::now();
+    let text = raw_http(
+        p.port(),
+        &format!("POST {PATH_REGISTER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"join"),
+    )
+    .await;
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
+}
+
+// /dl/
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn downloads_stream_with_bounded_memory_for_slow_clients() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dist = tempfile::tempdir().unwrap();
+    let size = 64 * 1024 * 1024;
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dist.path().join("gpum-agent"), &data).unwrap();
+    let p = TestPlatform::start(PlatformOpts {
+        dist: Some(dist.path().to_owned()),
+        ..PlatformOpts::insecure_http()
+    });
+    let pid = p.pid().unwrap();
+
+    // One whole download is right.
+    let body = p
+        .http_client()
+        .get(format!("{}/dl/gpum-agent", p.url()))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(sha256_hex(&body), sha256_hex(&data));
+    drop(body);
+    let before = rss_kib(pid);
+
+    // Twenty clients that ask for the file and read almost none of it.
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", p.port())).await.unwrap();
+        s.write_all(b"GET /dl/gpum-agent HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut b = [0u8; 4096];
+        let n = s.read(&mut b).await.unwrap();
+        assert!(String::from_utf8_lossy(&b[..n]).starts_with("HTTP/1.1 200"));
+        slow.push(s);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = rss_kib(pid);
+    // Reading the file whole per request would take 20 × 64 MiB.
+    assert!(during < before + 64 * 1024, "RSS went from {before} KiB to {during} KiB");
+}
+
+#[tokio::test]
+async fn downloads_serve_only_regular_files() {
+    let dist = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"outside --dist").unwrap();
+    std::fs::write(dist.path().join("gpum-install"), b"installer").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), dist.path().join("escape")).unwrap();
+    std::os::unix::fs::symlink(dist.path().join("gpum-install"), dist.path().join("alias")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dist.path().join("zero")).unwrap();
+    std::fs::create_dir(dist.path().join("subdir")).unwrap();
+    let fifo = Command::new("mkfifo").arg(dist.path().join("fifo")).status().unwrap();
+    assert!(fifo.success());
+    let mut p = TestPlatform::start(PlatformOpts {
+        dist: Some(dist.path().to_owned()),
+        ..PlatformOpts::insecure_http()
+    });
+    let c = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build().unwrap();
+    let r = c.get(format!("{}/dl/gpum-install", p.url())).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    for name in ["escape", "alias", "zero", "subdir", "fifo"] {
+        let r =
+            c.get(format!("{}/dl/{name}", p.url())).send().await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{name}");
+    }
+    assert!(
+        p.terminate(std::time::Duration::from_secs(10)),
+        "SIGTERM stops the server, the FIFO notwithstanding"
+    );
 }

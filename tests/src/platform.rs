@@ -32,6 +32,9 @@ pub struct PlatformOpts {
     pub admin_api: bool,
     /// Extra arguments for `serve`.
     pub extra_args: Vec<String>,
+    /// Start the server with this soft limit on open files (`ulimit -Sn`), as a service
+    /// manager or a login shell might.
+    pub nofile_soft_limit: Option<u64>,
 }
 
 impl Default for PlatformOpts {
@@ -42,6 +45,7 @@ impl Default for PlatformOpts {
             dist: None,
             admin_api: true,
             extra_args: Vec::new(),
+            nofile_soft_limit: None,
         }
     }
 }
@@ -94,7 +98,16 @@ impl TestPlatform {
 
     fn spawn(&mut self) {
         let d = self.dir.path();
-        let mut cmd = Command::new(crate::bin("gpum-platform"));
+        let mut cmd = match self.opts.nofile_soft_limit {
+            None => Command::new(crate::bin("gpum-platform")),
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
+                    .arg(crate::bin("gpum-platform"));
+                c
+            }
+        };
         cmd.arg("serve")
             .arg("--db")
             .arg(self.db_path())
@@ -284,6 +297,35 @@ impl TestPlatform {
         let tmp = self.dir.path().join("clock.tmp");
         std::fs::write(&tmp, format!("{}\n", cur + secs)).expect("write clock");
         std::fs::rename(&tmp, &f).expect("rename clock");
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the server to exit; returns whether it did.
+    /// Either way the server is stopped afterwards.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        let Some(mut c) = self.child.take() else { return true };
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let end = Instant::now() + within;
+        let exited = loop {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                break true;
+            }
+            if Instant::now() >= end {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if !exited {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self._stdout = None;
+        exited
     }
 
     pub fn is_running(&mut self) -> bool {
