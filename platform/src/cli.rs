@@ -377,6 +377,16 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         "serving"
     );
 
+    if args.header_timeout <= args.heartbeat_interval {
+        // The header timeout also closes idle keep-alive connections: agents would reconnect
+        // for every heartbeat, and race the close now and then.
+        tracing::warn!(
+            "--header-timeout {} is not above --heartbeat-interval {}: agents' idle connections will be closed between heartbeats",
+            args.header_timeout,
+            args.heartbeat_interval
+        );
+    }
+
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let st = state.clone();
     let res = rt.block_on(async move {
