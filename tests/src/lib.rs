@@ -7,6 +7,7 @@
 
 pub mod images;
 pub mod platform;
+pub mod testhost;
 
 use std::path::PathBuf;
 

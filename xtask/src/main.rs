@@ -4,9 +4,11 @@
 //!   end-to-end suites drive, then the whole suite under nextest.
 //! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
 //! - `release-key`, `sign`: development release keys and artifact signatures.
+//! - `e2e`: the test host scenarios (see `e2e.rs`).
 #![allow(clippy::disallowed_methods)]
 
 mod bench;
+mod e2e;
 mod sign;
 mod util;
 
@@ -40,6 +42,13 @@ enum Cmd {
     ReleaseKey(sign::ReleaseKeyArgs),
     /// Sign a release: DIR/manifest.json + manifest.json.sig, and FILE.sha256 beside each FILE.
     Sign(sign::SignArgs),
+    /// The test host scenarios (docs/testhost.md): all, or those named.
+    E2e {
+        names: Vec<String>,
+        /// Scenarios run side by side (default 2).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -49,6 +58,7 @@ fn main() -> Result<()> {
         Cmd::Bench { which, quick } => bench::run(&which, quick),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
+        Cmd::E2e { names, jobs } => e2e::run(&names, jobs),
     }
 }
 

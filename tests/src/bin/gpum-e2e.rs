@@ -1,0 +1,705 @@
+//! `gpum-e2e`: the test host scenarios of issue 10 (docs/testhost.md). Not a library; run it
+//! through `cargo xtask e2e [NAME...]`, which builds and stages what it needs.
+//!
+//! Each scenario starts a fresh host (`gpum_tests::testhost`), shapes it (the simulated GPU's
+//! JSON, the installer's test knobs, a noexec `/tmp`, ...), runs the dashboard's real one-liner
+//! `curl -fsSL https://127.0.0.1:8443/install.sh | sudo bash -s -- --code CODE ...` inside it, and
+//! checks the exit code and the effects (units, packages, files, the platform's node list).
+//! Failure scenarios whose failure changes nothing are run a second time with
+//! `LANG=ru_RU.UTF-8`, and the message is compared with the seed's text.
+//!
+//! Output: one line per scenario, `name  expected N  got N  ok|FAIL  (seconds)`, details under a
+//! failing one, and last exactly `N passed, N failed`. Exit status 1 when any failed.
+//!
+//! Usage: gpum-e2e --stage DIR [--jobs N] [--no-test-knobs] [--list] [NAME...]
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use gpum_common::{Failure, Lang};
+use gpum_tests::testhost::seed::{self, SeedFailure};
+use gpum_tests::testhost::stage::{HOST_CA, Stage};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, image};
+
+/// What every scenario can use.
+struct Ctx {
+    images: Images,
+    stage: Stage,
+    seed: Vec<SeedFailure>,
+}
+
+/// What a scenario found: the installer's exit code, and every expectation that did not hold.
+struct Outcome {
+    got: i32,
+    problems: Vec<String>,
+    /// The installer's output, shown when the exit code is not the expected one.
+    detail: Option<String>,
+}
+
+struct Scenario {
+    name: &'static str,
+    expect: i32,
+    what: &'static str,
+    run: fn(&Ctx, &Scenario) -> Result<Outcome>,
+}
+
+/// The host variants.
+#[derive(Clone, Copy)]
+enum Variant {
+    DockerAbsent,
+    DockerPresent,
+    NoSystemd,
+    TmpNoexec,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "dry-run",
+            expect: 0,
+            what: "--dry-run changes no byte of /etc /opt /var/lib /usr",
+            run: dry_run,
+        },
+        Scenario { name: "not-root", expect: 13, what: "not root", run: not_root },
+        Scenario { name: "no-systemd", expect: 14, what: "no systemd as PID 1", run: no_systemd },
+        Scenario { name: "bad-code", expect: 2, what: "bad code format", run: bad_code },
+        Scenario { name: "unknown-parameter", expect: 2, what: "unknown parameter", run: unknown_parameter },
+        Scenario { name: "no-gpu", expect: 10, what: "no GPU", run: no_gpu },
+        Scenario { name: "broken-driver", expect: 10, what: "a broken driver", run: broken_driver },
+        Scenario { name: "tmp-noexec", expect: 10, what: "/tmp noexec, no TMPDIR", run: tmp_noexec },
+        Scenario {
+            name: "fresh",
+            expect: 0,
+            what: "Docker absent, 1 simulated GPU: Docker and the toolkit installed, service active, node online and verified",
+            run: fresh,
+        },
+        Scenario {
+            name: "docker-present",
+            expect: 0,
+            what: "Docker present, no toolkit",
+            run: docker_present,
+        },
+        Scenario {
+            name: "tmp-noexec-tmpdir",
+            expect: 0,
+            what: "/tmp noexec, TMPDIR=/var/tmp",
+            run: tmp_noexec_tmpdir,
+        },
+        Scenario { name: "used-code", expect: 40, what: "used code", run: used_code },
+        Scenario { name: "expired-code", expect: 40, what: "expired code", run: expired_code },
+        Scenario {
+            name: "gpu-registered-elsewhere",
+            expect: 40,
+            what: "GPU already registered on another server",
+            run: gpu_registered_elsewhere,
+        },
+        Scenario {
+            name: "tampered-agent",
+            expect: 20,
+            what: "tampered agent binary served by the platform",
+            run: tampered_agent,
+        },
+        Scenario { name: "wrong-repo-key", expect: 20, what: "wrong repository key", run: wrong_repo_key },
+        Scenario { name: "hook-refuses", expect: 31, what: "the hook refuses the GPU", run: hook_refuses },
+        Scenario {
+            name: "agent-cannot-start",
+            expect: 50,
+            what: "the agent cannot start",
+            run: agent_cannot_start,
+        },
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// Scenarios
+
+fn dry_run(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let code = h.join_code("1h")?;
+    // Every entry's type, mode and owner; each file's size, mtime and SHA-256; each link's target.
+    // (A directory's own mtime is left out: it moves whenever anything inside is created and
+    // removed, which a booting systemd does on its own.)
+    let listing = "cd / && P='( -path var/lib/gpum-test-platform -o -path opt/gpum-e2e ) -prune -o'; \
+                   find etc opt var/lib usr -xdev $P \\( -type d -printf '%p d %m %U %G\\n' \\) \
+                   -o \\( -type l -printf '%p l %l\\n' \\) -o \\( -type f -printf '%p f %m %U %G %s %T@\\n' \\) | sort; \
+                   find etc opt var/lib usr -xdev $P -type f -print0 | sort -z | xargs -0 sha256sum";
+    let before = h.sh_ok(listing)?;
+    let r = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let after = h.sh_ok(listing)?;
+    let mut o = Outcome::new(&r);
+    o.check(before.lines().count() > 1000, "the listing covers the filesystem", &Run::text(&before));
+    if before != after {
+        let b: BTreeSet<&str> = before.lines().collect();
+        let a: BTreeSet<&str> = after.lines().collect();
+        let diff: Vec<_> = b.symmetric_difference(&a).take(10).collect();
+        o.problem(format!("the dry run changed the filesystem: {diff:?}"));
+    }
+    o.check(r.stdout.contains("docker") || r.stdout.contains("Docker"), "the plan mentions Docker", &r);
+    Ok(o)
+}
+
+fn not_root(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA}");
+    let cmd = format!("curl -fsSL https://127.0.0.1:8443/install.sh | bash -s -- {args}");
+    let r = h.exec(Some("owner"), &[], &cmd, None)?;
+    let mut o = Outcome::new(&r);
+    let ru = h.exec(Some("owner"), &[("LANG", "ru_RU.UTF-8")], &cmd, None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::NotRoot);
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn no_systemd(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::NoSystemd)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::NoSystemd);
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn bad_code(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let args = format!("--code GPUM-NOT-A-CODE --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::BadJoinCode);
+    nothing_installed(&h, &mut o)?;
+    Ok(o)
+}
+
+fn unknown_parameter(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --frobnicate");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::UnknownParameter("--frobnicate".into()));
+    o.check(ru.all().contains("--frobnicate"), "the message names the parameter", &ru);
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn no_gpu(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    preflight_failure(
+        ctx,
+        s,
+        r#"{"state":"no_devices","gpus":0,"model":"","driver":"550.90.07","hook":"ok"}"#,
+    )
+}
+
+fn broken_driver(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    preflight_failure(
+        ctx,
+        s,
+        r#"{"state":"driver_not_loaded","gpus":1,"model":"NVIDIA H100 80GB HBM3 (SIMULATED)","driver":"550.90.07","hook":"ok"}"#,
+    )
+}
+
+fn preflight_failure(ctx: &Ctx, s: &Scenario, gpu_json: &str) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_gpu(&h, gpu_json)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::PreflightFailed(Vec::new()));
+    nothing_installed(&h, &mut o)?;
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn tmp_noexec(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::TmpNoexec)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::AgentNoExec);
+    o.check(r.all().contains("TMPDIR=/var/tmp"), "the message gives the TMPDIR=/var/tmp fix", &r);
+    nothing_installed(&h, &mut o)?;
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn fresh(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
+
+fn docker_present(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerPresent)?;
+    set_probe_image(&h)?;
+    let pid_before = h.sh_ok("systemctl show -p MainPID --value docker")?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    installed(&h, &mut o, "docker.io")?;
+    let docker_ce = h.sh("dpkg-query -W -f '${Status}' docker-ce 2>/dev/null")?;
+    o.check(
+        !docker_ce.stdout.contains("ok installed"),
+        "Docker CE was not installed over Debian's docker.io",
+        &docker_ce,
+    );
+    let pid_after = h.sh_ok("systemctl show -p MainPID --value docker")?;
+    // The engine started before the hook existed: only a restart registers the GPU driver.
+    o.check(pid_before != pid_after, "dockerd was restarted (the toolkit came after it started)", &r);
+    Ok(o)
+}
+
+fn tmp_noexec_tmpdir(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::TmpNoexec)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let cmd =
+        format!("curl -fsSL https://127.0.0.1:8443/install.sh | sudo env TMPDIR=/var/tmp bash -s -- {args}");
+    let r = h.exec(None, &[], &cmd, None)?;
+    let mut o = Outcome::new(&r);
+    installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
+
+fn used_code(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let code = h.join_code("1h")?;
+    register_elsewhere(&h, &code, &["GPU-0ther000-0000-4000-8000-000000000000"])?;
+    rejected_code(ctx, &h, &code, s.expect, Failure::JoinCodeRejected)
+}
+
+fn expired_code(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let code = h.join_code("10m")?;
+    // The platform's test clock: an hour later, the 10-minute code has expired.
+    h.write_file("/etc/gpum-test/clock", b"3600\n", 0o644)?;
+    rejected_code(ctx, &h, &code, s.expect, Failure::JoinCodeRejected)
+}
+
+fn gpu_registered_elsewhere(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    // Another server registered with this host's simulated GPU (tests/sim/nvml: index 0's UUID).
+    let other = h.join_code("1h")?;
+    register_elsewhere(&h, &other, &["GPU-5a1e0000-0000-4000-8000-000000000000"])?;
+    let code = h.join_code("1h")?;
+    rejected_code(ctx, &h, &code, s.expect, Failure::GpuAlreadyRegistered)
+}
+
+/// Installs with a code the platform refuses; the refusal must change nothing agent-side.
+fn rejected_code(ctx: &Ctx, h: &Host, code: &str, expect: i32, f: Failure) -> Result<Outcome> {
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, expect, &f);
+    let agent = h.sh("test -e /opt/gpum-agent/gpum-agent || test -e /etc/gpum-agent/config.toml")?;
+    o.check(agent.code != 0, "no agent binary or config was installed", &agent);
+    let n = nodes(h)?;
+    o.check(n.len() == 1, "the platform still has only the other node", &r);
+    Ok(o)
+}
+
+fn tampered_agent(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    h.write_file("/etc/gpum-test/platform.env", b"GPUM_TEST_DIST=/opt/gpum-e2e/dist-tampered\n", 0o644)?;
+    h.sh_ok("systemctl restart gpum-test-platform")?;
+    h.wait_for(
+        "the platform",
+        Duration::from_secs(30),
+        "curl -fsS -o /dev/null https://127.0.0.1:8443/install.sh",
+    )?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let bin = h.sh("test -e /opt/gpum-agent/gpum-agent")?;
+    o.check(bin.code != 0, "the tampered agent was not installed", &bin);
+    let unit = h.sh("systemctl is-active gpum-agent")?;
+    o.check(unit.stdout.trim() != "active", "no agent runs", &unit);
+    Ok(o)
+}
+
+fn wrong_repo_key(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    // The repository's key URL serves a key whose fingerprint is not the pinned one.
+    let mut knobs = knobs(&h, ctx)?;
+    knobs["repos"]["docker"]["key_url"] = "http://127.0.0.1:8088/wrong.asc".into();
+    h.write_file("/etc/gpum-test/installer.json", knobs.to_string().as_bytes(), 0o644)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::Download(String::new()));
+    let src = h.sh("ls /etc/apt/sources.list.d/ /etc/apt/keyrings/ 2>/dev/null | grep -i docker")?;
+    o.check(src.code != 0, "no Docker source or keyring was written", &src);
+    nothing_installed(&h, &mut o)?;
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn hook_refuses(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_gpu(
+        &h,
+        r#"{"state":"ok","gpus":1,"model":"NVIDIA H100 80GB HBM3 (SIMULATED)","driver":"550.90.07","hook":"refuse"}"#,
+    )?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.message(ctx, &r, s.expect, &Failure::GpuNotInContainer, Lang::En);
+    let n = nodes(&h)?;
+    o.check(
+        n.len() == 1 && n[0].verification == gpum_protocol::VerificationState::Failed,
+        "the platform shows the node's check as failed",
+        &r,
+    );
+    Ok(o)
+}
+
+fn agent_cannot_start(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    // An owner's leftover drop-in that makes every start of the agent fail.
+    h.write_file(
+        "/etc/systemd/system/gpum-agent.service.d/zz-gpum-e2e-broken.conf",
+        b"[Service]\nExecStartPre=/bin/false\n",
+        0o644,
+    )?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.message(ctx, &r, s.expect, &Failure::ServiceFailed, Lang::En);
+    o.check(
+        r.all().contains("journalctl -u gpum-agent"),
+        "the message points at journalctl -u gpum-agent",
+        &r,
+    );
+    Ok(o)
+}
+
+// ------------------------------------------------------------------------------------------
+// Shared steps and checks
+
+fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
+    let image = match v {
+        Variant::DockerPresent => ctx.images.docker.clone(),
+        _ => ctx.images.base.clone(),
+    };
+    let opts = HostOpts {
+        image,
+        systemd: !matches!(v, Variant::NoSystemd),
+        tmp_noexec: matches!(v, Variant::TmpNoexec),
+        stage: ctx.stage.dir.clone(),
+    };
+    let h = Host::start(s.name, &opts)?;
+    let knobs = knobs(&h, ctx)?;
+    h.write_file("/etc/gpum-test/installer.json", knobs.to_string().as_bytes(), 0o644)?;
+    Ok(h)
+}
+
+/// The installer's test knobs for this host: its repositories (fingerprints from the image's
+/// `/etc/gpum-test/host.json`) and this run's release key.
+fn knobs(h: &Host, ctx: &Ctx) -> Result<serde_json::Value> {
+    let host: serde_json::Value = serde_json::from_str(&h.sh_ok("cat /etc/gpum-test/host.json")?)?;
+    Ok(serde_json::json!({
+        "repos": {
+            "docker": {
+                "uri": "http://127.0.0.1:8088/docker", "suite": "bookworm", "components": ["stable"],
+                "key_url": "http://127.0.0.1:8088/docker.asc", "fingerprints": [host["docker_fingerprint"]],
+            },
+            "nvidia": {
+                "uri": "http://127.0.0.1:8088/nvidia", "suite": "/", "components": [],
+                "key_url": "http://127.0.0.1:8088/nvidia.asc", "fingerprints": [host["nvidia_fingerprint"]],
+            },
+        },
+        "release_key": "/opt/gpum-e2e/release.asc",
+        "release_fingerprint": ctx.stage.release_fingerprint,
+        "crash_at": null,
+    }))
+}
+
+/// The dashboard's one-liner as root: `curl … | sudo bash -s -- ARGS`.
+fn install(h: &Host, args: &str, env: &[(&str, &str)], user: Option<&str>) -> Result<Run> {
+    let cmd = format!("curl -fsSL https://127.0.0.1:8443/install.sh | sudo bash -s -- {args}");
+    h.exec(user, env, &cmd, None)
+}
+
+fn set_gpu(h: &Host, json: &str) -> Result<()> {
+    h.write_file("/etc/gpum-sim/gpu.json", format!("{json}\n").as_bytes(), 0o644)
+}
+
+/// Points the platform at the host's probe image, by digest (`gpum-test/probe@sha256:<id>`).
+fn set_probe_image(h: &Host) -> Result<()> {
+    let host: serde_json::Value = serde_json::from_str(&h.sh_ok("cat /etc/gpum-test/host.json")?)?;
+    let id = host["probe_image_id"].as_str().context("probe_image_id")?;
+    h.platform(&format!("probe-image set gpum-test/probe@{id}"))?;
+    Ok(())
+}
+
+fn nodes(h: &Host) -> Result<Vec<gpum_protocol::NodeSummary>> {
+    let list: gpum_protocol::NodeList = serde_json::from_value(h.nodes()?)?;
+    Ok(list.nodes)
+}
+
+/// Registers "another server" with `code` through the platform's API (the body on stdin).
+fn register_elsewhere(h: &Host, code: &str, gpu_uuids: &[&str]) -> Result<()> {
+    let mut inventory = gpum_protocol::Inventory::default();
+    inventory.private.hostname = "another-server".into();
+    inventory.private.gpu_uuids = gpu_uuids.iter().map(|s| s.to_string()).collect();
+    let req = gpum_protocol::RegisterRequest {
+        join_code: code.to_string(),
+        agent_version: "0.0.0-e2e".into(),
+        inventory,
+        install_id: None,
+    };
+    let body = serde_json::to_vec(&req)?;
+    let r = h.exec(
+        None,
+        &[],
+        &format!(
+            "curl -fsS -H 'Content-Type: application/json' --data-binary @- https://127.0.0.1:8443{}",
+            gpum_protocol::PATH_REGISTER
+        ),
+        Some(&body),
+    )?;
+    if r.code != 0 {
+        bail!("registering another server failed: {}", r.all());
+    }
+    Ok(())
+}
+
+/// The success effects: packages, units, the agent's files, and the platform's view.
+fn installed(h: &Host, o: &mut Outcome, docker_pkg: &str) -> Result<()> {
+    for pkg in [docker_pkg, "nvidia-container-toolkit"] {
+        let r = h.sh(&format!("dpkg-query -W -f '${{Status}}' {pkg}"))?;
+        o.check(r.stdout.contains("ok installed"), &format!("{pkg} is installed"), &r);
+    }
+    for unit in ["docker", "gpum-agent"] {
+        let r = h.sh(&format!("systemctl is-active {unit}"))?;
+        o.check(r.stdout.trim() == "active", &format!("{unit} is active"), &r);
+    }
+    let cfg = h.sh("stat -c %a /etc/gpum-agent/config.toml")?;
+    o.check(cfg.stdout.trim() == "600", "/etc/gpum-agent/config.toml is 0600", &cfg);
+    let rt = h.sh("docker info --format '{{json .Runtimes}}'")?;
+    o.check(rt.stdout.contains("nvidia"), "dockerd lists the nvidia runtime", &rt);
+    let gpu = h.sh("docker run --rm --network none --gpus all \"$(jq -r .probe_image_id /etc/gpum-test/host.json)\" nvidia-smi")?;
+    o.check(gpu.code == 0 && gpu.stdout.contains("SIMULATED"), "docker run --gpus all runs nvidia-smi", &gpu);
+    // The agent's first probe may land a heartbeat after the installer returned.
+    let start = Instant::now();
+    loop {
+        let n = nodes(h)?;
+        let good =
+            n.len() == 1 && n[0].online && n[0].verification == gpum_protocol::VerificationState::Verified;
+        if good || start.elapsed() > Duration::from_secs(30) {
+            o.check(
+                good,
+                "the platform has exactly one node, online and verified",
+                &Run::text(&format!("{n:?}")),
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+/// Neither Docker nor the toolkit nor the agent was installed.
+fn nothing_installed(h: &Host, o: &mut Outcome) -> Result<()> {
+    let r = h.sh(
+        "for p in docker-ce docker.io nvidia-container-toolkit; do dpkg-query -W -f '${Status} $p\\n' $p 2>/dev/null; done \
+         | grep 'ok installed'; test -e /opt/gpum-agent/gpum-agent && echo agent",
+    )?;
+    o.check(r.stdout.trim().is_empty(), "nothing was installed", &r);
+    Ok(())
+}
+
+fn no_node(h: &Host, o: &mut Outcome) -> Result<()> {
+    let n = nodes(h)?;
+    o.check(n.is_empty(), "no node was registered", &Run::text(&format!("{n:?}")));
+    Ok(())
+}
+
+impl Outcome {
+    fn new(r: &Run) -> Outcome {
+        Outcome { got: r.code, problems: Vec::new(), detail: Some(r.all()) }
+    }
+
+    fn problem(&mut self, p: String) {
+        self.problems.push(p);
+    }
+
+    fn check(&mut self, ok: bool, what: &str, r: &Run) {
+        if !ok {
+            let out = r.all();
+            let tail: String = out
+                .lines()
+                .rev()
+                .take(6)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n      ");
+            self.problems.push(format!("expected: {what}; saw (exit {}):\n      {tail}", r.code));
+        }
+    }
+
+    /// The Russian run: the same exit code, and the seed's title for it in the output.
+    fn russian(&mut self, ctx: &Ctx, ru: &Run, expect: i32, f: &Failure) {
+        if ru.code != expect {
+            self.problems.push(format!("with LANG=ru_RU.UTF-8 the exit was {}, not {expect}", ru.code));
+        }
+        self.message(ctx, ru, expect, f, Lang::Ru);
+    }
+
+    /// The output carries `f`'s message in `lang`; in Russian, the seed's title for `expect`.
+    fn message(&mut self, ctx: &Ctx, r: &Run, expect: i32, f: &Failure, lang: Lang) {
+        let out = r.all();
+        match lang {
+            Lang::Ru => match seed::entry_for(&ctx.seed, expect, &f.message(Lang::Ru)) {
+                Ok(entry) => self.check(
+                    out.contains(&entry.title),
+                    &format!("the Russian output carries the seed's «{}»", entry.title),
+                    r,
+                ),
+                Err(e) => self.problems.push(format!("{e:#}")),
+            },
+            _ => {
+                let en = f.message(lang);
+                let first = en.split(['.', ':']).next().unwrap_or(&en).trim();
+                self.check(out.contains(first), &format!("the output carries {first:?}"), r);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The runner
+
+fn main() {
+    match real_main() {
+        Ok(true) => std::process::exit(0),
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("gpum-e2e: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn real_main() -> Result<bool> {
+    let mut stage = None;
+    let mut jobs = 2usize;
+    let mut names = Vec::new();
+    let mut list = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--stage" => stage = Some(PathBuf::from(args.next().context("--stage DIR")?)),
+            "--jobs" => jobs = args.next().context("--jobs N")?.parse().context("--jobs N")?,
+            "--no-test-knobs" => {
+                eprintln!("gpum-e2e: the installer has no test knobs: scenarios that need them will fail")
+            }
+            "--list" => list = true,
+            s if s.starts_with('-') => bail!("unknown option {s}"),
+            s => names.push(s.to_string()),
+        }
+    }
+    let all = scenarios();
+    if list {
+        for s in &all {
+            println!("{:<26} {:>3}  {}", s.name, s.expect, s.what);
+        }
+        return Ok(true);
+    }
+    for n in &names {
+        if !all.iter().any(|s| s.name == n) {
+            bail!("no scenario {n:?} (gpum-e2e --list shows them)");
+        }
+    }
+    let chosen: Vec<&Scenario> =
+        all.iter().filter(|s| names.is_empty() || names.iter().any(|n| n == s.name)).collect();
+    let stage = Stage::open(&stage.context("--stage DIR (cargo xtask e2e passes it)")?)?;
+    let seed = seed::failures(&seed::seed_text()?);
+    let images = image::ensure()?;
+    let ctx = Ctx { images, stage, seed };
+
+    let started = Instant::now();
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<(usize, bool)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let Some(s) = chosen.get(i) else { break };
+                    let t = Instant::now();
+                    let res = (s.run)(&ctx, s);
+                    let secs = t.elapsed().as_secs_f64();
+                    let (got, problems, detail) = match res {
+                        Ok(o) => (o.got.to_string(), o.problems, o.detail),
+                        Err(e) => ("error".to_string(), vec![format!("{e:#}")], None),
+                    };
+                    let ok = got == s.expect.to_string() && problems.is_empty();
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(
+                        out,
+                        "{:<26} expected {:>3}  got {:>5}  {}  ({secs:.0} s)",
+                        s.name,
+                        s.expect,
+                        got,
+                        if ok { "ok" } else { "FAIL" }
+                    );
+                    if !ok {
+                        for p in &problems {
+                            let _ = writeln!(out, "    - {p}");
+                        }
+                        if let Some(d) = detail.filter(|_| got != s.expect.to_string()) {
+                            let tail: Vec<&str> = d.lines().rev().take(15).collect();
+                            let _ = writeln!(out, "    installer output (last lines):");
+                            for l in tail.into_iter().rev() {
+                                let _ = writeln!(out, "      | {l}");
+                            }
+                        }
+                    }
+                    let _ = out.flush();
+                    results.lock().unwrap_or_else(|e| e.into_inner()).push((i, ok));
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let passed = results.iter().filter(|(_, ok)| *ok).count();
+    let failed = results.len() - passed;
+    eprintln!(
+        "gpum-e2e: {} scenario(s) in {:.0} s, {jobs} at a time",
+        results.len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("{passed} passed, {failed} failed");
+    Ok(failed == 0)
+}

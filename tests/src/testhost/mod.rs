@@ -1,0 +1,19 @@
+//! The test host (issue 10, docs/testhost.md): a Debian 12 container with systemd as PID 1, apt
+//! with local signed repositories, a real `dockerd` once installed, the real `gpum-platform` on
+//! loopback with TLS, and the SIMULATED NVIDIA layer of `tests/sim/` — the only simulated part.
+//!
+//! - [`image`]: the host images, built by `tests/testhost/build-image.sh`, cached by recipe hash.
+//! - [`host`]: one running host (start, exec, files, the platform's admin CLI, removal).
+//! - [`stage`]: what the run mounts into every host at `/opt/gpum-e2e` (made by
+//!   `cargo xtask e2e`; this module adds the TLS files).
+//! - [`seed`]: the seed's failure titles, for the Russian comparisons.
+//!
+//! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
+
+pub mod host;
+pub mod image;
+pub mod seed;
+pub mod stage;
+
+pub use host::{Host, HostOpts, Run};
+pub use image::Images;
