@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use gpum_common::text::Escaped;
 use gpum_common::{Failure, Lang, detect_lang, exit};
 use gpum_host::{Host, RealHost, env};
 
@@ -51,6 +52,10 @@ pub enum Command {
         /// The Docker socket, when not /var/run/docker.sock.
         #[arg(long, value_name = "PATH")]
         docker_socket: Option<PathBuf>,
+        /// A registry the GPU probe's image may come from (repeat for several). Default:
+        /// docker.io, nvcr.io, ghcr.io.
+        #[arg(long = "probe-registry", value_name = "HOST[:PORT]")]
+        probe_registries: Vec<String>,
     },
     /// Write the config for an existing node token, read from the first line of stdin.
     Configure {
@@ -65,6 +70,9 @@ pub enum Command {
         ca_file: Option<PathBuf>,
         #[arg(long, value_name = "PATH")]
         docker_socket: Option<PathBuf>,
+        /// A registry the GPU probe's image may come from (repeat for several).
+        #[arg(long = "probe-registry", value_name = "HOST[:PORT]")]
+        probe_registries: Vec<String>,
     },
     /// Run the service (what systemd starts).
     Run {
@@ -163,21 +171,29 @@ fn reg_opts(
     server: String,
     ca_file: Option<PathBuf>,
     docker_socket: Option<PathBuf>,
-) -> RegisterOptions {
+    probe_registries: Vec<String>,
+) -> Result<RegisterOptions, Failure> {
     let paths = Paths::resolve(state.state.as_deref());
-    RegisterOptions {
+    let probe_registries = if probe_registries.is_empty() {
+        None
+    } else {
+        Some(crate::config::check_registries(probe_registries).map_err(Failure::Usage)?)
+    };
+    Ok(RegisterOptions {
         server,
         config_path: paths.config,
         state_dir: paths.state_dir,
         ca_file: ca_file.map(|p| std::path::absolute(&p).unwrap_or(p)),
         docker_socket,
-    }
+        probe_registries,
+        install_id: None,
+    })
 }
 
 fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failure> {
     match cmd {
-        Command::Register { state, server, ca_file, docker_socket } => {
-            let opts = reg_opts(&state, server, ca_file, docker_socket);
+        Command::Register { state, server, ca_file, docker_socket, probe_registries } => {
+            let opts = reg_opts(&state, server, ca_file, docker_socket, probe_registries)?;
             let code = first_stdin_line();
             let r = runtime().block_on(register::register(host, &opts, &code))?;
             println!(
@@ -185,24 +201,24 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
                 match lang {
                     Lang::Ru => format!(
                         "Сервер зарегистрирован: {}. Настройки записаны в {}.",
-                        r.node_id,
-                        opts.config_path.display()
+                        Escaped(&r.node_id),
+                        Escaped(&opts.config_path.display().to_string())
                     ),
                     Lang::En => format!(
                         "Registered as node {}. The config is in {}.",
-                        r.node_id,
-                        opts.config_path.display()
+                        Escaped(&r.node_id),
+                        Escaped(&opts.config_path.display().to_string())
                     ),
                 }
             );
             Ok(exit::OK)
         }
-        Command::Configure { state, server, node_id, ca_file, docker_socket } => {
-            let opts = reg_opts(&state, server, ca_file, docker_socket);
+        Command::Configure { state, server, node_id, ca_file, docker_socket, probe_registries } => {
+            let opts = reg_opts(&state, server, ca_file, docker_socket, probe_registries)?;
             let mut input = String::new();
             let _ = std::io::stdin().lock().take(64 * 1024).read_to_string(&mut input);
             register::configure(host.as_ref(), &opts, node_id.as_deref(), &input)?;
-            println!("{}", opts.config_path.display());
+            println!("{}", Escaped(&opts.config_path.display().to_string()));
             Ok(exit::OK)
         }
         Command::Run { state } => {
@@ -212,10 +228,11 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
         Command::Smoke { state } => {
             let paths = Paths::resolve(state.state.as_deref());
             let hs = runtime().block_on(crate::smoke::handshake(host, &paths));
+            // The detail can quote the platform's (or a proxy's) words: escaped.
             if hs.code == exit::OK {
-                println!("ok: {}", hs.detail);
+                println!("ok: {}", Escaped(&hs.detail));
             } else {
-                eprintln!("smoke failed (exit {}): {}", hs.code, hs.detail);
+                eprintln!("smoke failed (exit {}): {}", hs.code, Escaped(&hs.detail));
             }
             Ok(hs.code)
         }

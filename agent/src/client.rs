@@ -22,6 +22,9 @@ use crate::secret::Token;
 /// heartbeat in flight never holds up a stop.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest answer body read. A heartbeat answer within the protocol's limits (16 commands,
+/// 1024 known container ids) is well under 200 kB; a larger one is not read into memory.
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// Why a call did not produce the expected answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +63,16 @@ pub fn classify(e: &CallError) -> Verdict {
         }
         _ => Verdict::Retry,
     }
+}
+
+/// Whether the platform, or a proxy in front of it, refused the request's body itself (400
+/// malformed, 413 too large, 422 unprocessable): sending the same body again would be refused
+/// again. The run loop then trims what it sends ([`crate::outbox`]).
+pub fn is_refused_body(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::Api { status: 400 | 413 | 422, .. } | CallError::Foreign { status: 400 | 413 | 422, .. }
+    )
 }
 
 /// An answer and the platform's clock.
@@ -156,7 +169,7 @@ impl Platform {
             .unwrap_or("")
             .to_string();
         let is_json = content_type.starts_with("application/json");
-        let body = resp.bytes().await.map_err(transport)?;
+        let body = read_capped(resp, MAX_ANSWER_BYTES).await?;
         if (200..300).contains(&status) {
             let body = serde_json::from_slice(&body).map_err(|e| CallError::Decode(e.to_string()))?;
             return Ok(Answer { body, server_date, sent_bytes });
@@ -170,6 +183,21 @@ impl Platform {
         }
         Err(CallError::Foreign { status, content_type: truncate(&content_type, 60) })
     }
+}
+
+/// Reads an answer's body, refusing one larger than `max` bytes before it is all in memory.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(CallError::Decode(format!("the answer is larger than {max} bytes")));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > max {
+            return Err(CallError::Decode(format!("the answer is larger than {max} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn transport(e: reqwest::Error) -> CallError {
@@ -188,7 +216,8 @@ fn transport(e: reqwest::Error) -> CallError {
     CallError::Transport(truncate(&s, 300))
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
+pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -231,6 +260,20 @@ mod tests {
             CallError::Decode("eof".into()),
         ] {
             assert_eq!(classify(&e), Verdict::Retry, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn only_body_refusals_trim_the_outbox() {
+        assert!(is_refused_body(&api(400, ErrorCode::InvalidJson)));
+        assert!(is_refused_body(&CallError::Foreign { status: 413, content_type: "text/html".into() }));
+        for e in [
+            api(401, ErrorCode::Unauthorized),
+            api(500, ErrorCode::Internal),
+            CallError::Foreign { status: 502, content_type: String::new() },
+            CallError::Timeout,
+        ] {
+            assert!(!is_refused_body(&e), "{e:?}");
         }
     }
 

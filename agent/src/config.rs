@@ -11,7 +11,35 @@ use gpum_common::agent_state::{DEFAULT_CONFIG, DEFAULT_STATE_DIR};
 use gpum_host::Host;
 use serde::{Deserialize, Serialize};
 
+use crate::docker::image::{DEFAULT_REGISTRIES, valid_registry};
 use crate::secret::Token;
+
+/// The most registries `probe_registries` may list.
+pub const MAX_PROBE_REGISTRIES: usize = 32;
+
+/// [`DEFAULT_REGISTRIES`], owned.
+pub fn default_registries() -> Vec<String> {
+    DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect()
+}
+
+/// Checks and normalises a `probe_registries` list (from the file, `--probe-registry` or the
+/// installer): each entry `host` or `host:port`, lower-cased, no duplicates.
+pub fn check_registries(list: Vec<String>) -> Result<Vec<String>, String> {
+    if list.len() > MAX_PROBE_REGISTRIES {
+        return Err(format!("probe_registries lists more than {MAX_PROBE_REGISTRIES} registries"));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(list.len());
+    for r in list {
+        let r = r.trim().to_ascii_lowercase();
+        if !valid_registry(&r) {
+            return Err(format!("probe_registries: {r:?} is not a registry (host or host:port)"));
+        }
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
 
 /// Name of the config file inside a `--state` directory.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -61,6 +89,10 @@ pub struct Config {
     pub ca_file: Option<PathBuf>,
     /// The Docker socket; `/var/run/docker.sock` when absent.
     pub docker_socket: Option<PathBuf>,
+    /// The registries the GPU probe's image may come from (`host` or `host:port`; Docker Hub is
+    /// `docker.io`). Set at install; [`DEFAULT_REGISTRIES`] when the file names none. An image
+    /// from any other registry is refused before anything is pulled.
+    pub probe_registries: Vec<String>,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
     /// touch each other's containers. Never written by `register`; absent in production.
@@ -84,6 +116,8 @@ struct ConfigFile {
     ca_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     docker_socket: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probe_registries: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_docker_scope: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,6 +164,10 @@ impl Config {
                 _ => return Err(invalid("test_docker_scope must be gpum.test.KEY=VALUE".into())),
             },
         };
+        let probe_registries = match f.probe_registries {
+            None => default_registries(),
+            Some(list) => check_registries(list).map_err(invalid)?,
+        };
         if f.test_reconcile_min_age_secs.is_some() && test_docker_scope.is_none() {
             return Err(invalid("test_reconcile_min_age_secs needs test_docker_scope".into()));
         }
@@ -139,6 +177,7 @@ impl Config {
             token,
             ca_file: f.ca_file,
             docker_socket: f.docker_socket,
+            probe_registries,
             test_docker_scope,
             test_reconcile_min_age: f.test_reconcile_min_age_secs.map(std::time::Duration::from_secs),
         })
@@ -162,6 +201,7 @@ impl Config {
             token: self.token.expose().to_string(),
             ca_file: self.ca_file.clone(),
             docker_socket: self.docker_socket.clone(),
+            probe_registries: Some(self.probe_registries.clone()),
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
             test_reconcile_min_age_secs: self.test_reconcile_min_age.map(|d| d.as_secs()),
         };
@@ -203,6 +243,7 @@ mod tests {
             token: Token::new("tok-secret").unwrap(),
             ca_file: None,
             docker_socket: None,
+            probe_registries: default_registries(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
         }
@@ -247,6 +288,28 @@ mod tests {
         assert_eq!(Config::parse(&c.to_toml(), "c").unwrap(), c);
         assert_eq!(sample().test_reconcile_min_age, None);
         assert!(!sample().to_toml().contains("test_reconcile"));
+    }
+
+    #[test]
+    fn probe_registries_default_are_checked_and_roundtrip() {
+        let base = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n";
+        let c = Config::parse(base, "c").unwrap();
+        assert_eq!(c.probe_registries, ["docker.io", "nvcr.io", "ghcr.io"]);
+        let c = Config::parse(
+            &format!("{base}probe_registries = ['Registry.LAN:5000', 'nvcr.io', 'nvcr.io']"),
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.probe_registries, ["registry.lan:5000", "nvcr.io"]);
+        assert_eq!(Config::parse(&c.to_toml(), "c").unwrap(), c);
+        // An empty list is the owner's choice: no probe image is accepted.
+        assert!(
+            Config::parse(&format!("{base}probe_registries = []"), "c").unwrap().probe_registries.is_empty()
+        );
+        for bad in ["['https://docker.io']", "['docker.io/x']", "['']", "'docker.io'"] {
+            let e = Config::parse(&format!("{base}probe_registries = {bad}"), "c").unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid(..)), "{bad}: {e:?}");
+        }
     }
 
     #[test]

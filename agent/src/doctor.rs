@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use gpum_common::text::escape_controls;
 use gpum_host::Host;
 use serde::Serialize;
 
@@ -148,12 +149,14 @@ pub fn render_text(r: &Report) -> String {
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default();
-        out.push_str(&format!("[{status:>4}] {}: {}\n", f.id, f.message));
+        out.push_str(&format!("[{status:>4}] {}: {}\n", f.id, escape_controls(&f.message)));
         if let Some(fix) = &f.fix {
-            out.push_str(&format!("       -> {fix}\n"));
+            out.push_str(&format!("       -> {}\n", escape_controls(fix)));
         }
     }
-    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<18}{v}\n"));
+    // Values come from the machine, the engine, NVML and the platform: control characters are
+    // printed escaped.
+    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<18}{}\n", escape_controls(&v)));
     if let Some(h) = &r.host {
         line("[host]", String::new());
         line("os:", h.os.clone());
@@ -205,4 +208,48 @@ pub fn render_text(r: &Report) -> String {
         line("clock skew:", format!("{s:+} s"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_text_is_printed_with_control_characters_escaped() {
+        let r = Report {
+            checks: vec![gpum_preflight::Finding::warn(
+                "docker",
+                "engine \x1b[2J".into(),
+                Some("fix\rforged".into()),
+            )],
+            host: None,
+            runtime: Some(RuntimePart {
+                docker_socket: "/s".into(),
+                docker_version: Some("20.10\x1b[1;1H".into()),
+                docker_error: None,
+                nvidia_runtime: None,
+            }),
+            gpu: Some(GpuPart {
+                nvml: gpum_protocol::NvmlState::Ok,
+                nvml_detail: None,
+                driver_version: Some("550\u{9b}2J".into()),
+                cuda_version: None,
+                gpus: vec![gpum_protocol::GpuPublic { model: "T4\n  gpu 1:  forged".into(), vram_mib: 1 }],
+            }),
+            platform: PlatformPart {
+                config: "/c".into(),
+                config_error: None,
+                server: Some("https://x".into()),
+                node_id: Some("n\x07".into()),
+                token: None,
+                handshake_exit: 1,
+                handshake: "platform answered 500: \x1b]0;t\x07".into(),
+                clock_skew_secs: None,
+            },
+        };
+        let t = render_text(&r);
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert!(!t.lines().any(|l| l.trim_start().starts_with("gpu 1:")), "no forged line: {t}");
+        assert!(t.contains("T4\\n  gpu 1") && t.contains("20.10\\x1b[1;1H"), "{t}");
+    }
 }

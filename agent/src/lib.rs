@@ -14,6 +14,7 @@ pub mod config;
 pub mod docker;
 pub mod doctor;
 pub mod inventory;
+pub mod outbox;
 pub mod register;
 pub mod run;
 pub mod secret;

@@ -32,6 +32,12 @@ pub struct RegisterOptions {
     pub ca_file: Option<PathBuf>,
     /// The Docker socket, stored in the config when not the default.
     pub docker_socket: Option<PathBuf>,
+    /// The registries the probe image may come from (`--probe-registry`); `None` for the
+    /// defaults (`crate::config::default_registries`). Check them with
+    /// `crate::config::check_registries` first.
+    pub probe_registries: Option<Vec<String>>,
+    /// The installer's install id (see `RegisterRequest::install_id`); `None` from the CLI.
+    pub install_id: Option<String>,
 }
 
 /// What a successful registration returns.
@@ -83,6 +89,7 @@ pub async fn register(
         join_code: code.to_string(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         inventory,
+        install_id: opts.install_id.clone(),
     };
     let ans = platform.register(&req).await.map_err(|e| register_failure(&e))?;
     let resp = ans.body;
@@ -94,6 +101,7 @@ pub async fn register(
         token,
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
+        probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         test_docker_scope: None,
         test_reconcile_min_age: None,
     };
@@ -136,6 +144,7 @@ pub fn configure(
         token,
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
+        probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         test_docker_scope: None,
         test_reconcile_min_age: None,
     };
@@ -188,6 +197,8 @@ mod tests {
             state_dir: PathBuf::from("/s"),
             ca_file: None,
             docker_socket: None,
+            probe_registries: None,
+            install_id: None,
         }
     }
 

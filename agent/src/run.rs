@@ -31,7 +31,7 @@ use gpum_common::exit;
 use gpum_host::{Host, env};
 use gpum_protocol::{
     CommandKind, CommandResult, DEFAULT_HEARTBEAT_INTERVAL_SECS, ErrorCode, Health, HeartbeatRequest,
-    HeartbeatResponse, ProbeFailure, ProbeReport, RemovedContainer, VerificationState,
+    HeartbeatResponse, ProbeFailure, ProbeReport, RemovedContainer, VerificationState, limits,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -41,10 +41,13 @@ use tokio::time::sleep_until;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::{Backoff, jittered};
-use crate::client::{Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew};
+use crate::client::{
+    Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew, is_refused_body,
+};
 use crate::config::{Config, Paths};
 use crate::docker::{Docker, DockerError, probe, reconcile};
 use crate::inventory::{Gatherer, probe_relevant};
+use crate::outbox::{Answered, Batch, Outbox, Refusal};
 use crate::secret::Token;
 
 /// Exit code after a `restart` command: neither 0 (a clean stop) nor 78 (stopped for good), so
@@ -56,6 +59,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(8);
 /// The longest a Docker call inside a heartbeat step may take; a hung engine must not hold up
 /// heartbeats.
 pub const DOCKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest command id the agent answers (the platform's own ids are short).
+const MAX_COMMAND_ID_LEN: usize = 128;
 /// Interval bounds, whatever the platform says.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_INTERVAL: Duration = Duration::from_secs(3600);
@@ -148,14 +153,19 @@ async fn step(mut s: StepInput) -> StepOutput {
     }
     // Metrics first: they refresh the RAM figures the inventory reads.
     s.req.metrics = s.gatherer.metrics();
-    let inv = s.gatherer.inventory(docker_version.clone());
+    let mut inv = s.gatherer.inventory(docker_version.clone());
+    inv.public.gpus.truncate(limits::MAX_GPUS);
+    inv.private.gpu_uuids.truncate(limits::MAX_GPUS);
     s.req.health.nvml = s.gatherer.nvml_state();
     s.req.inventory_hash = inv.hash();
     let probe_key = probe_relevant(&inv);
     if s.accepted_hash.as_deref() != Some(s.req.inventory_hash.as_str()) {
         s.req.inventory = Some(inv);
     }
-    s.req.managed_containers = managed.iter().map(|c| c.id.clone()).collect();
+    // Within the protocol's limits, whatever this machine holds.
+    s.req.managed_containers =
+        managed.iter().take(limits::MAX_MANAGED_CONTAINERS).map(|c| c.id.clone()).collect();
+    s.req.metrics.gpus.truncate(limits::MAX_GPUS);
     let result = s.platform.heartbeat(&s.token, &s.req).await;
     StepOutput { gatherer: s.gatherer, req: s.req, probe_key, managed, docker_version, result }
 }
@@ -185,10 +195,13 @@ struct Agent {
     probed_image: Option<String>,
     probe_wanted: bool,
     probe_running: bool,
-    /// Results waiting for the next answered heartbeat.
-    pending_probe: Option<ProbeReport>,
-    pending_results: Vec<CommandResult>,
-    pending_removed: Vec<RemovedContainer>,
+    /// Results waiting for an answered heartbeat, sent within the protocol's limits.
+    outbox: Outbox,
+    /// The commands already answered (kept in `commands.json`).
+    answered: Answered,
+    /// Whether the last answer's known list was as long as the platform may send (so possibly
+    /// cut): the reconciler then removes nothing.
+    known_truncated: bool,
     reconciler: reconcile::Reconciler,
     skew: Option<i64>,
     /// A `restart` command arrived; it is acknowledged with one more heartbeat, then the agent
@@ -246,6 +259,7 @@ impl Agent {
             reconcile::MIN_BEATS,
             cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
         );
+        let answered = Answered::load(host.as_ref(), &state_dir);
         Agent {
             gatherer: Some(Gatherer::new(host.clone())),
             host,
@@ -269,9 +283,9 @@ impl Agent {
             probed_image: None,
             probe_wanted: true,
             probe_running: false,
-            pending_probe: None,
-            pending_results: Vec::new(),
-            pending_removed: Vec::new(),
+            outbox: Outbox::default(),
+            answered,
+            known_truncated: false,
             reconciler,
             skew: None,
             restart_requested: false,
@@ -428,23 +442,24 @@ impl Agent {
                 Event::Probe(rep) => {
                     info!(state = ?rep.state, reason = ?rep.reason, "GPU probe finished");
                     self.state.verification = Some(verification_text(rep.state).into());
-                    self.pending_probe = Some(rep);
+                    self.outbox.set_probe(rep);
                     self.write_state(false);
                     // Report it soon rather than a whole interval later.
                     next_beat = next_beat.min(tokio::time::Instant::now() + Duration::from_millis(200));
                 }
-                Event::Removed(list) => self.pending_removed.extend(list),
+                Event::Removed(list) => self.outbox.push_removed(list),
             }
         }
     }
 
     fn step_input(&mut self) -> StepInput {
         self.seq += 1;
+        let batch = self.outbox.take();
         let req = HeartbeatRequest {
             seq: self.seq,
-            probe: self.pending_probe.clone(),
-            removed_containers: std::mem::take(&mut self.pending_removed),
-            command_results: std::mem::take(&mut self.pending_results),
+            probe: batch.probe,
+            removed_containers: batch.removed,
+            command_results: batch.results,
             health: Health {
                 docker_ok: false,
                 docker_error: if self.docker.is_none() { self.docker_error.clone() } else { None },
@@ -510,9 +525,7 @@ impl Agent {
                 }
                 // Only what this heartbeat carried is delivered; a probe that finished while it
                 // was in flight is still pending.
-                if self.pending_probe.as_ref() == out.req.probe.as_ref() {
-                    self.pending_probe = None;
-                }
+                self.outbox.delivered(&carried(&mut out.req));
                 if self.probe_key.as_deref() != Some(out.probe_key.as_str()) {
                     if self.probe_key.is_some() {
                         info!("hardware or software changed; the GPU probe runs again");
@@ -529,11 +542,28 @@ impl Agent {
                 Ok((jittered(self.interval, &mut self.rng), doomed))
             }
             Err(e) => {
-                // Undelivered results go out with the next heartbeat.
-                self.pending_results.splice(0..0, std::mem::take(&mut out.req.command_results));
-                self.pending_removed.splice(0..0, std::mem::take(&mut out.req.removed_containers));
+                let batch = carried(&mut out.req);
                 if let Verdict::StopForGood(code) = classify(&e) {
                     return Err(self.stop_revoked(code, &e));
+                }
+                if is_refused_body(&e) {
+                    // The same body would be refused again: carry less, or drop what was refused.
+                    match self.outbox.refused(batch) {
+                        Refusal::Shrunk { results_cap, removed_cap } => {
+                            warn!(error = %e, results_cap, removed_cap, "the platform refused the heartbeat's body; sending less")
+                        }
+                        Refusal::Dropped(b) => warn!(
+                            error = %e,
+                            results = ?b.results.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+                            removed = b.removed.len(),
+                            probe = b.probe.is_some(),
+                            "the platform refused the heartbeat's body again; dropped what it carried"
+                        ),
+                        Refusal::NothingToTrim => {}
+                    }
+                } else {
+                    // Undelivered results go out with the next heartbeat, first.
+                    self.outbox.failed(batch);
                 }
                 let delay = self.backoff.fail(&mut self.rng);
                 if self.backoff.failures() == 1 {
@@ -576,7 +606,25 @@ impl Agent {
         if self.probe_image.is_none() && !self.probe_running {
             self.state.verification = Some(verification_text(VerificationState::AwaitingCheck).into());
         }
-        for c in &resp.commands {
+        if resp.commands.len() > limits::MAX_COMMANDS_PER_RESPONSE {
+            warn!(
+                count = resp.commands.len(),
+                limit = limits::MAX_COMMANDS_PER_RESPONSE,
+                "the platform handed over more commands than one answer may carry; taking the first ones"
+            );
+        }
+        let mut newly: Vec<String> = Vec::new();
+        for c in resp.commands.iter().take(limits::MAX_COMMANDS_PER_RESPONSE) {
+            // Answered once, never run or answered again (a still undelivered answer stays queued).
+            if self.answered.contains(&c.id) || newly.contains(&c.id) || self.outbox.has_result(&c.id) {
+                debug!(id = %c.id, "command already answered");
+                continue;
+            }
+            if c.id.is_empty() || c.id.len() > MAX_COMMAND_ID_LEN {
+                warn!(len = c.id.len(), "ignored a command whose id is empty or too long to answer");
+                continue;
+            }
+            newly.push(c.id.clone());
             let result = match CommandKind::parse(&c.kind) {
                 Some(CommandKind::Recheck) => {
                     info!(id = %c.id, "command recheck: running the GPU probe again");
@@ -594,18 +642,35 @@ impl Agent {
                     CommandResult { id: c.id.clone(), ok: true, message: "restarting".into() }
                 }
                 None => {
-                    warn!(id = %c.id, kind = %c.kind, "refused an unknown command");
+                    let kind = crate::client::truncate(&c.kind, 64);
+                    warn!(id = %c.id, kind = %kind, "refused an unknown command");
                     CommandResult {
                         id: c.id.clone(),
                         ok: false,
-                        message: format!("unknown command {:?}: refused", c.kind),
+                        message: format!("unknown command {kind:?}: refused"),
                     }
                 }
             };
-            self.pending_results.push(result);
+            self.outbox.push_result(result);
+        }
+        // Recorded before a `restart` exits, so that the same command after the restart is not
+        // obeyed again.
+        if let Err(e) = self.answered.record(self.host.as_ref(), newly) {
+            warn!(error = %e, "could not record the answered commands");
         }
         // Reconcile only against an answer the platform actually gave (this one), and only with
         // a listing that succeeded: a failed listing is no evidence either way.
+        let truncated = resp.known_containers.len() >= limits::MAX_KNOWN_CONTAINERS;
+        if truncated && !self.known_truncated {
+            warn!(
+                count = resp.known_containers.len(),
+                "the platform's list of known containers may be cut at the protocol's limit; removing nothing while it is"
+            );
+        }
+        self.known_truncated = truncated;
+        if truncated {
+            return Vec::new();
+        }
         if self.docker.is_some() && self.state.docker_ok == Some(true) {
             let known: HashSet<String> = resp.known_containers.iter().cloned().collect();
             return self.reconciler.decide(managed, &known, Instant::now());
@@ -632,11 +697,12 @@ impl Agent {
         self.probe_running = true;
         info!(image = %image, "running the GPU probe");
         let docker = self.docker.clone();
+        let registries = self.cfg.probe_registries.clone();
         let socket_error = self.docker_error.clone();
         let now = crate::state::unix(self.host.now());
         Some(tokio::spawn(async move {
             match docker {
-                Some(d) => probe::run_probe(&d, &image, probe::DEFAULT_TIMEOUT).await,
+                Some(d) => probe::run_probe(&d, &image, probe::DEFAULT_TIMEOUT, &registries).await,
                 // Without an engine the GPU cannot be shown to work in a container: that is the
                 // honest result. When Docker comes back its version changes the probe-relevant
                 // facts, and the probe runs again.
@@ -680,6 +746,15 @@ impl Agent {
             Ok(()) => self.last_written = Some((self.state.clone(), Instant::now())),
             Err(e) => warn!(error = %e, dir = %self.state_dir.display(), "could not write the state file"),
         }
+    }
+}
+
+/// Moves what a heartbeat request carried from the outbox back out of it.
+fn carried(req: &mut HeartbeatRequest) -> Batch {
+    Batch {
+        results: std::mem::take(&mut req.command_results),
+        removed: std::mem::take(&mut req.removed_containers),
+        probe: req.probe.clone(),
     }
 }
 

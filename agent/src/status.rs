@@ -9,6 +9,7 @@ use std::io::ErrorKind;
 use std::time::Duration;
 
 use gpum_common::agent_state::{AgentState, Connection, StopReason};
+use gpum_common::text::escape_controls;
 use gpum_common::{Failure, Lang, Text, text};
 use gpum_host::Host;
 
@@ -72,7 +73,9 @@ pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
         };
     };
     let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{v}\n"));
+    // Every value may hold text from elsewhere (the platform's node id and error messages, a
+    // hand-edited state file): control characters are printed escaped.
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{}\n", escape_controls(&v)));
     line("node:", s.node_id.clone().unwrap_or_else(|| "-".into()));
     line("server:", s.server.clone().unwrap_or_else(|| "-".into()));
     let conn = match s.connection {
@@ -140,5 +143,22 @@ mod tests {
         };
         assert!(render_text(Some(&cfg), 2, Lang::Ru).contains("Агент остановлен: ошибка конфигурации"));
         assert!(render_text(None, 0, Lang::En).contains("has not run"));
+    }
+
+    #[test]
+    fn foreign_text_is_printed_with_control_characters_escaped() {
+        let st = AgentState {
+            node_id: Some("n1\x1b[2J\x1b[1;1Hforged".into()),
+            server: Some("https://x\rserver: https://evil".into()),
+            last_error: Some("platform answered 500: \x1b]0;title\x07\u{9b}31m".into()),
+            stopped: Some(Stopped { reason: StopReason::Revoked, detail: "d\nstopped: fake".into(), at: 1 }),
+            ..Default::default()
+        };
+        for lang in [Lang::Ru, Lang::En] {
+            let t = render_text(Some(&st), 2, lang);
+            assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+            assert_eq!(t.lines().count(), 7, "no forged line: {t}");
+            assert!(t.contains("n1\\x1b[2J") && t.contains("\\u{9b}"), "{t}");
+        }
     }
 }

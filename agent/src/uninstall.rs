@@ -3,12 +3,13 @@
 //! What goes, in this order, per the owner's guide:
 //! 1. the service: `systemctl stop` and `disable` (skipped, with a note, where systemd is not
 //!    running), so that no agent recreates anything while the rest goes;
-//! 2. every container labelled `gpum.managed=true` or `gpum.probe=true`, running or stopped
-//!    (each label re-checked right before removal);
+//! 2. every container labelled `gpum.managed=true`, and every probe (`gpum.probe=true` plus
+//!    `gpum.probe.run`, named `gpum-probe-…`), running or stopped, the labels set on the
+//!    container itself and not inherited from its image (each re-checked right before removal);
 //! 3. the unit file, `/opt/gpum-agent`, `/etc/gpum-agent`, `/var/lib/gpum-agent`.
 //!
 //! What stays: Docker, the NVIDIA driver and toolkit, every image and volume, and every
-//! container without those labels.
+//! container without those labels, or whose labels come from its image.
 //!
 //! Files go through [`gpum_host::Host`], so a test runs the whole uninstall against
 //! `RealHost::with_root(scratch)` and the real engine (with a test-scoped Docker client) and
@@ -18,10 +19,11 @@
 use std::path::Path;
 
 use gpum_common::agent_state::{CONFIG_DIR, DEFAULT_STATE_DIR, INSTALL_DIR, SERVICE_NAME, UNIT_PATH};
+use gpum_common::text::escape_controls;
 use gpum_common::{Failure, Lang, exit};
 use gpum_host::{Cmd, Host};
 
-use crate::docker::{Docker, DockerError, LABEL_MANAGED, LABEL_PROBE};
+use crate::docker::{Docker, DockerError, LABEL_MANAGED, MANAGED, PROBE};
 
 /// Where systemd keeps its runtime state; present exactly when systemd is PID 1.
 const SYSTEMD_RUNTIME_DIR: &str = "/run/systemd/system";
@@ -104,8 +106,9 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
     // 2. The containers.
     match docker {
         Ok(d) => {
-            for (label, volumes) in [(LABEL_MANAGED, false), (LABEL_PROBE, true)] {
-                match d.remove_all_labelled(label, volumes).await {
+            for (mark, volumes) in [(MANAGED, false), (PROBE, true)] {
+                let label = mark.label;
+                match d.remove_all_marked(mark, volumes).await {
                     Ok(names) => {
                         u.removed.extend(names.into_iter().map(|n| format!("container {n} ({label}=true)")))
                     }
@@ -180,15 +183,16 @@ pub fn render(u: &Uninstalled, lang: Lang) -> String {
         });
     } else {
         s.push_str(if ru { "Удалено:\n" } else { "Removed:\n" });
+        // Container names and the engine's errors are someone else's text: escaped.
         for r in &u.removed {
-            s.push_str(&format!("  - {r}\n"));
+            s.push_str(&format!("  - {}\n", escape_controls(r)));
         }
     }
     for n in &u.notes {
-        s.push_str(&format!("{} {n}\n", if ru { "Примечание:" } else { "Note:" }));
+        s.push_str(&format!("{} {}\n", if ru { "Примечание:" } else { "Note:" }, escape_controls(n)));
     }
     for e in &u.errors {
-        s.push_str(&format!("{} {e}\n", if ru { "Не удалось:" } else { "Failed:" }));
+        s.push_str(&format!("{} {}\n", if ru { "Не удалось:" } else { "Failed:" }, escape_controls(e)));
     }
     s.push_str(if ru {
         "Docker, драйверы и образы оставлены на месте."
@@ -265,6 +269,21 @@ mod tests {
                 && text.contains("/etc/gpum-agent")
                 && text.contains("образы оставлены")
         );
+    }
+
+    #[test]
+    fn the_summary_escapes_container_names_and_engine_errors() {
+        let u = Uninstalled {
+            removed: vec!["container evil\x1b[2J\x1b[H (gpum.managed=true)".into()],
+            notes: vec!["n\rforged".into()],
+            errors: vec!["engine said \x1b]0;x\x07\nRemoved: everything".into()],
+        };
+        for lang in [Lang::Ru, Lang::En] {
+            let t = render(&u, lang);
+            assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+            assert_eq!(t.lines().count(), 5, "{t}");
+            assert!(t.contains("evil\\x1b[2J"), "{t}");
+        }
     }
 
     #[tokio::test]

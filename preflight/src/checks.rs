@@ -6,7 +6,7 @@
 use gpum_common::Lang;
 use gpum_common::agent_state::{Connection, StopReason};
 
-use crate::facts::{Facts, LockFacts, PlatformFacts};
+use crate::facts::{Facts, LockFacts, PlatformFacts, TOOLKIT_ESCAPE_CVE, TOOLKIT_MIN_SAFE_VERSION};
 use crate::gpu::GpuFacts;
 use crate::{Finding, Status};
 
@@ -447,7 +447,39 @@ pub fn nvidia_toolkit(f: &Facts, lang: Lang) -> Finding {
             ),
         );
     }
-    let ver = t.package_version.clone().unwrap_or_else(|| "?".into());
+    let min = TOOLKIT_MIN_SAFE_VERSION;
+    let cve = TOOLKIT_ESCAPE_CVE;
+    let Some(ver) = t.package_version.clone() else {
+        // `nvidia-ctk` without the package: installed by hand, its version unknown to dpkg.
+        return Finding::warn(
+            NVIDIA_TOOLKIT,
+            tr!(
+                lang,
+                "nvidia-ctk найден, но пакет nvidia-container-toolkit не установлен: версию проверить нельзя, а версии до {min} уязвимы ({cve}, выход из контейнера)",
+                "nvidia-ctk is present but the nvidia-container-toolkit package is not installed: its version cannot be checked, and versions before {min} are vulnerable ({cve}, container escape)"
+            ),
+            Some(tr!(
+                lang,
+                "удалите ручную установку и поставьте пакет nvidia-container-toolkit {min} или новее из репозитория NVIDIA",
+                "remove the manual install and install the nvidia-container-toolkit package {min} or newer from NVIDIA's repository"
+            )),
+        );
+    };
+    if t.vulnerable {
+        return Finding::fail(
+            NVIDIA_TOOLKIT,
+            tr!(
+                lang,
+                "NVIDIA Container Toolkit {ver} уязвим ({cve}): образ контейнера может получить права root на этой машине",
+                "NVIDIA Container Toolkit {ver} is vulnerable ({cve}): a container image can get root on this machine"
+            ),
+            Some(tr!(
+                lang,
+                "обновите его до {min} или новее: sudo apt-get update && sudo apt-get install --only-upgrade nvidia-container-toolkit",
+                "upgrade it to {min} or newer: sudo apt-get update && sudo apt-get install --only-upgrade nvidia-container-toolkit"
+            )),
+        );
+    }
     if f.docker.has_nvidia_runtime() {
         Finding::pass(
             NVIDIA_TOOLKIT,

@@ -37,6 +37,11 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Packages whose presence the checks and the plan care about.
 pub const DOCKER_PACKAGES: &[&str] = &["docker-ce", "docker.io", "moby-engine", "docker-engine"];
 pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+/// The oldest NVIDIA Container Toolkit without a known container escape: 1.17.7 and older let an
+/// image's `LD_PRELOAD` reach a hook that runs as root on the host (CVE-2025-23266).
+pub const TOOLKIT_MIN_SAFE_VERSION: &str = "1.17.8";
+/// The container-escape CVE that older toolkits carry.
+pub const TOOLKIT_ESCAPE_CVE: &str = "CVE-2025-23266";
 
 /// What the caller asked for.
 #[derive(Debug, Clone, Default)]
@@ -103,12 +108,22 @@ pub struct ToolkitFacts {
     pub ctk: Option<PathBuf>,
     /// `nvidia-container-runtime` on `PATH`.
     pub runtime: Option<PathBuf>,
+    /// The installed `nvidia-container-toolkit` package's version, as dpkg records it.
     pub package_version: Option<String>,
+    /// The installed package is older than [`TOOLKIT_MIN_SAFE_VERSION`] (dpkg's version order):
+    /// it has a known container escape ([`TOOLKIT_ESCAPE_CVE`]) and must be upgraded before gpum
+    /// runs a probe through it. False when no package is installed.
+    pub vulnerable: bool,
 }
 
 impl ToolkitFacts {
     pub fn present(&self) -> bool {
         self.ctk.is_some() || self.package_version.is_some()
+    }
+
+    /// Whether an installed version `v` is older than [`TOOLKIT_MIN_SAFE_VERSION`].
+    pub fn is_vulnerable_version(v: &str) -> bool {
+        dpkg::compare_versions(v, TOOLKIT_MIN_SAFE_VERSION) == std::cmp::Ordering::Less
     }
 }
 
@@ -203,10 +218,14 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
         disk: disk_facts(host, daemon_json.as_ref()),
         gpu: gpu.probe(host),
         docker: docker_facts(host, &packages, which("docker"), daemon_json),
-        toolkit: ToolkitFacts {
-            ctk: which("nvidia-ctk"),
-            runtime: which("nvidia-container-runtime"),
-            package_version: dpkg::installed_version(&packages, TOOLKIT_PACKAGE).map(str::to_string),
+        toolkit: {
+            let package_version = dpkg::installed_version(&packages, TOOLKIT_PACKAGE).map(str::to_string);
+            ToolkitFacts {
+                ctk: which("nvidia-ctk"),
+                runtime: which("nvidia-container-runtime"),
+                vulnerable: package_version.as_deref().is_some_and(ToolkitFacts::is_vulnerable_version),
+                package_version,
+            }
         },
         dpkg_lock: lock_facts(host),
         existing: existing_facts(host, systemd),

@@ -23,7 +23,7 @@ fn ubuntu_ready() -> FakeHost {
         .file(OS_RELEASE, fixture("ubuntu2204.os-release"))
         .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
         .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
-        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file(DPKG_STATUS, safe_toolkit_status())
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
         .dir(SYSTEMD_RUN_DIR)
@@ -31,6 +31,12 @@ fn ubuntu_ready() -> FakeHost {
         .env_var("PATH", "/usr/sbin:/usr/bin")
         .space_at("/var/lib/docker", 200_000_000_000)
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))
+}
+
+/// The reconstructed dpkg status with the toolkit at 1.17.8, the first release without
+/// CVE-2025-23266 (the fixture itself has 1.17.3).
+fn safe_toolkit_status() -> String {
+    fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1")
 }
 
 fn offline() -> GatherOptions {
@@ -58,7 +64,8 @@ fn a_ready_machine_passes_everything_but_the_skipped_platform() {
     }
     assert!(ready(&r));
     assert_eq!(f.docker.package, Some(("docker-ce".into(), "5:27.4.1-1~ubuntu.22.04~jammy".into())));
-    assert_eq!(f.toolkit.package_version.as_deref(), Some("1.17.3-1"));
+    assert_eq!(f.toolkit.package_version.as_deref(), Some("1.17.8-1"));
+    assert!(!f.toolkit.vulnerable);
     assert_eq!(f.docker.binary.as_deref(), Some(Path::new("/usr/bin/docker")));
 }
 
@@ -281,13 +288,45 @@ fn toolkit_without_the_nvidia_runtime_warns_about_the_restart() {
     assert_eq!(x.status, Status::Warn);
     assert!(x.fix.unwrap().contains("restart policy"));
     // No daemon.json at all: the same.
-    let h = FakeHost::new().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"));
+    let h = FakeHost::new().file(DPKG_STATUS, safe_toolkit_status());
     assert_eq!(checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
     // The runtime as nvidia-ctk writes it: pass.
     assert_eq!(
         checks::nvidia_toolkit(&gather(&ubuntu_ready(), &offline(), &t4()), Lang::En).status,
         Status::Pass
     );
+}
+
+/// Issue 14, item 1: a toolkit with a known container escape fails the audit, whatever else is
+/// configured, and the fact the installer plans its upgrade from says so.
+#[test]
+fn a_toolkit_older_than_1_17_8_fails_with_the_cve_and_the_fix() {
+    let h = ubuntu_ready().file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"));
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.toolkit.package_version.as_deref(), Some("1.17.3-1"));
+    assert!(f.toolkit.vulnerable);
+    assert_eq!(st(&r, NVIDIA_TOOLKIT), Status::Fail);
+    assert!(!ready(&r));
+    let x = checks::nvidia_toolkit(&f, Lang::En);
+    assert!(x.message.contains("1.17.3-1") && x.message.contains("CVE-2025-23266"), "{}", x.message);
+    assert!(x.fix.as_deref().unwrap().contains("1.17.8"), "{:?}", x.fix);
+    let ru = checks::nvidia_toolkit(&f, Lang::Ru);
+    assert!(ru.message.contains("уязвим") && ru.fix.as_deref().unwrap().contains("обновите"), "{ru:?}");
+    // The boundary, in dpkg's order: 1.17.7 fails, 1.17.8 and a later 1.17.10 pass.
+    for (v, vulnerable) in
+        [("1.17.7-1", true), ("1.17.8~rc.1-1", true), ("1.17.8-1", false), ("1.17.10-1", false)]
+    {
+        let h = ubuntu_ready()
+            .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", v));
+        let f = gather(&h, &offline(), &t4());
+        assert_eq!(f.toolkit.vulnerable, vulnerable, "{v}");
+        assert_eq!(checks::nvidia_toolkit(&f, Lang::En).status == Status::Fail, vulnerable, "{v}");
+    }
+    // No package, only nvidia-ctk: the version cannot be checked, a warning says so.
+    let h = ubuntu_ready().file(DPKG_STATUS, "");
+    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En);
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.message.contains("cannot be checked"), "{}", x.message);
 }
 
 #[test]

@@ -357,7 +357,7 @@ fn recheck_reruns_the_probe_unknown_commands_are_refused_restart_exits() {
     let n = if docker { register_with(&p, "/var/run/docker.sock") } else { register(&p) };
     let image = if docker {
         n.append_config(&format!("test_docker_scope = \"gpum.test.agent-e2e=p{}\"", std::process::id()));
-        gpum_tests::images::busybox().expect("test image")
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned")
     } else {
         "gpum-test/busybox:absent".to_string()
     };

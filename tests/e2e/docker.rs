@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gpum_agent::config::default_registries;
 use gpum_agent::docker::probe::{self, ProbeSpec};
 use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
 use gpum_agent::docker::{Docker, DockerError};
@@ -53,7 +54,11 @@ impl Scope {
     /// Starts (`running`) or just creates a container named `<scope>-<name>` with `labels`.
     fn container(&self, name: &str, labels: &[&str], running: bool) -> String {
         let full = format!("{}-{name}", self.value);
-        let image = images::busybox().expect("test image");
+        self.container_from(&full, &images::busybox().expect("test image"), labels, running)
+    }
+    /// Like [`Scope::container`], with the full name and the image given.
+    fn container_from(&self, full: &str, image: &str, labels: &[&str], running: bool) -> String {
+        let full = full.to_string();
         let mut args = vec![if running { "run" } else { "create" }];
         if running {
             args.push("-d");
@@ -63,7 +68,7 @@ impl Scope {
         for l in labels {
             args.extend(["--label", l]);
         }
-        args.extend([image.as_str(), "sleep", "3600"]);
+        args.extend([image, "sleep", "3600"]);
         docker(&args);
         full
     }
@@ -104,12 +109,12 @@ fn id_of(name: &str) -> String {
 async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> Option<probe::ProbeOutcome> {
     docker_or_skip(test)?;
     let scope = Scope::new(test);
-    let image = images::sim_nvidia(scenario).expect("sim image");
+    let image = images::pinned(&images::sim_nvidia(scenario).expect("sim image")).expect("pinned");
     let d = scope.docker();
     let out = probe::run_probe_with(&d, &ProbeSpec::simulation_without_gpu_request(&image, timeout)).await;
     let c = out.container.clone().expect("a probe container was created");
-    assert_eq!(c.network_mode, "none", "the engine says the probe had a network");
-    assert_eq!(c.labels.get("gpum.probe").map(String::as_str), Some("true"));
+    assert_hardened(&c);
+    assert!(!out.pulled, "a local image is not pulled");
     assert!(c.device_requests.is_empty(), "simulation probes do not ask for GPUs");
     assert_eq!(c.volumes.len(), 1, "the sim image declares one anonymous volume: {:?}", c.volumes);
     assert!(out.removed);
@@ -119,6 +124,25 @@ async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> Option<prob
     assert_eq!(out.report.image, image);
     assert!(out.report.output.len() <= PROBE_OUTPUT_MAX);
     Some(out)
+}
+
+/// What every probe container must be, as the engine reports it (issue 14, item 1).
+fn assert_hardened(c: &probe::ProbeContainer) {
+    assert_eq!(c.network_mode, "none", "the engine says the probe had a network");
+    assert_eq!(c.labels.get("gpum.probe").map(String::as_str), Some("true"));
+    assert_eq!(c.labels.get("gpum.probe.run").map(String::as_str), Some(probe::run_id()));
+    assert!(c.name.starts_with("gpum-probe-"), "{}", c.name);
+    assert_eq!(c.entrypoint, ["nvidia-smi"], "the agent's entrypoint, not the image's");
+    assert!(c.cmd.is_empty(), "no command from the image: {:?}", c.cmd);
+    assert_eq!(c.healthcheck, ["NONE"], "the image's healthcheck never runs");
+    assert_eq!(c.cap_drop, ["ALL"]);
+    assert!(c.cap_add.is_empty() && !c.privileged);
+    assert!(c.security_opt.iter().any(|o| o.starts_with("no-new-privileges")), "{:?}", c.security_opt);
+    assert!(c.readonly_rootfs, "read-only root");
+    assert_eq!(c.pids_limit, Some(probe::PIDS_LIMIT));
+    assert_eq!(c.memory, Some(probe::MEMORY_LIMIT_BYTES));
+    assert!(c.env.iter().any(|e| e == "LD_PRELOAD="), "{:?}", c.env);
+    assert!(c.image_id.starts_with("sha256:"), "created by image id: {}", c.image_id);
 }
 
 #[tokio::test]
@@ -176,7 +200,7 @@ async fn probe_timeout_kills_and_removes_and_had_no_network() {
         return;
     }
     let scope = Scope::new(test);
-    let image = images::sim_nvidia("hang").expect("sim image");
+    let image = images::pinned(&images::sim_nvidia("hang").expect("sim image")).expect("pinned");
     let d = scope.docker();
     let filter = format!("label={}", scope.label());
     let watcher = tokio::task::spawn_blocking(move || {
@@ -186,7 +210,15 @@ async fn probe_timeout_kills_and_removes_and_had_no_network() {
             if !id.is_empty() {
                 let mode = docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", &id]);
                 let dev = docker(&["exec", &id, "cat", "/proc/net/dev"]);
-                return Some((mode, dev));
+                // The probe's own process, PID 1 of the container, as the kernel sees it.
+                let status = docker(&["exec", &id, "cat", "/proc/1/status"]);
+                let wrote = Command::new("docker")
+                    .args(["exec", &id, "touch", "/gpum-write-check"])
+                    .output()
+                    .unwrap()
+                    .status
+                    .success();
+                return Some((mode, dev, status, wrote));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -197,8 +229,14 @@ async fn probe_timeout_kills_and_removes_and_had_no_network() {
         probe::run_probe_with(&d, &ProbeSpec::simulation_without_gpu_request(&image, Duration::from_secs(8)))
             .await;
     let elapsed = started.elapsed();
-    let (mode, dev) = watcher.await.unwrap().expect("saw the running probe container");
+    let (mode, dev, status, wrote) = watcher.await.unwrap().expect("saw the running probe container");
     assert_eq!(mode, "none");
+    let field =
+        |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("?").to_string();
+    assert_eq!(field("CapEff:"), "0000000000000000", "every capability dropped: {status}");
+    assert_eq!(field("CapBnd:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert!(!wrote, "the root filesystem is read-only");
     let ifaces: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
     assert_eq!(ifaces, ["lo"], "{dev}");
     assert_eq!(out.report.reason, Some(ProbeFailure::Timeout), "{:?}", out.report);
@@ -218,14 +256,14 @@ async fn probe_gpus_all_is_refused_by_this_engine() {
         return;
     }
     let scope = Scope::new(test);
-    let image = images::sim_nvidia("ok").expect("sim image");
+    let image = images::pinned(&images::sim_nvidia("ok").expect("sim image")).expect("pinned");
     let d = scope.docker();
     let has_runtime = d.has_nvidia_runtime().await.expect("engine info");
     let out = probe::run_probe_with(&d, &ProbeSpec::new(&image, Duration::from_secs(20))).await;
     eprintln!("engine answer to --gpus all: {:?} {:?}", out.report.reason, out.report.output);
     let c = out.container.clone().expect("the engine creates the container and refuses at start");
     assert_eq!(c.device_requests, vec![(String::new(), -1, vec![vec!["gpu".to_string()]])], "--gpus all");
-    assert_eq!(c.network_mode, "none");
+    assert_hardened(&c);
     assert!(out.removed && !exists("container", &c.id) && !exists("volume", &c.volumes[0]));
     if !has_runtime {
         assert_eq!(out.report.state, VerificationState::Failed);
@@ -237,25 +275,85 @@ async fn probe_gpus_all_is_refused_by_this_engine() {
         );
     }
     // The plain entry point makes the same request.
-    let rep = probe::run_probe(&d, &image, Duration::from_secs(20)).await;
+    let rep = probe::run_probe(&d, &image, Duration::from_secs(20), &default_registries()).await;
     assert_eq!(rep.reason, out.report.reason);
     assert!(scope.names().is_empty());
 }
 
+/// Issue 14, items 1 and 2: an image not pinned by digest, or from a registry the node does not
+/// accept (a loopback registry here, as an internal service would be), is refused before any
+/// pull; and when a pull does fail, the report carries its class and a fixed text, never the
+/// engine's words with the address in them.
 #[tokio::test]
-async fn probe_image_pull_failure_is_classified() {
+async fn probe_images_are_pinned_from_accepted_registries_and_pull_failures_are_a_class() {
     let test = "probe_pull";
     if docker_or_skip(test).is_none() {
         return;
     }
     let scope = Scope::new(test);
-    // A registry on loopback where nothing listens: the pull fails at once, and no traffic
-    // leaves the machine.
-    let image = "127.0.0.1:9/gpum-test/absent:1";
-    let out = probe::run_probe_with(&scope.docker(), &ProbeSpec::new(image, Duration::from_secs(20))).await;
+    let d = scope.docker();
+    let hex = "0123456789abcdef".repeat(4);
+    // A registry on loopback where nothing listens: no traffic leaves the machine.
+    for (image, want) in [
+        ("127.0.0.1:9/gpum-test/absent:1".to_string(), ProbeFailure::ImageNotPinned),
+        (images::sim_nvidia("ok").unwrap(), ProbeFailure::ImageNotPinned),
+        (format!("127.0.0.1:9/gpum-test/absent@sha256:{hex}"), ProbeFailure::RegistryNotAccepted),
+        (format!("localhost:9/gpum-test/absent@sha256:{hex}"), ProbeFailure::RegistryNotAccepted),
+    ] {
+        let out = probe::run_probe_with(&d, &ProbeSpec::new(&image, Duration::from_secs(20))).await;
+        assert_eq!(out.report.reason, Some(want), "{image}: {:?}", out.report);
+        assert!(!out.pulled && out.container.is_none(), "{image}");
+    }
+    // A local image counts only when its reference's registry is accepted too: the same image
+    // id behind a loopback registry's name is refused.
+    let id = images::id_of(&images::sim_nvidia("ok").unwrap()).unwrap();
+    let out =
+        probe::run_probe_with(&d, &ProbeSpec::new(&format!("127.0.0.1:9/x@{id}"), Duration::from_secs(20)))
+            .await;
+    assert_eq!(out.report.reason, Some(ProbeFailure::RegistryNotAccepted), "{:?}", out.report);
+    // An owner who lists that registry gets a pull; its failure is reported as a class.
+    let image = format!("127.0.0.1:9/gpum-test/absent@sha256:{hex}");
+    let spec = ProbeSpec::new(&image, Duration::from_secs(20)).with_registries(&["127.0.0.1:9".to_string()]);
+    let out = probe::run_probe_with(&d, &spec).await;
     assert_eq!(out.report.reason, Some(ProbeFailure::ImagePullFailed), "{:?}", out.report);
-    assert!(out.report.output.contains("127.0.0.1:9"), "{}", out.report.output);
+    assert!(out.pulled);
+    assert_eq!(out.report.output, probe::PULL_FAILED_OUTPUT);
+    assert!(!out.report.output.contains("127.0.0.1"), "{}", out.report.output);
     assert!(out.container.is_none() && scope.names().is_empty());
+}
+
+/// Issue 14, item 1: the image's entrypoint and command never run, and its `LD_PRELOAD` does
+/// not reach the probe; the agent's `nvidia-smi` runs instead.
+#[tokio::test]
+async fn the_images_entrypoint_command_and_preload_never_run() {
+    let test = "probe_entrypoint";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let tag = images::custom(
+        "hostile-entrypoint",
+        &[
+            r#"ENTRYPOINT ["/bin/sh", "-c", "echo IMAGE-ENTRYPOINT-RAN; exit 0"]"#,
+            r#"CMD ["IMAGE-CMD"]"#,
+            "ENV LD_PRELOAD=/gpum-evil.so",
+        ],
+    )
+    .expect("image");
+    let image = images::pinned(&tag).unwrap();
+    let d = scope.docker();
+    let out = probe::run_probe_with(
+        &d,
+        &ProbeSpec::simulation_without_gpu_request(&image, Duration::from_secs(20)),
+    )
+    .await;
+    let c = out.container.clone().expect("created");
+    assert_hardened(&c);
+    assert!(!c.env.iter().any(|e| e.contains("gpum-evil")), "{:?}", c.env);
+    assert!(!out.report.output.contains("IMAGE-ENTRYPOINT-RAN"), "{}", out.report.output);
+    assert!(out.report.output.contains("Tesla T4 (SIMULATED)"), "{}", out.report.output);
+    assert_eq!(out.report.state, VerificationState::Verified);
+    assert!(out.removed && scope.names().is_empty());
 }
 
 #[tokio::test]
@@ -265,16 +363,93 @@ async fn leftover_probes_are_removed_and_nothing_else() {
         return;
     }
     let scope = Scope::new(test);
-    let crashed = scope.container("crashed-probe", &["gpum.probe=true"], true);
-    let stopped = scope.container("stopped-probe", &["gpum.probe=true"], false);
+    let busybox = images::busybox().unwrap();
+    let probe_labels = ["gpum.probe=true", "gpum.probe.run=0123456789abcdef"];
+    let named = |n: &str| format!("gpum-probe-{}-{n}", scope.value);
+    let crashed = scope.container_from(&named("crashed"), &busybox, &probe_labels, true);
+    let stopped = scope.container_from(&named("stopped"), &busybox, &probe_labels, false);
     let decoy = scope.container("decoy", &[], true);
-    let not_true = scope.container("probe-false", &["gpum.probe=false"], false);
+    let not_true =
+        scope.container_from(&named("false"), &busybox, &["gpum.probe=false", "gpum.probe.run=x"], false);
+    // One label is not enough, and neither are both labels without the name.
+    let one_label = scope.container_from(&named("one-label"), &busybox, &["gpum.probe=true"], false);
+    let unnamed = scope.container("owner-named", &probe_labels, false);
     let mut removed = probe::cleanup_leftovers(&scope.docker()).await.expect("cleanup");
     removed.sort();
     let mut want = vec![crashed.clone(), stopped.clone()];
     want.sort();
     assert_eq!(removed, want);
-    assert_eq!(scope.names(), HashSet::from([decoy, not_true]));
+    assert_eq!(scope.names(), HashSet::from([decoy, not_true, one_label, unnamed]));
+}
+
+/// Issue 14, item 3: the engine merges an image's labels into its containers. An owner's
+/// containers from images that carry gpum's labels survive the reconciler, the leftover-probe
+/// sweep and uninstall, even when named like a probe, and even with the label repeated on the
+/// container (a label the image has is no proof). Containers gpum made are still found, so the
+/// survival is not for want of looking.
+#[tokio::test]
+async fn labels_inherited_from_an_image_are_not_gpum_s() {
+    let test = "inherited";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let managed_img = images::custom("label-managed", &["LABEL gpum.managed=true"]).unwrap();
+    let probe_img =
+        images::custom("label-probe", &["LABEL gpum.probe=true", "LABEL gpum.probe.run=owner"]).unwrap();
+    let busybox = images::busybox().unwrap();
+    let owner_managed =
+        scope.container_from(&format!("{}-owner-managed", scope.value), &managed_img, &[], true);
+    let owner_managed_again = scope.container_from(
+        &format!("{}-owner-managed-again", scope.value),
+        &managed_img,
+        &["gpum.managed=true"],
+        false,
+    );
+    let owner_probe =
+        scope.container_from(&format!("gpum-probe-{}-owner", scope.value), &probe_img, &[], true);
+    let gpums = scope.container("gpums", &["gpum.managed=true"], false);
+    let gpum_probe = scope.container_from(
+        &format!("gpum-probe-{}-left", scope.value),
+        &busybox,
+        &["gpum.probe=true", "gpum.probe.run=0123"],
+        false,
+    );
+    let d = scope.docker();
+    // The engine's own filter sees the inherited labels: the agent must look further.
+    let engine_sees = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label={}", scope.label()),
+        "--filter",
+        "label=gpum.managed=true",
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert!(engine_sees.contains(&owner_managed), "{engine_sees}");
+
+    let listed: HashSet<String> =
+        reconcile::list_managed(&d).await.unwrap().into_iter().map(|c| c.name).collect();
+    assert_eq!(listed, HashSet::from([gpums.clone()]));
+    // Handed one by mistake, the reconciler refuses to touch it.
+    for name in [&owner_managed, &owner_managed_again] {
+        let c = ManagedContainer { id: id_of(name), name: name.clone(), state: "running".into() };
+        assert!(matches!(
+            reconcile::remove(&d, &c, Duration::from_secs(1)).await,
+            Err(DockerError::NotManaged(_))
+        ));
+    }
+    // A reconciler that decides on every listed container removes only gpum's.
+    let mut r = Reconciler::new(1, Duration::ZERO);
+    for c in r.decide(&reconcile::list_managed(&d).await.unwrap(), &HashSet::new(), Instant::now()) {
+        reconcile::remove(&d, &c, Duration::from_secs(1)).await.unwrap();
+    }
+    assert_eq!(probe::cleanup_leftovers(&d).await.unwrap(), vec![gpum_probe]);
+    let host = gpum_host::RealHost::with_root(tempfile::tempdir().unwrap().path());
+    let u = gpum_agent::uninstall::uninstall(&host, Ok(&d), gpum_common::Lang::En).await;
+    assert!(u.errors.is_empty(), "{:?}", u.errors);
+    assert_eq!(scope.names(), HashSet::from([owner_managed, owner_managed_again, owner_probe]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -432,7 +607,8 @@ async fn missing_or_dead_socket_is_a_clean_error() {
     let d = Docker::connect(Some(&dead)).expect("the socket file exists");
     assert!(matches!(d.version().await, Err(DockerError::Unavailable(_))), "{:?}", d.version().await);
     assert!(matches!(reconcile::list_managed(&d).await, Err(DockerError::Unavailable(_))));
-    let rep = probe::run_probe(&d, "nvidia/cuda:12.4.1-base-ubuntu22.04", Duration::from_secs(5)).await;
+    let pinned = format!("nvidia/cuda@sha256:{}", "ab".repeat(32));
+    let rep = probe::run_probe(&d, &pinned, Duration::from_secs(5), &default_registries()).await;
     assert_eq!(rep.reason, Some(ProbeFailure::DockerUnavailable), "{rep:?}");
     assert_eq!(rep.state, VerificationState::Failed);
 
@@ -475,7 +651,12 @@ async fn uninstall_on_a_scratch_root_removes_only_what_gpum_owns() {
     ];
     owned.iter().chain(&decoys).for_each(|p| put(p));
     let managed = scope.container("managed", &["gpum.managed=true"], true);
-    let probe_left = scope.container("probe", &["gpum.probe=true"], false);
+    let probe_left = scope.container_from(
+        &format!("gpum-probe-{}", scope.value),
+        &images::busybox().unwrap(),
+        &["gpum.probe=true", "gpum.probe.run=0123"],
+        false,
+    );
     let owner = scope.container("owner", &[], true);
     let owner_false = scope.container("owner-false", &["gpum.managed=false", "gpum.probe=false"], false);
     let image = images::busybox().unwrap();

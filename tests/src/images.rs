@@ -8,6 +8,12 @@
 //! `ENV GPUM_SIM_NVIDIA_SMI=<scenario>`, plus `VOLUME /gpum-sim-scratch` so that every probe
 //! container gets an anonymous volume whose removal the tests can check.
 //!
+//! The agent runs only probe images pinned by digest; [`pinned`] gives the reference the test
+//! suites hand it for a local image: `gpum-test/busybox@<image id>`. An imported image has no
+//! repository digest, so the agent resolves that reference by image id (as it does for an image
+//! loaded with `docker load` on the test host). [`custom`] adds Dockerfile instructions (a
+//! `LABEL`, an `ENTRYPOINT`) to the plain image, for tests of what the agent must not trust.
+//!
 //! Images are cached by tag. The tag carries [`IMAGE_VERSION`] and a hash of the simulation
 //! script, so editing the script rebuilds; an absent tag is rebuilt (checked once per process). Tests run in parallel
 //! processes, so building holds an exclusive `flock` on a file in the target directory, and
@@ -48,6 +54,34 @@ pub fn sim_nvidia(scenario: &str) -> Result<String> {
     let tag = format!("{REPO}:{}-{}", version(), scenario.replace('_', "-"));
     ensure(&tag, &[format!("ENV GPUM_SIM_NVIDIA_SMI={scenario}"), "VOLUME /gpum-sim-scratch".to_string()])?;
     Ok(tag)
+}
+
+/// `gpum-test/busybox:<version>-x-<name>`: the plain image (scenario `ok`) plus `changes`, each a
+/// `docker import --change` instruction such as `LABEL gpum.managed=true`. `name` tells the
+/// variants apart and must be a valid tag part; each distinct `changes` needs its own `name`.
+pub fn custom(name: &str, changes: &[&str]) -> Result<String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        bail!("image variant name {name:?}: letters, digits and dashes only");
+    }
+    let tag = format!("{REPO}:{}-x-{name}", version());
+    let mut all = vec!["ENV GPUM_SIM_NVIDIA_SMI=ok".to_string()];
+    all.extend(changes.iter().map(|c| c.to_string()));
+    ensure(&tag, &all)?;
+    Ok(tag)
+}
+
+/// The image id (`sha256:<64 hex>`) of a local tag.
+pub fn id_of(tag: &str) -> Result<String> {
+    let out = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", tag]).output()?;
+    if !out.status.success() {
+        bail!("docker image inspect {tag}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `gpum-test/busybox@sha256:<id>`: `tag` pinned by digest, as the agent accepts a probe image.
+pub fn pinned(tag: &str) -> Result<String> {
+    Ok(format!("{REPO}@{}", id_of(tag)?))
 }
 
 /// `<IMAGE_VERSION>-<8 hex digits of the script's FNV-1a hash>`.

@@ -20,6 +20,7 @@
 //! `gpum.test.`) to every container the client creates and to every label filter it lists
 //! with, so one test never sees another's containers. Production code never calls it.
 
+pub mod image;
 pub mod probe;
 pub mod reconcile;
 
@@ -36,10 +37,44 @@ pub const DEFAULT_SOCKET: &str = gpum_host::env::DEFAULT_DOCKER_SOCKET;
 pub const LABEL_MANAGED: &str = "gpum.managed";
 /// The label on the agent's own probe containers.
 pub const LABEL_PROBE: &str = "gpum.probe";
+/// The probe's second label: which agent run created it (random per run, so no image can know
+/// it in advance).
+pub const LABEL_PROBE_RUN: &str = "gpum.probe.run";
+/// Every probe container's name starts with this.
+pub const PROBE_NAME_PREFIX: &str = "gpum-probe-";
 /// The deadline of every short engine call (list, inspect, stop, remove, info, version).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The prefix a test scope label key must carry.
 const TEST_SCOPE_PREFIX: &str = "gpum.test.";
+/// Image ids whose labels were looked up, kept at most this many (an id's labels never change:
+/// the id is the hash of the image's config, labels included).
+const IMAGE_CACHE_MAX: usize = 1024;
+
+/// What makes a container gpum's: a label set to `true` on the container itself (not inherited
+/// from its image), plus, for probes, a second label and a name prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The label that must be `true`.
+    pub label: &'static str,
+    /// Further labels that must be present with a non-empty value.
+    pub also: &'static [&'static str],
+    /// What the container's name must start with, if anything.
+    pub name_prefix: Option<&'static str>,
+}
+
+/// Containers the platform asked for: `gpum.managed=true`, set on the container.
+pub const MANAGED: Mark = Mark { label: LABEL_MANAGED, also: &[], name_prefix: None };
+/// The agent's probes: `gpum.probe=true` and `gpum.probe.run=<id>`, both set on the container,
+/// and a name starting `gpum-probe-`.
+pub const PROBE: Mark =
+    Mark { label: LABEL_PROBE, also: &[LABEL_PROBE_RUN], name_prefix: Some(PROBE_NAME_PREFIX) };
+
+impl Mark {
+    /// Every label key this mark reads; none of them may come from the image.
+    fn keys(&self) -> impl Iterator<Item = &'static str> {
+        std::iter::once(self.label).chain(self.also.iter().copied())
+    }
+}
 
 /// What can go wrong talking to the engine.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,8 +88,11 @@ pub enum DockerError {
     /// The engine answered with an error.
     #[error("Docker engine error {status}: {message}")]
     Api { status: u16, message: String },
-    /// A container was about to be removed but no longer carries the label that allows it.
-    #[error("container {0} does not carry the label gpum.managed=true; not touching it")]
+    /// A container was about to be removed but does not carry gpum's label on the container
+    /// itself (absent, or inherited from its image).
+    #[error(
+        "container {0} is not gpum's (its gpum label is absent or comes from its image); not touching it"
+    )]
     NotManaged(String),
     #[error("Docker error: {0}")]
     Other(String),
@@ -85,6 +123,8 @@ pub struct Docker {
     client: bollard::Docker,
     negotiated: tokio::sync::OnceCell<()>,
     scope: Option<(String, String)>,
+    /// Per image id, the `gpum.*` label keys its config carries (see [`IMAGE_CACHE_MAX`]).
+    image_gpum_keys: std::sync::Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl Docker {
@@ -96,7 +136,13 @@ impl Docker {
         // bollard's own per-request timeout is a backstop only: every call here carries a
         // shorter deadline of its own, and image pulls stream for as long as they need.
         let client = bollard::Docker::connect_with_unix(&s, 3600, bollard::API_DEFAULT_VERSION)?;
-        Ok(Docker { socket, client, negotiated: tokio::sync::OnceCell::new(), scope: None })
+        Ok(Docker {
+            socket,
+            client,
+            negotiated: tokio::sync::OnceCell::new(),
+            scope: None,
+            image_gpum_keys: Default::default(),
+        })
     }
 
     /// Scopes this client to the containers carrying `key=value` as well (see the module docs).
@@ -143,64 +189,124 @@ impl Docker {
         Ok(info.runtimes.unwrap_or_default().contains_key("nvidia"))
     }
 
-    /// The label filter for `label=true` containers, within the test scope if any.
-    pub(crate) fn label_filter(&self, label: &str) -> HashMap<String, Vec<String>> {
-        let mut labels = vec![format!("{label}=true")];
+    /// The engine-side filter for `mark`'s label, within the test scope if any. The engine
+    /// filters on the merged labels, so this only narrows the list; [`Docker::is_marked`]
+    /// decides.
+    pub(crate) fn label_filter(&self, mark: Mark) -> HashMap<String, Vec<String>> {
+        let mut labels = vec![format!("{}=true", mark.label)];
         if let Some((k, v)) = &self.scope {
             labels.push(format!("{k}={v}"));
         }
         HashMap::from([("label".to_string(), labels)])
     }
 
-    /// The labels a container this client creates carries: `label=true`, plus the test scope.
-    pub(crate) fn labels_for(&self, label: &str) -> HashMap<String, String> {
+    /// The labels a container this client creates carries: `label=true`, `extra`, plus the test
+    /// scope.
+    pub(crate) fn labels_for(&self, label: &str, extra: &[(&str, &str)]) -> HashMap<String, String> {
         let mut m = HashMap::from([(label.to_string(), "true".to_string())]);
+        m.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         if let Some((k, v)) = &self.scope {
             m.insert(k.clone(), v.clone());
         }
         m
     }
 
-    /// Whether `labels` (of a container about to be touched) carry `label=true` and lie within
-    /// the test scope, if any.
-    pub(crate) fn carries(&self, labels: &HashMap<String, String>, label: &str) -> bool {
-        labels.get(label).map(String::as_str) == Some("true")
+    /// Whether a container's merged `labels` and `name` carry `mark` (and lie within the test
+    /// scope, if any), leaving aside where the labels came from. Pure.
+    pub(crate) fn carries(&self, labels: &HashMap<String, String>, name: &str, mark: Mark) -> bool {
+        labels.get(mark.label).map(String::as_str) == Some("true")
+            && mark.also.iter().all(|k| labels.get(*k).is_some_and(|v| !v.is_empty()))
+            && mark.name_prefix.is_none_or(|p| name.trim_start_matches('/').starts_with(p))
             && self.scope.as_ref().is_none_or(|(k, v)| labels.get(k) == Some(v))
     }
 
-    /// Lists containers (running or stopped) carrying `label=true`: `(id, name, state)`.
-    pub(crate) async fn list_labelled(
+    /// Whether the container carries `mark` and none of the mark's labels could have come from
+    /// its image. The engine merges an image's labels into every container made from it, so
+    /// a label the image's config has (whatever its value) is no proof that gpum set it: an
+    /// owner's container from an image labelled `gpum.managed=true` is the owner's.
+    pub(crate) async fn is_marked(
         &self,
-        label: &str,
-    ) -> Result<Vec<(String, String, String)>, DockerError> {
-        let api = self.api().await?;
-        let opts =
-            ListContainersOptions { all: true, filters: self.label_filter(label), ..Default::default() };
-        let list = timed(async { api.list_containers(Some(opts)).await.map_err(DockerError::from) }).await?;
-        Ok(list
-            .into_iter()
-            .filter(|c| self.carries(c.labels.as_ref().unwrap_or(&HashMap::new()), label))
-            .filter_map(|c| {
-                let id = c.id?;
-                let name = c.names.and_then(|n| n.into_iter().next()).unwrap_or_default();
-                Some((id, name.trim_start_matches('/').to_string(), c.state.unwrap_or_default()))
-            })
-            .collect())
+        labels: &HashMap<String, String>,
+        name: &str,
+        image_id: &str,
+        mark: Mark,
+    ) -> Result<bool, DockerError> {
+        if !self.carries(labels, name, mark) {
+            return Ok(false);
+        }
+        let from_image = self.image_gpum_keys(image_id).await?;
+        Ok(!mark.keys().any(|k| from_image.iter().any(|i| i == k)))
     }
 
-    /// Force-removes every container carrying `label=true` (within the scope), re-checking the
-    /// label of each right before removing it. `volumes` also removes its anonymous volumes.
-    /// Returns the names removed; the first error ends the sweep.
-    pub(crate) async fn remove_all_labelled(
+    /// The `gpum.*` label keys of image `image_id`'s config. An image that cannot be read
+    /// proves nothing: the error goes to the caller, which then leaves the container alone.
+    async fn image_gpum_keys(&self, image_id: &str) -> Result<Vec<String>, DockerError> {
+        if image_id.is_empty() {
+            return Err(DockerError::Other("the engine did not say which image the container runs".into()));
+        }
+        if let Some(k) = self.image_gpum_keys.lock().unwrap_or_else(|e| e.into_inner()).get(image_id) {
+            return Ok(k.clone());
+        }
+        let api = self.api().await?;
+        let info = timed(async { api.inspect_image(image_id).await.map_err(DockerError::from) }).await?;
+        let keys: Vec<String> = info
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default()
+            .into_keys()
+            .filter(|k| k.starts_with("gpum."))
+            .collect();
+        // Only an image whose id is the one asked for is cached: ids are content hashes, so its
+        // labels never change.
+        if info.id.as_deref() == Some(image_id) {
+            let mut cache = self.image_gpum_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= IMAGE_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(image_id.to_string(), keys.clone());
+        }
+        Ok(keys)
+    }
+
+    /// Lists the containers (running or stopped) that carry `mark`: `(id, name, state)`.
+    /// A container whose image cannot be read is left out (logged): it cannot be shown to be
+    /// gpum's.
+    pub(crate) async fn list_marked(&self, mark: Mark) -> Result<Vec<(String, String, String)>, DockerError> {
+        let api = self.api().await?;
+        let opts =
+            ListContainersOptions { all: true, filters: self.label_filter(mark), ..Default::default() };
+        let list = timed(async { api.list_containers(Some(opts)).await.map_err(DockerError::from) }).await?;
+        let mut out = Vec::new();
+        for c in list {
+            let Some(id) = c.id else { continue };
+            let name = c.names.and_then(|n| n.into_iter().next()).unwrap_or_default();
+            let name = name.trim_start_matches('/').to_string();
+            let labels = c.labels.unwrap_or_default();
+            match self.is_marked(&labels, &name, c.image_id.as_deref().unwrap_or(""), mark).await {
+                Ok(true) => out.push((id, name, c.state.unwrap_or_default())),
+                Ok(false) => {}
+                Err(e @ DockerError::Unavailable(_)) => return Err(e),
+                Err(e) => {
+                    tracing::debug!(container = %name, id = %id, error = %e, "cannot read the container's image; not treating it as gpum's")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Force-removes every container carrying `mark` (within the scope), re-checking each right
+    /// before removing it. `volumes` also removes its anonymous volumes. Returns the names
+    /// removed; the first error ends the sweep.
+    pub(crate) async fn remove_all_marked(
         &self,
-        label: &str,
+        mark: Mark,
         volumes: bool,
     ) -> Result<Vec<String>, DockerError> {
         let mut removed = Vec::new();
-        for (id, name, _) in self.list_labelled(label).await? {
-            match self.force_remove_if(&id, label, volumes).await {
+        for (id, name, _) in self.list_marked(mark).await? {
+            match self.force_remove_if(&id, mark, volumes).await {
                 Ok(()) => {
-                    tracing::info!(container = %name, id = %id, label, "removed container");
+                    tracing::info!(container = %name, id = %id, label = mark.label, "removed container");
                     removed.push(name);
                 }
                 Err(DockerError::NotFound(_)) => {}
@@ -210,19 +316,37 @@ impl Docker {
         Ok(removed)
     }
 
-    /// Force-removes container `id` if, right now, it carries `label=true` (and the scope).
-    pub(crate) async fn force_remove_if(
-        &self,
-        id: &str,
-        label: &str,
-        volumes: bool,
-    ) -> Result<(), DockerError> {
+    /// Errs with [`DockerError::NotManaged`] unless container `id`, as the engine describes it
+    /// now, carries `mark` on the container itself.
+    pub(crate) async fn check_marked(&self, id: &str, mark: Mark) -> Result<(), DockerError> {
         let api = self.api().await?;
         let info = timed(async { api.inspect_container(id, None).await.map_err(DockerError::from) }).await?;
         let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
-        if !self.carries(&labels, label) {
-            return Err(DockerError::NotManaged(id.to_string()));
+        let name = info.name.unwrap_or_default();
+        let image = info.image.unwrap_or_default();
+        match self.is_marked(&labels, &name, &image, mark).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::warn!(id, label = mark.label, "refusing to touch a container that is not gpum's");
+                Err(DockerError::NotManaged(id.to_string()))
+            }
+            Err(e @ DockerError::Unavailable(_)) => Err(e),
+            Err(e) => {
+                tracing::warn!(id, error = %e, "refusing to touch a container whose image cannot be read");
+                Err(DockerError::NotManaged(id.to_string()))
+            }
         }
+    }
+
+    /// Force-removes container `id` if, right now, it carries `mark` (and the scope).
+    pub(crate) async fn force_remove_if(
+        &self,
+        id: &str,
+        mark: Mark,
+        volumes: bool,
+    ) -> Result<(), DockerError> {
+        self.check_marked(id, mark).await?;
+        let api = self.api().await?;
         let opts = RemoveContainerOptions { v: volumes, force: true, link: false };
         timed(async { api.remove_container(id, Some(opts)).await.map_err(DockerError::from) }).await
     }
@@ -251,22 +375,79 @@ mod tests {
         );
     }
 
-    #[test]
-    fn scope_narrows_filters_and_checks() {
-        let d = Docker {
+    fn unconnected() -> Docker {
+        Docker {
             socket: PathBuf::from("/x"),
             client: bollard::Docker::connect_with_unix("/dev/null", 1, bollard::API_DEFAULT_VERSION).unwrap(),
             negotiated: tokio::sync::OnceCell::new(),
             scope: None,
+            image_gpum_keys: Default::default(),
         }
-        .with_test_scope("gpum.test.scope", "t1");
-        assert_eq!(d.label_filter(LABEL_MANAGED)["label"], vec!["gpum.managed=true", "gpum.test.scope=t1"]);
-        let mut l = HashMap::from([("gpum.managed".to_string(), "true".to_string())]);
-        assert!(!d.carries(&l, LABEL_MANAGED), "outside the scope");
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn scope_narrows_filters_and_checks() {
+        let d = unconnected().with_test_scope("gpum.test.scope", "t1");
+        assert_eq!(d.label_filter(MANAGED)["label"], vec!["gpum.managed=true", "gpum.test.scope=t1"]);
+        let mut l = labels(&[("gpum.managed", "true")]);
+        assert!(!d.carries(&l, "x", MANAGED), "outside the scope");
         l.insert("gpum.test.scope".into(), "t1".into());
-        assert!(d.carries(&l, LABEL_MANAGED));
+        assert!(d.carries(&l, "x", MANAGED));
         l.insert("gpum.managed".into(), "yes".into());
-        assert!(!d.carries(&l, LABEL_MANAGED), "only the exact value true counts");
+        assert!(!d.carries(&l, "x", MANAGED), "only the exact value true counts");
+    }
+
+    #[test]
+    fn a_probe_needs_both_labels_and_its_name_prefix() {
+        let d = unconnected();
+        let both = labels(&[("gpum.probe", "true"), ("gpum.probe.run", "0123abcd")]);
+        assert!(d.carries(&both, "/gpum-probe-00ff", PROBE));
+        assert!(!d.carries(&both, "owners-probe", PROBE), "name prefix");
+        assert!(
+            !d.carries(&labels(&[("gpum.probe", "true")]), "gpum-probe-1", PROBE),
+            "one label is not enough"
+        );
+        assert!(!d.carries(
+            &labels(&[("gpum.probe", "true"), ("gpum.probe.run", "")]),
+            "gpum-probe-1",
+            PROBE
+        ));
+        assert_eq!(
+            d.labels_for(LABEL_PROBE, &[(LABEL_PROBE_RUN, "r1")]),
+            labels(&[("gpum.probe", "true"), ("gpum.probe.run", "r1")])
+        );
+    }
+
+    #[tokio::test]
+    async fn an_image_label_is_no_proof() {
+        let d = unconnected();
+        let managed = labels(&[("gpum.managed", "true")]);
+        // The image's keys, as the engine would have answered them (no engine here).
+        for (image_keys, want) in [
+            (vec![], true),
+            (vec!["gpum.managed"], false),
+            (vec!["gpum.probe"], true),
+            (vec!["gpum.managed", "gpum.other"], false),
+        ] {
+            let id = format!("sha256:{}", image_keys.join("+"));
+            d.image_gpum_keys
+                .lock()
+                .unwrap()
+                .insert(id.clone(), image_keys.iter().map(|s| s.to_string()).collect());
+            assert_eq!(d.is_marked(&managed, "c", &id, MANAGED).await.unwrap(), want, "{image_keys:?}");
+        }
+        let probe = labels(&[("gpum.probe", "true"), ("gpum.probe.run", "r")]);
+        d.image_gpum_keys.lock().unwrap().insert("sha256:run".into(), vec!["gpum.probe.run".into()]);
+        assert!(
+            !d.is_marked(&probe, "gpum-probe-1", "sha256:run", PROBE).await.unwrap(),
+            "second label inherited"
+        );
+        // Without an image id the container cannot be shown to be gpum's.
+        assert!(d.is_marked(&managed, "c", "", MANAGED).await.is_err());
     }
 
     #[test]

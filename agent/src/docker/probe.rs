@@ -1,14 +1,30 @@
 //! The GPU probe: "Hardware verified" means `nvidia-smi` ran inside a container with
 //! `--gpus all`.
 //!
-//! [`run_probe`] creates one container from the platform's image with command `nvidia-smi`,
-//! the `--gpus all` device request (`DeviceRequest { Driver: "", Count: -1, Capabilities:
-//! [["gpu"]] }`, exactly what the docker CLI sends), network mode `none` and the label
-//! `gpum.probe=true`. It starts it, waits at most the given timeout, reads its output, and
-//! force-removes it with its anonymous volumes in every outcome: success, failure, start
-//! refused, timeout. If the agent dies mid-probe, [`cleanup_leftovers`] removes the container at
-//! the next start. The image is pulled once when absent, with progress in the logs; images are
-//! never removed.
+//! The platform names the image; everything else about the container is the agent's, so that a
+//! compromised platform (or a leaked admin token) gets as little as possible out of it:
+//! - **The image** must be pinned by digest (`name@sha256:<64 hex>`) and come from a registry
+//!   in the node's `probe_registries` ([`super::image`]); anything else is a failed probe
+//!   (`image_not_pinned`, `registry_not_accepted`) and nothing is pulled. A local image counts
+//!   when its `RepoDigests` hold the reference, or when its id is the digest (an image loaded
+//!   with `docker load` has no repository digest). Otherwise it is pulled by digest and
+//!   checked again. The container is created from the image *id*.
+//! - **What runs** is the agent's entrypoint, [`PROBE_COMMAND`] with no arguments: the image's
+//!   entrypoint, command and healthcheck never run. [`PROBE_ENV`] empties `LD_PRELOAD` and
+//!   `LD_AUDIT` over the image's environment.
+//! - **What it may do**: every capability dropped, `no-new-privileges`, a read-only root
+//!   filesystem, [`PIDS_LIMIT`] processes, [`MEMORY_LIMIT_BYTES`] of memory, network `none`, not
+//!   privileged. It asks for all GPUs (`DeviceRequest { Driver: "", Count: -1, Capabilities:
+//!   [["gpu"]] }`, exactly what the docker CLI sends for `--gpus all`) and nothing else.
+//! - **Its marks**: the labels `gpum.probe=true` and `gpum.probe.run=<this run's id>`, and a
+//!   name starting `gpum-probe-`.
+//!
+//! [`run_probe`] starts it, waits at most the given timeout, reads its output, and force-removes
+//! it with its anonymous volumes in every outcome: success, failure, start refused, timeout. If
+//! the agent dies mid-probe, [`cleanup_leftovers`] removes the container at the next start.
+//! Images are never removed. A pull failure is reported to the platform as its class
+//! (`image_pull_failed`) with a fixed text: the engine's words, which can quote an internal
+//! service's reply and address, stay in this machine's log.
 //!
 //! The result is a [`ProbeReport`]: verified, or failed with a [`ProbeFailure`] chosen by the
 //! pure classifiers [`classify_start_error`] and [`classify_output`], and the output truncated to
@@ -23,25 +39,28 @@
 //! which refuses any image outside the `gpum-test/` repository namespace. Production goes
 //! through [`run_probe`], which always builds [`ProbeSpec::new`] and so always asks for all
 //! GPUs; no configuration, environment variable or platform answer can reach the other
-//! constructor. [`run_probe_with`] also returns what the engine said about the container
-//! before it started ([`ProbeContainer`]), so tests can check its network mode, labels and
+//! constructor; the simulation probe is hardened and checked exactly like the production one.
+//! [`run_probe_with`] also returns what the engine said about the container before it started
+//! ([`ProbeContainer`]), so tests can check its network mode, labels, entrypoint, limits and
 //! volumes against the engine rather than against our own request.
 //!
 //! A probe can take minutes when it pulls a large image: run it in its own task, not inline in
 //! the heartbeat loop.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bollard::container::{
     Config, CreateContainerOptions, LogsOptions, RemoveContainerOptions, WaitContainerOptions,
 };
 use bollard::image::CreateImageOptions;
-use bollard::models::{DeviceRequest, HostConfig};
+use bollard::models::{DeviceRequest, HealthConfig, HostConfig};
 use futures_util::StreamExt;
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, ProbeReport, VerificationState};
 
-use super::{Docker, DockerError, LABEL_PROBE, timed};
+use super::image::{DEFAULT_REGISTRIES, PinnedImage, RefError};
+use super::{Docker, DockerError, LABEL_PROBE, LABEL_PROBE_RUN, PROBE, PROBE_NAME_PREFIX, timed};
 
 /// The probe's timeout when the caller has no reason to choose another.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,22 +68,51 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The only repository namespace a probe without a GPU request may use (see the module docs).
 pub const SIMULATION_IMAGE_PREFIX: &str = "gpum-test/";
-/// What the probe runs.
+/// What the probe runs: the container's entrypoint, set by the agent, with no arguments. The
+/// image's own entrypoint and command never run.
 pub const PROBE_COMMAND: &str = "nvidia-smi";
+/// The most processes the probe container may hold (`nvidia-smi` needs a handful).
+pub const PIDS_LIMIT: i64 = 64;
+/// The probe container's memory limit, swap included.
+pub const MEMORY_LIMIT_BYTES: i64 = 256 * 1024 * 1024;
+/// Environment the agent sets in the probe, overriding the image's: the dynamic loader's
+/// injection variables are emptied, so that an image's `LD_PRELOAD` reaches neither
+/// `nvidia-smi` nor a container hook that inherits the container's environment (the way of
+/// CVE-2025-23266 on NVIDIA Container Toolkit 1.17.7 and older; the audit refuses those too).
+pub const PROBE_ENV: [&str; 2] = ["LD_PRELOAD=", "LD_AUDIT="];
+/// The only output a refused or failed pull reports: the engine's own words may quote an
+/// internal service's reply and its address, and go no further than this machine's log.
+pub const PULL_FAILED_OUTPUT: &str = "pulling the probe image failed (details are in the agent's log)";
+
+/// This agent run's probe id, the value of every probe's `gpum.probe.run` label.
+pub fn run_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| format!("{:016x}", rand::random::<u64>()))
+}
 
 /// How one probe runs. Build it with [`ProbeSpec::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeSpec {
     image: String,
+    registries: Vec<String>,
     timeout: Duration,
     pull_timeout: Duration,
     request_gpus: bool,
 }
 
 impl ProbeSpec {
-    /// The production probe: `image`, all GPUs requested, `timeout` for start and run.
+    /// The production probe: `image`, all GPUs requested, `timeout` for start and run, the
+    /// default accepted registries (see [`ProbeSpec::with_registries`]). The image is checked
+    /// when the probe runs: a reference that is not pinned by digest, or not from an accepted
+    /// registry, is a failed probe, and nothing is pulled.
     pub fn new(image: &str, timeout: Duration) -> Self {
-        Self { image: image.to_string(), timeout, pull_timeout: DEFAULT_PULL_TIMEOUT, request_gpus: true }
+        Self {
+            image: image.to_string(),
+            registries: DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect(),
+            timeout,
+            pull_timeout: DEFAULT_PULL_TIMEOUT,
+            request_gpus: true,
+        }
     }
 
     /// A probe that does NOT ask for GPUs, for tests of the simulated NVIDIA layer on an engine
@@ -76,6 +124,12 @@ impl ProbeSpec {
             "a probe without a GPU request may only run a {SIMULATION_IMAGE_PREFIX} simulation image, not {image}"
         );
         Self { request_gpus: false, ..Self::new(image, timeout) }
+    }
+
+    /// The registries the image may come from (the config's `probe_registries`).
+    pub fn with_registries(mut self, registries: &[String]) -> Self {
+        self.registries = registries.to_vec();
+        self
     }
 
     /// Bounds the image pull (default [`DEFAULT_PULL_TIMEOUT`]).
@@ -98,6 +152,8 @@ impl ProbeSpec {
 pub struct ProbeContainer {
     pub id: String,
     pub name: String,
+    /// The image id the container was created from.
+    pub image_id: String,
     /// `HostConfig.NetworkMode`; always `none`.
     pub network_mode: String,
     pub labels: HashMap<String, String>,
@@ -105,40 +161,81 @@ pub struct ProbeContainer {
     pub device_requests: Vec<(String, i64, Vec<Vec<String>>)>,
     /// Names of the volumes mounted into it (anonymous ones included).
     pub volumes: Vec<String>,
+    /// `Config.Entrypoint` and `Config.Cmd` as the engine merged them with the image's.
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// `Config.Healthcheck.Test`.
+    pub healthcheck: Vec<String>,
+    /// `Config.Env`: the image's environment merged with the agent's [`PROBE_ENV`].
+    pub env: Vec<String>,
+    /// `HostConfig.CapDrop`, `CapAdd`, `SecurityOpt`, `ReadonlyRootfs`, `PidsLimit`, `Memory`,
+    /// `Privileged`.
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub security_opt: Vec<String>,
+    pub readonly_rootfs: bool,
+    pub pids_limit: Option<i64>,
+    pub memory: Option<i64>,
+    pub privileged: bool,
 }
 
 /// A probe's result plus what tests need to check how it ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeOutcome {
     pub report: ProbeReport,
-    /// `None` when no container was created (engine down, pull failed, create refused).
+    /// `None` when no container was created (image refused, engine down, pull failed, create
+    /// refused).
     pub container: Option<ProbeContainer>,
     /// Whether the container was removed afterwards (true whenever one was created, unless the
     /// engine failed the removal; `cleanup_leftovers` retries at the next start).
     pub removed: bool,
+    /// Whether the engine was asked to pull.
+    pub pulled: bool,
 }
 
-/// Runs the production probe: `nvidia-smi` in `image` with all GPUs, no network, removed after.
-pub async fn run_probe(docker: &Docker, image: &str, timeout: Duration) -> ProbeReport {
-    run_probe_with(docker, &ProbeSpec::new(image, timeout)).await.report
+/// Runs the production probe: `nvidia-smi` in `image` with all GPUs, no network, removed after;
+/// `image` must be pinned by digest and come from one of `registries`.
+pub async fn run_probe(
+    docker: &Docker,
+    image: &str,
+    timeout: Duration,
+    registries: &[String],
+) -> ProbeReport {
+    run_probe_with(docker, &ProbeSpec::new(image, timeout).with_registries(registries)).await.report
 }
 
 /// Runs the probe `spec` describes. Never fails: every failure is a report.
 pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
-    let fail = |reason, output: String| ProbeOutcome {
+    let fail = |reason, output: String, pulled| ProbeOutcome {
         report: report(spec, Some(reason), &output),
         container: None,
         removed: false,
+        pulled,
+    };
+    // The reference first, before the engine is asked anything: a refused image is never pulled.
+    let image = match PinnedImage::parse(&spec.image)
+        .and_then(|i| i.check_registry(&spec.registries).map(|()| i))
+    {
+        Ok(i) => i,
+        Err(e) => {
+            let reason = match e {
+                RefError::NotPinned | RefError::Invalid => ProbeFailure::ImageNotPinned,
+                RefError::RegistryNotAccepted(_) => ProbeFailure::RegistryNotAccepted,
+            };
+            tracing::warn!(image = %spec.image, error = %e, "refused the probe image; nothing was pulled");
+            return fail(reason, e.to_string(), false);
+        }
     };
     let api = match docker.api().await {
         Ok(a) => a,
-        Err(e) => return fail(ProbeFailure::DockerUnavailable, e.to_string()),
+        Err(e) => return fail(ProbeFailure::DockerUnavailable, e.to_string(), false),
     };
-    if let Err((reason, msg)) = ensure_image(docker, spec).await {
-        return fail(reason, msg);
-    }
+    let (image_id, pulled) = match ensure_image(docker, spec, &image).await {
+        Ok(x) => x,
+        Err((reason, msg, pulled)) => return fail(reason, msg, pulled),
+    };
 
-    let name = format!("gpum-probe-{:016x}", rand::random::<u64>());
+    let name = format!("{PROBE_NAME_PREFIX}{:016x}", rand::random::<u64>());
     let device_requests = spec.request_gpus.then(|| {
         vec![DeviceRequest {
             driver: Some(String::new()),
@@ -148,13 +245,26 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         }]
     });
     let config = Config {
-        image: Some(spec.image.clone()),
-        cmd: Some(vec![PROBE_COMMAND.to_string()]),
-        labels: Some(docker.labels_for(LABEL_PROBE)),
+        // By id: what was checked is what runs, whatever a tag or digest points to meanwhile.
+        image: Some(image_id.clone()),
+        entrypoint: Some(vec![PROBE_COMMAND.to_string()]),
+        cmd: Some(Vec::new()),
+        env: Some(PROBE_ENV.iter().map(|s| s.to_string()).collect()),
+        labels: Some(docker.labels_for(LABEL_PROBE, &[(LABEL_PROBE_RUN, run_id())])),
+        // An image's HEALTHCHECK would run the image's command inside the container.
+        healthcheck: Some(HealthConfig { test: Some(vec!["NONE".to_string()]), ..Default::default() }),
+        network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
             device_requests,
             auto_remove: Some(false),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges:true".to_string()]),
+            readonly_rootfs: Some(true),
+            pids_limit: Some(PIDS_LIMIT),
+            memory: Some(MEMORY_LIMIT_BYTES),
+            memory_swap: Some(MEMORY_LIMIT_BYTES),
             ..Default::default()
         }),
         ..Default::default()
@@ -168,10 +278,10 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
             Err(e) => {
                 let (reason, msg) = classify_engine_error(&e);
                 tracing::warn!(image = %spec.image, error = %msg, "the probe container could not be created");
-                return fail(reason, msg);
+                return fail(reason, msg, pulled);
             }
         };
-    tracing::info!(container = %name, id = %id, image = %spec.image, gpus = spec.request_gpus, "probe started");
+    tracing::info!(container = %name, id = %id, image = %spec.image, image_id = %image_id, gpus = spec.request_gpus, "probe started");
     let container = inspect(docker, &id, &name).await;
 
     let run = run_container(api, &id, spec.timeout).await;
@@ -188,13 +298,14 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
     let removed = remove_probe(api, &id).await;
     let rep = report(spec, reason, &output);
     tracing::info!(container = %name, id = %id, state = ?rep.state, reason = ?rep.reason, removed, "probe finished");
-    ProbeOutcome { report: rep, container: Some(container), removed }
+    ProbeOutcome { report: rep, container: Some(container), removed, pulled }
 }
 
-/// Removes every `gpum.probe=true` container (with its anonymous volumes), such as one left
-/// by an agent that crashed mid-probe. Returns the names removed.
+/// Removes every probe container (`gpum.probe=true` and `gpum.probe.run` set on the container,
+/// named `gpum-probe-…`) with its anonymous volumes, such as one left by an agent that crashed
+/// mid-probe. Returns the names removed.
 pub async fn cleanup_leftovers(docker: &Docker) -> Result<Vec<String>, DockerError> {
-    let removed = docker.remove_all_labelled(LABEL_PROBE, true).await?;
+    let removed = docker.remove_all_marked(PROBE, true).await?;
     if !removed.is_empty() {
         tracing::info!(count = removed.len(), containers = ?removed, "removed probe containers left by an earlier run");
     }
@@ -233,20 +344,48 @@ async fn run_container(api: &bollard::Docker, id: &str, timeout: Duration) -> Ru
     }
 }
 
-/// Pulls the image when the engine does not have it, logging progress.
-async fn ensure_image(docker: &Docker, spec: &ProbeSpec) -> Result<(), (ProbeFailure, String)> {
-    let api = docker.api().await.map_err(|e| (ProbeFailure::DockerUnavailable, e.to_string()))?;
-    match timed(async { api.inspect_image(&spec.image).await.map_err(DockerError::from) }).await {
-        Ok(_) => return Ok(()),
-        Err(DockerError::NotFound(_)) => {}
-        Err(e @ DockerError::Unavailable(_)) => return Err((ProbeFailure::DockerUnavailable, e.to_string())),
-        Err(e) => return Err((ProbeFailure::ImagePullFailed, e.to_string())),
+/// The id of the local image `image` names, if the engine has it: an image whose
+/// `RepoDigests` hold that reference (pulled by it), or whose id is its digest (loaded with
+/// `docker load`, which records no repository digest).
+async fn local_image(api: &bollard::Docker, image: &PinnedImage) -> Result<Option<String>, DockerError> {
+    match timed(async { api.inspect_image(&image.to_string()).await.map_err(DockerError::from) }).await {
+        Ok(i) if i.repo_digests.as_deref().unwrap_or_default().iter().any(|d| image.is_repo_digest(d)) => {
+            if let Some(id) = i.id {
+                return Ok(Some(id));
+            }
+        }
+        Ok(_) | Err(DockerError::NotFound(_)) => {}
+        Err(e) => return Err(e),
     }
-    tracing::info!(image = %spec.image, "pulling the probe image");
-    // Without a tag the engine would pull every tag of the repository; `docker pull` means
-    // `latest` then, and so do we.
-    let tag = if has_tag_or_digest(&spec.image) { String::new() } else { "latest".to_string() };
-    let opts = CreateImageOptions { from_image: spec.image.clone(), tag, ..Default::default() };
+    let digest = image.digest();
+    match timed(async { api.inspect_image(&digest).await.map_err(DockerError::from) }).await {
+        Ok(i) if i.id.as_deref() == Some(digest.as_str()) => Ok(Some(digest)),
+        Ok(_) | Err(DockerError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The id of the image to run: the local one, else pulled by digest (progress in the logs) and
+/// checked again. Errors carry whether a pull was attempted. A pull failure is reported as its
+/// class only; the engine's words go to this machine's log.
+async fn ensure_image(
+    docker: &Docker,
+    spec: &ProbeSpec,
+    image: &PinnedImage,
+) -> Result<(String, bool), (ProbeFailure, String, bool)> {
+    let api = docker.api().await.map_err(|e| (ProbeFailure::DockerUnavailable, e.to_string(), false))?;
+    let engine_failed = |e: DockerError, pulled| match e {
+        e @ DockerError::Unavailable(_) => (ProbeFailure::DockerUnavailable, e.to_string(), pulled),
+        e => {
+            tracing::warn!(image = %image, error = %e, "could not look up the probe image");
+            (ProbeFailure::ImagePullFailed, PULL_FAILED_OUTPUT.to_string(), pulled)
+        }
+    };
+    if let Some(id) = local_image(api, image).await.map_err(|e| engine_failed(e, false))? {
+        return Ok((id, false));
+    }
+    tracing::info!(image = %image, "pulling the probe image");
+    let opts = CreateImageOptions { from_image: image.to_string(), ..Default::default() };
     let pull = async {
         let mut stream = api.create_image(Some(opts), None, None);
         let mut last_log = Instant::now();
@@ -271,23 +410,30 @@ async fn ensure_image(docker: &Docker, spec: &ProbeSpec) -> Result<(), (ProbeFai
         Ok(())
     };
     match tokio::time::timeout(spec.pull_timeout, pull).await {
-        Ok(Ok(())) => {
-            tracing::info!(image = %spec.image, "probe image pulled");
-            Ok(())
-        }
+        Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            tracing::warn!(image = %spec.image, error = %e, "pulling the probe image failed");
-            Err((ProbeFailure::ImagePullFailed, format!("pulling {} failed: {e}", spec.image)))
+            tracing::warn!(image = %image, error = %e, "pulling the probe image failed");
+            return Err((ProbeFailure::ImagePullFailed, PULL_FAILED_OUTPUT.to_string(), true));
         }
-        Err(_) => Err((
-            ProbeFailure::ImagePullFailed,
-            format!("pulling {} took longer than {}s", spec.image, spec.pull_timeout.as_secs()),
-        )),
+        Err(_) => {
+            tracing::warn!(image = %image, secs = spec.pull_timeout.as_secs(), "pulling the probe image took too long");
+            return Err((
+                ProbeFailure::ImagePullFailed,
+                format!("pulling the probe image took longer than {}s", spec.pull_timeout.as_secs()),
+                true,
+            ));
+        }
     }
-}
-
-fn has_tag_or_digest(image: &str) -> bool {
-    image.contains('@') || image.rsplit('/').next().is_some_and(|last| last.contains(':'))
+    match local_image(api, image).await.map_err(|e| engine_failed(e, true))? {
+        Some(id) => {
+            tracing::info!(image = %image, id = %id, "probe image pulled");
+            Ok((id, true))
+        }
+        None => {
+            tracing::warn!(image = %image, "the engine pulled, but holds no image with that digest");
+            Err((ProbeFailure::ImagePullFailed, PULL_FAILED_OUTPUT.to_string(), true))
+        }
+    }
 }
 
 async fn inspect(docker: &Docker, id: &str, name: &str) -> ProbeContainer {
@@ -297,8 +443,16 @@ async fn inspect(docker: &Docker, id: &str, name: &str) -> ProbeContainer {
     else {
         return c;
     };
+    c.image_id = info.image.unwrap_or_default();
     if let Some(hc) = info.host_config {
         c.network_mode = hc.network_mode.unwrap_or_default();
+        c.cap_drop = hc.cap_drop.unwrap_or_default();
+        c.cap_add = hc.cap_add.unwrap_or_default();
+        c.security_opt = hc.security_opt.unwrap_or_default();
+        c.readonly_rootfs = hc.readonly_rootfs.unwrap_or(false);
+        c.pids_limit = hc.pids_limit;
+        c.memory = hc.memory;
+        c.privileged = hc.privileged.unwrap_or(false);
         c.device_requests = hc
             .device_requests
             .unwrap_or_default()
@@ -306,7 +460,13 @@ async fn inspect(docker: &Docker, id: &str, name: &str) -> ProbeContainer {
             .map(|d| (d.driver.unwrap_or_default(), d.count.unwrap_or(0), d.capabilities.unwrap_or_default()))
             .collect();
     }
-    c.labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+    if let Some(cfg) = info.config {
+        c.labels = cfg.labels.unwrap_or_default();
+        c.entrypoint = cfg.entrypoint.unwrap_or_default();
+        c.cmd = cfg.cmd.unwrap_or_default();
+        c.healthcheck = cfg.healthcheck.and_then(|h| h.test).unwrap_or_default();
+        c.env = cfg.env.unwrap_or_default();
+    }
     c.volumes = info.mounts.unwrap_or_default().into_iter().filter_map(|m| m.name).collect();
     c
 }
@@ -491,17 +651,35 @@ mod tests {
         assert_eq!(truncate_output("short"), "short");
     }
 
-    #[test]
-    fn untagged_images_mean_latest() {
-        assert!(!has_tag_or_digest("nvidia/cuda"));
-        assert!(!has_tag_or_digest("localhost:5000/nvidia/cuda"));
-        assert!(has_tag_or_digest("localhost:5000/nvidia/cuda:12.4.1-base-ubuntu22.04"));
-        assert!(has_tag_or_digest("nvidia/cuda@sha256:abc"));
+    /// A refused image is reported before the engine is asked anything: with no engine at all
+    /// the reason is the image's, not `docker_unavailable`, and nothing was pulled.
+    #[tokio::test]
+    async fn an_unpinned_or_foreign_image_is_refused_before_any_engine_call() {
+        let d = Docker::connect(Some(std::path::Path::new("/dev/null"))).unwrap();
+        let hex = "ab".repeat(32);
+        for (image, want) in [
+            ("nvidia/cuda:12.4.1-base-ubuntu22.04".to_string(), ProbeFailure::ImageNotPinned),
+            ("127.0.0.1:9/gpum-test/absent:1".to_string(), ProbeFailure::ImageNotPinned),
+            (format!("127.0.0.1:5000/x@sha256:{hex}"), ProbeFailure::RegistryNotAccepted),
+            (format!("192.168.1.20/nvidia/cuda@sha256:{hex}"), ProbeFailure::RegistryNotAccepted),
+            (format!("localhost/x@sha256:{hex}"), ProbeFailure::RegistryNotAccepted),
+        ] {
+            let out = run_probe_with(&d, &ProbeSpec::new(&image, DEFAULT_TIMEOUT)).await;
+            assert_eq!(out.report.reason, Some(want), "{image}: {:?}", out.report);
+            assert_eq!(out.report.state, VerificationState::Failed);
+            assert!(!out.pulled && out.container.is_none());
+            assert!(!out.report.output.contains("docker.sock") && !out.report.output.contains("/dev/null"));
+        }
+        // The config's list decides: an owner's own registry, once listed, gets as far as the
+        // engine (absent here).
+        let own = format!("registry.lan:5000/x@sha256:{hex}");
+        let spec = ProbeSpec::new(&own, DEFAULT_TIMEOUT).with_registries(&["registry.lan:5000".to_string()]);
+        assert_eq!(run_probe_with(&d, &spec).await.report.reason, Some(ProbeFailure::DockerUnavailable));
     }
 
     #[test]
     fn production_spec_asks_for_gpus_and_the_seam_is_fenced() {
-        assert!(ProbeSpec::new("nvidia/cuda:12.4.1-base-ubuntu22.04", DEFAULT_TIMEOUT).requests_gpus());
+        assert!(ProbeSpec::new("nvidia/cuda@sha256:0", DEFAULT_TIMEOUT).requests_gpus());
         let sim = ProbeSpec::simulation_without_gpu_request("gpum-test/busybox:1-ok", DEFAULT_TIMEOUT);
         assert!(!sim.requests_gpus());
         let r = std::panic::catch_unwind(|| {

@@ -12,9 +12,13 @@
 //! Call `decide` only with the known set of a heartbeat the platform actually answered: a
 //! failed heartbeat is no evidence, and must not count as a beat.
 //!
+//! "Labelled" means set on the container itself: a `gpum.managed` label that the container's
+//! image also carries may have been inherited from the image (the engine merges them), so it is
+//! no proof, and such a container is the owner's ([`super::Docker::is_marked`]).
+//!
 //! [`remove`] then stops the container with a grace period and removes it, after re-reading its
-//! labels from the engine right before removing (the id could have been reused, or the label
-//! list could be stale). It never removes images or volumes: a volume may hold data a lease
+//! labels (and its image's) from the engine right before stopping and again before removing
+//! (the id could have been reused, or the label list could be stale). It never removes images or volumes: a volume may hold data a lease
 //! owns, and deleting it is the platform's explicit decision, not a side effect here. Each
 //! removal is logged with name, id and reason, and returned for the next heartbeat's
 //! `removed_containers`.
@@ -25,7 +29,7 @@ use std::time::{Duration, Instant};
 use bollard::container::StopContainerOptions;
 use gpum_protocol::RemovedContainer;
 
-use super::{Docker, DockerError, LABEL_MANAGED, timed};
+use super::{Docker, DockerError, MANAGED};
 
 /// Unknown answers in a row before a container may go.
 pub const MIN_BEATS: u32 = 3;
@@ -45,10 +49,10 @@ pub struct ManagedContainer {
     pub state: String,
 }
 
-/// Every `gpum.managed=true` container, running or stopped.
+/// Every container with `gpum.managed=true` set on the container itself, running or stopped.
 pub async fn list_managed(docker: &Docker) -> Result<Vec<ManagedContainer>, DockerError> {
     Ok(docker
-        .list_labelled(LABEL_MANAGED)
+        .list_marked(MANAGED)
         .await?
         .into_iter()
         .map(|(id, name, state)| ManagedContainer { id, name, state })
@@ -126,7 +130,7 @@ pub async fn remove(
     stop_grace: Duration,
 ) -> Result<RemovedContainer, DockerError> {
     let api = docker.api().await?;
-    check_label(docker, &c.id).await?;
+    docker.check_marked(&c.id, MANAGED).await?;
     let grace = stop_grace.as_secs().max(1) as i64;
     let stop = async {
         match api.stop_container(&c.id, Some(StopContainerOptions { t: grace })).await {
@@ -145,21 +149,9 @@ pub async fn remove(
         }
     }
     // Re-check right before removing: `force_remove_if` inspects the labels again.
-    docker.force_remove_if(&c.id, LABEL_MANAGED, false).await?;
+    docker.force_remove_if(&c.id, MANAGED, false).await?;
     tracing::info!(container = %c.name, id = %c.id, reason = REASON_UNKNOWN, "removed managed container");
     Ok(RemovedContainer { id: c.id.clone(), name: c.name.clone(), reason: REASON_UNKNOWN.to_string() })
-}
-
-async fn check_label(docker: &Docker, id: &str) -> Result<(), DockerError> {
-    let api = docker.api().await?;
-    let info = timed(async { api.inspect_container(id, None).await.map_err(DockerError::from) }).await?;
-    let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
-    if docker.carries(&labels, LABEL_MANAGED) {
-        Ok(())
-    } else {
-        tracing::warn!(id, "refusing to touch a container without gpum.managed=true");
-        Err(DockerError::NotManaged(id.to_string()))
-    }
 }
 
 #[cfg(test)]

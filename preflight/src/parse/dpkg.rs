@@ -67,6 +67,79 @@ pub fn parse_selected(text: &str, names: &[&str]) -> Vec<Package> {
         .collect()
 }
 
+/// Compares two Debian package versions as dpkg does (`dpkg --compare-versions`): epoch
+/// first, then the upstream version, then the revision, each by dpkg's `verrevcmp` (`~` sorts
+/// before everything, even the end; letters before other characters; digit runs by value).
+pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    let (ea, ua, ra) = split_version(a);
+    let (eb, ub, rb) = split_version(b);
+    ea.cmp(&eb).then_with(|| verrevcmp(ua, ub).cmp(&0)).then_with(|| verrevcmp(ra, rb).cmp(&0))
+}
+
+/// `[epoch:]upstream[-revision]`.
+fn split_version(v: &str) -> (u64, &str, &str) {
+    let v = v.trim();
+    let (epoch, rest) = match v.split_once(':') {
+        Some((e, r)) if !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()) => (e.parse().unwrap_or(0), r),
+        _ => (0, v),
+    };
+    match rest.rsplit_once('-') {
+        Some((u, r)) => (epoch, u, r),
+        None => (epoch, rest, ""),
+    }
+}
+
+/// dpkg's `order()`: where a non-digit character sorts.
+fn order(c: Option<u8>) -> i32 {
+    match c {
+        None => 0,
+        Some(c) if c.is_ascii_digit() => 0,
+        Some(c) if c.is_ascii_alphabetic() => i32::from(c),
+        Some(b'~') => -1,
+        Some(c) => i32::from(c) + 256,
+    }
+}
+
+/// dpkg's `verrevcmp`.
+fn verrevcmp(a: &str, b: &str) -> i32 {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    let digit = |s: &[u8]| s.first().is_some_and(u8::is_ascii_digit);
+    while !a.is_empty() || !b.is_empty() {
+        while (!a.is_empty() && !digit(a)) || (!b.is_empty() && !digit(b)) {
+            let (ac, bc) = (order(a.first().copied()), order(b.first().copied()));
+            if ac != bc {
+                return ac - bc;
+            }
+            a = a.get(1..).unwrap_or_default();
+            b = b.get(1..).unwrap_or_default();
+        }
+        while a.first() == Some(&b'0') {
+            a = &a[1..];
+        }
+        while b.first() == Some(&b'0') {
+            b = &b[1..];
+        }
+        let mut first_diff = 0;
+        while digit(a) && digit(b) {
+            if first_diff == 0 {
+                first_diff = i32::from(a[0]) - i32::from(b[0]);
+            }
+            a = &a[1..];
+            b = &b[1..];
+        }
+        if digit(a) {
+            return 1;
+        }
+        if digit(b) {
+            return -1;
+        }
+        if first_diff != 0 {
+            return first_diff;
+        }
+    }
+    0
+}
+
 /// The installed version of `name`, if it is installed.
 pub fn installed_version<'a>(pkgs: &'a [Package], name: &str) -> Option<&'a str> {
     pkgs.iter().find(|p| p.name == name && p.is_installed()).map(|p| p.version.as_str())
@@ -106,6 +179,31 @@ mod tests {
         assert!(p.iter().all(Package::is_installed));
         // `dpkg-query -s` of a missing package prints no stanza at all.
         assert!(parse(&fixture("debian12-dpkg-query-missing.txt")).is_empty());
+    }
+
+    #[test]
+    fn versions_compare_as_dpkg_does() {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        // Each pair checked with `dpkg --compare-versions` on Debian 12 (dpkg 1.21).
+        for (a, b, want) in [
+            ("1.17.7-1", "1.17.8", Less),
+            ("1.17.8-1", "1.17.8", Greater),
+            ("1.17.8", "1.17.8", Equal),
+            ("1.17.10-1", "1.17.8", Greater),
+            ("1.17.3-1", "1.17.8", Less),
+            ("1.18.0-1", "1.17.8", Greater),
+            ("1.17.8~rc.1-1", "1.17.8", Less),
+            ("1:1.0", "1.17.8", Greater),
+            ("1.9.0-1", "1.17.8", Less),
+            ("2.0~beta", "2.0", Less),
+            ("1.0a", "1.0", Greater),
+            ("1.0+b1", "1.0a", Greater),
+            ("1.017", "1.17", Equal),
+            ("5:27.4.1-1~ubuntu.22.04~jammy", "5:27.4.1-1", Less),
+        ] {
+            assert_eq!(compare_versions(a, b), want, "{a} vs {b}");
+            assert_eq!(compare_versions(b, a), want.reverse(), "{b} vs {a}");
+        }
     }
 
     #[test]
