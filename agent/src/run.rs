@@ -606,15 +606,12 @@ impl Agent {
         if self.probe_image.is_none() && !self.probe_running {
             self.state.verification = Some(verification_text(VerificationState::AwaitingCheck).into());
         }
-        if resp.commands.len() > limits::MAX_COMMANDS_PER_RESPONSE {
-            warn!(
-                count = resp.commands.len(),
-                limit = limits::MAX_COMMANDS_PER_RESPONSE,
-                "the platform handed over more commands than one answer may carry; taking the first ones"
-            );
-        }
+        // At most one answer's worth of new commands is taken; the rest, still unanswered, come
+        // again. Commands already answered are skipped first, so that a platform that hands
+        // them over again cannot hide the new ones behind them.
         let mut newly: Vec<String> = Vec::new();
-        for c in resp.commands.iter().take(limits::MAX_COMMANDS_PER_RESPONSE) {
+        let mut left = 0usize;
+        for c in &resp.commands {
             // Answered once, never run or answered again (a still undelivered answer stays queued).
             if self.answered.contains(&c.id) || newly.contains(&c.id) || self.outbox.has_result(&c.id) {
                 debug!(id = %c.id, "command already answered");
@@ -622,6 +619,10 @@ impl Agent {
             }
             if c.id.is_empty() || c.id.len() > MAX_COMMAND_ID_LEN {
                 warn!(len = c.id.len(), "ignored a command whose id is empty or too long to answer");
+                continue;
+            }
+            if newly.len() >= limits::MAX_COMMANDS_PER_RESPONSE {
+                left += 1;
                 continue;
             }
             newly.push(c.id.clone());
@@ -652,6 +653,13 @@ impl Agent {
                 }
             };
             self.outbox.push_result(result);
+        }
+        if left > 0 {
+            warn!(
+                left,
+                limit = limits::MAX_COMMANDS_PER_RESPONSE,
+                "the platform handed over more commands than one answer may carry; the rest wait"
+            );
         }
         // Recorded before a `restart` exits, so that the same command after the restart is not
         // obeyed again.

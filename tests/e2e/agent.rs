@@ -763,3 +763,209 @@ fn unknown_managed_containers_are_removed_known_and_unlabelled_ones_stay() {
     assert!(exists(&known) && exists(&unlabelled), "{}", a.log());
     assert_eq!(node(&p, &n.id).managed_containers, vec![known.clone()]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 14, item 4: no platform answer can wedge the agent.
+
+/// A stand-in platform on loopback that misbehaves on purpose, as a buggy or hostile platform
+/// could: it hands over more commands than one answer may carry, hands answered ones over
+/// again, and refuses (400/413) bodies it dislikes. The real platform behaves; this one is here
+/// to prove that the agent survives one that does not. It records every result it accepted.
+struct StubPlatform {
+    port: u16,
+    state: Arc<std::sync::Mutex<StubState>>,
+}
+
+#[derive(Default)]
+struct StubState {
+    /// `(id, kind)` handed over in every answer (all of them, or only the unanswered ones).
+    commands: Vec<(String, String)>,
+    resend_answered: bool,
+    /// Times each result id was accepted.
+    results: std::collections::HashMap<String, u32>,
+    /// A result id whose presence makes the stub refuse the whole body with 400.
+    poison: Option<String>,
+    accepted: u32,
+    refused: u32,
+    /// The largest number of results one heartbeat carried.
+    max_results: usize,
+}
+
+impl StubPlatform {
+    fn start(state: StubState) -> StubPlatform {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let state = Arc::new(std::sync::Mutex::new(state));
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || stub_answer(s, &st));
+            }
+        });
+        StubPlatform { port, state }
+    }
+
+    /// A state directory with a config pointing at this stub (no registration: the stub takes
+    /// any token).
+    fn node(&self) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.toml"),
+            format!(
+                "server = 'http://127.0.0.1:{}'\nnode_id = 'stub-node'\ntoken = 'stub-token-0123456789'\n\
+                 docker_socket = '{MISSING_DOCKER}'\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        Node { dir, id: "stub-node".into() }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&StubState) -> T) -> T {
+        f(&self.state.lock().unwrap())
+    }
+}
+
+fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    if r.read_exact(&mut body).is_err() {
+        return;
+    }
+    let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let ids: Vec<String> = req["command_results"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["id"].as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let mut g = st.lock().unwrap();
+    g.max_results = g.max_results.max(ids.len());
+    let too_many = ids.len() > gpum_protocol::limits::MAX_COMMAND_RESULTS;
+    let poisoned = g.poison.as_ref().is_some_and(|p| ids.contains(p));
+    let (status, ctype, page) = if too_many || poisoned {
+        g.refused += 1;
+        let status = if too_many { "413 Payload Too Large" } else { "400 Bad Request" };
+        (status, "text/plain", "refused".to_string())
+    } else {
+        g.accepted += 1;
+        for id in ids {
+            *g.results.entry(id).or_default() += 1;
+        }
+        let commands: Vec<serde_json::Value> = g
+            .commands
+            .iter()
+            .filter(|(id, _)| g.resend_answered || !g.results.contains_key(id))
+            .map(|(id, kind)| serde_json::json!({ "id": id, "kind": kind }))
+            .collect();
+        let answer = serde_json::json!({
+            "heartbeat_interval_secs": 1,
+            "commands": commands,
+            "known_containers": [],
+            "probe_image": null,
+        });
+        ("200 OK", "application/json", answer.to_string())
+    };
+    drop(g);
+    let mut s = s;
+    let _ = write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+        page.len()
+    );
+}
+
+/// A platform that hands over 100 commands in every answer, those already answered included:
+/// the agent runs each once, answers each once, and never sends more results than one
+/// heartbeat may carry (the stub, like the real platform, refuses more with 413). Before the
+/// fix, the agent answered all 100 in one heartbeat, was refused, and sent the same body
+/// forever.
+#[test]
+fn a_hundred_commands_in_one_answer_are_each_answered_once_within_the_limits() {
+    let ids: Vec<String> = (0..100).map(|i| format!("cmd-{i:03}")).collect();
+    let stub = StubPlatform::start(StubState {
+        commands: ids.iter().map(|id| (id.clone(), "recheck".to_string())).collect(),
+        resend_answered: true,
+        ..Default::default()
+    });
+    let n = stub.node();
+    let mut a = Agent::start(&n);
+    wait_until(Duration::from_secs(40), "every command answered", || {
+        stub.with(|s| ids.iter().all(|id| s.results.contains_key(id)))
+    });
+    // A few more heartbeats, with every command still handed over.
+    let accepted = stub.with(|s| s.accepted);
+    wait_until(LONG, "three more heartbeats", || stub.with(|s| s.accepted >= accepted + 3));
+    stub.with(|s| {
+        assert_eq!(s.refused, 0, "a heartbeat was over the limits");
+        assert!(s.max_results <= gpum_protocol::limits::MAX_COMMAND_RESULTS, "{}", s.max_results);
+        let twice: Vec<_> = s.results.iter().filter(|(_, n)| **n != 1).collect();
+        assert!(twice.is_empty(), "answered more than once: {twice:?}");
+    });
+    assert!(a.running(), "{}", a.log());
+    assert_eq!(a.log().matches("command recheck").count(), 100, "each command ran once");
+}
+
+/// A platform that refuses every heartbeat carrying one particular result: the agent sends
+/// less and less, drops that one result, and delivers every other. Before the fix, the same
+/// refused body went out forever and nothing was delivered again.
+#[test]
+fn a_refused_body_is_trimmed_and_the_rest_is_delivered() {
+    let mut commands: Vec<(String, String)> = vec![("cmd-poison".into(), "recheck".into())];
+    commands.extend((0..20).map(|i| (format!("cmd-{i:02}"), "recheck".to_string())));
+    let stub = StubPlatform::start(StubState {
+        commands: commands.clone(),
+        poison: Some("cmd-poison".into()),
+        ..Default::default()
+    });
+    let n = stub.node();
+    let mut a = Agent::start(&n);
+    wait_until(Duration::from_secs(60), "every other result delivered", || {
+        stub.with(|s| commands.iter().skip(1).all(|(id, _)| s.results.contains_key(id)))
+    });
+    stub.with(|s| {
+        assert!(s.refused >= 1, "the poison was sent and refused");
+        assert!(!s.results.contains_key("cmd-poison"));
+    });
+    assert!(a.log().contains("dropped what it carried"), "{}", a.log());
+    // It goes on: more heartbeats are accepted, and it is connected.
+    let accepted = stub.with(|s| s.accepted);
+    wait_until(LONG, "more heartbeats", || stub.with(|s| s.accepted >= accepted + 2));
+    assert!(a.running());
+    assert_eq!(n.status_json()["connection"], "connected");
+}
+
+/// A platform that hands over the same `restart` again after the agent restarted (its
+/// acknowledgement lost, or a bug): the restart is obeyed once, not in a loop. Before the fix,
+/// every start obeyed it again.
+#[test]
+fn a_restart_handed_over_again_after_the_restart_is_not_obeyed_twice() {
+    let stub = StubPlatform::start(StubState {
+        commands: vec![("cmd-restart".into(), "restart".into())],
+        resend_answered: true,
+        ..Default::default()
+    });
+    let n = stub.node();
+    let mut a = Agent::start(&n);
+    let exit = a.wait_exit(LONG).expect("exits on restart");
+    assert_eq!(exit.code(), Some(gpum_agent::run::EXIT_RESTART), "{}", a.log());
+    // What systemd does next: start it again, with the same state directory.
+    let mut b = Agent::start(&n);
+    let accepted = stub.with(|s| s.accepted);
+    wait_until(LONG, "heartbeats after the restart", || stub.with(|s| s.accepted >= accepted + 3));
+    assert!(b.running(), "obeyed the same restart again: {}", b.log());
+    assert_eq!(stub.with(|s| s.results.get("cmd-restart").copied()), Some(1));
+}
