@@ -95,12 +95,13 @@ pub struct Config {
     pub probe_registries: Vec<String>,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
-    /// touch each other's containers. Never written by `register`; absent in production.
+    /// touch each other's containers. Never written by `register`. Read from the file only with
+    /// the `test-knobs` feature; always `None` in a release build.
     pub test_docker_scope: Option<(String, String)>,
     /// TEST ONLY, and only with `test_docker_scope`: how long a managed container must be
     /// unknown before the reconciler removes it, instead of
     /// [`crate::docker::reconcile::MIN_AGE`] (60 s), so that an end-to-end test can watch the
-    /// real agent remove one. The three-answers rule stays.
+    /// real agent remove one. The three-answers rule stays. Read only with `test-knobs`.
     pub test_reconcile_min_age: Option<std::time::Duration>,
 }
 
@@ -118,8 +119,11 @@ struct ConfigFile {
     docker_socket: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     probe_registries: Option<Vec<String>>,
+    // Without `test-knobs` these keys do not exist, and `deny_unknown_fields` refuses them.
+    #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_docker_scope: Option<String>,
+    #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_reconcile_min_age_secs: Option<u64>,
 }
@@ -155,22 +159,28 @@ impl Config {
             return Err(invalid("node_id is empty".into()));
         }
         let token = Token::new(&f.token).ok_or_else(|| invalid("token is empty or malformed".into()))?;
-        let test_docker_scope = match &f.test_docker_scope {
-            None => None,
-            Some(s) => match s.split_once('=') {
-                Some((k, v)) if k.starts_with("gpum.test.") && !v.is_empty() => {
-                    Some((k.to_string(), v.to_string()))
-                }
-                _ => return Err(invalid("test_docker_scope must be gpum.test.KEY=VALUE".into())),
-            },
+        #[cfg(feature = "test-knobs")]
+        let (test_docker_scope, test_reconcile_min_age) = {
+            let scope = match &f.test_docker_scope {
+                None => None,
+                Some(s) => match s.split_once('=') {
+                    Some((k, v)) if k.starts_with("gpum.test.") && !v.is_empty() => {
+                        Some((k.to_string(), v.to_string()))
+                    }
+                    _ => return Err(invalid("test_docker_scope must be gpum.test.KEY=VALUE".into())),
+                },
+            };
+            if f.test_reconcile_min_age_secs.is_some() && scope.is_none() {
+                return Err(invalid("test_reconcile_min_age_secs needs test_docker_scope".into()));
+            }
+            (scope, f.test_reconcile_min_age_secs.map(std::time::Duration::from_secs))
         };
+        #[cfg(not(feature = "test-knobs"))]
+        let (test_docker_scope, test_reconcile_min_age) = (None, None);
         let probe_registries = match f.probe_registries {
             None => default_registries(),
             Some(list) => check_registries(list).map_err(invalid)?,
         };
-        if f.test_reconcile_min_age_secs.is_some() && test_docker_scope.is_none() {
-            return Err(invalid("test_reconcile_min_age_secs needs test_docker_scope".into()));
-        }
         Ok(Config {
             server: f.server.trim_end_matches('/').to_string(),
             node_id: f.node_id,
@@ -179,7 +189,7 @@ impl Config {
             docker_socket: f.docker_socket,
             probe_registries,
             test_docker_scope,
-            test_reconcile_min_age: f.test_reconcile_min_age_secs.map(std::time::Duration::from_secs),
+            test_reconcile_min_age,
         })
     }
 
@@ -202,7 +212,9 @@ impl Config {
             ca_file: self.ca_file.clone(),
             docker_socket: self.docker_socket.clone(),
             probe_registries: Some(self.probe_registries.clone()),
+            #[cfg(feature = "test-knobs")]
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
+            #[cfg(feature = "test-knobs")]
             test_reconcile_min_age_secs: self.test_reconcile_min_age.map(|d| d.as_secs()),
         };
         toml::to_string(&f).expect("config serializes")
@@ -279,6 +291,19 @@ mod tests {
         }
     }
 
+    /// A release build (no `test-knobs`) refuses the test keys as unknown: no config file can
+    /// narrow what the agent sees or shorten the reconciler's grace.
+    #[cfg(not(feature = "test-knobs"))]
+    #[test]
+    fn test_knobs_are_unknown_keys_without_the_feature() {
+        for knob in ["test_docker_scope='gpum.test.s=1'", "test_reconcile_min_age_secs=0"] {
+            let text = format!("server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n{knob}");
+            let e = Config::parse(&text, "c").unwrap_err();
+            assert!(matches!(&e, ConfigError::Invalid(_, why) if why.contains("unknown field")), "{e:?}");
+        }
+    }
+
+    #[cfg(feature = "test-knobs")]
     #[test]
     fn the_test_reconcile_age_comes_only_with_a_test_scope_and_roundtrips() {
         let text = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n\

@@ -296,11 +296,13 @@ impl Agent {
         if self.docker.is_some() {
             return;
         }
-        let connected =
-            Docker::connect(self.docker_socket.as_deref()).map(|d| match &self.cfg.test_docker_scope {
-                Some((k, v)) => d.with_test_scope(k, v),
-                None => d,
-            });
+        let connected = Docker::connect(self.docker_socket.as_deref());
+        // The test scope exists only in a `test-knobs` build (see `config::Config`).
+        #[cfg(feature = "test-knobs")]
+        let connected = connected.map(|d| match &self.cfg.test_docker_scope {
+            Some((k, v)) => d.with_test_scope(k, v),
+            None => d,
+        });
         match connected {
             Ok(d) => {
                 self.docker = Some(Arc::new(d));

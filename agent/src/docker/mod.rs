@@ -16,9 +16,10 @@
 //!
 //! Test scoping: tests of several processes share one engine, and `cleanup_leftovers`, the
 //! reconciler and `uninstall` act on *every* container carrying a gpum label. A test builds its
-//! client with the hidden [`Docker::with_test_scope`], which adds one more label (key under
+//! client with the hidden `Docker::with_test_scope`, which adds one more label (key under
 //! `gpum.test.`) to every container the client creates and to every label filter it lists
-//! with, so one test never sees another's containers. Production code never calls it.
+//! with, so one test never sees another's containers. It exists only in a build with the
+//! `test-knobs` feature (and in unit tests); release builds lack it.
 
 pub mod image;
 pub mod probe;
@@ -45,6 +46,7 @@ pub const PROBE_NAME_PREFIX: &str = "gpum-probe-";
 /// The deadline of every short engine call (list, inspect, stop, remove, info, version).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The prefix a test scope label key must carry.
+#[cfg(any(test, feature = "test-knobs"))]
 const TEST_SCOPE_PREFIX: &str = "gpum.test.";
 /// Image ids whose labels were looked up, kept at most this many (an id's labels never change:
 /// the id is the hash of the image's config, labels included).
@@ -146,7 +148,8 @@ impl Docker {
     }
 
     /// Scopes this client to the containers carrying `key=value` as well (see the module docs).
-    /// For tests only: the key must start with `gpum.test.`.
+    /// For tests only (`test-knobs`): the key must start with `gpum.test.`.
+    #[cfg(any(test, feature = "test-knobs"))]
     #[doc(hidden)]
     pub fn with_test_scope(mut self, key: &str, value: &str) -> Self {
         assert!(key.starts_with(TEST_SCOPE_PREFIX), "a test scope label must start with {TEST_SCOPE_PREFIX}");
