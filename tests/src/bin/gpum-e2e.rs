@@ -112,6 +112,24 @@ fn scenarios() -> Vec<Scenario> {
             what: "the agent cannot start",
             run: agent_cannot_start,
         },
+        Scenario {
+            name: "docker-restart",
+            expect: 2,
+            what: "owner's daemon.json keys and a container without restart policy: no --yes stops (2), --yes proceeds",
+            run: docker_restart,
+        },
+        Scenario {
+            name: "lifecycle",
+            expect: 0,
+            what: "install; secrets; reconciler; re-run refused (40); server deleted (78); re-register; uninstall",
+            run: lifecycle,
+        },
+        Scenario {
+            name: "crash-rerun",
+            expect: 0,
+            what: "killed at every checkpoint, then re-run: converges",
+            run: crash_rerun,
+        },
     ]
 }
 
@@ -305,6 +323,7 @@ fn gpu_registered_elsewhere(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
 
 /// Installs with a code the platform refuses; the refusal must change nothing agent-side.
 fn rejected_code(ctx: &Ctx, h: &Host, code: &str, expect: i32, f: Failure) -> Result<Outcome> {
+    let others = nodes(h)?.len();
     let args = format!("--code {code} --ca-file {HOST_CA} --yes");
     let r = install(h, &args, &[], None)?;
     let mut o = Outcome::new(&r);
@@ -313,7 +332,7 @@ fn rejected_code(ctx: &Ctx, h: &Host, code: &str, expect: i32, f: Failure) -> Re
     let agent = h.sh("test -e /opt/gpum-agent/gpum-agent || test -e /etc/gpum-agent/config.toml")?;
     o.check(agent.code != 0, "no agent binary or config was installed", &agent);
     let n = nodes(h)?;
-    o.check(n.len() == 1, "the platform still has only the other node", &r);
+    o.check(n.len() == others, "no node was added on the platform", &Run::text(&format!("{n:?}")));
     Ok(o)
 }
 
@@ -394,6 +413,219 @@ fn agent_cannot_start(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
         &r,
     );
     Ok(o)
+}
+
+fn docker_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerPresent)?;
+    set_probe_image(&h)?;
+    // The owner's own settings (data-root is the default one, so the images stay where they are).
+    let owner = r#"{"log-opts":{"max-size":"10m","max-file":"3"},"data-root":"/var/lib/docker","registry-mirrors":["https://mirror.example.invalid"]}"#;
+    h.write_file("/etc/docker/daemon.json", format!("{owner}\n").as_bytes(), 0o644)?;
+    h.sh_ok("systemctl restart docker")?;
+    h.sh_ok("docker run -d --name owner-job --network none \"$(jq -r .probe_image_id /etc/gpum-test/host.json)\" sleep 100000")?;
+    let started = h.sh_ok("docker inspect -f '{{.State.StartedAt}}' owner-job")?;
+    let code = h.join_code("1h")?;
+    // No terminal (docker exec without -t) and no --yes.
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(r.all().contains("owner-job"), "the installer names the container that would stop", &r);
+    let still = h.sh("docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' owner-job")?;
+    o.check(still.stdout.trim() == format!("true {}", started.trim()), "the container is untouched", &still);
+    no_node(&h, &mut o)?;
+    let again = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    o.check(again.code == 0, "with --yes the install proceeds (exit 0)", &again);
+    let d = h.sh_ok("cat /etc/docker/daemon.json")?;
+    let v: serde_json::Value = serde_json::from_str(&d).unwrap_or_default();
+    let kept = v["log-opts"]["max-size"] == "10m"
+        && v["data-root"] == "/var/lib/docker"
+        && v["registry-mirrors"][0] == "https://mirror.example.invalid"
+        && v["runtimes"]["nvidia"]["path"].is_string();
+    o.check(
+        kept,
+        "daemon.json keeps log-opts, data-root, registry-mirrors and gains the nvidia runtime",
+        &Run::text(&d),
+    );
+    let backup = h.sh(&format!("grep -l -F '{owner}' /etc/docker/daemon.json?* 2>/dev/null"))?;
+    o.check(!backup.stdout.trim().is_empty(), "a backup of the owner's daemon.json exists", &backup);
+    installed(&h, &mut o, "docker.io")?;
+    Ok(o)
+}
+
+fn lifecycle(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    installed(&h, &mut o, "docker-ce")?;
+    if r.code != 0 {
+        return Ok(o);
+    }
+
+    // The reconciler: a gpum.managed=true container the platform does not know is removed (once
+    // it is 60 s old and three answers agree); an unlabelled one is untouched. Started now, checked
+    // after the re-run below.
+    let img = "\"$(jq -r .probe_image_id /etc/gpum-test/host.json)\"";
+    h.sh_ok(&format!(
+        "docker run -d --name stray --network none --label gpum.managed=true {img} sleep 100000"
+    ))?;
+    h.sh_ok(&format!(
+        "docker run -d --name owner-own --network none --restart unless-stopped {img} sleep 100000"
+    ))?;
+    // Secrets: the node token is nowhere but in the 0600 config.
+    let token = h.sh_ok("sed -n 's/^[[:space:]]*token[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' /etc/gpum-agent/config.toml")?;
+    let token = token.trim().to_string();
+    o.check(token.len() >= 32, "the config holds the node token", &Run::text(&token));
+    if token.len() >= 32 {
+        let leak = h.exec(
+            None,
+            &[],
+            "grep -l -F -f /dev/stdin /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null",
+            Some(format!("{token}\n").as_bytes()),
+        )?;
+        let journal = h.exec(
+            None,
+            &[],
+            "journalctl --no-pager -o cat | grep -F -f /dev/stdin | head -3",
+            Some(format!("{token}\n").as_bytes()),
+        )?;
+        o.check(
+            leak.stdout.lines().all(|l| !l.starts_with("/proc")),
+            "the token is in no process's cmdline or environ",
+            &leak,
+        );
+        o.check(journal.stdout.trim().is_empty(), "the token is not in the journal", &journal);
+        o.check(
+            !r.all().contains(&token),
+            "the token is not in the installer's output",
+            &Run::text("(installer output)"),
+        );
+    }
+
+    // A new code while the server still exists: refused (40), the agent untouched.
+    let before = h.sh_ok("systemctl show -p MainPID --value gpum-agent; sha256sum /etc/gpum-agent/config.toml /opt/gpum-agent/gpum-agent")?;
+    let code2 = h.join_code("1h")?;
+    let again = install(&h, &format!("--code {code2} --ca-file {HOST_CA} --yes"), &[], None)?;
+    o.check(again.code == 40, "a re-run while the server exists exits 40", &again);
+    let after = h.sh_ok("systemctl show -p MainPID --value gpum-agent; sha256sum /etc/gpum-agent/config.toml /opt/gpum-agent/gpum-agent")?;
+    o.check(
+        before == after,
+        "the running agent, its config and its binary are untouched",
+        &Run::text(&after),
+    );
+
+    let gone = h.wait_for(
+        "the stray managed container removed",
+        Duration::from_secs(100),
+        "! docker inspect stray >/dev/null 2>&1",
+    );
+    o.check(
+        gone.is_ok(),
+        "the unknown gpum.managed container is removed",
+        &Run::text(&gone.as_ref().err().map(|e| format!("{e:#}")).unwrap_or_default()),
+    );
+    let own = h.sh("docker inspect -f '{{.State.Running}}' owner-own")?;
+    o.check(own.stdout.trim() == "true", "the unlabelled container is untouched", &own);
+
+    // The server deleted on the platform: the agent stops with 78 and stays stopped.
+    let id = h.sh_ok("jq -r .node_id /var/lib/gpum-agent/state.json")?.trim().to_string();
+    h.platform(&format!("nodes delete {id}"))?;
+    let stopped = h.wait_for(
+        "the agent to stop",
+        Duration::from_secs(40),
+        "test \"$(systemctl show -p ExecMainStatus --value gpum-agent)\" = 78 && ! systemctl is-active -q gpum-agent",
+    );
+    o.check(
+        stopped.is_ok(),
+        "the agent exits 78 and systemd does not restart it",
+        &Run::text(&stopped.as_ref().err().map(|e| format!("{e:#}")).unwrap_or_default()),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let still = h.sh("systemctl is-active gpum-agent; systemctl show -p NRestarts --value gpum-agent")?;
+    o.check(!still.stdout.starts_with("active"), "it is still stopped a few seconds later", &still);
+    let st = h.sh("/opt/gpum-agent/gpum-agent status")?;
+    o.check(
+        st.all().contains("server deleted or token replaced"),
+        "gpum-agent status says \"server deleted or token replaced\"",
+        &st,
+    );
+
+    // Re-run with a new code: registers anew, the service runs again.
+    let code3 = h.join_code("1h")?;
+    let rereg = install(&h, &format!("--code {code3} --ca-file {HOST_CA} --yes"), &[], None)?;
+    o.check(rereg.code == 0, "a re-run with a new code re-registers (exit 0)", &rereg);
+    let active = h.sh("systemctl is-active gpum-agent")?;
+    o.check(active.stdout.trim() == "active", "the agent runs again", &active);
+    let n = nodes(&h)?;
+    o.check(n.iter().any(|x| x.id != id && x.online), "a new node is online", &Run::text(&format!("{n:?}")));
+
+    // Uninstall: gpum's files and containers go; Docker, the images and the owner's containers stay.
+    let un = h.sh("/opt/gpum-agent/gpum-agent uninstall --yes")?;
+    o.check(un.code == 0, "gpum-agent uninstall --yes exits 0", &un);
+    let left = h.sh(
+        "ls -d /opt/gpum-agent /etc/gpum-agent /var/lib/gpum-agent /etc/systemd/system/gpum-agent.service 2>/dev/null; \
+         docker ps -aq --filter label=gpum.managed=true",
+    )?;
+    o.check(left.stdout.trim().is_empty(), "gpum's files and managed containers are gone", &left);
+    let kept = h.sh(&format!(
+        "systemctl is-active docker && docker image inspect {img} >/dev/null && docker inspect -f '{{{{.State.Running}}}}' owner-own"
+    ))?;
+    o.check(
+        kept.code == 0 && kept.stdout.contains("true"),
+        "Docker, the images and the owner's container remain",
+        &kept,
+    );
+    Ok(o)
+}
+
+fn crash_rerun(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    // The checkpoints of this host's plan, in order (the dry run prints the plan the install runs).
+    let dry = h.sh(&format!(
+        "curl -fsSL https://127.0.0.1:8443/install.sh | sudo bash -s -- --dry-run --json {args}"
+    ))?;
+    let plan: serde_json::Value =
+        dry.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_default();
+    let checkpoints: Vec<String> =
+        plan["plan"].as_array().map(|a| a.iter().filter_map(checkpoint_of).collect()).unwrap_or_default();
+    let mut o = Outcome { got: -1, problems: Vec::new(), detail: Some(dry.all()) };
+    o.check(checkpoints.len() >= 8, "the dry run's plan lists the install's steps", &dry);
+    let mut knobs = knobs(&h, ctx)?;
+    for cp in &checkpoints {
+        knobs["crash_at"] = cp.as_str().into();
+        h.write_file("/etc/gpum-test/installer.json", knobs.to_string().as_bytes(), 0o644)?;
+        let r = install(&h, &args, &[], None)?;
+        let died = r.code == 137 && r.all().contains(&format!("checkpoint {cp}"));
+        o.check(died, &format!("killed at checkpoint {cp}"), &r);
+    }
+    knobs["crash_at"] = serde_json::Value::Null;
+    h.write_file("/etc/gpum-test/installer.json", knobs.to_string().as_bytes(), 0o644)?;
+    let last = install(&h, &args, &[], None)?;
+    o.got = last.code;
+    o.detail = Some(last.all());
+    installed(&h, &mut o, "docker-ce")?;
+    let sources = h.sh(
+        "ls /etc/apt/sources.list.d/; grep -h '^URIs:' /etc/apt/sources.list.d/*.sources | sort | uniq -d",
+    )?;
+    let files: Vec<&str> =
+        sources.stdout.lines().filter(|l| l.ends_with(".sources") || l.ends_with(".list")).collect();
+    o.check(files.len() == 2, "one source file per repository", &sources);
+    let keys = h.sh("ls /etc/apt/keyrings/")?;
+    o.check(keys.stdout.lines().count() == 2, "one keyring per repository", &keys);
+    Ok(o)
+}
+
+/// The checkpoint name of one step of the dry run's JSON plan (as `Step::checkpoint` names it).
+fn checkpoint_of(step: &serde_json::Value) -> Option<String> {
+    let action = step["action"].as_str()?;
+    Some(match action {
+        "add_repository" => format!("add_repository_{}", step["id"].as_str()?),
+        "write_file" => format!("write_{}", step["purpose"].as_str()?),
+        other => other.to_string(),
+    })
 }
 
 // ------------------------------------------------------------------------------------------
