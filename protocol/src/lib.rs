@@ -174,6 +174,7 @@ pub struct HeartbeatRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Metrics {
     /// Whole-machine CPU load, percent of all cores.
+    #[serde(deserialize_with = "finite_f32")]
     pub cpu_load_pct: f32,
     pub ram_used_mib: u64,
     pub ram_total_mib: u64,
@@ -188,7 +189,17 @@ pub struct GpuMetrics {
     pub mem_used_mib: u64,
     pub mem_total_mib: u64,
     pub temp_c: u32,
+    #[serde(deserialize_with = "finite_f32")]
     pub power_w: f32,
+}
+
+/// An `f32` that is a real number. JSON has no infinity, but `1e47` parses into an `f32` as one,
+/// and serde_json writes it back as `null`, which would then fail to parse wherever it is read
+/// again: such a value is refused where it enters.
+fn finite_f32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    let v = f64::deserialize(d)?;
+    let f = v as f32;
+    if f.is_finite() { Ok(f) } else { Err(serde::de::Error::custom(format!("{v} is out of range"))) }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -490,6 +501,19 @@ pub struct TokenRotated {
 
 #[cfg(test)]
 mod tests {
+    /// Fuzzing found it (fuzz/findings/): an out-of-range float became infinity, stored as
+    /// `null`, and the node's metrics vanished from `nodes list`.
+    #[test]
+    fn metrics_refuse_numbers_that_are_not_finite_f32() {
+        let g = |p: &str| format!(r#"{{"index":0,"util_pct":1,"mem_used_mib":1,"mem_total_mib":2,"temp_c":30,"power_w":{p}}}"#);
+        assert_eq!(serde_json::from_str::<GpuMetrics>(&g("70.5")).unwrap().power_w, 70.5);
+        assert!(serde_json::from_str::<GpuMetrics>(&g("1e47")).is_err());
+        assert!(serde_json::from_str::<GpuMetrics>(&g("-1e39")).is_err());
+        let m = |c: &str| format!(r#"{{"cpu_load_pct":{c},"ram_used_mib":1,"ram_total_mib":2,"disk_free_gib":3,"gpus":[]}}"#);
+        assert!(serde_json::from_str::<Metrics>(&m("12.5")).is_ok());
+        assert!(serde_json::from_str::<Metrics>(&m("1e300")).is_err());
+    }
+
     use super::*;
 
     #[test]
