@@ -161,12 +161,14 @@ fn docker_left(label: &str, e: &DockerError, ru: bool) -> String {
     if ru {
         format!(
             "контейнеры с меткой {label}=true не удалены ({e}); когда Docker заработает, удалите их: \
-             docker rm -f $(docker ps -aq --filter label={label}=true)"
+             docker rm -f $(docker ps -aq --filter label={label}=true) (сначала проверьте список: \
+             контейнеры, получившие метку от своего образа, принадлежат не gpum)"
         )
     } else {
         format!(
             "containers labelled {label}=true were not removed ({e}); once Docker runs, remove them with \
-             docker rm -f $(docker ps -aq --filter label={label}=true)"
+             docker rm -f $(docker ps -aq --filter label={label}=true) (check the list first: a container \
+             that got the label from its image is not gpum's)"
         )
     }
 }

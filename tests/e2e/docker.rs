@@ -446,7 +446,8 @@ async fn labels_inherited_from_an_image_are_not_gpum_s() {
         reconcile::remove(&d, &c, Duration::from_secs(1)).await.unwrap();
     }
     assert_eq!(probe::cleanup_leftovers(&d).await.unwrap(), vec![gpum_probe]);
-    let host = gpum_host::RealHost::with_root(tempfile::tempdir().unwrap().path());
+    let root = tempfile::tempdir().unwrap();
+    let host = gpum_host::RealHost::with_root(root.path());
     let u = gpum_agent::uninstall::uninstall(&host, Ok(&d), gpum_common::Lang::En).await;
     assert!(u.errors.is_empty(), "{:?}", u.errors);
     assert_eq!(scope.names(), HashSet::from([owner_managed, owner_managed_again, owner_probe]));
