@@ -31,7 +31,9 @@ struct Cli {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     json: bool,
-    /// TEST ONLY: add the number of seconds in this file to the system clock, read on every use.
+    /// TEST ONLY (the `test-knobs` feature, absent from release builds): add the number of
+    /// seconds in this file to the system clock, read on every use.
+    #[cfg(feature = "test-knobs")]
     #[arg(long, global = true, hide = true, value_name = "FILE")]
     test_clock_file: Option<PathBuf>,
     #[command(subcommand)]
@@ -171,7 +173,10 @@ pub fn main() -> i32 {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    #[cfg(feature = "test-knobs")]
     let clock = Clock::with_offset_file(cli.test_clock_file.clone());
+    #[cfg(not(feature = "test-knobs"))]
+    let clock = Clock::system();
     let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
     if let Cmd::Serve(args) = cli.cmd {
         return serve(args, db_path, clock);

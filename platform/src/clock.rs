@@ -1,7 +1,7 @@
 //! The platform's clock.
 //!
 //! Join-code expiry and the 60-second offline rule depend on time, and tests must not wait for
-//! them. `--test-clock-file F` (hidden, test-only) makes the clock the system time plus a number
+//! them. `--test-clock-file F` (hidden, only in builds with the `test-knobs` feature) makes the clock the system time plus a number
 //! of seconds read from `F` on every call; a missing or empty file means no offset. Tests write a
 //! larger number to move the platform into the future. The same clock stamps the `Date` header,
 //! so a test can also make the platform's clock look skewed to an agent.

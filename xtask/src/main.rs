@@ -62,19 +62,24 @@ fn main() -> Result<()> {
     }
 }
 
+/// The test-only features the suites need (the agent's come through `tests/Cargo.toml`).
+pub const TEST_FEATURES: &str = "gpum-platform/test-knobs";
+
 fn test(extra: &[String]) -> Result<()> {
     use util::cargo;
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
-    // The end-to-end suites drive the real binaries.
-    cargo(&["build", "--workspace", "--bins", "--locked"])?;
+    // The end-to-end suites drive the real binaries, with the platform's test clock (a
+    // `test-knobs` feature that release builds lack).
+    cargo(&["build", "--workspace", "--bins", "--locked", "--features", TEST_FEATURES])?;
     // With an engine present, the Docker suites must run, not skip.
     let docker = util::docker_answers();
     eprintln!(
         "xtask: docker engine {}",
         if docker { "answers; Docker suites are required" } else { "absent; Docker suites will skip" }
     );
-    let mut args = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];
+    let mut args =
+        vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast", "--features", TEST_FEATURES];
     args.extend(extra.iter().map(String::as_str));
     util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })])
 }
