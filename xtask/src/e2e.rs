@@ -2,8 +2,9 @@
 //!
 //! 1. Builds what the scenarios run: `gpum-install` with `--features test-knobs` in its own
 //!    target directory (`target/e2e/knobs-target`, so `target/debug` keeps the knob-less binary
-//!    other tests use), copied to `target/e2e/bin/`; then `gpum-agent`, `gpum-platform` and the
-//!    runner `gpum-e2e` as usual.
+//!    other tests use), copied to `target/e2e/bin/`; then the workspace's binaries exactly as
+//!    `cargo xtask test` builds them (the platform with its `test-knobs` test clock, the agent,
+//!    the runner `gpum-e2e`).
 //! 2. Stages `target/e2e/stage/`, which every host mounts read-only at `/opt/gpum-e2e`:
 //!    `bin/gpum-platform`; `dist/` with `gpum-install` and `gpum-agent` (debug info stripped, to
 //!    keep downloads short), signed by `cargo xtask sign`'s code with a throwaway release key
@@ -43,8 +44,9 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     } else {
         eprintln!("xtask: gpum-install has no `test-knobs` feature yet; staging the plain installer");
     }
-    cargo(&["build", "--locked", "-p", "gpum-install", "-p", "gpum-agent", "-p", "gpum-platform"])?;
-    cargo(&["build", "--locked", "-p", "gpum-tests", "--bin", "gpum-e2e"])?;
+    // The same build as `cargo xtask test` (which runs first in CI), so nothing is rebuilt: the
+    // platform with its test clock (`TEST_FEATURES`), the agent, and the runner `gpum-e2e`.
+    cargo(&["build", "--workspace", "--bins", "--locked", "--features", crate::TEST_FEATURES])?;
     if !knobs {
         copy(&debug.join("gpum-install"), &bin.join("gpum-install"))?;
     }

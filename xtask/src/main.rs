@@ -45,7 +45,7 @@ enum Cmd {
     /// The test host scenarios (docs/testhost.md): all, or those named.
     E2e {
         names: Vec<String>,
-        /// Scenarios run side by side (default 2).
+        /// Scenarios run side by side (default 3).
         #[arg(long)]
         jobs: Option<usize>,
     },

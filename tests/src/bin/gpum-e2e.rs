@@ -840,7 +840,7 @@ fn main() {
 
 fn real_main() -> Result<bool> {
     let mut stage = None;
-    let mut jobs = 2usize;
+    let mut jobs = 3usize;
     let mut names = Vec::new();
     let mut list = false;
     let mut args = std::env::args().skip(1);
