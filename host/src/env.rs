@@ -22,7 +22,8 @@ pub const GPUM_YES: &str = "GPUM_YES";
 pub const GPUM_ALLOW_DOWNGRADE: &str = "GPUM_ALLOW_DOWNGRADE";
 pub const GPUM_PROBE_REGISTRIES: &str = "GPUM_PROBE_REGISTRIES";
 /// Proxy variables the installer passes on to the service (reqwest reads them too).
-pub const PROXY_VARS: &[&str] = &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"];
+pub const PROXY_VARS: &[&str] =
+    &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"];
 /// Log filter for the agent and platform (tracing's `EnvFilter` syntax).
 pub const GPUM_LOG: &str = "GPUM_LOG";
 /// Overrides of where the installer looks for the simulated/real NVML library (tests only).

@@ -146,7 +146,8 @@ impl Host for RealHost {
         use std::os::unix::fs::MetadataExt;
         let m = fs::metadata(self.map(path))?;
         let secs = u64::try_from(m.ctime()).unwrap_or(0);
-        Ok(SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, m.ctime_nsec().clamp(0, 999_999_999) as u32))
+        Ok(SystemTime::UNIX_EPOCH
+            + std::time::Duration::new(secs, m.ctime_nsec().clamp(0, 999_999_999) as u32))
     }
 
     fn confirm(&self, prompt: &str) -> io::Result<Option<bool>> {

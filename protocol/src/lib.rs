@@ -505,11 +505,19 @@ mod tests {
     /// `null`, and the node's metrics vanished from `nodes list`.
     #[test]
     fn metrics_refuse_numbers_that_are_not_finite_f32() {
-        let g = |p: &str| format!(r#"{{"index":0,"util_pct":1,"mem_used_mib":1,"mem_total_mib":2,"temp_c":30,"power_w":{p}}}"#);
+        let g = |p: &str| {
+            format!(
+                r#"{{"index":0,"util_pct":1,"mem_used_mib":1,"mem_total_mib":2,"temp_c":30,"power_w":{p}}}"#
+            )
+        };
         assert_eq!(serde_json::from_str::<GpuMetrics>(&g("70.5")).unwrap().power_w, 70.5);
         assert!(serde_json::from_str::<GpuMetrics>(&g("1e47")).is_err());
         assert!(serde_json::from_str::<GpuMetrics>(&g("-1e39")).is_err());
-        let m = |c: &str| format!(r#"{{"cpu_load_pct":{c},"ram_used_mib":1,"ram_total_mib":2,"disk_free_gib":3,"gpus":[]}}"#);
+        let m = |c: &str| {
+            format!(
+                r#"{{"cpu_load_pct":{c},"ram_used_mib":1,"ram_total_mib":2,"disk_free_gib":3,"gpus":[]}}"#
+            )
+        };
         assert!(serde_json::from_str::<Metrics>(&m("12.5")).is_ok());
         assert!(serde_json::from_str::<Metrics>(&m("1e300")).is_err());
     }
