@@ -55,6 +55,8 @@ enum Variant {
     DockerPresent,
     NoSystemd,
     TmpNoexec,
+    /// Docker absent, `/var/lib/docker` a 1 GiB tmpfs.
+    SmallDisk,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -71,6 +73,18 @@ fn scenarios() -> Vec<Scenario> {
         Scenario { name: "unknown-parameter", expect: 2, what: "unknown parameter", run: unknown_parameter },
         Scenario { name: "no-gpu", expect: 10, what: "no GPU", run: no_gpu },
         Scenario { name: "broken-driver", expect: 10, what: "a broken driver", run: broken_driver },
+        Scenario {
+            name: "disk-too-small",
+            expect: 10,
+            what: "Docker's data root on a 1 GiB tmpfs",
+            run: disk_too_small,
+        },
+        Scenario {
+            name: "conflicting-signed-by",
+            expect: 10,
+            what: "Docker's repository already present with another Signed-By",
+            run: conflicting_signed_by,
+        },
         Scenario { name: "tmp-noexec", expect: 10, what: "/tmp noexec, no TMPDIR", run: tmp_noexec },
         Scenario {
             name: "fresh",
@@ -237,6 +251,46 @@ fn preflight_failure(ctx: &Ctx, s: &Scenario, gpu_json: &str) -> Result<Outcome>
     o.russian(ctx, &ru, s.expect, &Failure::PreflightFailed(Vec::new()));
     nothing_installed(&h, &mut o)?;
     no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn disk_too_small(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::SmallDisk)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(r.all().contains("/var/lib/docker"), "the message names Docker's data root", &r);
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.russian(ctx, &ru, s.expect, &Failure::PreflightFailed(Vec::new()));
+    nothing_installed(&h, &mut o)?;
+    no_node(&h, &mut o)?;
+    Ok(o)
+}
+
+fn conflicting_signed_by(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    // The owner added Docker's repository by hand before, with another keyring: apt would refuse
+    // gpum's source for the same URI ("Conflicting values set for option Signed-By").
+    h.sh_ok("curl -fsS http://127.0.0.1:8088/docker.asc | gpg --dearmor > /usr/share/keyrings/docker-archive-keyring.gpg")?;
+    h.write_file(
+        "/etc/apt/sources.list.d/docker.list",
+        b"deb [arch=amd64 signed-by=/usr/share/keyrings/docker-archive-keyring.gpg] http://127.0.0.1:8088/docker bookworm stable\n",
+        0o644,
+    )?;
+    h.sh_ok("apt-get update -qq")?;
+    let code = h.join_code("1h")?;
+    let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(
+        dry.all().contains("/etc/apt/sources.list.d/docker.list"),
+        "the dry run names the conflicting source",
+        &dry,
+    );
+    let apt = h.sh("apt-get update 2>&1")?;
+    o.check(apt.code == 0 && !apt.stdout.contains("Conflicting"), "apt-get update still works", &apt);
     Ok(o)
 }
 
@@ -641,6 +695,7 @@ fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
         systemd: !matches!(v, Variant::NoSystemd),
         tmp_noexec: matches!(v, Variant::TmpNoexec),
         stage: ctx.stage.dir.clone(),
+        small_data_root: matches!(v, Variant::SmallDisk).then(|| "1g".to_string()),
     };
     let h = Host::start(s.name, &opts)?;
     let knobs = knobs(&h, ctx)?;

@@ -24,6 +24,9 @@ pub struct HostOpts {
     pub tmp_noexec: bool,
     /// Where `/opt/gpum-e2e` comes from.
     pub stage: PathBuf,
+    /// Put `/var/lib/docker` on a tmpfs of this size (e.g. "1g") instead of a fresh volume: a
+    /// data root too small for Docker.
+    pub small_data_root: Option<String>,
 }
 
 pub struct Host {
@@ -120,6 +123,15 @@ impl Host {
             entry.into(),
             opts.image.clone(),
         ];
+        let mut args = args;
+        if let Some(size) = &opts.small_data_root {
+            let i = args
+                .iter()
+                .position(|a| a == &format!("{volume}:/var/lib/docker"))
+                .expect("the volume argument");
+            args[i - 1] = "--tmpfs".into();
+            args[i] = format!("/var/lib/docker:rw,exec,size={size}");
+        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         docker_ok(&argv)?;
         host.wait_up()?;
