@@ -131,9 +131,20 @@ pub struct Gatherer {
 /// while it is missing, os-release): five minutes at the default interval.
 pub const SLOW_FACTS_EVERY: u64 = 30;
 
+/// The NVML library to load: `GPUM_NVML_LIB`, else the versioned name the driver installs
+/// (`libnvidia-ml.so.1`), the same one the installer's audit loads. nvml-wrapper's default is
+/// the unversioned `libnvidia-ml.so`, which only the driver's development package provides: an
+/// agent using it saw no GPU on a machine whose audit had just found one (found in the test
+/// host: the node registered without GPUs).
+pub fn nvml_lib(host: &dyn Host) -> String {
+    host.env(env::GPUM_NVML_LIB)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| gpum_preflight::gpu::DEFAULT_NVML_LIB.to_string())
+}
+
 impl Gatherer {
     pub fn new(host: Arc<dyn Host>) -> Gatherer {
-        let lib = host.env(env::GPUM_NVML_LIB).filter(|s| !s.is_empty());
+        let lib = Some(nvml_lib(host.as_ref()));
         let mut sys = sysinfo::System::new();
         sys.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
         let cpu_model = sys.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
@@ -289,6 +300,14 @@ pub fn probe_relevant(inv: &Inventory) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nvml_is_loaded_by_the_name_the_driver_installs() {
+        use gpum_host::fake::FakeHost;
+        assert_eq!(nvml_lib(&FakeHost::new()), "libnvidia-ml.so.1");
+        assert_eq!(nvml_lib(&FakeHost::new()), gpum_preflight::gpu::DEFAULT_NVML_LIB);
+        assert_eq!(nvml_lib(&FakeHost::new().env_var("GPUM_NVML_LIB", "/x/sim.so")), "/x/sim.so");
+    }
+
     use super::*;
     use gpum_host::fake::FakeHost;
 

@@ -32,6 +32,9 @@ pub struct DockerRuntimeFacts {
     pub hook_installed: Option<SystemTime>,
     /// Running containers without a restart policy (names): a Docker restart stops them.
     pub at_risk: Vec<String>,
+    /// `daemon.json` declares the `nvidia` runtime but the running engine does not list it:
+    /// the file was written after dockerd last read it (an install killed between the two).
+    pub engine_lacks_runtime: bool,
 }
 
 impl DockerRuntimeFacts {
@@ -56,6 +59,16 @@ pub fn gather(host: &dyn Host, facts: &Facts) -> DockerRuntimeFacts {
     }
     out.dockerd_started = dockerd_started(host);
     out.at_risk = at_risk(host, &facts.docker.socket);
+    // Only when the file has the runtime: `/info` is the engine's slowest read-only call, and the
+    // audit of a machine without the runtime needs no answer from it.
+    if facts.docker.has_nvidia_runtime() {
+        out.engine_lacks_runtime = host
+            .unix_http_get(&facts.docker.socket, "/info")
+            .ok()
+            .filter(|r| r.status == 200)
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+            .is_some_and(|v| v["Runtimes"].is_object() && v["Runtimes"].get("nvidia").is_none());
+    }
     out
 }
 
@@ -133,7 +146,7 @@ mod tests {
     #[test]
     fn stale_only_when_the_hook_came_after_dockerd() {
         let at = |s| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
-        let f = |d, h| DockerRuntimeFacts { dockerd_started: d, hook_installed: h, at_risk: vec![] };
+        let f = |d, h| DockerRuntimeFacts { dockerd_started: d, hook_installed: h, ..Default::default() };
         assert!(f(at(100), at(200)).driver_stale());
         assert!(!f(at(300), at(200)).driver_stale());
         assert!(!f(None, at(200)).driver_stale());

@@ -184,7 +184,7 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
         steps.push(Step::RestartDocker { stops: Vec::new() });
     } else if need_toolkit || input.docker.driver_stale() {
         steps.push(Step::RestartDocker { stops: input.docker.at_risk.clone() });
-    } else if !has_runtime {
+    } else if !has_runtime || input.docker.engine_lacks_runtime {
         steps.push(Step::ReloadDocker);
     }
     steps.push(Step::Register { server, config: agent_state::DEFAULT_CONFIG.into() });

@@ -168,6 +168,33 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
     assert!(
         !a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. } | Step::InstallPackages { .. }))
     );
+    // Everything configured, but the running engine never read the file (an install killed
+    // between writing daemon.json and reloading): a reload, nothing else.
+    let h = fresh_ubuntu()
+        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
+        .file("/usr/bin/docker", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/info", "HTTP/1.0 200 OK\r\n\r\n{\"Runtimes\":{\"runc\":{}}}");
+    let a = crate::Audit::run(
+        &h,
+        &t4(),
+        &GatherOptions { offline: true, ..Default::default() },
+        gpum_common::Lang::En,
+    );
+    let kinds: Vec<String> = a.plan.steps.iter().map(|s| s.checkpoint()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "download_agent",
+            "reload_docker",
+            "register",
+            "write_agent_binary",
+            "write_agent_unit",
+            "start_agent",
+            "gpu_check"
+        ]
+    );
     // A toolkit with a known container escape (older than 1.17.8) is upgraded from its repository.
     let h = fresh_ubuntu()
         .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))

@@ -1,10 +1,9 @@
 //! `cargo xtask e2e [NAME...]`: the test host scenarios (issue 10, docs/testhost.md).
 //!
-//! 1. Builds what the scenarios run: `gpum-install` with `--features test-knobs` in its own
-//!    target directory (`target/e2e/knobs-target`, so `target/debug` keeps the knob-less binary
-//!    other tests use), copied to `target/e2e/bin/`; then the workspace's binaries exactly as
-//!    `cargo xtask test` builds them (the platform with its `test-knobs` test clock, the agent,
-//!    the runner `gpum-e2e`).
+//! 1. Builds what the scenarios run: `gpum-install` with `--features test-knobs` and `gpum-agent`
+//!    as a release has it (no test knobs), copied to `target/e2e/bin/`; then the workspace's
+//!    binaries exactly as `cargo xtask test` builds them (the platform with its `test-knobs` test
+//!    clock, the runner `gpum-e2e`), which puts `target/debug` back as the other suites need it.
 //! 2. Stages `target/e2e/stage/`, which every host mounts read-only at `/opt/gpum-e2e`:
 //!    `bin/gpum-platform`; `dist/` with `gpum-install` and `gpum-agent` (debug info stripped, to
 //!    keep downloads short), signed by `cargo xtask sign`'s code with a throwaway release key
@@ -21,7 +20,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{cargo, cargo_env, target_dir, workspace_root};
+use crate::util::{cargo, target_dir, workspace_root};
 
 pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     let e2e = target_dir().join("e2e");
@@ -29,27 +28,26 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     fs::create_dir_all(&bin)?;
     let debug = target_dir().join("debug");
 
-    // The test-knobs installer builds in a target directory of its own, so `target/debug` keeps
-    // the knob-less binary other tests use, and the two feature sets never rebuild each other's
-    // dependencies.
-    let knobs = has_test_knobs()?;
-    let knobs_target = e2e.join("knobs-target");
-    if knobs {
-        let dir = knobs_target.to_string_lossy().into_owned();
-        cargo_env(
-            &["build", "--locked", "-p", "gpum-install", "--features", "test-knobs"],
-            &[("CARGO_TARGET_DIR", dir.as_str())],
-        )?;
-        copy(&knobs_target.join("debug/gpum-install"), &bin.join("gpum-install"))?;
-    } else {
-        eprintln!("xtask: gpum-install has no `test-knobs` feature yet; staging the plain installer");
-    }
+    // What the test host runs: the installer with its test knobs, and the agent as a release
+    // has it (without the agent's test knobs, which `cargo build --workspace` turns on through
+    // tests/Cargo.toml). Both build in the shared target directory, so only these two crates
+    // compile twice; they are copied out before the workspace build below puts the suites'
+    // binaries back into `target/debug`.
+    cargo(&[
+        "build",
+        "--locked",
+        "-p",
+        "gpum-install",
+        "-p",
+        "gpum-agent",
+        "--features",
+        "gpum-install/test-knobs",
+    ])?;
+    copy(&debug.join("gpum-install"), &bin.join("gpum-install"))?;
+    copy(&debug.join("gpum-agent"), &bin.join("gpum-agent"))?;
     // The same build as `cargo xtask test` (which runs first in CI), so nothing is rebuilt: the
-    // platform with its test clock (`TEST_FEATURES`), the agent, and the runner `gpum-e2e`.
+    // platform with its test clock (`TEST_FEATURES`), and the runner `gpum-e2e`.
     cargo(&["build", "--workspace", "--bins", "--locked", "--features", crate::TEST_FEATURES])?;
-    if !knobs {
-        copy(&debug.join("gpum-install"), &bin.join("gpum-install"))?;
-    }
 
     let stage = e2e.join("stage");
     if stage.exists() {
@@ -60,7 +58,7 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     }
     strip(&debug.join("gpum-platform"), &stage.join("bin/gpum-platform"))?;
     strip(&bin.join("gpum-install"), &stage.join("dist/gpum-install"))?;
-    strip(&debug.join("gpum-agent"), &stage.join("dist/gpum-agent"))?;
+    strip(&bin.join("gpum-agent"), &stage.join("dist/gpum-agent"))?;
 
     // A throwaway release key for this run, outside the repository (as `release-key` insists),
     // removed at the end; its public part goes into the stage for the test-knobs installer.
@@ -104,9 +102,6 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
 
     let mut cmd = Command::new(debug.join("gpum-e2e"));
     cmd.arg("--stage").arg(&stage);
-    if !knobs {
-        cmd.arg("--no-test-knobs");
-    }
     if let Some(j) = jobs {
         cmd.arg("--jobs").arg(j.to_string());
     }
@@ -116,12 +111,6 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
         bail!("gpum-e2e: {st}");
     }
     Ok(())
-}
-
-/// Whether `installer/Cargo.toml` declares the `test-knobs` feature.
-fn has_test_knobs() -> Result<bool> {
-    let toml = fs::read_to_string(workspace_root().join("installer/Cargo.toml"))?;
-    Ok(toml.lines().any(|l| l.trim_start().starts_with("test-knobs")))
 }
 
 /// The primary fingerprint of an armored public key.

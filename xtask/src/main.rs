@@ -1,7 +1,8 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
-//! - `test`: what CI runs: `cargo fmt --check`, `clippy -D warnings`, the binaries the
-//!   end-to-end suites drive, then the whole suite under nextest.
+//! - `test`: what CI runs: installs what the tests need (`tests/setup-deps.sh`), `cargo fmt
+//!   --check`, `clippy -D warnings`, the binaries the end-to-end suites drive, the whole suite
+//!   under nextest, then the test host scenarios (`e2e`).
 //! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
 //! - `release-key`, `sign`: development release keys and artifact signatures.
 //! - `e2e`: the test host scenarios (see `e2e.rs`).
@@ -24,8 +25,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// fmt --check, clippy -D warnings, then every test (what CI runs).
+    /// Install what the tests need, fmt --check, clippy -D warnings, every suite, then the test
+    /// host scenarios (what CI runs).
     Test {
+        /// Do not run tests/setup-deps.sh (apt, pip, starting Docker).
+        #[arg(long)]
+        no_setup: bool,
+        /// Skip the test host scenarios (`cargo xtask e2e`).
+        #[arg(long)]
+        no_e2e: bool,
         /// Extra arguments passed to `cargo nextest run`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -54,7 +62,7 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Test { args } => test(&args),
+        Cmd::Test { no_setup, no_e2e, args } => test(no_setup, no_e2e, &args),
         Cmd::Bench { which, quick } => bench::run(&which, quick),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
@@ -65,8 +73,17 @@ fn main() -> Result<()> {
 /// The test-only features the suites need (the agent's come through `tests/Cargo.toml`).
 pub const TEST_FEATURES: &str = "gpum-platform/test-knobs";
 
-fn test(extra: &[String]) -> Result<()> {
+fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     use util::cargo;
+    if !no_setup {
+        let st = std::process::Command::new("bash")
+            .arg(util::workspace_root().join("tests/setup-deps.sh"))
+            .status()
+            .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
+        if !st.success() {
+            anyhow::bail!("tests/setup-deps.sh failed: {st}");
+        }
+    }
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
     // The end-to-end suites drive the real binaries, with the platform's test clock (a
@@ -81,5 +98,15 @@ fn test(extra: &[String]) -> Result<()> {
     let mut args =
         vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast", "--features", TEST_FEATURES];
     args.extend(extra.iter().map(String::as_str));
-    util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })])
+    let suites = util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })]);
+    if no_e2e {
+        return suites;
+    }
+    // The scenarios run even when a suite failed, so one run shows everything; the exit status
+    // still reports the failure.
+    if !docker {
+        anyhow::bail!("no Docker Engine answers: the test host scenarios cannot run (--no-e2e skips them)");
+    }
+    let scenarios = e2e::run(&[], None);
+    suites.and(scenarios)
 }

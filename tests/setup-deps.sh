@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What the tests need on a fresh Debian 12 / Ubuntu 22.04+ machine, installed when missing:
+# `cargo xtask test` runs this first (skip with `cargo xtask test --no-setup`).
+# - apt: musl-tools (the static platform build), busybox-static (the Docker suites' images),
+#   the linter for install.sh, and for the test host (docs/testhost.md) mmdebstrap, debootstrap,
+#   dpkg-dev and apt-utils (the local apt repositories), gpg and gpg-agent (their keys), jq,
+#   binutils (ar, strip) and gcc (the simulated NVML library);
+# - pip: schemathesis (the platform against docs/openapi.yaml);
+# - a running Docker Engine (started when installed but stopped).
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+need_pkgs=()
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
+done
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+    echo "setup: installing ${need_pkgs[*]}" >&2
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+if ! command -v schemathesis >/dev/null 2>&1 && ! command -v st >/dev/null 2>&1; then
+    echo "setup: installing schemathesis" >&2
+    python3 -m pip install -q schemathesis
+fi
+
+if command -v docker >/dev/null 2>&1 && ! docker info >/dev/null 2>&1; then
+    ($SUDO systemctl start docker 2>/dev/null || $SUDO service docker start 2>/dev/null || true)
+    for _ in $(seq 1 30); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi
