@@ -600,13 +600,24 @@ impl Run<'_> {
                 {
                     return Ok(Outcome::Done(Some(t(Msg::AgentOnline, self.lang()).into())));
                 }
-                if st.stopped.is_some() && st.updated_at + 2 >= t0 {
+                // A stop written since the restart, by a service that is now down (78 leaves
+                // it down: RestartPreventExitStatus). A stop alone is not enough: the agent
+                // that ran before this restart may have been told its token was replaced (the
+                // registration above revokes it) and written its stop just before it was
+                // replaced by the new process, which overwrites the state at its first answer.
+                if st.stopped.is_some() && st.updated_at + 2 >= t0 && self.service_down(name) {
                     return Err(Failure::ServiceFailed);
                 }
             }
             h.sleep(POLL);
         }
         Err(Failure::ServiceFailed)
+    }
+
+    fn service_down(&self, name: &str) -> bool {
+        let h = self.host.as_ref();
+        h.run(&Cmd::new("systemctl").args(["is-active", name]))
+            .is_ok_and(|o| matches!(o.stdout_str().trim(), "failed" | "inactive"))
     }
 
     fn gpu_check(&mut self, rep: &mut Reporter) -> Result<Outcome, Failure> {

@@ -9,7 +9,9 @@
 //! - name a release key (armored public key file and its fingerprint) that replaces the
 //!   compiled-in one;
 //! - name a checkpoint at which the installer kills itself (`crash_at`), to prove that a re-run
-//!   converges.
+//!   converges;
+//! - lower the disk check's minimum (`min_free_gb`), since the test host's data root is on
+//!   whatever disk the CI machine has.
 //!
 //! Without the feature every function here answers "no knob": the pinned repositories, the
 //! compiled-in release key, no crash. A test (`tests/e2e/testhost` and the unit test below)
@@ -49,6 +51,8 @@ mod imp {
         pub release_fingerprint: Option<String>,
         #[serde(default)]
         pub crash_at: Option<String>,
+        #[serde(default)]
+        pub min_free_gb: Option<u64>,
     }
 
     #[derive(Debug, Deserialize)]
@@ -121,6 +125,18 @@ pub fn checkpoint(host: &dyn Host, name: &str) {
     let _ = (host, name);
 }
 
+/// The disk check's minimum, in bytes, when the knobs lower it (feature only): a test host's
+/// Docker data root sits on whatever disk the CI machine has, so its scenarios set a small
+/// minimum and prove the check with a data root smaller still.
+pub fn min_free_bytes(host: &dyn Host) -> Option<u64> {
+    #[cfg(feature = "test-knobs")]
+    if let Some(gb) = imp::load(host).min_free_gb {
+        return Some(gb * 1_000_000_000);
+    }
+    let _ = host;
+    None
+}
+
 /// Whether this build has the knobs, for `--version` and the tests.
 pub const ENABLED: bool = cfg!(feature = "test-knobs");
 
@@ -150,5 +166,7 @@ mod tests {
                 "a build without the feature must ignore {KNOBS_FILE}"
             );
         }
+        let h = FakeHost::new().file(KNOBS_FILE, r#"{"min_free_gb": 5}"#);
+        assert_eq!(min_free_bytes(&h), ENABLED.then_some(5_000_000_000));
     }
 }

@@ -52,6 +52,11 @@ impl Audit {
     pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, opts: &GatherOptions, lang: Lang) -> Audit {
         let facts = gpum_preflight::gather(host, opts, gpu);
         let mut findings = gpum_preflight::run_all(&facts, lang);
+        if let Some(min) = knobs::min_free_bytes(host) {
+            for f in findings.iter_mut().filter(|f| f.id == gpum_preflight::checks::DISK) {
+                *f = gpum_preflight::checks::disk_with_min(&facts, lang, min);
+            }
+        }
         let repos = plan::distro(&facts).map(|d| knobs::repos_for(host, d));
         let input = plan::PlanInput {
             server: opts.server.clone(),
