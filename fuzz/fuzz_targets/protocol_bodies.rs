@@ -6,10 +6,10 @@
 //! and reads it back). A heartbeat's two `f32` fields may differ in their last bits (serde_json's
 //! default float parser is not correctly rounded), so they are compared with a tolerance.
 //!
-//! Known finding (fuzz/README.md, F1): a heartbeat whose float is out of `f32` range (`1e47`)
-//! parses to infinity, which serializes as `null` and then does not parse. Such bodies are
-//! skipped here until the protocol refuses non-finite numbers; the reproducer is
-//! `fuzz/findings/protocol_bodies-heartbeat-power_w-overflows-to-inf`.
+//! Finding F1 (fuzz/README.md), now fixed: a heartbeat whose float was out of `f32` range (`1e47`)
+//! parsed to infinity, which serializes as `null` and then does not parse. The protocol refuses
+//! such numbers now; a parsed heartbeat with a non-finite float fails this target. The reproducer
+//! is `fuzz/findings/protocol_bodies-heartbeat-power_w-overflows-to-inf`.
 #![no_main]
 
 use gpum_protocol::{
@@ -52,9 +52,7 @@ fn zero_floats(h: &mut HeartbeatRequest) {
 
 fn heartbeat(data: &[u8]) {
     let Ok(h) = serde_json::from_slice::<HeartbeatRequest>(data) else { return };
-    if !floats(&h).iter().all(|f| f.is_finite()) {
-        return; // F1, see the module docs.
-    }
+    assert!(floats(&h).iter().all(|f| f.is_finite()), "F1: a non-finite float was accepted: {:?}", floats(&h));
     let (mut a, mut b) = round_trip::<HeartbeatRequest>(data).expect("parsed once already");
     let (fa, fb) = (floats(&a), floats(&b));
     assert!(fa.iter().zip(&fb).all(|(x, y)| close(*x, *y)), "{fa:?} != {fb:?}");
