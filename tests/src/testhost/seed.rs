@@ -1,4 +1,4 @@
-//! The seed's failure list (`../shared/seeds/003_…txt`): lines of the form
+//! The seed's failure list (`tests/fixtures/seed-owner-guide.ru.txt`, a copy of `shared/seeds/003_…txt`): lines of the form
 //! `• «Title» (код N): what to do.` The Russian scenarios check that gpum's message for a failure
 //! (`gpum_common::Failure::message(Lang::Ru)`) carries the seed's title for that exit code, and
 //! that the installer's output carries it too.
@@ -14,19 +14,13 @@ pub struct SeedFailure {
     pub fix: String,
 }
 
-/// The seed file, found beside the workspace (`../shared/seeds/`) or at `GPUM_SEED_FILE`.
+/// The seed: `GPUM_SEED_FILE` when set, else the repository's copy,
+/// `tests/fixtures/seed-owner-guide.ru.txt` (byte for byte `shared/seeds/003_073c84e361f18c1c.txt`,
+/// which a CI checkout does not have beside it).
 pub fn seed_text() -> Result<String> {
     let path = match std::env::var_os("GPUM_SEED_FILE") {
         Some(p) => std::path::PathBuf::from(p),
-        None => {
-            let dir = crate::workspace_root().join("../shared/seeds");
-            let found = std::fs::read_dir(&dir)
-                .with_context(|| format!("reading {}", dir.display()))?
-                .filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("003_")));
-            found.with_context(|| format!("no 003_*.txt seed in {}", dir.display()))?
-        }
+        None => crate::workspace_root().join("tests/fixtures/seed-owner-guide.ru.txt"),
     };
     std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }
