@@ -528,11 +528,7 @@ impl Run<'_> {
     }
 
     fn engine_has_runtime(&self) -> bool {
-        let h = self.host.as_ref();
-        h.unix_http_get(&self.facts.docker.socket, "/info")
-            .ok()
-            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
-            .is_some_and(|v| v["Runtimes"].get(daemon_json::RUNTIME).is_some())
+        crate::dockerd::engine_lists_runtime(self.host.as_ref(), &self.facts.docker.socket) == Some(true)
     }
 
     fn register(&mut self, server: &str, config: &Path) -> Result<Outcome, Failure> {

@@ -62,14 +62,17 @@ pub fn gather(host: &dyn Host, facts: &Facts) -> DockerRuntimeFacts {
     // Only when the file has the runtime: `/info` is the engine's slowest read-only call, and the
     // audit of a machine without the runtime needs no answer from it.
     if facts.docker.has_nvidia_runtime() {
-        out.engine_lacks_runtime = host
-            .unix_http_get(&facts.docker.socket, "/info")
-            .ok()
-            .filter(|r| r.status == 200)
-            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
-            .is_some_and(|v| v["Runtimes"].is_object() && v["Runtimes"].get("nvidia").is_none());
+        out.engine_lacks_runtime = engine_lists_runtime(host, &facts.docker.socket) == Some(false);
     }
     out
+}
+
+/// Whether the running engine lists the `nvidia` runtime (`GET /info`); `None` when it cannot
+/// be asked. The plan (did dockerd read the file?) and the reload step (did it now?) both ask.
+pub fn engine_lists_runtime(host: &dyn Host, socket: &Path) -> Option<bool> {
+    let r = host.unix_http_get(socket, "/info").ok().filter(|r| r.status == 200)?;
+    let v = serde_json::from_slice::<serde_json::Value>(&r.body).ok()?;
+    v["Runtimes"].as_object().map(|m| m.contains_key(crate::daemon_json::RUNTIME))
 }
 
 fn hook_path(host: &dyn Host) -> Option<PathBuf> {

@@ -9,16 +9,8 @@ use gpum_protocol::joincode::JoinCode;
 use serde_json::Value;
 
 use crate::plan::Step;
+use crate::tests_support::{fixture, t4};
 use crate::{Io, join_code, run};
-
-fn t4() -> GpuFacts {
-    GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] }
-}
-
-fn fixture(name: &str) -> String {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/preflight").join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
 
 /// A fresh Ubuntu 22.04 GPU machine: no Docker, no toolkit, systemd, root.
 fn fresh_ubuntu() -> FakeHost {
@@ -33,6 +25,11 @@ fn fresh_ubuntu() -> FakeHost {
         .dir("/var/lib")
         .space_at("/var/lib", 500_000_000_000)
         .env_var("PATH", "/usr/bin")
+}
+
+/// The audit of `h`, offline, in English.
+fn audit(h: &FakeHost) -> crate::Audit {
+    crate::Audit::run(h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En)
 }
 
 struct Ran {
@@ -115,12 +112,7 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
         .file("/usr/bin/docker", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"));
-    let a = crate::Audit::run(
-        &h,
-        &t4(),
-        &GatherOptions { offline: true, ..Default::default() },
-        gpum_common::Lang::En,
-    );
+    let a = audit(&h);
     assert!(a.ready());
     let kinds: Vec<String> = a.plan.steps.iter().map(|s| s.checkpoint()).collect();
     assert_eq!(
@@ -137,12 +129,7 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         )
         .file("/usr/bin/docker", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
-    let a = crate::Audit::run(
-        &h,
-        &t4(),
-        &GatherOptions { offline: true, ..Default::default() },
-        gpum_common::Lang::En,
-    );
+    let a = audit(&h);
     assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })), "{:?}", a.plan.steps);
     assert!(
         a.plan
@@ -157,12 +144,7 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
-    let a = crate::Audit::run(
-        &h,
-        &t4(),
-        &GatherOptions { offline: true, ..Default::default() },
-        gpum_common::Lang::En,
-    );
+    let a = audit(&h);
     assert!(a.plan.steps.contains(&Step::ReloadDocker), "{:?}", a.plan.steps);
     assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into() }));
     assert!(
@@ -176,12 +158,7 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         .file("/usr/bin/docker", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))
         .unix_http(DEFAULT_DOCKER_SOCKET, "/info", "HTTP/1.0 200 OK\r\n\r\n{\"Runtimes\":{\"runc\":{}}}");
-    let a = crate::Audit::run(
-        &h,
-        &t4(),
-        &GatherOptions { offline: true, ..Default::default() },
-        gpum_common::Lang::En,
-    );
+    let a = audit(&h);
     let kinds: Vec<String> = a.plan.steps.iter().map(|s| s.checkpoint()).collect();
     assert_eq!(
         kinds,
@@ -201,12 +178,7 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
-    let a = crate::Audit::run(
-        &h,
-        &t4(),
-        &GatherOptions { offline: true, ..Default::default() },
-        gpum_common::Lang::En,
-    );
+    let a = audit(&h);
     assert!(
         a.plan.steps.iter().any(
             |s| matches!(s, Step::InstallPackages { packages } if packages == &["nvidia-container-toolkit"])

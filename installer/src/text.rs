@@ -50,7 +50,6 @@ pub enum Msg {
     LeftDaemonJson,
     NextStatus,
     NextDashboard,
-    HeaderInstall,
     ToolkitUpgraded,
 }
 
@@ -163,7 +162,6 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
             "the agent's state: sudo /opt/gpum-agent/gpum-agent status; its log: journalctl -u gpum-agent -n 50",
         ),
         NextDashboard => ("сервер {node} виден в личном кабинете", "server {node} is in your dashboard"),
-        HeaderInstall => ("Установка gpum", "Installing gpum"),
         ToolkitUpgraded => (
             "установщик обновит его из репозитория NVIDIA",
             "the installer upgrades it from NVIDIA's repository",
@@ -226,7 +224,6 @@ mod tests {
             LeftDaemonJson,
             NextStatus,
             NextDashboard,
-            HeaderInstall,
         ];
         let holes = |s: &str| {
             let mut v: Vec<String> =
