@@ -3,9 +3,11 @@
 //! [`Failure`] is the one enum that maps every failure of the installer and the agent CLI to
 //! its exit code ([`Failure::code`]) and its message ([`Failure::message`]). The Russian texts
 //! follow the owner's guide (`shared/seeds/003_…txt`) word for word; each says what to do next.
-//! Binaries call [`report`] once, at the end.
+//! Binaries call [`report`] once, at the end. [`guide`] renders all of it as the owner's
+//! guides' table of messages and exit codes.
 
 pub mod agent_state;
+pub mod guide;
 mod lang;
 mod msg;
 pub mod text;
@@ -33,6 +35,10 @@ pub mod exit {
     pub const GPU_NOT_IN_CONTAINER: i32 = 31;
     pub const JOIN_CODE: i32 = 40;
     pub const SERVICE: i32 = 50;
+    /// `gpum-agent run` after a `restart` command (`gpum_agent::run::EXIT_RESTART`, which the
+    /// guide test checks against this): neither 0 nor 78, so systemd's `Restart=always` starts
+    /// it again.
+    pub const RESTART: i32 = 75;
     /// sysexits' EX_CONFIG: the agent stopped for good; systemd must not restart it.
     pub const STOPPED_FOR_GOOD: i32 = 78;
 }

@@ -56,6 +56,94 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// Every variant once, in exit-code order, with empty details: what the owner's guides'
+    /// table is made of ([`crate::guide`]). [`Failure::ordinal`] names every variant in a
+    /// `match`, so a new variant does not compile until it has its place; the constant check
+    /// below the `impl` proves that `ALL[i]` is the variant with ordinal `i`.
+    pub const ALL: &'static [Failure] = &[
+        Failure::Other(String::new()),
+        Failure::UnknownParameter(String::new()),
+        Failure::Usage(String::new()),
+        Failure::NoJoinCode,
+        Failure::BadJoinCode,
+        Failure::RestartNotConfirmed(Vec::new()),
+        Failure::UninstallNotConfirmed,
+        Failure::PreflightFailed(Vec::new()),
+        Failure::AgentNoExec,
+        Failure::NotRoot,
+        Failure::StatusNeedsRoot,
+        Failure::UninstallNeedsRoot,
+        Failure::NoSystemd,
+        Failure::Download(String::new()),
+        Failure::SetupFailed(String::new()),
+        Failure::GpuNotInContainer,
+        Failure::JoinCodeRejected,
+        Failure::GpuAlreadyRegistered,
+        Failure::ServiceFailed,
+        Failure::StoppedRevoked,
+        Failure::StoppedConfig(String::new()),
+    ];
+
+    /// The variant's index in [`Failure::ALL`]. Exhaustive on purpose: see there.
+    pub const fn ordinal(&self) -> usize {
+        use Failure::*;
+        match self {
+            Other(_) => 0,
+            UnknownParameter(_) => 1,
+            Usage(_) => 2,
+            NoJoinCode => 3,
+            BadJoinCode => 4,
+            RestartNotConfirmed(_) => 5,
+            UninstallNotConfirmed => 6,
+            PreflightFailed(_) => 7,
+            AgentNoExec => 8,
+            NotRoot => 9,
+            StatusNeedsRoot => 10,
+            UninstallNeedsRoot => 11,
+            NoSystemd => 12,
+            Download(_) => 13,
+            SetupFailed(_) => 14,
+            GpuNotInContainer => 15,
+            JoinCodeRejected => 16,
+            GpuAlreadyRegistered => 17,
+            ServiceFailed => 18,
+            StoppedRevoked => 19,
+            StoppedConfig(_) => 20,
+        }
+    }
+
+    /// The same variant with its detail replaced by a placeholder that names it, in `lang`
+    /// (`‹параметр›`, `‹parameter›`): how the guides quote a message whose detail varies.
+    pub fn with_placeholder(&self, lang: Lang) -> Failure {
+        use Failure::*;
+        let ph = |ru: &str, en: &str| format!("‹{}›", if lang == Lang::Ru { ru } else { en });
+        match self {
+            UnknownParameter(_) => UnknownParameter(ph("параметр", "parameter")),
+            Usage(_) => Usage(ph("что не так", "what is wrong")),
+            PreflightFailed(_) => PreflightFailed(vec![ph("проверки", "checks")]),
+            Download(_) => Download(ph("причина", "reason")),
+            StoppedConfig(_) => StoppedConfig(ph("что не так", "what is wrong")),
+            Other(_) => Other(ph("что случилось", "what happened")),
+            SetupFailed(_) => {
+                SetupFailed(ph("последние строки apt или Docker", "the last lines of apt or Docker"))
+            }
+            RestartNotConfirmed(_) => RestartNotConfirmed(vec![ph("контейнеры", "containers")]),
+            NoJoinCode
+            | BadJoinCode
+            | NotRoot
+            | NoSystemd
+            | AgentNoExec
+            | GpuNotInContainer
+            | JoinCodeRejected
+            | GpuAlreadyRegistered
+            | ServiceFailed
+            | StatusNeedsRoot
+            | StoppedRevoked
+            | UninstallNeedsRoot
+            | UninstallNotConfirmed => self.clone(),
+        }
+    }
+
     pub fn code(&self) -> i32 {
         use Failure::*;
         match self {
@@ -194,8 +282,20 @@ impl Failure {
                     "Reading the agent's state needs root (sudo). Run the command with sudo.".into()
                 }
             }
-            StoppedRevoked => text(Text::StoppedRevoked, lang).into(),
-            StoppedConfig(why) => format!("{}: {why}", text(Text::StoppedConfig, lang)),
+            // What `gpum-agent status` shows after the service stopped for good (exit 78).
+            StoppedRevoked => {
+                format!("{}. {}", text(Text::StoppedRevoked, lang), text(Text::StoppedRevokedNext, lang))
+            }
+            StoppedConfig(why) if why.is_empty() => {
+                format!("{}. {}", text(Text::StoppedConfig, lang), text(Text::StoppedConfigNext, lang))
+            }
+            StoppedConfig(why) => {
+                format!(
+                    "{} ({why}). {}",
+                    text(Text::StoppedConfig, lang),
+                    text(Text::StoppedConfigNext, lang)
+                )
+            }
             UninstallNeedsRoot => {
                 if ru {
                     "Для удаления агента нужны права root. Запустите: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
@@ -244,6 +344,15 @@ impl Failure {
         }
     }
 }
+
+// `Failure::ALL[i]` is the variant whose ordinal is `i`: none missing between, none twice.
+const _: () = {
+    let mut i = 0;
+    while i < Failure::ALL.len() {
+        assert!(Failure::ALL[i].ordinal() == i, "Failure::ALL is out of step with Failure::ordinal");
+        i += 1;
+    }
+};
 
 /// Short texts shared by more than one binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,6 +478,32 @@ mod tests {
         for (f, want) in seed {
             assert!(f.message(Lang::Ru).starts_with(want), "{f:?}: {}", f.message(Lang::Ru));
         }
+    }
+
+    #[test]
+    fn all_holds_every_variant_once() {
+        let mut seen: Vec<usize> = all().iter().map(Failure::ordinal).collect();
+        seen.sort();
+        assert_eq!(seen, (0..Failure::ALL.len()).collect::<Vec<_>>());
+        for f in all() {
+            let ph = f.with_placeholder(Lang::Ru);
+            assert_eq!(ph.ordinal(), f.ordinal());
+            assert_eq!(ph.code(), f.code());
+            assert_eq!(Failure::ALL[f.ordinal()].code(), f.code());
+        }
+    }
+
+    #[test]
+    fn a_stop_says_what_to_do_next() {
+        use Failure::*;
+        assert_eq!(
+            StoppedRevoked.message(Lang::Ru),
+            "Агент остановлен: сервер удалён или токен заменён. Создайте новый код и запустите установщик."
+        );
+        assert_eq!(
+            StoppedConfig("missing token".into()).message(Lang::En),
+            "Agent stopped: configuration error (missing token). Check /etc/gpum-agent/config.toml or run the installer with a new code."
+        );
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
 //! - `release-key`, `sign`: development release keys and artifact signatures.
 //! - `e2e`: the test host scenarios (see `e2e.rs`).
+//! - `docs`: the generated parts of the docs (see `docs.rs`).
 #![allow(clippy::disallowed_methods)]
 
 mod bench;
+mod docs;
 mod e2e;
 mod sign;
 mod util;
@@ -57,6 +59,12 @@ enum Cmd {
         #[arg(long)]
         jobs: Option<usize>,
     },
+    /// Write the generated parts of the docs (the owner's guides' exit-code tables).
+    Docs {
+        /// Change nothing; fail when a guide is out of date.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -67,6 +75,7 @@ fn main() -> Result<()> {
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
         Cmd::E2e { names, jobs } => e2e::run(&names, jobs),
+        Cmd::Docs { check } => docs::run(check),
     }
 }
 

@@ -1,0 +1,205 @@
+//! The owner's guides' table of messages and exit codes, made from the code.
+//!
+//! `docs/owner-guide.ru.md` and `docs/owner-guide.en.md` hold [`exit_code_table`] between
+//! [`BEGIN`] and [`END`]. The rows are every [`Failure`] (its exit code, who prints it, and its
+//! message as printed, with `‹…›` where a detail goes) and the exit codes that come without a
+//! message of their own ([`OUTCOMES`]: success, `smoke`'s codes, the agent's restart). `cargo
+//! xtask docs` writes the table into the guides; `tests/e2e/guides.rs` fails when a guide's
+//! table differs from this one.
+
+use crate::{Failure, Lang, exit};
+
+/// The marker lines around the generated table in a guide.
+pub const BEGIN: &str = "<!-- exit-codes:begin -->";
+pub const END: &str = "<!-- exit-codes:end -->";
+
+/// An exit code that comes without a [`Failure`] message: (code, who, what it means), the texts
+/// Russian and English side by side.
+pub struct Outcome {
+    pub code: i32,
+    pub who: (&'static str, &'static str),
+    pub what: (&'static str, &'static str),
+}
+
+/// The exit codes that are not a [`Failure`]. The agent's restart code is `gpum_agent::run::
+/// EXIT_RESTART`; the guide test checks it equals [`exit::RESTART`].
+pub const OUTCOMES: &[Outcome] = &[
+    Outcome {
+        code: exit::OK,
+        who: ("gpum-install", "gpum-install"),
+        what: (
+            "установка завершена; с --dry-run: машина готова. «Ожидает проверки» после установки — тоже 0: образ для проверки ещё не выбран, это не ошибка",
+            "installed; with --dry-run: the machine is ready. \"Awaiting check\" after the install is 0 too: no probe image has been chosen yet, which is not an error",
+        ),
+    },
+    Outcome {
+        code: exit::OK,
+        who: ("gpum-agent", "gpum-agent"),
+        what: (
+            "команда выполнена; run (служба): остановлена по SIGTERM (systemctl stop)",
+            "the command succeeded; run (the service): stopped by SIGTERM (systemctl stop)",
+        ),
+    },
+    Outcome {
+        code: exit::OTHER,
+        who: ("gpum-agent uninstall", "gpum-agent uninstall"),
+        what: (
+            "удалено не всё: итог перечисляет, что удалено, и после «Не удалось:» — что нет",
+            "not everything was removed: the summary lists what was, and after \"Failed:\" what was not",
+        ),
+    },
+    Outcome {
+        code: exit::OTHER,
+        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
+        what: (
+            "платформа не ответила как надо: соединение отклонено, ошибка TLS, страница прокси, ошибка 5xx",
+            "the platform did not answer properly: connection refused, a TLS error, a proxy's page, a 5xx error",
+        ),
+    },
+    Outcome {
+        code: exit::USAGE,
+        who: ("gpum-agent", "gpum-agent"),
+        what: (
+            "неизвестная команда или параметр; текст — clap, по-английски; gpum-agent --help",
+            "unknown command or option; the text is clap's, in English; gpum-agent --help",
+        ),
+    },
+    Outcome {
+        code: exit::SMOKE_TIMEOUT,
+        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
+        what: ("платформа не ответила за 10 секунд", "no answer from the platform within 10 seconds"),
+    },
+    Outcome {
+        code: exit::SMOKE_TOKEN_REJECTED,
+        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
+        what: (
+            "платформа отклонила токен (сервер удалён, токен заменён или неизвестен)",
+            "the platform rejected the token (server deleted, token replaced or unknown)",
+        ),
+    },
+    Outcome {
+        code: exit::RESTART,
+        who: ("служба gpum-agent", "the gpum-agent service"),
+        what: (
+            "перезапуск по команде платформы; systemd сразу запускает агент снова",
+            "a restart the platform asked for; systemd starts the agent again at once",
+        ),
+    },
+];
+
+/// Who prints a failure, for the table.
+fn who(f: &Failure) -> (&'static str, &'static str) {
+    use Failure::*;
+    match f {
+        Other(_) => ("любая программа gpum", "any gpum program"),
+        UnknownParameter(_)
+        | NotRoot
+        | NoSystemd
+        | GpuNotInContainer
+        | ServiceFailed
+        | SetupFailed(_)
+        | RestartNotConfirmed(_) => ("gpum-install", "gpum-install"),
+        PreflightFailed(_) => ("gpum-install, также с --dry-run", "gpum-install, also with --dry-run"),
+        Usage(_) => (
+            "gpum-install, gpum-agent register и configure",
+            "gpum-install, gpum-agent register and configure",
+        ),
+        NoJoinCode | BadJoinCode | JoinCodeRejected | GpuAlreadyRegistered => {
+            ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register")
+        }
+        AgentNoExec | Download(_) => ("install.sh, gpum-install", "install.sh, gpum-install"),
+        StatusNeedsRoot => ("gpum-agent status", "gpum-agent status"),
+        UninstallNeedsRoot | UninstallNotConfirmed => ("gpum-agent uninstall", "gpum-agent uninstall"),
+        StoppedRevoked | StoppedConfig(_) => (
+            "служба gpum-agent; текст показывает gpum-agent status",
+            "the gpum-agent service; gpum-agent status shows the text",
+        ),
+    }
+}
+
+fn pick(texts: (&'static str, &'static str), lang: Lang) -> &'static str {
+    if lang == Lang::Ru { texts.0 } else { texts.1 }
+}
+
+/// A table cell: one line, no column separator.
+fn cell(s: &str) -> String {
+    s.replace('\n', " ").replace('|', "\\|")
+}
+
+/// The Markdown table, sorted by exit code: every [`Failure`] with its message as printed, then
+/// within each code the exit codes without a message (in italics).
+pub fn exit_code_table(lang: Lang) -> String {
+    let mut rows: Vec<(i32, String, String)> = Failure::ALL
+        .iter()
+        .map(|f| {
+            let msg = f.with_placeholder(lang).message(lang);
+            (f.code(), pick(who(f), lang).to_owned(), cell(&msg))
+        })
+        .collect();
+    rows.extend(
+        OUTCOMES
+            .iter()
+            .map(|o| (o.code, pick(o.who, lang).to_owned(), format!("*{}*", cell(pick(o.what, lang))))),
+    );
+    rows.sort_by_key(|r| r.0);
+    let head = pick(
+        ("| Код | Кто | Сообщение или что значит |", "| Code | Who | Message, or what it means |"),
+        lang,
+    );
+    let mut s = format!("{head}\n|---|---|---|\n");
+    for (code, who, text) in rows {
+        s.push_str(&format!("| {code} | {} | {text} |\n", cell(&who)));
+    }
+    s
+}
+
+/// `doc` with the text between its [`BEGIN`] and [`END`] lines replaced by `table`; `None` when
+/// the markers are missing or out of order.
+pub fn splice(doc: &str, table: &str) -> Option<String> {
+    let b = doc.find(BEGIN)?;
+    let after_begin = b + BEGIN.len();
+    let e = after_begin + doc[after_begin..].find(END)?;
+    Some(format!("{}\n{}{}", &doc[..after_begin], table, &doc[e..]))
+}
+
+/// The text between the markers (what [`splice`] replaces), or `None`.
+pub fn current(doc: &str) -> Option<&str> {
+    let b = doc.find(BEGIN)? + BEGIN.len();
+    let e = b + doc[b..].find(END)?;
+    Some(doc[b..e].strip_prefix('\n').unwrap_or(&doc[b..e]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failure_and_outcome_is_a_row_in_both_languages() {
+        for lang in [Lang::Ru, Lang::En] {
+            let t = exit_code_table(lang);
+            assert_eq!(t.lines().count(), 2 + Failure::ALL.len() + OUTCOMES.len(), "{t}");
+            for f in Failure::ALL {
+                let msg = cell(&f.with_placeholder(lang).message(lang));
+                let row = format!("| {} | {} | {msg} |", f.code(), cell(pick(who(f), lang)));
+                assert!(t.contains(&row), "{f:?} missing: {row}\n{t}");
+            }
+            // Sorted by code.
+            let codes: Vec<i32> =
+                t.lines().skip(2).map(|l| l.split('|').nth(1).unwrap().trim().parse().unwrap()).collect();
+            assert!(codes.windows(2).all(|w| w[0] <= w[1]), "{codes:?}");
+        }
+        assert!(exit_code_table(Lang::Ru).contains("‹параметр›"));
+        assert!(exit_code_table(Lang::En).contains("| Unknown parameter: ‹parameter›. Copy"));
+    }
+
+    #[test]
+    fn splice_replaces_only_between_the_markers() {
+        let doc = format!("a\n{BEGIN}\nold\n{END}\nb\n");
+        let new = splice(&doc, "| new |\n").unwrap();
+        assert_eq!(new, format!("a\n{BEGIN}\n| new |\n{END}\nb\n"));
+        assert_eq!(current(&new), Some("| new |\n"));
+        assert_eq!(splice(&new, "| new |\n").as_deref(), Some(new.as_str()), "idempotent");
+        assert!(splice("no markers", "x").is_none());
+        assert!(splice(&format!("{END}\n{BEGIN}"), "x").is_none());
+    }
+}
