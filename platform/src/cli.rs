@@ -59,6 +59,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ProbeImageCmd,
     },
+    /// Copy the database consistently, also while `serve` runs, into a new file (mode 0600: it
+    /// holds token hashes). Restore: docs/operator-guide.md.
+    Backup {
+        /// The copy; it must not exist yet.
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -181,6 +188,15 @@ fn run(cli: Cli) -> Result<()> {
     if let Cmd::Serve(args) = cli.cmd {
         return serve(args, db_path, clock);
     }
+    if let Cmd::Backup { to } = &cli.cmd {
+        let b = crate::db::backup(&db_path, to)?;
+        if cli.json {
+            println!("{}", serde_json::to_string(&b)?);
+        } else {
+            println!("{} ({} bytes)", escape_controls(&b.path.display().to_string()), b.bytes);
+        }
+        return Ok(());
+    }
     let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
     let now = clock.now();
     let json = cli.json;
@@ -207,7 +223,7 @@ fn run(cli: Cli) -> Result<()> {
         }
     };
     match cli.cmd {
-        Cmd::Serve(_) => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Backup { .. } => unreachable!("handled above"),
         Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl } } => {
             let v = tx(&|c| Ok(serde_json::to_value(store::create_join_code(c, now, ttl)?)?))?;
             out(&v, v["code"].as_str().unwrap_or_default().to_owned());

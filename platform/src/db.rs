@@ -137,3 +137,61 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats) {
         }
     }
 }
+
+/// What [`backup`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Backup {
+    pub path: std::path::PathBuf,
+    pub bytes: u64,
+}
+
+/// `gpum-platform backup --to FILE`: a consistent copy of the database at `db`, taken while a
+/// server may be writing to it.
+///
+/// The copy is SQLite's `VACUUM INTO`: one read transaction, so it is a snapshot of one moment
+/// (WAL lets the server go on committing meanwhile), compacted, with no `-wal` of its own. The
+/// file holds token and join-code hashes, so it is created here first, exclusively (an existing
+/// file or a symlink is refused, never overwritten) and mode 0600, and `VACUUM INTO` fills the
+/// empty file. SQLite does not fsync what `VACUUM INTO` writes; this does, then checks the copy
+/// with `PRAGMA integrity_check`. On any failure the partial file is removed.
+pub fn backup(db: &std::path::Path, to: &std::path::Path) -> anyhow::Result<Backup> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    use anyhow::{Context, bail};
+    use rusqlite::OpenFlags;
+
+    // The source must exist: a mistyped --db must not create an empty database and back it up.
+    let src =
+        Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_context(|| format!("open the database {}", db.display()))?;
+    src.busy_timeout(std::time::Duration::from_secs(5))?;
+    let Some(to_str) = to.to_str() else { bail!("{}: the backup's path must be UTF-8", to.display()) };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .with_context(|| format!("create {} (an existing file is never overwritten)", to.display()))?;
+    // Exactly 0600, whatever the umask left.
+    let copy = || -> anyhow::Result<u64> {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        src.execute("VACUUM INTO ?1", [to_str]).context("VACUUM INTO")?;
+        file.sync_all()?;
+        if let Some(dir) = to.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        let check = Connection::open_with_flags(to, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let verdict: String = check.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if verdict != "ok" {
+            bail!("the copy fails SQLite's integrity check: {verdict}");
+        }
+        Ok(std::fs::metadata(to)?.len())
+    };
+    match copy() {
+        Ok(bytes) => Ok(Backup { path: to.to_path_buf(), bytes }),
+        Err(e) => {
+            let _ = std::fs::remove_file(to);
+            Err(e.context(format!("back up {} to {}", db.display(), to.display())))
+        }
+    }
+}
