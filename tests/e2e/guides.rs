@@ -70,7 +70,8 @@ fn quoted_with_code(doc: &str, open: char, close: &str, code_word: &str) -> Vec<
         let mut after = rest.split_whitespace();
         let opens = after.next().and_then(|w| w.strip_prefix('(')) == Some(code_words[0]);
         if opens && code_words[1..].iter().all(|w| after.next() == Some(w)) {
-            let digits: String = after.next().unwrap_or("").chars().take_while(char::is_ascii_digit).collect();
+            let digits: String =
+                after.next().unwrap_or("").chars().take_while(char::is_ascii_digit).collect();
             if let Ok(code) = digits.parse() {
                 found.push((quoted, code));
             }
