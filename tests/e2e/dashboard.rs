@@ -257,7 +257,8 @@ async fn the_owners_whole_path_from_sign_in_to_delete() {
 
     // The server's page and a command with its result.
     b.goto(&format!("{url}/dashboard/servers/{id}")).await;
-    assert!(b.text("#hostname").await.len() > 0);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(b.text("#hostname").await, host.trim(), "the inventory the agent sent");
     b.click("#recheck").await;
     b.wait_for("tr.command").await;
     assert!(b.url().await.ends_with(&format!("/dashboard/servers/{id}")));

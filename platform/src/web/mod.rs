@@ -19,6 +19,10 @@
 //!
 //! Without `--admin-token-file` the dashboard says it is disabled, as the admin API does.
 
+// The early answers of a handler (`Err(Response)`: the sign-in form, a refusal) are axum
+// responses, made at most once per request; boxing them would only add noise.
+#![allow(clippy::result_large_err)]
+
 mod i18n;
 mod pages;
 mod session;
