@@ -4,7 +4,8 @@
 # - apt: musl-tools (the static platform build), busybox-static (the Docker suites' images),
 #   the linter for install.sh, and for the test host (docs/testhost.md) mmdebstrap, debootstrap,
 #   dpkg-dev and apt-utils (the local apt repositories), gpg and gpg-agent (their keys), jq,
-#   binutils (ar, strip) and gcc (the simulated NVML library);
+#   binutils (ar, strip) and gcc (the simulated NVML library), chromium and chromium-driver (the
+#   dashboard's browser tests, tests/e2e/dashboard.rs);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
 # - a running Docker Engine (started when installed but stopped).
 set -euo pipefail
@@ -14,7 +15,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

@@ -8,6 +8,7 @@
 //!   admin API and the CLI both call it.
 //! - [`db`]: the single database thread with group commit, used by the server.
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
+//! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
 #![allow(clippy::disallowed_methods)]
 
@@ -19,3 +20,4 @@ pub mod install;
 pub mod listen;
 pub mod server;
 pub mod store;
+pub mod web;

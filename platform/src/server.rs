@@ -90,6 +90,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
         .merge(admin)
+        .merge(crate::web::router(state.clone()))
         .fallback(|| async { ApiError::not_found("endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint")
@@ -128,7 +129,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
 
 /// Reads the whole body: at most [`BODY_LIMIT`] bytes, within `timeout` (a client that sends
 /// its body slowly, or never, does not hold the connection).
-async fn read_body(req: Request, timeout: Duration) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(req: Request, timeout: Duration) -> Result<Bytes, ApiError> {
     let too_large =
         || ApiError::new(ErrorCode::PayloadTooLarge, format!("the request body is over {BODY_LIMIT} bytes"));
     // A declared length over the limit is refused before reading a byte of it.

@@ -183,6 +183,15 @@ pub fn create_join_code(conn: &Connection, now: u64, ttl_secs: u64) -> Result<Jo
     Ok(JoinCodeCreated { code, expires_at })
 }
 
+/// A join code, looked up by its hash (what the dashboard's waiting page holds): when it
+/// expires and the node it created, if it was used. Read only.
+pub fn join_code_use(conn: &Connection, code_hash: &str) -> Result<Option<(u64, Option<String>)>, ApiError> {
+    Ok(conn
+        .prepare_cached("SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1")?
+        .query_row(params![code_hash], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
+        .optional()?)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Register
 

@@ -5,6 +5,7 @@
 //! Suites live in `tests/e2e/*.rs`, one per capability.
 #![allow(clippy::disallowed_methods)]
 
+pub mod browser;
 pub mod images;
 pub mod platform;
 pub mod testhost;

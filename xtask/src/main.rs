@@ -107,7 +107,12 @@ fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     let mut args =
         vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast", "--features", TEST_FEATURES];
     args.extend(extra.iter().map(String::as_str));
-    let suites = util::cargo_env(&args, &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" })]);
+    // setup-deps.sh installed Chromium and chromedriver: the dashboard's browser tests must run.
+    let browser = if no_setup { "0" } else { "1" };
+    let suites = util::cargo_env(
+        &args,
+        &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }), ("GPUM_REQUIRE_BROWSER", browser)],
+    );
     if no_e2e {
         return suites;
     }

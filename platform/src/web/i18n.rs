@@ -1,0 +1,546 @@
+//! Every text of the dashboard: one table, Russian and English side by side. The Russian follows
+//! the owner's guide (the seed): «личный кабинет», «код подключения», «Удалить», «Оборудование
+//! проверено», «Ожидает проверки». `{name}` placeholders are filled by the caller with [`fill`],
+//! and the result is escaped by the template like any other text.
+//!
+//! The language comes from the `gpum_lang` cookie (set by the switch), else from
+//! `Accept-Language`, else English.
+
+use gpum_common::Lang;
+use gpum_protocol::{ProbeFailure, VerificationState};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    Title,
+    Disabled,
+    SignInTitle,
+    SignInHelp,
+    AdminToken,
+    SignIn,
+    SignOut,
+    WrongToken,
+    StaleForm,
+    StaleFormHelp,
+    Back,
+    NavServers,
+    NavAdd,
+    LangSwitch,
+    ServersTitle,
+    NoServers,
+    ColServer,
+    ColState,
+    ColVerification,
+    ColGpus,
+    ColAgent,
+    ColLastSeen,
+    Online,
+    Offline,
+    NeverSeen,
+    SecondsAgo,
+    MinutesAgo,
+    HoursAgo,
+    DaysAgo,
+    Verified,
+    AwaitingCheck,
+    CheckFailed,
+    TenantsSee,
+    OnlyYouSee,
+    LegendTenants,
+    LegendOwner,
+    AddTitle,
+    AddHelp,
+    Lifetime,
+    Ttl1h,
+    Ttl24h,
+    Ttl7d,
+    CreateCode,
+    CodeCreated,
+    CodeExpires,
+    InstallCommand,
+    InstallHelp,
+    DryRunCommand,
+    DryRunHelp,
+    NoexecCommand,
+    NoexecHelp,
+    Copy,
+    Copied,
+    WaitingMachine,
+    CodeExpired,
+    MachineRegistered,
+    MachineOnline,
+    ServerDeleted,
+    OpenServer,
+    ServerTitle,
+    Inventory,
+    GpuModel,
+    GpuCount,
+    GpuMemory,
+    Cpu,
+    Ram,
+    Disk,
+    Hostname,
+    GpuUuids,
+    Os,
+    Kernel,
+    Driver,
+    Cuda,
+    Docker,
+    Toolkit,
+    AgentVersion,
+    Registered,
+    LastProbe,
+    ProbeOutput,
+    NoProbeYet,
+    Commands,
+    Recheck,
+    Restart,
+    CommandQueued,
+    CommandDelivered,
+    CommandOk,
+    CommandFailed,
+    NoCommands,
+    RotateToken,
+    RotateTitle,
+    RotateExplain,
+    RotateConfirm,
+    RotatedTitle,
+    RotatedOnce,
+    RotatedSteps,
+    Delete,
+    DeleteTitle,
+    DeleteWhatNext,
+    DeleteAgentStops,
+    DeleteFilesStay,
+    DeleteNewServer,
+    DeleteConfirm,
+    Cancel,
+    Deleted,
+    NotFound,
+}
+
+/// The text of `m` in `lang`.
+pub fn t(m: Msg, lang: Lang) -> &'static str {
+    use Msg::*;
+    let (ru, en) = match m {
+        Title => ("Личный кабинет gpum", "gpum dashboard"),
+        Disabled => (
+            "Личный кабинет выключен: запустите платформу с --admin-token-file.",
+            "The dashboard is disabled: start the platform with --admin-token-file.",
+        ),
+        SignInTitle => ("Вход в личный кабинет", "Sign in to the dashboard"),
+        SignInHelp => (
+            "Вставьте токен администратора: содержимое файла --admin-token-file.",
+            "Paste the admin token: the content of the --admin-token-file file.",
+        ),
+        AdminToken => ("Токен администратора", "Admin token"),
+        SignIn => ("Войти", "Sign in"),
+        SignOut => ("Выйти", "Sign out"),
+        WrongToken => ("Неверный токен администратора.", "Wrong admin token."),
+        StaleForm => ("Форма устарела", "This form is out of date"),
+        StaleFormHelp => (
+            "Запрос отклонён: в нём нет действующего ключа формы. Откройте страницу заново и повторите.",
+            "The request was refused: it carries no valid form key. Open the page again and retry.",
+        ),
+        Back => ("Назад", "Back"),
+        NavServers => ("Серверы", "Servers"),
+        NavAdd => ("Добавить машину", "Add a machine"),
+        LangSwitch => ("English", "Русский"),
+        ServersTitle => ("Серверы", "Servers"),
+        NoServers => (
+            "Серверов пока нет. Добавьте машину: создайте код подключения и запустите установщик.",
+            "No servers yet. Add a machine: create a join code and run the installer.",
+        ),
+        ColServer => ("Сервер", "Server"),
+        ColState => ("Состояние", "State"),
+        ColVerification => ("Проверка", "Check"),
+        ColGpus => ("Видеокарты", "GPUs"),
+        ColAgent => ("Версия агента", "Agent version"),
+        ColLastSeen => ("Последняя связь", "Last seen"),
+        Online => ("онлайн", "online"),
+        Offline => ("офлайн", "offline"),
+        NeverSeen => ("ещё не выходил на связь", "not seen yet"),
+        SecondsAgo => ("{n} с назад", "{n} s ago"),
+        MinutesAgo => ("{n} мин назад", "{n} min ago"),
+        HoursAgo => ("{n} ч назад", "{n} h ago"),
+        DaysAgo => ("{n} дн. назад", "{n} d ago"),
+        Verified => ("Оборудование проверено", "Hardware verified"),
+        AwaitingCheck => ("Ожидает проверки", "Awaiting check"),
+        CheckFailed => ("Проверка не пройдена", "Check failed"),
+        TenantsSee => ("видят арендаторы", "tenants see"),
+        OnlyYouSee => ("видите только вы", "only you see"),
+        LegendTenants => (
+            "Арендаторам показываются только характеристики объявления (модель карты, видеопамять, \
+             процессор, ОЗУ, диск), состояние «онлайн/офлайн» и результат проверки.",
+            "Tenants see only the listing (GPU model, video memory, CPU, RAM, disk), the \
+             online/offline state and the check's result.",
+        ),
+        LegendOwner => (
+            "Имя компьютера, UUID видеокарт и версии программ видите только вы.",
+            "The host name, the GPU UUIDs and the software versions are seen only by you.",
+        ),
+        AddTitle => ("Добавить машину", "Add a machine"),
+        AddHelp => (
+            "Создайте код подключения: он одноразовый и действует ограниченное время. Команду \
+             установки с кодом запустите на машине с видеокартой.",
+            "Create a join code: it works once and for a limited time. Run the install command \
+             with the code on the machine with the GPU.",
+        ),
+        Lifetime => ("Срок действия кода", "The code's lifetime"),
+        Ttl1h => ("1 час", "1 hour"),
+        Ttl24h => ("24 часа", "24 hours"),
+        Ttl7d => ("7 дней", "7 days"),
+        CreateCode => ("Создать код подключения", "Create a join code"),
+        CodeCreated => ("Код подключения", "Join code"),
+        CodeExpires => ("действует до {at} (UTC)", "valid until {at} (UTC)"),
+        InstallCommand => ("Команда установки", "Install command"),
+        InstallHelp => (
+            "Запустите на машине. Нужны права root: установщик запускается через sudo.",
+            "Run it on the machine. It needs root: the installer runs through sudo.",
+        ),
+        DryRunCommand => ("Только проверка (--dry-run)", "Check only (--dry-run)"),
+        DryRunHelp => (
+            "Перед первым запуском можно добавить к команде --dry-run: установщик только проверит \
+             машину и ничего не изменит.",
+            "Before the first run you can add --dry-run: the installer only checks the machine \
+             and changes nothing.",
+        ),
+        NoexecCommand => ("Если /tmp запрещает запуск (noexec)", "If /tmp forbids running programs (noexec)"),
+        NoexecHelp => (
+            "Если /tmp запрещает запуск, замените в команде sudo bash на sudo env TMPDIR=/var/tmp bash.",
+            "If /tmp forbids running programs, replace sudo bash in the command with \
+             sudo env TMPDIR=/var/tmp bash.",
+        ),
+        Copy => ("Копировать", "Copy"),
+        Copied => ("Скопировано", "Copied"),
+        WaitingMachine => (
+            "Ждём машину: запустите на ней команду установки.",
+            "Waiting for the machine: run the install command on it.",
+        ),
+        CodeExpired => {
+            ("Код подключения истёк. Создайте новый код.", "The join code has expired. Create a new code.")
+        }
+        MachineRegistered => (
+            "Машина зарегистрирована, ждём первой связи агента.",
+            "The machine registered; waiting for the agent's first heartbeat.",
+        ),
+        MachineOnline => ("Сервер {node} онлайн.", "Server {node} is online."),
+        ServerDeleted => ("Этот сервер удалён.", "This server was deleted."),
+        OpenServer => ("Открыть страницу сервера", "Open the server's page"),
+        ServerTitle => ("Сервер {node}", "Server {node}"),
+        Inventory => ("Оборудование", "Hardware"),
+        GpuModel => ("Модель видеокарты", "GPU model"),
+        GpuCount => ("Число видеокарт", "GPU count"),
+        GpuMemory => ("Видеопамять", "Video memory"),
+        Cpu => ("Процессор", "CPU"),
+        Ram => ("ОЗУ", "RAM"),
+        Disk => ("Диск для Docker", "Disk for Docker"),
+        Hostname => ("Имя компьютера", "Host name"),
+        GpuUuids => ("UUID видеокарт", "GPU UUIDs"),
+        Os => ("Система", "OS"),
+        Kernel => ("Ядро", "Kernel"),
+        Driver => ("Драйвер NVIDIA", "NVIDIA driver"),
+        Cuda => ("CUDA", "CUDA"),
+        Docker => ("Docker", "Docker"),
+        Toolkit => ("NVIDIA Container Toolkit", "NVIDIA Container Toolkit"),
+        AgentVersion => ("Версия агента", "Agent version"),
+        Registered => ("Зарегистрирован", "Registered"),
+        LastProbe => ("Последняя проверка", "Last check"),
+        ProbeOutput => ("Вывод проверки", "The check's output"),
+        NoProbeYet => ("Проверка ещё не запускалась.", "No check has run yet."),
+        Commands => ("Команды", "Commands"),
+        Recheck => ("Повторить проверку", "Check again"),
+        Restart => ("Перезапустить агент", "Restart the agent"),
+        CommandQueued => ("ждёт агента", "waiting for the agent"),
+        CommandDelivered => ("передана агенту", "handed to the agent"),
+        CommandOk => ("выполнена", "done"),
+        CommandFailed => ("не выполнена", "failed"),
+        NoCommands => ("Команд ещё не было.", "No commands yet."),
+        RotateToken => ("Заменить токен", "Replace the token"),
+        RotateTitle => ("Заменить токен сервера {node}?", "Replace the token of server {node}?"),
+        RotateExplain => (
+            "Платформа выдаст новый токен и покажет его один раз. Прежний токен перестанет \
+             действовать: агент при следующем обращении получит отказ, остановится и не будет \
+             перезапускаться сам, пока вы не передадите ему новый токен на машине.",
+            "The platform issues a new token and shows it once. The old token stops working: at \
+             its next heartbeat the agent is refused, stops, and stays stopped until you give it \
+             the new token on the machine.",
+        ),
+        RotateConfirm => ("Заменить токен", "Replace the token"),
+        RotatedTitle => ("Новый токен сервера {node}", "The new token of server {node}"),
+        RotatedOnce => (
+            "Токен показан один раз: платформа хранит только его хэш. Не сохраняйте его нигде, \
+             кроме машины.",
+            "The token is shown once: the platform keeps only its hash. Keep it nowhere but on \
+             the machine.",
+        ),
+        RotatedSteps => (
+            "На машине выполните первую команду, вставьте токен, нажмите Enter и Ctrl-D; затем \
+             запустите службу второй командой.",
+            "On the machine, run the first command, paste the token, press Enter and Ctrl-D; \
+             then start the service with the second command.",
+        ),
+        Delete => ("Удалить", "Delete"),
+        DeleteTitle => ("Удалить сервер {node}?", "Delete server {node}?"),
+        DeleteWhatNext => ("Что будет дальше:", "What happens next:"),
+        DeleteAgentStops => (
+            "Агент при следующем обращении получит отказ, остановится и не будет перезапускаться сам.",
+            "At its next heartbeat the agent is refused, stops, and does not start again by itself.",
+        ),
+        DeleteFilesStay => (
+            "Файлы при этом остаются на машине до команды удаления: \
+             sudo /opt/gpum-agent/gpum-agent uninstall --yes. Контейнеры не удаляются.",
+            "Its files stay on the machine until the uninstall command: \
+             sudo /opt/gpum-agent/gpum-agent uninstall --yes. No container is removed.",
+        ),
+        DeleteNewServer => (
+            "Чтобы подключить машину снова, создайте новый код подключения и запустите установщик: \
+             будет создан новый сервер.",
+            "To connect the machine again, create a new join code and run the installer: a new \
+             server is created.",
+        ),
+        DeleteConfirm => ("Удалить сервер", "Delete the server"),
+        Cancel => ("Отмена", "Cancel"),
+        Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
+        NotFound => ("Такого сервера нет.", "No such server."),
+    };
+    match lang {
+        Lang::Ru => ru,
+        Lang::En => en,
+    }
+}
+
+/// `text` with `{key}` replaced by `value`, for each pair.
+pub fn fill(text: &str, pairs: &[(&str, &str)]) -> String {
+    let mut s = text.to_owned();
+    for (k, v) in pairs {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+/// The verification state's label, as the seed names it.
+pub fn verification(v: VerificationState, lang: Lang) -> &'static str {
+    t(
+        match v {
+            VerificationState::Verified => Msg::Verified,
+            VerificationState::AwaitingCheck => Msg::AwaitingCheck,
+            VerificationState::Failed => Msg::CheckFailed,
+        },
+        lang,
+    )
+}
+
+/// Why a probe failed, with what to do where there is something to do.
+pub fn probe_failure(f: ProbeFailure, lang: Lang) -> &'static str {
+    use ProbeFailure::*;
+    let (ru, en) = match f {
+        NoNvidiaRuntime => (
+            "в Docker не настроена среда nvidia: выполните sudo nvidia-ctk runtime configure \
+             --runtime=docker и sudo systemctl restart docker",
+            "Docker has no nvidia runtime: run sudo nvidia-ctk runtime configure --runtime=docker \
+             and sudo systemctl restart docker",
+        ),
+        DeviceRequestRefused => {
+            ("Docker отказал контейнеру в доступе к GPU", "Docker refused the container access to the GPU")
+        }
+        NvidiaSmiFailed => {
+            ("nvidia-smi в контейнере завершился с ошибкой", "nvidia-smi failed inside the container")
+        }
+        NvmlUnknownError => (
+            "Видеокарта не видна внутри контейнера: проверьте nvidia-smi на машине, затем выполните \
+             sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker",
+            "The GPU is not visible inside the container: check nvidia-smi on the machine, then run \
+             sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker",
+        ),
+        DriverLibraryMismatch => (
+            "версии драйвера NVIDIA и его библиотеки не совпадают: перезагрузите машину",
+            "the NVIDIA driver and its library differ in version: reboot the machine",
+        ),
+        ImagePullFailed => {
+            ("не удалось скачать образ для проверки", "the probe image could not be downloaded")
+        }
+        Timeout => ("проверка не уложилась в отведённое время", "the check did not finish in time"),
+        DockerUnavailable => ("Docker не отвечает", "Docker does not answer"),
+        ImageNotPinned => (
+            "образ для проверки не закреплён по дайджесту; ничего не скачано",
+            "the probe image is not pinned by digest; nothing was downloaded",
+        ),
+        RegistryNotAccepted => (
+            "реестр образа для проверки не разрешён на этой машине; ничего не скачано",
+            "the probe image's registry is not accepted on this machine; nothing was downloaded",
+        ),
+    };
+    match lang {
+        Lang::Ru => ru,
+        Lang::En => en,
+    }
+}
+
+/// The language of a request: the switch's cookie, else the first of `ru`/`en` by
+/// `Accept-Language` preference (q-values honoured), else English.
+pub fn negotiate(cookie: Option<&str>, accept_language: Option<&str>) -> Lang {
+    if let Some(l) = cookie.and_then(Lang::parse) {
+        return l;
+    }
+    let mut best: Option<(f32, Lang)> = None;
+    for part in accept_language.unwrap_or("").split(',') {
+        let mut it = part.split(';');
+        let tag = it.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q =
+            it.find_map(|p| p.trim().strip_prefix("q=").and_then(|q| q.parse::<f32>().ok())).unwrap_or(1.0);
+        let primary = tag.split('-').next().unwrap_or("");
+        let lang = match primary {
+            "ru" => Lang::Ru,
+            "en" => Lang::En,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(bq, _)| q > bq) {
+            best = Some((q, lang));
+        }
+    }
+    best.map(|(_, l)| l).unwrap_or(Lang::En)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_language_picks_by_preference() {
+        assert_eq!(negotiate(None, Some("ru-RU,ru;q=0.9,en;q=0.8")), Lang::Ru);
+        assert_eq!(negotiate(None, Some("en-US,en;q=0.9,ru;q=0.8")), Lang::En);
+        assert_eq!(negotiate(None, Some("de-DE,ru;q=0.5,en;q=0.7")), Lang::En);
+        assert_eq!(negotiate(None, Some("de,ru;q=0.3")), Lang::Ru);
+        assert_eq!(negotiate(None, Some("fr")), Lang::En);
+        assert_eq!(negotiate(None, None), Lang::En);
+        assert_eq!(negotiate(Some("ru"), Some("en")), Lang::Ru);
+        assert_eq!(negotiate(Some("xx"), Some("ru")), Lang::Ru);
+    }
+
+    #[test]
+    fn every_text_exists_in_both_languages_and_placeholders_match() {
+        use Msg::*;
+        let all = [
+            Title,
+            Disabled,
+            SignInTitle,
+            SignInHelp,
+            AdminToken,
+            SignIn,
+            SignOut,
+            WrongToken,
+            StaleForm,
+            StaleFormHelp,
+            Back,
+            NavServers,
+            NavAdd,
+            LangSwitch,
+            ServersTitle,
+            NoServers,
+            ColServer,
+            ColState,
+            ColVerification,
+            ColGpus,
+            ColAgent,
+            ColLastSeen,
+            Online,
+            Offline,
+            NeverSeen,
+            SecondsAgo,
+            MinutesAgo,
+            HoursAgo,
+            DaysAgo,
+            Verified,
+            AwaitingCheck,
+            CheckFailed,
+            TenantsSee,
+            OnlyYouSee,
+            LegendTenants,
+            LegendOwner,
+            AddTitle,
+            AddHelp,
+            Lifetime,
+            Ttl1h,
+            Ttl24h,
+            Ttl7d,
+            CreateCode,
+            CodeCreated,
+            CodeExpires,
+            InstallCommand,
+            InstallHelp,
+            DryRunCommand,
+            DryRunHelp,
+            NoexecCommand,
+            NoexecHelp,
+            Copy,
+            Copied,
+            WaitingMachine,
+            CodeExpired,
+            MachineRegistered,
+            MachineOnline,
+            ServerDeleted,
+            OpenServer,
+            ServerTitle,
+            Inventory,
+            GpuModel,
+            GpuCount,
+            GpuMemory,
+            Cpu,
+            Ram,
+            Disk,
+            Hostname,
+            GpuUuids,
+            Os,
+            Kernel,
+            Driver,
+            Cuda,
+            Docker,
+            Toolkit,
+            AgentVersion,
+            Registered,
+            LastProbe,
+            ProbeOutput,
+            NoProbeYet,
+            Commands,
+            Recheck,
+            Restart,
+            CommandQueued,
+            CommandDelivered,
+            CommandOk,
+            CommandFailed,
+            NoCommands,
+            RotateToken,
+            RotateTitle,
+            RotateExplain,
+            RotateConfirm,
+            RotatedTitle,
+            RotatedOnce,
+            RotatedSteps,
+            Delete,
+            DeleteTitle,
+            DeleteWhatNext,
+            DeleteAgentStops,
+            DeleteFilesStay,
+            DeleteNewServer,
+            DeleteConfirm,
+            Cancel,
+            Deleted,
+            NotFound,
+        ];
+        let holes = |s: &str| {
+            let mut v: Vec<String> =
+                s.split('{').skip(1).filter_map(|p| p.split_once('}').map(|(k, _)| k.to_owned())).collect();
+            v.sort();
+            v
+        };
+        for m in all {
+            let (ru, en) = (t(m, Lang::Ru), t(m, Lang::En));
+            assert!(!ru.is_empty() && !en.is_empty(), "{m:?}");
+            assert_eq!(holes(ru), holes(en), "{m:?}");
+        }
+        // The seed's words.
+        assert_eq!(t(Verified, Lang::Ru), "Оборудование проверено");
+        assert_eq!(t(AwaitingCheck, Lang::Ru), "Ожидает проверки");
+        assert_eq!(t(Delete, Lang::Ru), "Удалить");
+    }
+}

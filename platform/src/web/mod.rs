@@ -1,0 +1,594 @@
+//! The owner's dashboard («личный кабинет»): server-rendered HTML under `/dashboard`, served by
+//! the platform binary itself (templates, script and stylesheet compiled in; no Node, no CDN).
+//!
+//! It is another face of the admin API: every change goes through the same `store` functions as
+//! the CLI and `/api/v1/admin` (`create_join_code`, `list_nodes`, `delete_node`, `queue_command`,
+//! `rotate_token`), so no rule exists twice.
+//!
+//! Security, because a node's inventory is written by whoever holds a join code:
+//! - **Sign-in** with the admin token through a form (never in a URL), compared as SHA-256
+//!   digests in constant time; it starts a server-side session ([`session`]) whose cookie is
+//!   `HttpOnly`, `SameSite=Strict`, `Path=/dashboard`, and `Secure` when the public URL is https.
+//! - **Every state-changing request is a POST with the session's CSRF token**, compared in
+//!   constant time; the sign-in form carries a token of its own (a double-submit cookie). A GET
+//!   changes nothing on the server (`?lang=` only sets the browser's language cookie).
+//! - **Every value is escaped** by maud; nothing uses `PreEscaped`.
+//! - **`Content-Security-Policy`**: scripts, styles and fetches only from this origin, no inline
+//!   script or style, no framing, forms post only here. `dashboard.js` is the only script.
+//! - Every page is `Cache-Control: no-store` (a join code or a new token is shown once).
+//!
+//! Without `--admin-token-file` the dashboard says it is disabled, as the admin API does.
+
+// The early answers of a handler (`Err(Response)`: the sign-in form, a refusal) are axum
+// responses, made at most once per request; boxing them would only add noise.
+#![allow(clippy::result_large_err)]
+
+mod i18n;
+mod pages;
+mod session;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use gpum_common::Lang;
+use gpum_protocol::{CommandKind, NodeSummary};
+use maud::Markup;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::server::{AppState, read_body};
+use crate::store;
+use pages::{Ctx, JoinState};
+use session::{Session, Sessions, ct_eq};
+
+const SESSION_COOKIE: &str = "gpum_session";
+const LOGIN_COOKIE: &str = "gpum_login";
+const LANG_COOKIE: &str = "gpum_lang";
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const JS: &str = include_str!("static/dashboard.js");
+const CSS: &str = include_str!("static/dashboard.css");
+
+/// The lifetimes the "add a machine" form offers, in seconds.
+const TTL_CHOICES: [u64; 3] = [3600, 86_400, 604_800];
+
+pub struct Web {
+    app: Arc<AppState>,
+    sessions: Sessions,
+}
+
+type St = State<Arc<Web>>;
+
+/// The dashboard's routes, to merge into the platform's router.
+pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>) -> Router<S> {
+    let web = Arc::new(Web { app, sessions: Sessions::default() });
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/dashboard") }))
+        .route("/dashboard", get(servers))
+        .route("/dashboard/login", get(login_form).post(login))
+        .route("/dashboard/logout", axum::routing::post(logout))
+        .route("/dashboard/add", get(add_form).post(create_code))
+        .route("/dashboard/join/{hash}", get(join_state))
+        .route("/dashboard/servers/{id}", get(server))
+        .route("/dashboard/servers/{id}/command", axum::routing::post(command))
+        .route("/dashboard/servers/{id}/rotate-token", get(rotate_form).post(rotate))
+        .route("/dashboard/servers/{id}/delete", get(delete_form).post(delete))
+        .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript", JS) }))
+        .route("/dashboard/static/dashboard.css", get(|| async { asset("text/css", CSS) }))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(web)
+}
+
+fn asset(ct: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(ct))], body).into_response()
+}
+
+/// The headers of every dashboard answer; `?lang=` also sets the language cookie.
+async fn security_headers(req: Request, next: axum::middleware::Next) -> Response {
+    let lang = query_lang(req.uri().query());
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(l) = lang {
+        let v = format!("{LANG_COOKIE}={}; Path=/dashboard; SameSite=Strict; Max-Age=31536000", lang_code(l));
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.append(header::SET_COOKIE, v);
+        }
+    }
+    resp
+}
+
+fn lang_code(l: Lang) -> &'static str {
+    match l {
+        Lang::Ru => "ru",
+        Lang::En => "en",
+    }
+}
+
+fn query_lang(q: Option<&str>) -> Option<Lang> {
+    q?.split('&').find_map(|kv| kv.strip_prefix("lang=")).and_then(Lang::parse)
+}
+
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| kv.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The request as a page sees it: its language, its path, and the session, if any.
+struct Req {
+    ctx: Ctx,
+    session: Option<(String, Session)>,
+}
+
+impl FromRequestParts<Arc<Web>> for Req {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, web: &Arc<Web>) -> Result<Self, Self::Rejection> {
+        let lang = query_lang(parts.uri.query()).unwrap_or_else(|| {
+            i18n::negotiate(
+                cookie(&parts.headers, LANG_COOKIE),
+                parts.headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()),
+            )
+        });
+        let now = web.app.clock.now();
+        let session = cookie(&parts.headers, SESSION_COOKIE)
+            .and_then(|id| web.sessions.get(id, now).map(|s| (id.to_owned(), s)));
+        let csrf = session.as_ref().map(|(_, s)| s.csrf.clone());
+        Ok(Req { ctx: Ctx { lang, path: parts.uri.path().to_owned(), csrf }, session })
+    }
+}
+
+fn page(status: StatusCode, m: Markup) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], m.into_string()).into_response()
+}
+
+fn to_login() -> Response {
+    Redirect::to("/dashboard/login").into_response()
+}
+
+/// The guard of every signed-in page: `Err` is the answer to give instead (disabled, or off to
+/// the sign-in form).
+fn signed_in(web: &Web, r: &Req) -> Result<(), Response> {
+    if web.app.cfg.admin_token_hash.is_none() {
+        return Err(page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx)));
+    }
+    if r.session.is_none() {
+        return Err(to_login());
+    }
+    Ok(())
+}
+
+fn api_error(r: &Req, e: ApiError) -> Response {
+    if e.code == gpum_protocol::ErrorCode::NotFound {
+        return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
+    }
+    e.into_response()
+}
+
+/// A POSTed form: read within the body timeout and limit, parsed, and its `csrf` field checked
+/// against the session's token. `Err` is the answer to give instead.
+async fn form<T: DeserializeOwned>(web: &Web, r: &Req, req: Request) -> Result<T, Response> {
+    signed_in(web, r)?;
+    let bytes = read_body(req, web.app.cfg.body_timeout).await.map_err(IntoResponse::into_response)?;
+    let stale = || page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    #[derive(Deserialize)]
+    struct Csrf {
+        csrf: String,
+    }
+    let Ok(Csrf { csrf }) = serde_urlencoded::from_bytes::<Csrf>(&bytes) else { return Err(stale()) };
+    let want = r.session.as_ref().map(|(_, s)| s.csrf.as_str()).unwrap_or("");
+    if want.is_empty() || !ct_eq(&csrf, want) {
+        return Err(stale());
+    }
+    serde_urlencoded::from_bytes(&bytes).map_err(|_| stale())
+}
+
+fn cookie_header(web: &Web, name: &str, value: &str, max_age: u64) -> HeaderValue {
+    let secure = if web.app.cfg.public_url.starts_with("https://") { "; Secure" } else { "" };
+    let v = format!("{name}={value}; Path=/dashboard; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+    HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sign-in
+
+async fn login_form(State(web): St, r: Req) -> Response {
+    if web.app.cfg.admin_token_hash.is_none() {
+        return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
+    }
+    if r.session.is_some() {
+        return Redirect::to("/dashboard").into_response();
+    }
+    login_page(&web, &r, StatusCode::OK, false)
+}
+
+fn login_page(web: &Web, r: &Req, status: StatusCode, wrong: bool) -> Response {
+    let token = session::random_hex();
+    let mut resp = page(status, pages::login(&r.ctx, &token, wrong));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
+    resp
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    csrf: String,
+    token: String,
+}
+
+async fn login(State(web): St, r: Req, req: Request) -> Response {
+    let Some(want) = web.app.cfg.admin_token_hash else {
+        return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
+    };
+    let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
+    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(f) = serde_urlencoded::from_bytes::<LoginForm>(&bytes) else {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    };
+    // The form's token must be the one this browser was given with the form.
+    if login_cookie.is_empty() || !ct_eq(&f.csrf, &login_cookie) {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    }
+    let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
+    if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        return login_page(&web, &r, StatusCode::UNAUTHORIZED, true);
+    }
+    let id = web.sessions.create(web.app.clock.now());
+    let mut resp = Redirect::to("/dashboard").into_response();
+    let h = resp.headers_mut();
+    h.append(header::SET_COOKIE, cookie_header(&web, SESSION_COOKIE, &id, session::SESSION_TTL_SECS));
+    h.append(header::SET_COOKIE, cookie_header(&web, LOGIN_COOKIE, "", 0));
+    resp
+}
+
+#[derive(Deserialize)]
+struct Empty {}
+
+async fn logout(State(web): St, r: Req, req: Request) -> Response {
+    if let Err(resp) = form::<Empty>(&web, &r, req).await {
+        return resp;
+    }
+    if let Some((id, _)) = &r.session {
+        web.sessions.remove(id);
+    }
+    let mut resp = to_login();
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(&web, SESSION_COOKIE, "", 0));
+    resp
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers
+
+async fn nodes(web: &Web) -> Result<(Vec<NodeSummary>, u64), ApiError> {
+    let now = web.app.clock.now();
+    let list = web.app.db.call(move |c| store::list_nodes(c, now)).await?;
+    Ok((list.nodes, now))
+}
+
+#[derive(Deserialize, Default)]
+struct ServersQuery {
+    deleted: Option<String>,
+}
+
+async fn servers(State(web): St, r: Req, q: axum::extract::Query<ServersQuery>) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    match nodes(&web).await {
+        Ok((list, now)) => page(StatusCode::OK, pages::servers(&r.ctx, &list, now, q.deleted.as_deref())),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn one_node(web: &Web, id: &str) -> Result<(NodeSummary, u64), ApiError> {
+    let (list, now) = nodes(web).await?;
+    list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
+}
+
+async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    match one_node(&web, &id).await {
+        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CommandForm {
+    kind: String,
+}
+
+async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    let f: CommandForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let kind = CommandKind::parse(&f.kind).map(CommandKind::as_str).unwrap_or("").to_owned();
+    let now = web.app.clock.now();
+    let i = id.clone();
+    match web.app.db.call(move |c| store::queue_command(c, now, &i, &kind)).await {
+        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn rotate_form(State(web): St, r: Req, Path(id): Path<String>) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    match one_node(&web, &id).await {
+        Ok((n, _)) => page(StatusCode::OK, pages::confirm_rotate(&r.ctx, &n.id)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn rotate(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    if let Err(resp) = form::<Empty>(&web, &r, req).await {
+        return resp;
+    }
+    let now = web.app.clock.now();
+    let i = id.clone();
+    match web.app.db.call(move |c| store::rotate_token(c, now, &i)).await {
+        Ok(t) => page(StatusCode::OK, pages::rotated(&r.ctx, &id, &t.node_token, &web.app.cfg.public_url)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn delete_form(State(web): St, r: Req, Path(id): Path<String>) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    match one_node(&web, &id).await {
+        Ok((n, _)) => page(StatusCode::OK, pages::confirm_delete(&r.ctx, &n.id)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn delete(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    if let Err(resp) = form::<Empty>(&web, &r, req).await {
+        return resp;
+    }
+    let now = web.app.clock.now();
+    let i = id.clone();
+    match web.app.db.call(move |c| store::delete_node(c, now, &i)).await {
+        Ok(()) => {
+            let q = serde_urlencoded::to_string([("deleted", id.as_str())]).unwrap_or_default();
+            Redirect::to(&format!("/dashboard?{q}")).into_response()
+        }
+        Err(e) => api_error(&r, e),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adding a machine
+
+async fn add_form(State(web): St, r: Req) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    page(StatusCode::OK, pages::add(&r.ctx))
+}
+
+#[derive(Deserialize)]
+struct AddForm {
+    ttl: u64,
+}
+
+async fn create_code(State(web): St, r: Req, req: Request) -> Response {
+    let f: AddForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    if !TTL_CHOICES.contains(&f.ttl) {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    }
+    let now = web.app.clock.now();
+    let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl)).await {
+        Ok(c) => c,
+        Err(e) => return api_error(&r, e),
+    };
+    let hash = store::hash_secret(&created.code);
+    let status = pages::join_status(&r.ctx, JoinState::Waiting);
+    page(
+        StatusCode::OK,
+        pages::code_created(
+            &r.ctx,
+            &web.app.cfg.public_url,
+            &created.code,
+            created.expires_at,
+            &hash,
+            status,
+        ),
+    )
+}
+
+/// Where a join code stands, for the waiting page; the code is named by its hash (what the
+/// database holds), so the code itself never appears in a URL.
+async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Response {
+    if let Err(resp) = signed_in(&web, &r) {
+        return resp;
+    }
+    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
+    }
+    let h = hash.clone();
+    let used = match web.app.db.call(move |c| store::join_code_use(c, &h)).await {
+        Ok(Some(u)) => u,
+        Ok(None) => return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx)),
+        Err(e) => return api_error(&r, e),
+    };
+    let (list, now) = match nodes(&web).await {
+        Ok(v) => v,
+        Err(e) => return api_error(&r, e),
+    };
+    let status = match used {
+        (_, Some(id)) => match list.iter().find(|n| n.id == id) {
+            Some(n) if n.last_heartbeat_at.is_some() => pages::join_status(&r.ctx, JoinState::Node(n)),
+            Some(_) => pages::join_status(&r.ctx, JoinState::Registered(&id)),
+            None => pages::join_status(&r.ctx, JoinState::Deleted),
+        },
+        (expires_at, None) if now >= expires_at => pages::join_status(&r.ctx, JoinState::Expired),
+        (_, None) => pages::join_status(&r.ctx, JoinState::Waiting),
+    };
+    page(StatusCode::OK, pages::join_page(&r.ctx, &hash, status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+    use crate::db::Db;
+    use crate::server::Config;
+    use axum::body::Body;
+    use std::time::Duration;
+    use tower::ServiceExt;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn app(dir: &std::path::Path, admin: bool) -> Router {
+        let conn = store::open(&dir.join("p.db")).unwrap();
+        let state = Arc::new(AppState {
+            db: Db::start(conn),
+            clock: Clock::system(),
+            cfg: Config {
+                heartbeat_interval_secs: 10,
+                admin_token_hash: admin.then(|| Sha256::digest(TOKEN.as_bytes()).into()),
+                dist: None,
+                public_url: "https://gpum.example".into(),
+                body_timeout: Duration::from_secs(5),
+            },
+        });
+        crate::server::router(state)
+    }
+
+    async fn call(app: &Router, method: &str, path: &str, cookie: &str, body: &str) -> Response {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::COOKIE, cookie)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap()
+    }
+
+    async fn text(r: Response) -> String {
+        String::from_utf8(axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
+    }
+
+    fn set_cookie(r: &Response, name: &str) -> String {
+        r.headers()
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .find(|c| c.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} cookie"))
+    }
+
+    fn value(set_cookie: &str) -> String {
+        set_cookie.split(';').next().unwrap().split_once('=').unwrap().1.to_owned()
+    }
+
+    /// Signs in; returns the session cookie's value and the page's CSRF token.
+    async fn sign_in(app: &Router) -> (String, String) {
+        let form = call(app, "GET", "/dashboard/login", "", "").await;
+        let login = value(&set_cookie(&form, LOGIN_COOKIE));
+        let r = call(
+            app,
+            "POST",
+            "/dashboard/login",
+            &format!("{LOGIN_COOKIE}={login}"),
+            &format!("csrf={login}&token={TOKEN}"),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let c = set_cookie(&r, SESSION_COOKIE);
+        for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/dashboard"] {
+            assert!(c.split("; ").any(|f| f == flag), "{flag}: {c}");
+        }
+        let sid = value(&c);
+        let page =
+            text(call(app, "GET", "/dashboard/add", &format!("{SESSION_COOKIE}={sid}"), "").await).await;
+        let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap()[..64].to_owned();
+        (sid, csrf)
+    }
+
+    #[tokio::test]
+    async fn sign_in_csrf_and_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path(), true);
+        let r = call(&app, "GET", "/dashboard", "", "").await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(r.headers()[header::CONTENT_SECURITY_POLICY], CSP);
+        assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
+        // A wrong token, and a form this browser was not given.
+        let form = call(&app, "GET", "/dashboard/login", "", "").await;
+        let login = value(&set_cookie(&form, LOGIN_COOKIE));
+        let cookie = format!("{LOGIN_COOKIE}={login}");
+        let r = call(&app, "POST", "/dashboard/login", &cookie, &format!("csrf={login}&token=wrong")).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        let r = call(&app, "POST", "/dashboard/login", "", &format!("csrf={login}&token={TOKEN}")).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+
+        let (sid, csrf) = sign_in(&app).await;
+        let cookie = format!("{SESSION_COOKIE}={sid}");
+        let r = call(&app, "POST", "/dashboard/add", &cookie, "ttl=3600&csrf=00").await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "a wrong form key");
+        let r = call(&app, "POST", "/dashboard/add", &cookie, "ttl=3600").await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "no form key");
+        let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=5&csrf={csrf}")).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "a lifetime the form does not offer");
+        let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let page = text(r).await;
+        assert!(page.contains("curl -fsSL https://gpum.example/install.sh | sudo bash -s -- --code GPUM-"));
+        assert!(page.contains("data-state=\"waiting\""));
+        // Sign-out needs the key too, then ends the session.
+        let r = call(&app, "POST", "/dashboard/logout", &cookie, "csrf=00").await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let r = call(&app, "POST", "/dashboard/logout", &cookie, &format!("csrf={csrf}")).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(call(&app, "GET", "/dashboard", &cookie, "").await.status(), StatusCode::SEE_OTHER);
+    }
+
+    #[tokio::test]
+    async fn off_without_an_admin_token_and_languages() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path(), false);
+        let r = call(&app, "GET", "/dashboard", "", "").await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(text(r).await.contains("The dashboard is disabled"));
+        let req = Request::builder()
+            .uri("/dashboard/login")
+            .header(header::ACCEPT_LANGUAGE, "ru-RU,ru;q=0.9")
+            .body(Body::empty())
+            .unwrap();
+        assert!(text(app.clone().oneshot(req).await.unwrap()).await.contains("Личный кабинет выключен"));
+        let r = call(&app, "GET", "/dashboard?lang=ru", "", "").await;
+        assert!(set_cookie(&r, LANG_COOKIE).starts_with("gpum_lang=ru;"));
+        assert!(text(r).await.contains("Личный кабинет выключен"));
+        assert!(text(call(&app, "GET", "/dashboard", "gpum_lang=ru", "").await).await.contains("выключен"));
+    }
+}

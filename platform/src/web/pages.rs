@@ -1,0 +1,602 @@
+//! The dashboard's pages, as maud templates: checked at compile time, and every value escaped
+//! (maud escapes `&<>"` in text and attributes, and always quotes attributes). Nothing here uses
+//! `PreEscaped`: a node's inventory is written by whoever holds a join code, so no text from the
+//! database may ever become markup.
+//!
+//! A region marked `data-live="URL"` is refreshed by `dashboard.js` every 2 s from that URL (a
+//! GET of a page holding the same region); forms stay outside those regions so a refresh never
+//! replaces a button under the owner's pointer.
+
+use gpum_common::Lang;
+use gpum_protocol::{NodeSummary, VerificationState};
+use maud::{DOCTYPE, Markup, html};
+
+use super::i18n::{Msg, fill, probe_failure, t, verification};
+
+/// What every page needs: the language, the path (for the language switch) and, when signed
+/// in, the session's CSRF token (for every form).
+pub struct Ctx {
+    pub lang: Lang,
+    pub path: String,
+    pub csrf: Option<String>,
+}
+
+impl Ctx {
+    fn t(&self, m: Msg) -> &'static str {
+        t(m, self.lang)
+    }
+}
+
+/// The longest text from a node shown in a table cell; the server's page shows it whole.
+const CELL_MAX_CHARS: usize = 64;
+
+fn cut(s: &str) -> String {
+    if s.chars().count() <= CELL_MAX_CHARS {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(CELL_MAX_CHARS).collect::<String>())
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM` (UTC).
+pub fn utc(ts: u64) -> String {
+    let days = (ts / 86_400) as i64;
+    let secs = ts % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
+    let Some(last) = last else { return ctx.t(Msg::NeverSeen).to_owned() };
+    let d = now.saturating_sub(last);
+    let (m, n) = match d {
+        0..60 => (Msg::SecondsAgo, d),
+        60..3600 => (Msg::MinutesAgo, d / 60),
+        3600..86_400 => (Msg::HoursAgo, d / 3600),
+        _ => (Msg::DaysAgo, d / 86_400),
+    };
+    fill(ctx.t(m), &[("n", &n.to_string())])
+}
+
+fn gib(mib: u64) -> String {
+    if mib >= 1024 { format!("{:.0} GiB", mib as f64 / 1024.0) } else { format!("{mib} MiB") }
+}
+
+/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`.
+fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
+    let mut groups: Vec<(&str, u64, usize)> = Vec::new();
+    for g in &n.inventory.public.gpus {
+        match groups.iter_mut().find(|(m, v, _)| *m == g.model && *v == g.vram_mib) {
+            Some(e) => e.2 += 1,
+            None => groups.push((&g.model, g.vram_mib, 1)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(m, v, c)| {
+            let m = if max.is_some() { cut(m) } else { m.to_owned() };
+            format!("{c} × {m} ({})", gib(v))
+        })
+        .collect()
+}
+
+fn verification_label(ctx: &Ctx, n: &NodeSummary) -> String {
+    let mut s = verification(n.verification, ctx.lang).to_owned();
+    if n.verification == VerificationState::Failed
+        && let Some(r) = n.last_probe_reason
+    {
+        s.push_str(": ");
+        s.push_str(probe_failure(r, ctx.lang));
+    }
+    s
+}
+
+fn verification_class(v: VerificationState) -> &'static str {
+    match v {
+        VerificationState::Verified => "ok",
+        VerificationState::AwaitingCheck => "wait",
+        VerificationState::Failed => "bad",
+    }
+}
+
+fn csrf_field(ctx: &Ctx) -> Markup {
+    html! { input type="hidden" name="csrf" value=(ctx.csrf.as_deref().unwrap_or("")); }
+}
+
+/// A mark saying who sees a field: tenants, or only the owner (as the seed separates them).
+fn seen_by(ctx: &Ctx, public: bool) -> Markup {
+    if public {
+        html! { span.mark.pub title=(ctx.t(Msg::TenantsSee)) { "◆ " (ctx.t(Msg::TenantsSee)) } }
+    } else {
+        html! { span.mark.own title=(ctx.t(Msg::OnlyYouSee)) { "◇ " (ctx.t(Msg::OnlyYouSee)) } }
+    }
+}
+
+pub fn layout(ctx: &Ctx, title: &str, body: Markup) -> Markup {
+    let other = match ctx.lang {
+        Lang::Ru => "en",
+        Lang::En => "ru",
+    };
+    html! {
+        (DOCTYPE)
+        html lang=(match ctx.lang { Lang::Ru => "ru", Lang::En => "en" }) {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · " (ctx.t(Msg::Title)) }
+                link rel="stylesheet" href="/dashboard/static/dashboard.css";
+                script src="/dashboard/static/dashboard.js" defer {}
+            }
+            body {
+                header {
+                    a.brand href="/dashboard" { (ctx.t(Msg::Title)) }
+                    nav {
+                        @if ctx.csrf.is_some() {
+                            a #nav-servers href="/dashboard" { (ctx.t(Msg::NavServers)) }
+                            a #nav-add href="/dashboard/add" { (ctx.t(Msg::NavAdd)) }
+                        }
+                        a #lang-switch href={ (ctx.path) "?lang=" (other) } { (ctx.t(Msg::LangSwitch)) }
+                        @if ctx.csrf.is_some() {
+                            form.inline method="post" action="/dashboard/logout" {
+                                (csrf_field(ctx))
+                                button #sign-out type="submit" { (ctx.t(Msg::SignOut)) }
+                            }
+                        }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+pub fn disabled(ctx: &Ctx) -> Markup {
+    layout(ctx, ctx.t(Msg::Title), html! { p #disabled { (ctx.t(Msg::Disabled)) } })
+}
+
+pub fn login(ctx: &Ctx, login_csrf: &str, wrong: bool) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::SignInTitle),
+        html! {
+            @if wrong { p.error #login-error { (ctx.t(Msg::WrongToken)) } }
+            form #login method="post" action="/dashboard/login" autocomplete="off" {
+                input type="hidden" name="csrf" value=(login_csrf);
+                p { (ctx.t(Msg::SignInHelp)) }
+                label for="token" { (ctx.t(Msg::AdminToken)) }
+                input #token type="password" name="token" required autofocus;
+                button #sign-in type="submit" { (ctx.t(Msg::SignIn)) }
+            }
+        },
+    )
+}
+
+pub fn stale(ctx: &Ctx) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::StaleForm),
+        html! {
+            p #stale { (ctx.t(Msg::StaleFormHelp)) }
+            p { a href="/dashboard" { (ctx.t(Msg::Back)) } }
+        },
+    )
+}
+
+pub fn not_found(ctx: &Ctx) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::NotFound),
+        html! { p #not-found { (ctx.t(Msg::NotFound)) } p { a href="/dashboard" { (ctx.t(Msg::Back)) } } },
+    )
+}
+
+pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::ServersTitle),
+        html! {
+            @if let Some(id) = deleted {
+                p.flash #flash { (fill(ctx.t(Msg::Deleted), &[("node", id)])) }
+            }
+            div.legend {
+                p { (seen_by(ctx, true)) " " (ctx.t(Msg::LegendTenants)) }
+                p { (seen_by(ctx, false)) " " (ctx.t(Msg::LegendOwner)) }
+            }
+            (servers_table(ctx, nodes, now))
+            p { a.button #add-machine href="/dashboard/add" { (ctx.t(Msg::NavAdd)) } }
+        },
+    )
+}
+
+fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
+    html! {
+        div #servers data-live="/dashboard" {
+            @if nodes.is_empty() {
+                p #no-servers { (ctx.t(Msg::NoServers)) }
+            } @else {
+                table {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColServer)) br; (seen_by(ctx, false)) }
+                        th { (ctx.t(Msg::ColState)) br; (seen_by(ctx, true)) }
+                        th { (ctx.t(Msg::ColVerification)) br; (seen_by(ctx, true)) }
+                        th { (ctx.t(Msg::ColGpus)) br; (seen_by(ctx, true)) }
+                        th { (ctx.t(Msg::ColAgent)) br; (seen_by(ctx, false)) }
+                        th { (ctx.t(Msg::ColLastSeen)) br; (seen_by(ctx, false)) }
+                    } }
+                    tbody {
+                        @for n in nodes {
+                            tr.server data-node=(n.id) {
+                                td {
+                                    a.node-link href={ "/dashboard/servers/" (n.id) } { (n.id) }
+                                    br;
+                                    span.hostname { (cut(&n.inventory.private.hostname)) }
+                                }
+                                td.state.(if n.online { "online" } else { "offline" }) {
+                                    (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
+                                }
+                                td.verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                                td.gpus { @for g in gpu_summary(n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.agent { (cut(&n.agent_version)) }
+                                td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub fn add(ctx: &Ctx) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::AddTitle),
+        html! {
+            p { (ctx.t(Msg::AddHelp)) }
+            form #create-code method="post" action="/dashboard/add" {
+                (csrf_field(ctx))
+                label for="ttl" { (ctx.t(Msg::Lifetime)) }
+                select #ttl name="ttl" {
+                    option value="3600" { (ctx.t(Msg::Ttl1h)) }
+                    option value="86400" selected { (ctx.t(Msg::Ttl24h)) }
+                    option value="604800" { (ctx.t(Msg::Ttl7d)) }
+                }
+                button #create type="submit" { (ctx.t(Msg::CreateCode)) }
+            }
+        },
+    )
+}
+
+/// The install command for `public_url` and `code`, in its three variants: the install, the
+/// dry run, and the one for a `/tmp` mounted noexec (as the seed explains).
+pub fn commands(public_url: &str, code: &str) -> [String; 3] {
+    let fetch = format!("curl -fsSL {public_url}/install.sh |");
+    [
+        format!("{fetch} sudo bash -s -- --code {code}"),
+        format!("{fetch} sudo bash -s -- --code {code} --dry-run"),
+        format!("{fetch} sudo env TMPDIR=/var/tmp bash -s -- --code {code}"),
+    ]
+}
+
+fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
+    html! {
+        div.copyable {
+            pre { code #(id) { (text) } }
+            button.copy type="button" data-copy=(id) data-done=(ctx.t(Msg::Copied)) { (ctx.t(Msg::Copy)) }
+        }
+    }
+}
+
+pub fn code_created(
+    ctx: &Ctx,
+    public_url: &str,
+    code: &str,
+    expires_at: u64,
+    code_hash: &str,
+    status: Markup,
+) -> Markup {
+    let [install, dry, noexec] = commands(public_url, code);
+    layout(
+        ctx,
+        ctx.t(Msg::AddTitle),
+        html! {
+            h2 { (ctx.t(Msg::CodeCreated)) }
+            p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
+            h2 { (ctx.t(Msg::InstallCommand)) }
+            p { (ctx.t(Msg::InstallHelp)) }
+            (copyable(ctx, "cmd-install", &install))
+            h3 { (ctx.t(Msg::DryRunCommand)) }
+            p { (ctx.t(Msg::DryRunHelp)) }
+            (copyable(ctx, "cmd-dry-run", &dry))
+            h3 { (ctx.t(Msg::NoexecCommand)) }
+            p { (ctx.t(Msg::NoexecHelp)) }
+            (copyable(ctx, "cmd-noexec", &noexec))
+            (join_region(code_hash, status))
+        },
+    )
+}
+
+/// Where the join code stands, as the waiting page shows it.
+pub enum JoinState<'a> {
+    Waiting,
+    Expired,
+    Registered(&'a str),
+    Node(&'a NodeSummary),
+    Deleted,
+}
+
+pub fn join_status(ctx: &Ctx, state: JoinState<'_>) -> Markup {
+    html! {
+        @match state {
+            JoinState::Waiting => p #join-state.wait data-state="waiting" { (ctx.t(Msg::WaitingMachine)) },
+            JoinState::Expired => p #join-state.bad data-state="expired" { (ctx.t(Msg::CodeExpired)) },
+            JoinState::Registered(id) => p #join-state.wait data-state="registered" {
+                (ctx.t(Msg::MachineRegistered)) " "
+                a href={ "/dashboard/servers/" (id) } { (ctx.t(Msg::OpenServer)) }
+            },
+            JoinState::Deleted => p #join-state.bad data-state="deleted" { (ctx.t(Msg::ServerDeleted)) },
+            JoinState::Node(n) => {
+                p #join-state.ok data-state=(if n.online { "online" } else { "offline" }) {
+                    @if n.online {
+                        (fill(ctx.t(Msg::MachineOnline), &[("node", &n.id)]))
+                    } @else {
+                        (n.id) ": " (ctx.t(Msg::Offline))
+                    }
+                    " "
+                    a #open-server href={ "/dashboard/servers/" (n.id) } { (ctx.t(Msg::OpenServer)) }
+                }
+                p #join-verification.(verification_class(n.verification))
+                    data-verification=(verification_class(n.verification)) { (verification_label(ctx, n)) }
+            },
+        }
+    }
+}
+
+pub fn join_region(code_hash: &str, status: Markup) -> Markup {
+    html! { div #join data-live={ "/dashboard/join/" (code_hash) } { (status) } }
+}
+
+pub fn join_page(ctx: &Ctx, code_hash: &str, status: Markup) -> Markup {
+    layout(ctx, ctx.t(Msg::AddTitle), join_region(code_hash, status))
+}
+
+fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
+    html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
+}
+
+pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
+    let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.id)]);
+    let base = format!("/dashboard/servers/{}", n.id);
+    layout(
+        ctx,
+        &title,
+        html! {
+            (server_live(ctx, n, now))
+            div.actions {
+                form.inline method="post" action={ (base) "/command" } {
+                    (csrf_field(ctx))
+                    input type="hidden" name="kind" value="recheck";
+                    button #recheck type="submit" { (ctx.t(Msg::Recheck)) }
+                }
+                form.inline method="post" action={ (base) "/command" } {
+                    (csrf_field(ctx))
+                    input type="hidden" name="kind" value="restart";
+                    button #restart type="submit" { (ctx.t(Msg::Restart)) }
+                }
+                a.button #rotate href={ (base) "/rotate-token" } { (ctx.t(Msg::RotateToken)) }
+                a.button.danger #delete href={ (base) "/delete" } { (ctx.t(Msg::Delete)) }
+            }
+        },
+    )
+}
+
+fn opt(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("—")
+}
+
+fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
+    let inv = &n.inventory;
+    let p = &inv.private;
+    let gpus = gpu_summary(n, None).join(", ");
+    let vram: u64 = inv.public.gpus.iter().map(|g| g.vram_mib).sum();
+    html! {
+        div #server data-live={ "/dashboard/servers/" (n.id) } {
+            table.facts {
+                tr {
+                    th { (ctx.t(Msg::ColState)) }
+                    td.value #state.(if n.online { "online" } else { "offline" }) {
+                        (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
+                        " · " (ago(ctx, n.last_heartbeat_at, now))
+                    }
+                    td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ColVerification)) }
+                    td.value #verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                    td { (seen_by(ctx, true)) }
+                }
+            }
+            h2 { (ctx.t(Msg::Inventory)) }
+            table.facts #inventory {
+                (row(ctx, Msg::GpuModel, true, &gpus))
+                (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
+                (row(ctx, Msg::GpuMemory, true, &gib(vram)))
+                (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
+                (row(ctx, Msg::Ram, true, &gib(inv.public.ram_mib)))
+                (row(ctx, Msg::Disk, true, &format!("{} GiB", inv.public.disk_gib)))
+                tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
+                tr {
+                    th { (ctx.t(Msg::GpuUuids)) }
+                    td.value #gpu-uuids { @for u in &p.gpu_uuids { (u) br; } }
+                    td { (seen_by(ctx, false)) }
+                }
+                (row(ctx, Msg::Os, false, &p.os))
+                (row(ctx, Msg::Kernel, false, &p.kernel))
+                (row(ctx, Msg::Driver, false, opt(&p.driver_version)))
+                (row(ctx, Msg::Cuda, false, opt(&p.cuda_version)))
+                (row(ctx, Msg::Docker, false, opt(&p.docker_version)))
+                (row(ctx, Msg::Toolkit, false, opt(&p.toolkit_version)))
+                (row(ctx, Msg::AgentVersion, false, &n.agent_version))
+                (row(ctx, Msg::Registered, false, &utc(n.registered_at)))
+            }
+            h2 { (ctx.t(Msg::LastProbe)) }
+            @match &n.last_probe_output {
+                Some(out) => { p { (ctx.t(Msg::ProbeOutput)) ":" } pre #probe-output { (out) } },
+                None => p #probe-output { (ctx.t(Msg::NoProbeYet)) },
+            }
+            h2 { (ctx.t(Msg::Commands)) }
+            @if n.commands.is_empty() {
+                p #no-commands { (ctx.t(Msg::NoCommands)) }
+            } @else {
+                table #commands {
+                    @for c in n.commands.iter().rev() {
+                        tr.command data-kind=(c.kind) {
+                            td { (utc(c.queued_at)) }
+                            td { (c.kind) }
+                            @match (&c.result, c.delivered_at) {
+                                (Some(r), _) => td.result.(if r.ok { "ok" } else { "bad" }) data-result=(if r.ok { "ok" } else { "failed" }) {
+                                    (ctx.t(if r.ok { Msg::CommandOk } else { Msg::CommandFailed }))
+                                    @if !r.message.is_empty() { ": " (r.message) }
+                                },
+                                (None, Some(_)) => td.result.wait data-result="delivered" { (ctx.t(Msg::CommandDelivered)) },
+                                (None, None) => td.result.wait data-result="queued" { (ctx.t(Msg::CommandQueued)) },
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub fn confirm_delete(ctx: &Ctx, id: &str) -> Markup {
+    let base = format!("/dashboard/servers/{id}");
+    layout(
+        ctx,
+        &fill(ctx.t(Msg::DeleteTitle), &[("node", id)]),
+        html! {
+            p { (ctx.t(Msg::DeleteWhatNext)) }
+            ul #delete-explained {
+                li { (ctx.t(Msg::DeleteAgentStops)) }
+                li { (ctx.t(Msg::DeleteFilesStay)) }
+                li { (ctx.t(Msg::DeleteNewServer)) }
+            }
+            form #delete-form method="post" action={ (base) "/delete" } {
+                (csrf_field(ctx))
+                button.danger #confirm-delete type="submit" { (ctx.t(Msg::DeleteConfirm)) }
+                " "
+                a #cancel href=(base) { (ctx.t(Msg::Cancel)) }
+            }
+        },
+    )
+}
+
+pub fn confirm_rotate(ctx: &Ctx, id: &str) -> Markup {
+    let base = format!("/dashboard/servers/{id}");
+    layout(
+        ctx,
+        &fill(ctx.t(Msg::RotateTitle), &[("node", id)]),
+        html! {
+            p #rotate-explained { (ctx.t(Msg::RotateExplain)) }
+            form #rotate-form method="post" action={ (base) "/rotate-token" } {
+                (csrf_field(ctx))
+                button.danger #confirm-rotate type="submit" { (ctx.t(Msg::RotateConfirm)) }
+                " "
+                a #cancel href=(base) { (ctx.t(Msg::Cancel)) }
+            }
+        },
+    )
+}
+
+/// The new token, shown once (this answer is `no-store`), with the commands that hand it to
+/// the agent on the machine: the token goes through stdin, never argv.
+pub fn rotated(ctx: &Ctx, id: &str, token: &str, public_url: &str) -> Markup {
+    let configure = format!("sudo /opt/gpum-agent/gpum-agent configure --server {public_url} --node-id {id}");
+    let start = "sudo systemctl restart gpum-agent".to_owned();
+    layout(
+        ctx,
+        &fill(ctx.t(Msg::RotatedTitle), &[("node", id)]),
+        html! {
+            p.error { (ctx.t(Msg::RotatedOnce)) }
+            (copyable(ctx, "new-token", token))
+            p { (ctx.t(Msg::RotatedSteps)) }
+            (copyable(ctx, "cmd-configure", &configure))
+            (copyable(ctx, "cmd-start", &start))
+            p { a href={ "/dashboard/servers/" (id) } { (ctx.t(Msg::Back)) } }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00");
+        assert_eq!(utc(1_796_290_406), "2026-12-03 09:33");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00");
+    }
+
+    #[test]
+    fn node_text_is_escaped_everywhere() {
+        let evil = "<script>alert(1)</script>\"onmouseover=alert(2) x='";
+        let mut n = NodeSummary {
+            id: "node-1".into(),
+            online: true,
+            verification: VerificationState::Failed,
+            last_probe_output: Some(evil.into()),
+            last_probe_reason: Some(gpum_protocol::ProbeFailure::NvmlUnknownError),
+            last_heartbeat_at: Some(5),
+            registered_at: 1,
+            agent_version: evil.into(),
+            inventory: Default::default(),
+            last_metrics: None,
+            health: None,
+            last_seq: None,
+            managed_containers: vec![],
+            known_containers: vec![],
+            removed_containers: vec![],
+            commands: vec![gpum_protocol::CommandStatus {
+                id: "c".into(),
+                kind: evil.into(),
+                queued_at: 1,
+                delivered_at: Some(2),
+                result: Some(gpum_protocol::CommandResult {
+                    id: "c".into(),
+                    ok: false,
+                    message: evil.into(),
+                }),
+            }],
+        };
+        n.inventory.private.hostname = evil.into();
+        n.inventory.private.gpu_uuids = vec![evil.into()];
+        n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
+        for lang in [Lang::Ru, Lang::En] {
+            let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()) };
+            for page in [
+                servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
+                server(&ctx, &n, 6),
+                join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
+                confirm_delete(&ctx, evil),
+            ] {
+                let s = page.into_string();
+                assert!(!s.contains("<script>alert"), "{s}");
+                assert!(!s.contains("\"onmouseover"), "{s}");
+                assert!(!s.contains("<b>"), "{s}");
+                assert!(!s.contains("<x>"), "{s}");
+                // Only our own script tag, by file.
+                assert_eq!(s.matches("<script").count(), 1);
+            }
+        }
+    }
+}

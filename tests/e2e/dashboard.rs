@@ -1,0 +1,673 @@
+//! The owner's dashboard in a real browser: Debian's headless Chromium through chromedriver
+//! (`gpum_tests::browser`), against the real `gpum-platform`, with the real `gpum-agent`.
+//!
+//! - the owner's whole path: sign in, create a code, a real agent registers with the code read
+//!   off the page, the row turns online without a reload, a command runs, Delete behind its
+//!   confirmation, the agent exits 78, the server is gone;
+//! - hostile nodes (anyone with a join code picks its host name and more): `<script>`,
+//!   `"onmouseover=` and a 10 kB name stay text, and the CSP stops an inline script;
+//! - CSRF: a wrong or missing form key, a cross-site form and a GET on a POST route change
+//!   nothing;
+//! - sessions: a wrong token, sign-out, expiry, the cookie's flags (`Secure` over TLS), and
+//!   the dashboard off without an admin token;
+//! - languages, and the screenshots under docs/screenshots/ (written when
+//!   `GPUM_WRITE_SCREENSHOTS=1`).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use gpum_protocol::{
+    GpuPublic, HeartbeatRequest, Inventory, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure, ProbeReport,
+    RegisterRequest, RegisterResponse, VerificationState, limits,
+};
+use gpum_tests::bin;
+use gpum_tests::browser::Browser;
+use gpum_tests::platform::{PlatformOpts, TestPlatform};
+
+const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
+const LIVE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+async fn sign_in(b: &Browser, p: &TestPlatform) {
+    b.goto(&format!("{}/dashboard", p.url())).await;
+    assert!(b.url().await.ends_with("/dashboard/login"), "signed out goes to the form: {}", b.url().await);
+    b.find("#token").await.send_keys(p.admin_token()).await.expect("type the token");
+    b.click("#sign-in").await;
+    b.wait_for("#nav-servers").await;
+    let url = b.url().await;
+    assert!(url.ends_with("/dashboard"), "after sign-in: {url}");
+    assert!(!url.contains(p.admin_token()), "the token is never in a URL");
+}
+
+/// A registered `gpum-agent` with its scratch state directory; `run` starts the service.
+struct Agent {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Agent {
+    /// `gpum-agent register` with `code` on stdin, as the installer does.
+    fn register(p: &TestPlatform, code: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Command::new(bin("gpum-agent"));
+        c.args(["register", "--state", dir.path().to_str().unwrap(), "--server", p.url()])
+            .args(["--docker-socket", MISSING_DOCKER])
+            .env("LANG", "C.UTF-8");
+        if let Some(ca) = p.ca_path() {
+            c.arg("--ca-file").arg(ca);
+        }
+        let mut child =
+            c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(format!("{code}\n").as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "register: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Agent { dir, child: None }
+    }
+
+    fn node_id(&self) -> String {
+        let host = gpum_host::RealHost::new();
+        gpum_common::agent_state::read(&host, self.dir.path()).unwrap().unwrap().node_id.unwrap()
+    }
+
+    fn run(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("agent.log")).unwrap();
+        self.child = Some(
+            Command::new(bin("gpum-agent"))
+                .args(["run", "--state", self.dir.path().to_str().unwrap()])
+                .env("GPUM_LOG", "debug")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let c = self.child.as_mut()?;
+        let end = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A node registered straight over the protocol, as anyone holding a join code can: the
+/// inventory is whatever the sender says.
+async fn register_raw(p: &TestPlatform, inventory: Inventory, agent_version: &str) -> RegisterResponse {
+    let req = RegisterRequest {
+        join_code: p.join_code(),
+        agent_version: agent_version.into(),
+        inventory,
+        install_id: None,
+    };
+    let resp = p.http_client().post(format!("{}{PATH_REGISTER}", p.url())).json(&req).send().await.unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+    resp.json().await.unwrap()
+}
+
+async fn heartbeat_raw(p: &TestPlatform, token: &str, seq: u64, inv: &Inventory, probe: Option<ProbeReport>) {
+    let req = HeartbeatRequest { seq, inventory_hash: inv.hash(), probe, ..Default::default() };
+    let resp = p
+        .http_client()
+        .post(format!("{}{PATH_HEARTBEAT}", p.url()))
+        .bearer_auth(token)
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
+
+fn sample_inventory(host: &str, uuids: &[&str]) -> Inventory {
+    let mut inv = Inventory::default();
+    inv.public.gpus =
+        uuids.iter().map(|_| GpuPublic { model: "NVIDIA A100 80GB PCIe".into(), vram_mib: 81_920 }).collect();
+    inv.public.cpu_model = "AMD EPYC 7313 16-Core Processor".into();
+    inv.public.cpu_cores = 32;
+    inv.public.ram_mib = 257_000;
+    inv.public.disk_gib = 870;
+    inv.private.hostname = host.into();
+    inv.private.gpu_uuids = uuids.iter().map(|u| u.to_string()).collect();
+    inv.private.os = "Ubuntu 22.04.4 LTS".into();
+    inv.private.kernel = "5.15.0-105-generic".into();
+    inv.private.driver_version = Some("550.54.15".into());
+    inv.private.cuda_version = Some("12.4".into());
+    inv.private.docker_version = Some("26.1.3".into());
+    inv.private.toolkit_version = Some("1.15.0".into());
+    inv
+}
+
+/// A reqwest client that keeps no cookies and follows no redirect, trusting the test CA.
+fn raw_client(p: &TestPlatform) -> reqwest::Client {
+    let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    if let Some(pem) = p.ca_pem() {
+        b = b
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+fn set_cookies(r: &reqwest::Response) -> Vec<String> {
+    r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+}
+
+fn cookie_value(set_cookie: &[String], name: &str) -> String {
+    set_cookie
+        .iter()
+        .find_map(|c| c.strip_prefix(&format!("{name}="))?.split(';').next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no {name} in {set_cookie:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The owner's whole path
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_owners_whole_path_from_sign_in_to_delete() {
+    let Some(b) = Browser::start("the_owners_whole_path_from_sign_in_to_delete", "en-US,en").await else {
+        return;
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    sign_in(&b, &p).await;
+    assert!(b.has("#no-servers").await);
+
+    // The session cookie: HttpOnly (no script reads it) and SameSite=Strict.
+    let cookies = b.client.get_all_cookies().await.unwrap();
+    let session = cookies.iter().find(|c| c.name() == "gpum_session").expect("a session cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
+    assert_eq!(session.value().len(), 64, "256 random bits");
+    let script_sees = b.js("return document.cookie").await;
+    assert!(!script_sees.as_str().unwrap().contains("gpum_session"), "{script_sees}");
+
+    // Add a machine: a code and the three commands for this platform's own URL.
+    b.click("#add-machine").await;
+    b.wait_for("#ttl").await;
+    b.find("#ttl").await.select_by_value("3600").await.unwrap();
+    b.click("#create").await;
+    b.wait_for("#join-code").await;
+    let code = b.text("#join-code").await;
+    assert!(code.starts_with("GPUM-"), "{code}");
+    let url = p.url();
+    assert_eq!(
+        b.text("#cmd-install").await,
+        format!("curl -fsSL {url}/install.sh | sudo bash -s -- --code {code}")
+    );
+    assert_eq!(
+        b.text("#cmd-dry-run").await,
+        format!("curl -fsSL {url}/install.sh | sudo bash -s -- --code {code} --dry-run")
+    );
+    assert_eq!(
+        b.text("#cmd-noexec").await,
+        format!("curl -fsSL {url}/install.sh | sudo env TMPDIR=/var/tmp bash -s -- --code {code}")
+    );
+    assert!(b.has("button[data-copy='cmd-install']").await);
+    assert_eq!(b.wait_attr("#join-state", "data-state", &["waiting"], LIVE).await, "waiting");
+    let page_url = b.url().await;
+
+    // The machine: the real agent, registered with the code read off the page.
+    let mut agent = Agent::register(&p, &code);
+    let id = agent.node_id();
+    agent.run();
+    // The page follows without a reload: online, then the check's state.
+    b.wait_attr("#join-state", "data-state", &["online"], LIVE).await;
+    assert_eq!(b.url().await, page_url, "no navigation happened");
+    assert!(b.text("#join-state").await.contains(&id));
+    // No probe image is set: "awaiting check", which is not an error.
+    assert_eq!(b.wait_attr("#join-verification", "data-verification", &["wait"], LIVE).await, "wait");
+    assert_eq!(b.text("#join-verification").await, "Awaiting check");
+
+    // The list: one row, online.
+    b.click("#nav-servers").await;
+    b.wait_for("#servers").await;
+    let row = format!("tr.server[data-node='{id}']");
+    assert!(b.has(&row).await, "{}", b.body_text().await);
+    assert_eq!(b.text(&format!("{row} td.state")).await, "online");
+    assert_eq!(b.client.find_all(fantoccini::Locator::Css("tr.server")).await.unwrap().len(), 1);
+
+    // The server's page and a command with its result.
+    b.goto(&format!("{url}/dashboard/servers/{id}")).await;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(b.text("#hostname").await, host.trim(), "the inventory the agent sent");
+    b.click("#recheck").await;
+    b.wait_for("tr.command").await;
+    assert!(b.url().await.ends_with(&format!("/dashboard/servers/{id}")));
+    let result = b
+        .wait_attr("tr.command[data-kind='recheck'] td.result", "data-result", &["ok", "failed"], LIVE)
+        .await;
+    let cmd = p.node(&id).unwrap().commands;
+    assert_eq!(cmd.len(), 1);
+    assert_eq!(cmd[0].result.as_ref().map(|r| if r.ok { "ok" } else { "failed" }), Some(result.as_str()));
+
+    // Delete, behind a confirmation that says what happens next.
+    b.click("#delete").await;
+    b.wait_for("#delete-explained").await;
+    let explained = b.text("#delete-explained").await;
+    for want in ["next heartbeat", "stops", "uninstall", "new join code", "new server"] {
+        assert!(explained.contains(want), "{want:?} in {explained}");
+    }
+    assert!(p.node(&id).is_some(), "the confirmation page deleted nothing");
+    b.click("#confirm-delete").await;
+    b.wait_for("#flash").await;
+    assert!(b.text("#flash").await.contains(&id));
+    assert!(!b.has(&row).await, "the row is gone");
+    assert!(b.has("#no-servers").await);
+    assert!(p.node(&id).is_none());
+
+    // The agent hears it at its next heartbeat and stops for good.
+    let exit = agent.wait_exit(Duration::from_secs(20)).expect("the agent exits");
+    assert_eq!(exit.code(), Some(78), "{}", agent.log());
+
+    // Sign-out ends the session.
+    b.click("#sign-out").await;
+    b.wait_for("#login").await;
+    assert!(b.url().await.ends_with("/dashboard/login"));
+    b.goto(&format!("{url}/dashboard")).await;
+    assert!(b.url().await.ends_with("/dashboard/login"));
+    b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile nodes
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_node_values_stay_text_and_no_inline_script_runs() {
+    let Some(b) = Browser::start("hostile_node_values_stay_text_and_no_inline_script_runs", "en").await
+    else {
+        return;
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let script = "<script>window.__pwned=1</script>";
+    let attr = "\"onmouseover=\"window.__pwned=2\" x=\"";
+    let img = "<img src=x onerror=window.__pwned=3>";
+    let mut inv = sample_inventory(script, &["GPU-<b>1</b>"]);
+    inv.public.gpus[0].model = attr.into();
+    inv.private.os = img.into();
+    let evil = register_raw(&p, inv.clone(), img).await;
+    heartbeat_raw(
+        &p,
+        &evil.node_token,
+        1,
+        &inv,
+        Some(ProbeReport {
+            state: VerificationState::Failed,
+            reason: Some(ProbeFailure::NvmlUnknownError),
+            output: format!("{script}{attr}{img}"),
+            finished_at: 1,
+            image: "x".into(),
+        }),
+    )
+    .await;
+    let long_name = format!("{}{}", "ж".repeat(2000), "x".repeat(6000)); // 10 kB
+    assert_eq!(long_name.len(), 10_000);
+    let long = register_raw(&p, sample_inventory(&long_name, &["GPU-long"]), "0.1.0").await;
+
+    sign_in(&b, &p).await;
+    for page in [
+        "/dashboard".to_owned(),
+        format!("/dashboard/servers/{}", evil.node_id),
+        format!("/dashboard/servers/{}/delete", evil.node_id),
+        format!("/dashboard/servers/{}", long.node_id),
+    ] {
+        b.goto(&format!("{}{page}", p.url())).await;
+        // Hover every element, as a pointer would.
+        for el in b.client.find_all(fantoccini::Locator::Css("td, th, pre, span")).await.unwrap() {
+            let _ = b
+                .client
+                .execute(
+                    "arguments[0].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))",
+                    vec![serde_json::to_value(&el).unwrap()],
+                )
+                .await;
+        }
+        let state = b
+            .js("return [window.__pwned === undefined, document.querySelectorAll('[onmouseover],[onerror],img').length, \
+                 Array.from(document.scripts).map(s => s.getAttribute('src'))]")
+            .await;
+        assert_eq!(state, serde_json::json!([true, 0, ["/dashboard/static/dashboard.js"]]), "{page}");
+        // The CSP stops an inline script even when one gets into the page.
+        let inline = b
+            .js("const s = document.createElement('script'); s.textContent = 'window.__inline = 1'; \
+                 document.body.appendChild(s); return window.__inline === undefined")
+            .await;
+        assert_eq!(inline, serde_json::json!(true), "{page}: an inline script ran");
+    }
+    // The values are shown as the node sent them, as text.
+    b.goto(&format!("{}/dashboard/servers/{}", p.url(), evil.node_id)).await;
+    assert_eq!(b.text("#hostname").await, script);
+    assert_eq!(b.text("#gpu-uuids").await, "GPU-<b>1</b>");
+    assert!(b.text("#inventory").await.contains(attr));
+    assert!(b.text("#verification").await.contains("not visible inside the container"));
+    assert_eq!(b.text("#probe-output").await, format!("{script}{attr}{img}"));
+    // The 10 kB name was cut by the store (to the protocol's limit) and is shown whole, wrapped
+    // inside the page's width.
+    b.goto(&format!("{}/dashboard/servers/{}", p.url(), long.node_id)).await;
+    let shown = b.text("#hostname").await;
+    assert_eq!(shown.len(), limits::MAX_TEXT_LEN, "cut to the limit on a character boundary");
+    assert!(long_name.starts_with(&shown));
+    let overflow = b.js("return document.documentElement.scrollWidth <= window.innerWidth").await;
+    assert_eq!(overflow, serde_json::json!(true), "the long name does not widen the page");
+    // In the list, it is cut to a cell's width.
+    b.goto(&format!("{}/dashboard", p.url())).await;
+    let cell = b.text(&format!("tr.server[data-node='{}'] .hostname", long.node_id)).await;
+    assert_eq!(cell.chars().count(), 65, "64 characters and an ellipsis: {cell}");
+    b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSRF
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_changes_need_a_post_with_the_sessions_form_key() {
+    let Some(b) = Browser::start("state_changes_need_a_post_with_the_sessions_form_key", "en").await else {
+        return;
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let node = register_raw(&p, sample_inventory("box", &["GPU-1"]), "0.1.0").await;
+    let id = node.node_id.clone();
+    sign_in(&b, &p).await;
+    let delete_page = format!("{}/dashboard/servers/{id}/delete", p.url());
+
+    // A wrong form key.
+    b.goto(&delete_page).await;
+    b.js("document.querySelector('#delete-form input[name=csrf]').value = 'f'.repeat(64)").await;
+    b.click("#confirm-delete").await;
+    b.wait_for("#stale").await;
+    assert!(p.node(&id).is_some(), "a wrong form key deleted nothing");
+    // No form key at all.
+    b.goto(&delete_page).await;
+    b.js("document.querySelector('#delete-form input[name=csrf]').remove()").await;
+    b.click("#confirm-delete").await;
+    b.wait_for("#stale").await;
+    assert!(p.node(&id).is_some());
+
+    // Another site's form, carrying even the right key: the SameSite=Strict cookie does not
+    // go with it, so the request has no session.
+    b.goto(&delete_page).await;
+    let key = b.find("#delete-form input[name=csrf]").await.attr("value").await.unwrap().unwrap();
+    let other_site = format!(
+        "data:text/html,<form method=post action='{delete_page}'><input name=csrf value={key}></form>\
+         <script>document.forms[0].submit()</script>"
+    );
+    b.goto(&other_site).await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while !b.url().await.starts_with(p.url()) && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.url().await.ends_with("/dashboard/login"), "{}", b.url().await);
+    assert!(p.node(&id).is_some(), "a cross-site form deleted nothing");
+
+    // A GET on a state-changing route changes nothing.
+    for route in ["delete", "command", "rotate-token"] {
+        let r =
+            raw_client(&p).get(format!("{}/dashboard/servers/{id}/{route}", p.url())).send().await.unwrap();
+        assert!(r.status() == 303 || r.status() == 405, "{route}: {}", r.status());
+    }
+    b.goto(&format!("{}/dashboard/servers/{id}/command", p.url())).await;
+    assert!(b.body_text().await.contains("method_not_allowed"));
+    assert!(p.node(&id).unwrap().commands.is_empty());
+    // The same forms with the right key work, from the page.
+    b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
+    b.click("#restart").await;
+    b.wait_for("tr.command[data-kind='restart']").await;
+    assert_eq!(p.node(&id).unwrap().commands[0].kind, "restart");
+    // Token rotation: behind a confirmation; the new token is shown once, with the commands
+    // that hand it to the agent through stdin; the old one is refused as replaced.
+    b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
+    b.click("#rotate").await;
+    b.wait_for("#rotate-explained").await;
+    assert!(b.text("#rotate-explained").await.contains("shows it once"));
+    b.click("#confirm-rotate").await;
+    b.wait_for("#new-token").await;
+    let token = b.text("#new-token").await;
+    assert_eq!(token.len(), 64, "{token}");
+    assert_eq!(
+        b.text("#cmd-configure").await,
+        format!("sudo /opt/gpum-agent/gpum-agent configure --server {} --node-id {id}", p.url())
+    );
+    let inv = sample_inventory("box", &["GPU-1"]);
+    heartbeat_raw(&p, &token, 1, &inv, None).await;
+    let old = p
+        .http_client()
+        .post(format!("{}{PATH_HEARTBEAT}", p.url()))
+        .bearer_auth(&node.node_token)
+        .json(&HeartbeatRequest { seq: 2, ..Default::default() })
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.status(), 401);
+    assert!(old.text().await.unwrap().contains("token_replaced"));
+    b.goto(&delete_page).await;
+    b.click("#confirm-delete").await;
+    b.wait_for("#flash").await;
+    assert!(p.node(&id).is_none());
+    b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_sign_in_only_with_the_token_end_and_expire() {
+    let Some(b) = Browser::start("sessions_sign_in_only_with_the_token_end_and_expire", "en").await else {
+        return;
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let url = p.url().to_owned();
+    // A wrong token: the form again, with a message, and no session.
+    b.goto(&format!("{url}/dashboard/login")).await;
+    assert_eq!(b.find("#login").await.attr("method").await.unwrap().as_deref(), Some("post"));
+    b.find("#token").await.send_keys(&"0".repeat(64)).await.unwrap();
+    b.click("#sign-in").await;
+    b.wait_for("#login-error").await;
+    assert!(b.client.get_named_cookie("gpum_session").await.is_err(), "no session for a wrong token");
+
+    // A sign-in whose form did not come from this browser (no sign-in cookie) is refused.
+    let r = raw_client(&p)
+        .post(format!("{url}/dashboard/login"))
+        .form(&[("csrf", "a".repeat(64)), ("token", p.admin_token().to_owned())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(set_cookies(&r).iter().all(|c| !c.starts_with("gpum_session=")));
+
+    sign_in(&b, &p).await;
+    let old = b.client.get_named_cookie("gpum_session").await.unwrap().value().to_owned();
+    let with_old = || {
+        raw_client(&p).get(format!("{url}/dashboard")).header("cookie", format!("gpum_session={old}")).send()
+    };
+    assert_eq!(with_old().await.unwrap().status(), 200, "the session works from its cookie");
+    b.click("#sign-out").await;
+    b.wait_for("#login").await;
+    assert!(b.url().await.ends_with("/dashboard/login"));
+    let r = with_old().await.unwrap();
+    assert_eq!(r.status(), 303, "sign-out ended the session on the server");
+    assert_eq!(r.headers()["location"], "/dashboard/login");
+
+    // A session expires after 12 hours.
+    sign_in(&b, &p).await;
+    p.advance_clock(12 * 3600 + 1);
+    b.goto(&format!("{url}/dashboard")).await;
+    assert!(b.url().await.ends_with("/dashboard/login"), "expired");
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_the_cookies_are_secure_and_without_a_token_the_dashboard_is_off() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    assert!(p.url().starts_with("https://"));
+    let c = raw_client(&p);
+    let form = c.get(format!("{}/dashboard/login", p.url())).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    let h = form.headers();
+    assert_eq!(
+        h["content-security-policy"],
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+         form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    );
+    assert_eq!(h["cache-control"], "no-store");
+    let login_cookies = set_cookies(&form);
+    let login = cookie_value(&login_cookies, "gpum_login");
+    let r = c
+        .post(format!("{}/dashboard/login", p.url()))
+        .header("cookie", format!("gpum_login={login}"))
+        .form(&[("csrf", login.as_str()), ("token", p.admin_token())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = set_cookies(&r);
+    let session = set.iter().find(|c| c.starts_with("gpum_session=")).expect("a session cookie");
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/dashboard"] {
+        assert!(session.split("; ").any(|f| f == flag), "{flag} in {session}");
+    }
+    // The API's admin token never reaches the page or a cookie.
+    assert!(!set.iter().any(|c| c.contains(p.admin_token())));
+
+    // Without --admin-token-file the dashboard says it is off, and nobody signs in.
+    let off = TestPlatform::start(PlatformOpts { admin_api: false, ..PlatformOpts::insecure_http() });
+    let c = raw_client(&off);
+    let r = c.get(format!("{}/dashboard", off.url())).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("disabled"));
+    let r = c
+        .post(format!("{}/dashboard/login", off.url()))
+        .form(&[("csrf", "x"), ("token", "y")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    if let Some(b) = Browser::start("dashboard_off", "ru").await {
+        b.goto(&format!("{}/dashboard", off.url())).await;
+        assert!(b.text("#disabled").await.contains("--admin-token-file"));
+        b.close().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Languages and screenshots
+
+async fn shoot(b: &Browser, dir: &Path, name: &str) {
+    let png = b.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
+    let Some(ru) = Browser::start("both_languages_with_screenshots", "ru-RU,ru;q=0.9,en;q=0.5").await else {
+        return;
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let url = p.url().to_owned();
+    // A verified node, and one whose check failed (sent over the protocol).
+    let inv = sample_inventory("gpu-box-1", &["GPU-8a1f", "GPU-8a20"]);
+    let ok = register_raw(&p, inv.clone(), "0.1.0").await;
+    let verified = ProbeReport {
+        state: VerificationState::Verified,
+        reason: None,
+        output: "NVIDIA-SMI 550.54.15  Driver Version: 550.54.15  CUDA Version: 12.4\n\
+                 GPU 0: NVIDIA A100 80GB PCIe\nGPU 1: NVIDIA A100 80GB PCIe"
+            .into(),
+        finished_at: 1,
+        image: "x".into(),
+    };
+    heartbeat_raw(&p, &ok.node_token, 1, &inv, Some(verified)).await;
+    let inv2 = sample_inventory("gpu-box-2", &["GPU-77c3"]);
+    let bad = register_raw(&p, inv2.clone(), "0.1.0").await;
+    let failed = ProbeReport {
+        state: VerificationState::Failed,
+        reason: Some(ProbeFailure::NvmlUnknownError),
+        output: "Failed to initialize NVML: Unknown Error".into(),
+        finished_at: 1,
+        image: "x".into(),
+    };
+    heartbeat_raw(&p, &bad.node_token, 1, &inv2, Some(failed)).await;
+
+    let keep = std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir =
+        if keep { gpum_tests::workspace_root().join("docs/screenshots") } else { tmp.path().to_path_buf() };
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Russian from Accept-Language, in the seed's words.
+    ru.goto(&format!("{url}/dashboard")).await;
+    assert_eq!(ru.text("h1").await, "Вход в личный кабинет");
+    shoot(&ru, &dir, "sign-in.ru").await;
+    sign_in(&ru, &p).await;
+    let row = |id: &str| format!("tr.server[data-node='{id}']");
+    assert_eq!(ru.text(&format!("{} td.state", row(&ok.node_id))).await, "онлайн");
+    assert_eq!(ru.text(&format!("{} td.verification", row(&ok.node_id))).await, "Оборудование проверено");
+    assert!(
+        ru.text(&format!("{} td.verification", row(&bad.node_id)))
+            .await
+            .starts_with("Проверка не пройдена: Видеокарта не видна внутри контейнера")
+    );
+    assert!(ru.body_text().await.contains("видят арендаторы"));
+    shoot(&ru, &dir, "servers.ru").await;
+
+    // Every page, in Russian and then in English through the switch (remembered by a cookie).
+    for (lang, marker) in [("ru", "Серверы"), ("en", "Servers")] {
+        if lang == "en" {
+            ru.goto(&format!("{url}/dashboard")).await;
+            ru.click("#lang-switch").await;
+            ru.wait_for("#servers").await;
+            assert_eq!(ru.text("h1").await, "Servers");
+            shoot(&ru, &dir, "servers.en").await;
+        }
+        assert_eq!(ru.text("#nav-servers").await, marker);
+        ru.click("#nav-add").await;
+        ru.wait_for("#create").await;
+        ru.click("#create").await;
+        ru.wait_for("#join-code").await;
+        assert_eq!(ru.wait_attr("#join-state", "data-state", &["waiting"], LIVE).await, "waiting");
+        shoot(&ru, &dir, &format!("add-machine.{lang}")).await;
+        ru.goto(&format!("{url}/dashboard/servers/{}", ok.node_id)).await;
+        shoot(&ru, &dir, &format!("server.{lang}")).await;
+        ru.click("#delete").await;
+        ru.wait_for("#delete-explained").await;
+        let explained = ru.text("#delete-explained").await;
+        if lang == "ru" {
+            assert!(explained.contains(
+                "Агент при следующем обращении получит отказ, остановится и не будет перезапускаться сам."
+            ));
+            assert!(explained.contains("Файлы при этом остаются на машине до команды удаления"));
+        }
+        shoot(&ru, &dir, &format!("delete.{lang}")).await;
+    }
+    ru.click("#sign-out").await;
+    ru.wait_for("#login").await;
+    shoot(&ru, &dir, "sign-in.en").await;
+    ru.close().await;
+}
