@@ -456,7 +456,16 @@ fn hook_refuses(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
     let mut o = Outcome::new(&r);
     o.message(ctx, &r, s.expect, &Failure::GpuNotInContainer, Lang::En);
-    let n = nodes(&h)?;
+    // The installer reads the result from the agent's state file; the platform learns it from
+    // the heartbeat the agent sends right after (within a second, or one interval at worst).
+    let mut n = nodes(&h)?;
+    for _ in 0..30 {
+        if n.first().is_some_and(|n| n.verification == gpum_protocol::VerificationState::Failed) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        n = nodes(&h)?;
+    }
     o.check(
         n.len() == 1 && n[0].verification == gpum_protocol::VerificationState::Failed,
         "the platform shows the node's check as failed",
