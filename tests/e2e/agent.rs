@@ -19,27 +19,10 @@ use std::time::{Duration, Instant};
 
 use gpum_protocol::{NodeSummary, NvmlState, VerificationState};
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
-use gpum_tests::{bin, docker_or_skip};
+use gpum_tests::{agent_cmd, bin, docker_or_skip, run_with_stdin, text};
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LONG: Duration = Duration::from_secs(20);
-
-fn agent_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(bin("gpum-agent"));
-    c.args(args).env("LANG", "C.UTF-8").env_remove("LC_ALL").env_remove("LC_MESSAGES");
-    c
-}
-
-fn run_with_stdin(mut c: Command, stdin: &str) -> Output {
-    let mut child =
-        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().expect("wait")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 /// A registered node with its scratch state directory.
 struct Node {

@@ -10,28 +10,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use gpum_protocol::{ErrorBody, ErrorCode, Inventory, PATH_REGISTER, RegisterRequest};
-use gpum_tests::bin;
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
+use gpum_tests::{agent_cmd, bin, run_with_stdin, text};
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const PROBE: &str = "busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000";
-
-fn agent_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(bin("gpum-agent"));
-    c.args(args).env("LANG", "C.UTF-8").env_remove("LC_ALL").env_remove("LC_MESSAGES");
-    c
-}
-
-fn with_stdin(mut c: Command, stdin: &str) -> Output {
-    let mut child =
-        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().expect("wait")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -46,7 +29,7 @@ fn token(state: &Path) -> String {
 /// Points the agent at another platform (URL and CA), keeping its node id and token.
 fn configure(state: &Path, node: &str, p: &TestPlatform) {
     let ca = p.ca_path().expect("TLS");
-    let out = with_stdin(
+    let out = run_with_stdin(
         agent_cmd(&[
             "configure",
             "--state",
@@ -108,7 +91,7 @@ async fn a_backup_taken_while_serving_restores_nodes_tokens_and_join_codes() {
     let state = tempfile::tempdir().unwrap();
     let used = a.join_code();
     let ca = a.ca_path().unwrap();
-    let out = with_stdin(
+    let out = run_with_stdin(
         agent_cmd(&[
             "register",
             "--state",

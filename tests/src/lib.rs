@@ -10,7 +10,9 @@ pub mod images;
 pub mod platform;
 pub mod testhost;
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
@@ -56,4 +58,25 @@ pub fn docker_or_skip(test: &str) -> Option<()> {
     }
     eprintln!("SKIP {test}: no Docker engine answers");
     None
+}
+
+/// `gpum-agent ARGS` in English (`LANG=C.UTF-8`, no `LC_*` override), ready to run.
+pub fn agent_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(bin("gpum-agent"));
+    c.args(args).env("LANG", "C.UTF-8").env_remove("LC_ALL").env_remove("LC_MESSAGES");
+    c
+}
+
+/// Runs `c` with `stdin` written to its standard input (how secrets reach our binaries) and
+/// waits for it.
+pub fn run_with_stdin(mut c: Command, stdin: &str) -> Output {
+    let mut child =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().expect("wait")
+}
+
+/// A finished command's standard output then standard error, as text.
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
