@@ -3,7 +3,6 @@
 //! server serves the agent's heartbeats, and a fresh platform started on the restored file.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
