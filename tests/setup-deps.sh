@@ -5,7 +5,9 @@
 #   the linter for install.sh, and for the test host (docs/testhost.md) mmdebstrap, debootstrap,
 #   dpkg-dev and apt-utils (the local apt repositories), gpg and gpg-agent (their keys), jq,
 #   binutils (ar, strip) and gcc (the simulated NVML library), chromium and chromium-driver (the
-#   dashboard's browser tests, tests/e2e/dashboard.rs);
+#   dashboard's browser tests, tests/e2e/dashboard.rs), lintian (the release's .deb, docs/release.md);
+# - cargo: cargo-deb, pinned (the .deb that `cargo xtask dist` builds); rustup: the musl target (the
+#   static platform);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
 # - a running Docker Engine (started when installed but stopped).
 set -euo pipefail
@@ -15,13 +17,24 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+# Pinned: a newer cargo-deb may lay out the package differently (lintian, tests/e2e/dist.rs).
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION"; then
+    echo "setup: installing cargo-deb $CARGO_DEB_VERSION" >&2
+    cargo install --quiet --locked cargo-deb --version "$CARGO_DEB_VERSION"
+fi
+if ! rustup target list --installed | grep -qx x86_64-unknown-linux-musl; then
+    echo "setup: adding the x86_64-unknown-linux-musl target" >&2
+    rustup target add x86_64-unknown-linux-musl
 fi
 
 if ! command -v schemathesis >/dev/null 2>&1 && ! command -v st >/dev/null 2>&1; then

@@ -29,6 +29,11 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The clap definition, for the man page and shell completions `cargo xtask dist` generates.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct StateArg {
     /// State directory; the config is DIR/config.toml. Default: /var/lib/gpum-agent with

@@ -56,6 +56,11 @@ pub struct Cli {
     pub lang: Option<String>,
 }
 
+/// The clap definition, for the man page and shell completions `cargo xtask dist` generates.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// What parsing decided.
 #[derive(Debug)]
 pub enum Parsed {

@@ -149,6 +149,12 @@ enum ProbeImageCmd {
     Show,
 }
 
+/// The clap definition, for the man page and shell completions `cargo xtask dist` generates.
+/// Without the `test-knobs` feature (as xtask builds it) it has no test-only flag.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// Parses `24h`, `30m`, `90s`, `7d` or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();

@@ -80,3 +80,19 @@ pub fn run_with_stdin(mut c: Command, stdin: &str) -> Output {
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
+
+/// The release `cargo xtask dist` built, for the suites that check it (`tests/e2e/dist.rs`):
+/// `GPUM_DIST_DIR`, which `cargo xtask test` sets after its dist step. `None` (with the reason
+/// on stderr) to skip; a panic instead when `GPUM_REQUIRE_DIST=1`.
+pub fn dist_dir_or_skip(test: &str) -> Option<PathBuf> {
+    let why = match std::env::var_os("GPUM_DIST_DIR").map(PathBuf::from) {
+        Some(d) if d.join(".gpum-dist").exists() => return Some(d),
+        Some(d) => format!("GPUM_DIST_DIR={} holds no cargo xtask dist output", d.display()),
+        None => "GPUM_DIST_DIR is not set (cargo xtask test sets it after its dist step)".into(),
+    };
+    if std::env::var("GPUM_REQUIRE_DIST").as_deref() == Ok("1") {
+        panic!("{test}: {why}, but GPUM_REQUIRE_DIST=1");
+    }
+    eprintln!("SKIP {test}: {why}");
+    None
+}

@@ -1,17 +1,21 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
 //! - `test`: what CI runs: installs what the tests need (`tests/setup-deps.sh`), `cargo fmt
-//!   --check`, `clippy -D warnings`, the binaries the end-to-end suites drive, the whole suite
-//!   under nextest, then the test host scenarios (`e2e`).
+//!   --check`, `clippy -D warnings`, the binaries the end-to-end suites drive, the release
+//!   (`dist --check-reproducible`, whose output the suites then check), the whole suite under
+//!   nextest, then the test host scenarios (`e2e`).
 //! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
+//! - `dist`: the release artifacts in `target/dist/` (see `dist.rs`, docs/release.md).
 //! - `release-key`, `sign`: development release keys and artifact signatures.
 //! - `e2e`: the test host scenarios (see `e2e.rs`).
 //! - `docs`: the generated parts of the docs (see `docs.rs`).
 #![allow(clippy::disallowed_methods)]
 
 mod bench;
+mod dist;
 mod docs;
 mod e2e;
+mod elf;
 mod sign;
 mod util;
 
@@ -36,6 +40,9 @@ enum Cmd {
         /// Skip the test host scenarios (`cargo xtask e2e`).
         #[arg(long)]
         no_e2e: bool,
+        /// Skip the release build (`cargo xtask dist --check-reproducible`) and its checks.
+        #[arg(long)]
+        no_dist: bool,
         /// Extra arguments passed to `cargo nextest run`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -48,6 +55,8 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Build the release into target/dist/: binaries, .debs, man pages, completions, signatures.
+    Dist(dist::DistArgs),
     /// Make a development release signing key (kept outside the repository).
     ReleaseKey(sign::ReleaseKeyArgs),
     /// Sign a release: DIR/manifest.json + manifest.json.sig, and FILE.sha256 beside each FILE.
@@ -70,7 +79,8 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Test { no_setup, no_e2e, args } => test(no_setup, no_e2e, &args),
+        Cmd::Test { no_setup, no_e2e, no_dist, args } => test(no_setup, no_e2e, no_dist, &args),
+        Cmd::Dist(a) => dist::run(a),
         Cmd::Bench { which, quick } => bench::run(&which, quick),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
@@ -82,7 +92,7 @@ fn main() -> Result<()> {
 /// The test-only features the suites need (the agent's come through `tests/Cargo.toml`).
 pub const TEST_FEATURES: &str = "gpum-platform/test-knobs";
 
-fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
+fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
     use util::cargo;
     if !no_setup {
         let st = std::process::Command::new("bash")
@@ -98,6 +108,26 @@ fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     // The end-to-end suites drive the real binaries, with the platform's test clock (a
     // `test-knobs` feature that release builds lack).
     cargo(&["build", "--workspace", "--bins", "--locked", "--features", TEST_FEATURES])?;
+    // The release, built twice in two directories; the suites then check what was built (the
+    // glibc gate, the static platform in an empty container, lintian, the signatures, serving).
+    let dist_dir = util::target_dir().join("dist");
+    // A failed dist does not stop the suites (their dist checks then fail too, as
+    // GPUM_REQUIRE_DIST=1 says); the exit status still reports it.
+    let mut dist_result = Ok(());
+    if !no_dist {
+        let started = std::time::Instant::now();
+        let a = dist::DistArgs {
+            key: None,
+            check_reproducible: true,
+            no_deb: false,
+            out: Some(dist_dir.clone()),
+        };
+        dist_result = dist::run(a).map_err(|e| anyhow::anyhow!("cargo xtask dist: {e:#}"));
+        if let Err(e) = &dist_result {
+            eprintln!("xtask: {e}");
+        }
+        eprintln!("xtask: dist --check-reproducible took {:.0} s", started.elapsed().as_secs_f64());
+    }
     // With an engine present, the Docker suites must run, not skip.
     let docker = util::docker_answers();
     eprintln!(
@@ -109,10 +139,14 @@ fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     args.extend(extra.iter().map(String::as_str));
     // setup-deps.sh installed Chromium and chromedriver: the dashboard's browser tests must run.
     let browser = if no_setup { "0" } else { "1" };
-    let suites = util::cargo_env(
-        &args,
-        &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }), ("GPUM_REQUIRE_BROWSER", browser)],
-    );
+    let dist_env = dist_dir.to_string_lossy().into_owned();
+    let mut env =
+        vec![("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }), ("GPUM_REQUIRE_BROWSER", browser)];
+    if !no_dist {
+        env.extend([("GPUM_DIST_DIR", dist_env.as_str()), ("GPUM_REQUIRE_DIST", "1")]);
+    }
+    let suites = util::cargo_env(&args, &env);
+    let suites = dist_result.and(suites);
     if no_e2e {
         return suites;
     }

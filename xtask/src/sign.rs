@@ -15,7 +15,10 @@
 //! - `manifest.json.sig`: an armored detached signature over the manifest, which is what the
 //!   installer verifies (`gpum_repo_keys::release`): it binds each file's bytes to its name and
 //!   version, so one signed artifact cannot pass for another, nor an old one for a new one;
-//! - `FILE.sha256` beside each FILE (sha256sum format), which `install.sh` checks.
+//! - `FILE.sha256` beside each FILE (sha256sum format), which `install.sh` checks;
+//! - `FILE.sig` beside each FILE, an armored detached signature over the file alone, for people
+//!   who check a download by hand (`sqv`, `gpg --verify`; docs/release.md). It says nothing of
+//!   which artifact or version the file is: the installer goes by the manifest.
 //!
 //! `--version` defaults to the workspace version, which every gpum binary reports.
 
@@ -48,7 +51,8 @@ pub struct ReleaseKeyArgs {
 #[command(after_help = "Writes, in DIR (the directory of the FILEs, which the platform serves as /dl/):\n  \
     manifest.json      name, version, size and SHA-256 of each FILE\n  \
     manifest.json.sig  the detached signature the installer verifies\n  \
-    FILE.sha256        beside each FILE, for install.sh\n\
+    FILE.sha256        beside each FILE, for install.sh\n  \
+    FILE.sig           beside each FILE, a detached signature for checking by hand\n\
 Signing more files later adds them to the manifest; an earlier entry whose file is gone or\n\
 changed is dropped.\n\n\
 Example (a test platform's --dist directory):\n  \
@@ -97,7 +101,7 @@ pub fn generate(userid: &str) -> Result<(Vec<u8>, Cert)> {
 }
 
 /// Creates a file that must not exist yet, with `mode` from the start.
-fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+pub fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -111,17 +115,22 @@ fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
 
 pub fn sign(a: SignArgs) -> Result<()> {
     let tsk = fs::read(&a.key).with_context(|| format!("reading {}", a.key.display()))?;
-    let cert = secret_cert(&tsk)?;
-    let dir = release_dir(&a.files)?;
+    sign_with(&secret_cert(&tsk)?, &a.version, &a.files)
+}
+
+/// Signs `files` (one directory) as release `version` with `cert` (see the module docs).
+pub fn sign_with(cert: &Cert, version: &str, files: &[PathBuf]) -> Result<()> {
+    let dir = release_dir(files)?;
     let mut entries = Vec::new();
-    for f in &a.files {
+    for f in files {
         let data = fs::read(f).with_context(|| format!("reading {}", f.display()))?;
         let name = file_name(f)?;
         if entries.iter().any(|e: &ManifestEntry| e.name == name) {
             bail!("{name} is given twice");
         }
         fs::write(append_ext(f, "sha256"), signing::sha256_line(&name, &data))?;
-        entries.push(signing::entry(&name, &a.version, &data));
+        fs::write(append_ext(f, "sig"), signing::sign_detached(cert, &data))?;
+        entries.push(signing::entry(&name, version, &data));
     }
     for kept in earlier_entries(&dir, &entries)? {
         entries.push(kept);
@@ -129,7 +138,7 @@ pub fn sign(a: SignArgs) -> Result<()> {
     let manifest = signing::manifest_json(entries);
     // Checked as the installer will read it, before anything is signed.
     let parsed = Manifest::parse(&manifest).context("the manifest would be refused")?;
-    let sig = signing::sign_detached(&cert, &manifest);
+    let sig = signing::sign_detached(cert, &manifest);
     fs::write(dir.join(MANIFEST), &manifest)?;
     fs::write(dir.join(MANIFEST_SIG), sig)?;
     println!("signed {}:", dir.join(MANIFEST).display());
@@ -192,7 +201,7 @@ fn append_ext(p: &Path, ext: &str) -> PathBuf {
 }
 
 /// The certificate with its secret key, from the file `cargo xtask release-key` wrote.
-fn secret_cert(tsk: &[u8]) -> Result<Cert> {
+pub fn secret_cert(tsk: &[u8]) -> Result<Cert> {
     let cert = Cert::from_bytes(tsk).context("parsing the secret key")?;
     if !cert.is_tsk() {
         bail!("the key file holds no secret key");
@@ -240,6 +249,11 @@ mod tests {
         assert!(check(b"installer", "gpum-agent").is_err());
         let sum = fs::read_to_string(rel.join("gpum-agent.sha256")).unwrap();
         assert!(sum.ends_with("  gpum-agent\n"), "{sum}");
+        let own = fs::read(rel.join("gpum-agent.sig")).unwrap();
+        gpum_repo_keys::release::verify_detached(b"agent", &own, &keys, SystemTime::now()).unwrap();
+        assert!(
+            gpum_repo_keys::release::verify_detached(b"installer", &own, &keys, SystemTime::now()).is_err()
+        );
 
         // A changed file drops its old entry when another file is signed.
         fs::write(rel.join("gpum-agent"), b"agent, rebuilt").unwrap();
