@@ -40,13 +40,17 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run benchmarks: dryrun, verify, platform, agent, or all.
+    /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
+    /// verify, or all (all but instructions, which agent includes).
     Bench {
         #[arg(default_value = "all")]
         which: String,
         /// Shorter runs, for a quick look.
         #[arg(long)]
         quick: bool,
+        /// Print the summary table as JSON on stdout (details go to stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Make a development release signing key (kept outside the repository).
     ReleaseKey(sign::ReleaseKeyArgs),
@@ -71,7 +75,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Test { no_setup, no_e2e, args } => test(no_setup, no_e2e, &args),
-        Cmd::Bench { which, quick } => bench::run(&which, quick),
+        Cmd::Bench { which, quick, json } => bench::run(&which, quick, json),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
         Cmd::E2e { names, jobs } => e2e::run(&names, jobs),
@@ -98,6 +102,13 @@ fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     // The end-to-end suites drive the real binaries, with the platform's test clock (a
     // `test-knobs` feature that release builds lack).
     cargo(&["build", "--workspace", "--bins", "--locked", "--features", TEST_FEATURES])?;
+    // The agent whose instructions per heartbeat the regression test counts (bench/cost.rs),
+    // built once here: under nextest a build would start over with another environment.
+    let started = std::time::Instant::now();
+    cargo(bench::cost::BUILD_ARGS)?;
+    eprintln!("xtask: the agent-cost build took {:.0} s", started.elapsed().as_secs_f64());
+    let cost_bin = bench::cost::agent_cost_bin();
+    let platform_bin = util::target_dir().join("debug/gpum-platform");
     // With an engine present, the Docker suites must run, not skip.
     let docker = util::docker_answers();
     eprintln!(
@@ -111,7 +122,12 @@ fn test(no_setup: bool, no_e2e: bool, extra: &[String]) -> Result<()> {
     let browser = if no_setup { "0" } else { "1" };
     let suites = util::cargo_env(
         &args,
-        &[("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }), ("GPUM_REQUIRE_BROWSER", browser)],
+        &[
+            ("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }),
+            ("GPUM_REQUIRE_BROWSER", browser),
+            ("GPUM_AGENT_COST_BIN", &cost_bin.to_string_lossy()),
+            ("GPUM_PLATFORM_BIN", &platform_bin.to_string_lossy()),
+        ],
     );
     if no_e2e {
         return suites;
