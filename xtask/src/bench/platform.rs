@@ -71,6 +71,8 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         let over = if tls { "TLS" } else { "HTTP" };
         let find = |server: &str| runs.iter().find(|r| r.tls == tls && r.server == server).map(|r| &r.stats);
         let (Some(p), Some(b)) = (find("platform"), find("baseline")) else { continue };
+        let footprint =
+            runs.iter().find(|r| r.tls == tls && r.server == "platform").and_then(|r| r.footprint);
         let rate = nodes as f64 / interval.as_secs_f64();
         rows.push(
             Row::at_most(&format!("platform {over}: p99 at {rate:.0}/s"), p.p99, "ms", 50.0, true)
@@ -90,6 +92,11 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
             )
             .with_reference(format!("baseline {:.1} us/heartbeat", b.cpu_us)),
         );
+        if let Some((rss, db, growth)) = footprint {
+            rows.push(Row::info(&format!("platform {over}: server RSS ({nodes} nodes)"), rss, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: database size"), db, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: database growth per day"), growth, "MiB"));
+        }
     }
     Ok(rows)
 }
@@ -194,6 +201,27 @@ pub struct Run {
     pub server: &'static str,
     pub tls: bool,
     pub stats: Stats,
+    /// The platform's RSS at the end of the load, its database's size (MiB) and growth per day.
+    pub footprint: Option<(f64, f64, f64)>,
+}
+
+/// The bench database's size: the file and its write-ahead log.
+fn db_bytes(dir: &Path) -> u64 {
+    ["bench.db", "bench.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// `VmRSS` of a process, in KiB (0 when unreadable).
+fn rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// utime + stime of a process, in seconds (clock ticks at the usual 100 Hz).
@@ -269,7 +297,10 @@ fn bench(
             Some(s) => s,
             None => start_platform(exe, dir, Some(&certs))?,
         };
+        let db0 = db_bytes(dir);
         let p = rt.block_on(load(&c, &server.url, &agents, interval, secs, &server.pid()))?;
+        let rss = rss_kib(&server.pid());
+        let db1 = db_bytes(dir);
         let db_line = server.stop();
         // The baseline gets the same bodies and tokens; it checks only that a token is there.
         let b = start_baseline(baseline, dir, tls.then_some(certs.as_path()))?;
@@ -305,11 +336,23 @@ fn bench(
                 format!("MISSED (p99 {:.1} ms, lost {})", p.p99, p.lost)
             }
         );
+        // The database file and its WAL; growth over the load window, extrapolated to a day of
+        // heartbeats at this rate.
+        let growth_day = (db1 as f64 - db0 as f64) / secs as f64 * 86_400.0;
+        say!(
+            "    platform database: {:.1} MiB (file + WAL) after the run, {:+.1} MiB over it, {:+.0} MiB per day of \
+             heartbeats at this rate; server RSS {:.1} MiB",
+            db1 as f64 / 1048576.0,
+            (db1 as f64 - db0 as f64) / 1048576.0,
+            growth_day / 1048576.0,
+            rss as f64 / 1024.0
+        );
         if let Some(l) = db_line {
             say!("    platform database thread (whole run): {l}");
         }
-        rows.push(Run { server: "platform", tls, stats: p });
-        rows.push(Run { server: "baseline", tls, stats: bs });
+        let footprint = (rss as f64 / 1024.0, db1 as f64 / 1048576.0, growth_day / 1048576.0);
+        rows.push(Run { server: "platform", tls, stats: p, footprint: Some(footprint) });
+        rows.push(Run { server: "baseline", tls, stats: bs, footprint: None });
     }
     Ok(rows)
 }
