@@ -92,10 +92,11 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
             )
             .with_reference(format!("baseline {:.1} us/heartbeat", b.cpu_us)),
         );
-        if let Some((rss, db, growth)) = footprint {
+        if let Some((rss, db, growth, wal)) = footprint {
             rows.push(Row::info(&format!("platform {over}: server RSS ({nodes} nodes)"), rss, "MiB"));
-            rows.push(Row::info(&format!("platform {over}: database size"), db, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: database file"), db, "MiB"));
             rows.push(Row::info(&format!("platform {over}: database growth per day"), growth, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: write-ahead log"), wal, "MiB"));
         }
     }
     Ok(rows)
@@ -201,17 +202,15 @@ pub struct Run {
     pub server: &'static str,
     pub tls: bool,
     pub stats: Stats,
-    /// The platform's RSS at the end of the load, its database's size (MiB) and growth per day.
-    pub footprint: Option<(f64, f64, f64)>,
+    /// The platform's RSS at the end of the load, its database file's size (MiB), that file's
+    /// growth per day, and its write-ahead log's size (MiB).
+    pub footprint: Option<(f64, f64, f64, f64)>,
 }
 
-/// The bench database's size: the file and its write-ahead log.
-fn db_bytes(dir: &Path) -> u64 {
-    ["bench.db", "bench.db-wal"]
-        .iter()
-        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-        .map(|m| m.len())
-        .sum()
+/// The bench database's file and write-ahead log sizes, in bytes.
+fn db_bytes(dir: &Path) -> (u64, u64) {
+    let len = |f: &str| std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+    (len("bench.db"), len("bench.db-wal"))
 }
 
 /// `VmRSS` of a process, in KiB (0 when unreadable).
@@ -336,21 +335,23 @@ fn bench(
                 format!("MISSED (p99 {:.1} ms, lost {})", p.p99, p.lost)
             }
         );
-        // The database file and its WAL; growth over the load window, extrapolated to a day of
-        // heartbeats at this rate.
-        let growth_day = (db1 as f64 - db0 as f64) / secs as f64 * 86_400.0;
+        // The database file's growth over the load window, extrapolated to a day of heartbeats
+        // at this rate; the WAL apart (it is reused after each checkpoint, or should be).
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let growth_day = (mib(db1.0) - mib(db0.0)) / secs as f64 * 86_400.0;
         say!(
-            "    platform database: {:.1} MiB (file + WAL) after the run, {:+.1} MiB over it, {:+.0} MiB per day of \
-             heartbeats at this rate; server RSS {:.1} MiB",
-            db1 as f64 / 1048576.0,
-            (db1 as f64 - db0 as f64) / 1048576.0,
-            growth_day / 1048576.0,
+            "    platform database: file {:.1} MiB after the run ({:+.2} MiB over it: {:+.0} MiB per day of heartbeats \
+             at this rate), WAL {:.1} MiB; server RSS {:.1} MiB",
+            mib(db1.0),
+            mib(db1.0) - mib(db0.0),
+            growth_day,
+            mib(db1.1),
             rss as f64 / 1024.0
         );
         if let Some(l) = db_line {
             say!("    platform database thread (whole run): {l}");
         }
-        let footprint = (rss as f64 / 1024.0, db1 as f64 / 1048576.0, growth_day / 1048576.0);
+        let footprint = (rss as f64 / 1024.0, mib(db1.0), growth_day, mib(db1.1));
         rows.push(Run { server: "platform", tls, stats: p, footprint: Some(footprint) });
         rows.push(Run { server: "baseline", tls, stats: bs, footprint: None });
     }
