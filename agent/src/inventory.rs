@@ -125,6 +125,11 @@ pub struct Gatherer {
     os: Option<String>,
     /// Free bytes of the data root at the last `metrics`, reused by the inventory.
     free_bytes: Option<u64>,
+    /// RAM total and available, in bytes, from `/proc/meminfo` at the last `metrics` (or
+    /// creation); `None` when it could not be read, and then sysinfo's figures are used.
+    mem: Option<(u64, u64)>,
+    /// The last inventory digested, with its hash and probe key (see [`Gatherer::digest`]).
+    digested: Option<(Inventory, String, String)>,
 }
 
 /// How many inventory gatherings between re-reads of slow-changing facts (NVML load retries
@@ -162,7 +167,42 @@ impl Gatherer {
             calls: 0,
             os: None,
             free_bytes: None,
+            mem: None,
+            digested: None,
         }
+    }
+
+    /// The inventory's hash ([`Inventory::hash`]) and probe key ([`probe_relevant`]). Both are
+    /// kept with the inventory they were made from and reused while it stays the same, which is
+    /// nearly always: serializing and hashing it every heartbeat was a tenth of the agent's
+    /// work per heartbeat.
+    pub fn digest(&mut self, inv: &Inventory) -> (String, String) {
+        match &self.digested {
+            Some((last, hash, key)) if last == inv => (hash.clone(), key.clone()),
+            _ => {
+                let (hash, key) = (inv.hash(), probe_relevant(inv));
+                self.digested = Some((inv.clone(), hash.clone(), key.clone()));
+                (hash, key)
+            }
+        }
+    }
+
+    /// RAM total and used, in bytes: `MemTotal` and `MemTotal - MemAvailable` from
+    /// `/proc/meminfo` (sysinfo's definition of used), reading only the lines needed. sysinfo
+    /// parses the whole file, which cost a sixth of a heartbeat; it remains the fallback.
+    fn refresh_memory(&mut self) {
+        self.mem = self.host.read(Path::new("/proc/meminfo")).ok().and_then(|b| parse_meminfo(&b));
+        if self.mem.is_none() {
+            self.sys.refresh_memory();
+        }
+    }
+
+    fn total_memory(&self) -> u64 {
+        self.mem.map(|m| m.0).unwrap_or_else(|| self.sys.total_memory())
+    }
+
+    fn used_memory(&self) -> u64 {
+        self.mem.map(|(t, a)| t.saturating_sub(a)).unwrap_or_else(|| self.sys.used_memory())
     }
 
     pub fn nvml_state(&self) -> NvmlState {
@@ -226,7 +266,7 @@ impl Gatherer {
                 gpus,
                 cpu_model: self.cpu_model.clone(),
                 cpu_cores: self.cpu_cores,
-                ram_mib: self.sys.total_memory() / MIB,
+                ram_mib: self.total_memory() / MIB,
                 disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
             },
             private: PrivateInventory {
@@ -248,7 +288,7 @@ impl Gatherer {
     /// The metrics now. CPU load is the average since the previous call.
     pub fn metrics(&mut self) -> Metrics {
         self.sys.refresh_cpu_usage();
-        self.sys.refresh_memory();
+        self.refresh_memory();
         let mut gpus = Vec::new();
         if let Some(n) = &self.nvml.nvml {
             for i in 0..n.device_count().unwrap_or(0) {
@@ -269,12 +309,40 @@ impl Gatherer {
         self.free_bytes = Some(free);
         Metrics {
             cpu_load_pct: if cpu.is_finite() { (cpu * 10.0).round() / 10.0 } else { 0.0 },
-            ram_used_mib: self.sys.used_memory() / MIB,
-            ram_total_mib: self.sys.total_memory() / MIB,
+            ram_used_mib: self.used_memory() / MIB,
+            ram_total_mib: self.total_memory() / MIB,
             disk_free_gib: free / GIB,
             gpus,
         }
     }
+}
+
+/// `MemTotal` and `MemAvailable` of a `/proc/meminfo`, in bytes; stops reading once both are
+/// found (they are the first and third lines).
+pub fn parse_meminfo(text: &[u8]) -> Option<(u64, u64)> {
+    let (mut total, mut avail) = (None, None);
+    for line in text.split(|b| *b == b'\n') {
+        let field = if line.starts_with(b"MemTotal:") {
+            &mut total
+        } else if line.starts_with(b"MemAvailable:") {
+            &mut avail
+        } else {
+            continue;
+        };
+        let rest = std::str::from_utf8(&line[line.iter().position(|b| *b == b':')? + 1..]).ok()?;
+        let mut parts = rest.split_whitespace();
+        let n: u64 = parts.next()?.parse().ok()?;
+        let unit = match parts.next() {
+            Some("kB") => 1024,
+            None => 1,
+            Some(_) => return None,
+        };
+        *field = Some(n.checked_mul(unit)?);
+        if let (Some(t), Some(a)) = (total, avail) {
+            return Some((t, a));
+        }
+    }
+    None
 }
 
 fn read_trim(host: &dyn Host, path: &str) -> Option<String> {
@@ -300,6 +368,15 @@ pub fn probe_relevant(inv: &Inventory) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn meminfo_total_and_available() {
+        let text = b"MemTotal:        8029388 kB\nMemFree:          400116 kB\nMemAvailable:    5311484 kB\nBuffers: 1 kB\n";
+        assert_eq!(super::parse_meminfo(text), Some((8_029_388 * 1024, 5_311_484 * 1024)));
+        // Without MemAvailable (kernels before 3.14) the caller falls back to sysinfo.
+        assert_eq!(super::parse_meminfo(b"MemTotal: 10 kB\nMemFree: 5 kB\n"), None);
+        assert_eq!(super::parse_meminfo(b"MemTotal: x kB\nMemAvailable: 1 kB\n"), None);
+    }
+
     #[test]
     fn nvml_is_loaded_by_the_name_the_driver_installs() {
         use gpum_host::fake::FakeHost;

@@ -46,7 +46,7 @@ use crate::client::{
 };
 use crate::config::{Config, Paths};
 use crate::docker::{Docker, DockerError, probe, reconcile};
-use crate::inventory::{Gatherer, probe_relevant};
+use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch, Outbox, Refusal};
 use crate::secret::Token;
 
@@ -104,7 +104,7 @@ struct StepInput {
     platform: Platform,
     token: Token,
     docker: Option<Arc<Docker>>,
-    gatherer: Gatherer,
+    gatherer: Box<Gatherer>,
     req: HeartbeatRequest,
     accepted_hash: Option<String>,
     /// The engine's version as last asked, and whether to ask again in this step.
@@ -115,7 +115,7 @@ struct StepInput {
 /// What it brings back. The gatherer travels back to the loop, and so does the request, so
 /// that on failure its pending results are sent again.
 struct StepOutput {
-    gatherer: Gatherer,
+    gatherer: Box<Gatherer>,
     req: HeartbeatRequest,
     probe_key: String,
     managed: Vec<reconcile::ManagedContainer>,
@@ -123,18 +123,24 @@ struct StepOutput {
     result: Result<Answer<HeartbeatResponse>, CallError>,
 }
 
-async fn step(mut s: StepInput) -> StepOutput {
+///
+/// The futures of the Docker and HTTP calls are large (kilobytes each); they are boxed here, so
+/// that this step's own future stays small and is not copied whole on every spawn and poll,
+/// and the output is boxed for the same reason (it was a third of the agent's instructions per
+/// heartbeat, in `memcpy`; see `cargo xtask bench agent`).
+async fn step(mut s: StepInput) -> Box<StepOutput> {
     let mut docker_version = s.docker_version.take();
     let mut managed = Vec::new();
     match &s.docker {
         Some(d) => {
-            let listed = tokio::time::timeout(DOCKER_STEP_TIMEOUT, reconcile::list_managed(d)).await;
+            let listed =
+                tokio::time::timeout(DOCKER_STEP_TIMEOUT, Box::pin(reconcile::list_managed(d))).await;
             match listed {
                 Ok(Ok(list)) => {
                     managed = list;
                     s.req.health.docker_ok = true;
                     if s.refresh_docker_version || docker_version.is_none() {
-                        docker_version = tokio::time::timeout(DOCKER_STEP_TIMEOUT, d.version())
+                        docker_version = tokio::time::timeout(DOCKER_STEP_TIMEOUT, Box::pin(d.version()))
                             .await
                             .ok()
                             .and_then(Result::ok);
@@ -157,8 +163,9 @@ async fn step(mut s: StepInput) -> StepOutput {
     inv.public.gpus.truncate(limits::MAX_GPUS);
     inv.private.gpu_uuids.truncate(limits::MAX_GPUS);
     s.req.health.nvml = s.gatherer.nvml_state();
-    s.req.inventory_hash = inv.hash();
-    let probe_key = probe_relevant(&inv);
+    // The hash and the probe key are worked out again only when the inventory changed.
+    let (hash, probe_key) = s.gatherer.digest(&inv);
+    s.req.inventory_hash = hash;
     if s.accepted_hash.as_deref() != Some(s.req.inventory_hash.as_str()) {
         s.req.inventory = Some(inv);
     }
@@ -166,8 +173,8 @@ async fn step(mut s: StepInput) -> StepOutput {
     s.req.managed_containers =
         managed.iter().take(limits::MAX_MANAGED_CONTAINERS).map(|c| c.id.clone()).collect();
     s.req.metrics.gpus.truncate(limits::MAX_GPUS);
-    let result = s.platform.heartbeat(&s.token, &s.req).await;
-    StepOutput { gatherer: s.gatherer, req: s.req, probe_key, managed, docker_version, result }
+    let result = Box::pin(s.platform.heartbeat(&s.token, &s.req)).await;
+    Box::new(StepOutput { gatherer: s.gatherer, req: s.req, probe_key, managed, docker_version, result })
 }
 
 /// The loop's state.
@@ -180,7 +187,7 @@ struct Agent {
     docker: Option<Arc<Docker>>,
     docker_error: Option<String>,
     docker_version: Option<String>,
-    gatherer: Option<Gatherer>,
+    gatherer: Option<Box<Gatherer>>,
     state: AgentState,
     last_written: Option<(AgentState, Instant)>,
     rng: StdRng,
@@ -261,7 +268,7 @@ impl Agent {
         );
         let answered = Answered::load(host.as_ref(), &state_dir);
         Agent {
-            gatherer: Some(Gatherer::new(host.clone())),
+            gatherer: Some(Box::new(Gatherer::new(host.clone()))),
             host,
             state_dir,
             cfg,
@@ -340,7 +347,7 @@ impl Agent {
 
         // The tasks in flight are locals, one variable each, so that each `select!` branch
         // borrows only its own.
-        let mut step_task: Option<JoinHandle<StepOutput>> = None;
+        let mut step_task: Option<JoinHandle<Box<StepOutput>>> = None;
         let mut probe_task: Option<JoinHandle<ProbeReport>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
         let mut next_beat = tokio::time::Instant::now();
@@ -356,11 +363,11 @@ impl Agent {
                 r = join(&mut step_task), if step_task.is_some() => {
                     step_task = None;
                     match r {
-                        Ok(out) => Event::Step(Box::new(out)),
+                        Ok(out) => Event::Step(out),
                         Err(e) => {
                             // A panicking step is a bug; keep the service alive with a fresh gatherer.
                             error!(error = %e, "heartbeat step failed");
-                            self.gatherer = Some(Gatherer::new(self.host.clone()));
+                            self.gatherer = Some(Box::new(Gatherer::new(self.host.clone())));
                             next_beat = tokio::time::Instant::now() + self.interval;
                             continue;
                         }
@@ -403,10 +410,10 @@ impl Agent {
                 }
                 Event::Tick => {
                     self.connect_docker();
-                    step_task = Some(tokio::spawn(step(self.step_input())));
+                    step_task = Some(tokio::spawn(Box::pin(step(self.step_input()))));
                 }
                 Event::Step(out) => {
-                    let (delay, doomed) = match self.on_step(*out) {
+                    let (delay, doomed) = match self.on_step(out) {
                         Ok(x) => x,
                         Err(code) => {
                             abort(&mut probe_task);
@@ -487,7 +494,10 @@ impl Agent {
 
     /// Applies a finished step: `Ok((delay until the next heartbeat, containers to remove))`, or
     /// `Err(exit code)` when the agent stops for good.
-    fn on_step(&mut self, mut out: StepOutput) -> Result<(Duration, Vec<reconcile::ManagedContainer>), i32> {
+    fn on_step(
+        &mut self,
+        mut out: Box<StepOutput>,
+    ) -> Result<(Duration, Vec<reconcile::ManagedContainer>), i32> {
         self.gatherer = Some(out.gatherer);
         self.docker_version = out.docker_version.take();
         let now = self.host.now();

@@ -47,13 +47,17 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run benchmarks: dryrun, verify, platform, agent, or all.
+    /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
+    /// verify, or all (all but instructions, which agent includes).
     Bench {
         #[arg(default_value = "all")]
         which: String,
         /// Shorter runs, for a quick look.
         #[arg(long)]
         quick: bool,
+        /// Print the summary table as JSON on stdout (details go to stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Build the release into target/dist/: binaries, .debs, man pages, completions, signatures.
     Dist(dist::DistArgs),
@@ -81,7 +85,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test { no_setup, no_e2e, no_dist, args } => test(no_setup, no_e2e, no_dist, &args),
         Cmd::Dist(a) => dist::run(a),
-        Cmd::Bench { which, quick } => bench::run(&which, quick),
+        Cmd::Bench { which, quick, json } => bench::run(&which, quick, json),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
         Cmd::E2e { names, jobs } => e2e::run(&names, jobs),
@@ -128,6 +132,13 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         }
         eprintln!("xtask: dist --check-reproducible took {:.0} s", started.elapsed().as_secs_f64());
     }
+    // The agent whose instructions per heartbeat the regression test counts (bench/cost.rs),
+    // built once here: under nextest a build would start over with another environment.
+    let started = std::time::Instant::now();
+    cargo(bench::cost::BUILD_ARGS)?;
+    eprintln!("xtask: the agent-cost build took {:.0} s", started.elapsed().as_secs_f64());
+    let cost_bin = bench::cost::agent_cost_bin();
+    let platform_bin = util::target_dir().join("debug/gpum-platform");
     // With an engine present, the Docker suites must run, not skip.
     let docker = util::docker_answers();
     eprintln!(
@@ -140,8 +151,14 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // setup-deps.sh installed Chromium and chromedriver: the dashboard's browser tests must run.
     let browser = if no_setup { "0" } else { "1" };
     let dist_env = dist_dir.to_string_lossy().into_owned();
-    let mut env =
-        vec![("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }), ("GPUM_REQUIRE_BROWSER", browser)];
+    let (cost_env, platform_env) =
+        (cost_bin.to_string_lossy().into_owned(), platform_bin.to_string_lossy().into_owned());
+    let mut env = vec![
+        ("GPUM_REQUIRE_DOCKER", if docker { "1" } else { "0" }),
+        ("GPUM_REQUIRE_BROWSER", browser),
+        ("GPUM_AGENT_COST_BIN", cost_env.as_str()),
+        ("GPUM_PLATFORM_BIN", platform_env.as_str()),
+    ];
     if !no_dist {
         env.extend([("GPUM_DIST_DIR", dist_env.as_str()), ("GPUM_REQUIRE_DIST", "1")]);
     }

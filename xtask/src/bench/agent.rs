@@ -1,6 +1,10 @@
-//! `cargo xtask bench agent`: the running agent's footprint. The release `gpum-agent run`
-//! heartbeats at 1 s against the release `gpum-platform` on loopback for 5 minutes (`--quick`:
-//! 40 s), through a byte-counting TCP relay, with the real Docker engine when one answers.
+//! `cargo xtask bench agent`: the running agent's footprint. The `agent-cost` build of
+//! `gpum-agent run` (release optimisation with symbols; `test-knobs` only for the Docker test
+//! scope that keeps it to its own containers) heartbeats at 1 s against the release
+//! `gpum-platform` on loopback for 5 minutes (`--quick`: 40 s), through a byte-counting TCP
+//! relay, with the real Docker engine when one answers. Then its instructions per steady
+//! heartbeat, by phase, under callgrind (see `cost.rs`): the figure that means the same on
+//! every machine, which the regression test compares with `docs/benchmarks.md`.
 //!
 //! Reported: peak RSS (`VmHWM`), steady RSS (median `VmRSS` after a 10 s warm-up), CPU time per
 //! heartbeat (the sum of `/proc/<pid>/task/*/schedstat` run time over the steady window, divided
@@ -10,7 +14,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{docker_answers, median, workspace_root};
+use super::cost::cli_json;
+use super::{Row, say};
+use crate::util::{docker_answers, median};
 
 struct Kill(Child);
 impl Drop for Kill {
@@ -28,21 +34,12 @@ impl Drop for Kill {
     }
 }
 
-pub fn run(quick: bool) -> Result<()> {
+pub fn run(quick: bool) -> Result<Vec<Row>> {
     let total = if quick { Duration::from_secs(40) } else { Duration::from_secs(300) };
     let warmup = Duration::from_secs(10);
-    let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "--quiet", "--release", "-p", "gpum-agent", "-p", "gpum-platform"])
-        .current_dir(&root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo build --release -p gpum-agent -p gpum-platform failed");
-    }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let (agent, platform) = (target.join("release/gpum-agent"), target.join("release/gpum-platform"));
+    crate::util::cargo(super::cost::BUILD_ARGS)?;
+    let release = crate::util::release_build(&["--locked", "-p", "gpum-platform"])?;
+    let (agent, platform) = (super::cost::agent_cost_bin(), release.join("gpum-platform"));
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -122,29 +119,30 @@ pub fn run(quick: bool) -> Result<()> {
 
     let mib = |kib: f64| kib / 1024.0;
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    println!(
+    say!(
         "command: cargo xtask bench agent{} ({}s at 1 s heartbeats, {} steady heartbeats, docker: {})",
         if quick { " --quick" } else { "" },
         total.as_secs(),
         beats,
         if docker { "real engine" } else { "absent" }
     );
-    println!("peak RSS:   {:.2} MiB; goal < 12 MiB: {}", mib(peak as f64), verdict(mib(peak as f64) < 12.0));
-    println!("steady RSS: {:.2} MiB (median)", mib(steady));
-    println!("CPU:        {cpu_ms:.3} ms per heartbeat; goal < 1 ms: {}", verdict(cpu_ms < 1.0));
-    println!(
+    say!("peak RSS:   {:.2} MiB; goal < 12 MiB: {}", mib(peak as f64), verdict(mib(peak as f64) < 12.0));
+    say!("steady RSS: {:.2} MiB (median)", mib(steady));
+    say!("CPU:        {cpu_ms:.3} ms per heartbeat; goal <= 0.3 ms: {}", verdict(cpu_ms <= 0.3));
+    say!(
         "bytes:      {bytes:.0} B per steady heartbeat, both directions, plain HTTP; goal < 1 KiB: {}",
         verdict(bytes < 1024.0)
     );
-    Ok(())
-}
-
-fn cli_json(platform: &Path, db: &Path, args: &[&str]) -> Result<serde_json::Value> {
-    let out = Command::new(platform).arg("--db").arg(db).arg("--json").args(args).output()?;
-    if !out.status.success() {
-        bail!("gpum-platform {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+    let cost = super::cost::measure(&agent, &platform, docker)?;
+    super::cost::print(&cost);
+    let mut rows = vec![
+        Row::at_most("agent: peak RSS", mib(peak as f64), "MiB", 12.0, true),
+        Row::info("agent: steady RSS (median)", mib(steady), "MiB"),
+        Row::at_most("agent: CPU per heartbeat", cpu_ms, "ms", 0.3, false),
+        Row::at_most("agent: bytes per heartbeat", bytes, "B", 1024.0, true),
+    ];
+    rows.extend(super::cost::rows(&cost));
+    Ok(rows)
 }
 
 fn last_seq(platform: &Path, db: &Path, id: &str) -> Result<u64> {

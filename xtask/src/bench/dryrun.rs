@@ -12,9 +12,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use super::{Row, say};
 use crate::util::{median, percentile, release_build};
 
-pub fn run(quick: bool) -> Result<()> {
+pub fn run(quick: bool) -> Result<Vec<Row>> {
     let runs = if quick { 25 } else { 201 };
     let bin = release_build(&["-p", "gpum-install", "--bin", "gpum-install"])?.join("gpum-install");
     let dry = ["--dry-run", "--offline", "--json"];
@@ -32,15 +33,19 @@ pub fn run(quick: bool) -> Result<()> {
     let (dm, hm) = (median(&mut d), median(&mut h));
     let (d90, h90) = (percentile(&mut d, 90.0), percentile(&mut h, 90.0));
     let ratio = dm / hm;
-    println!("command: {} --dry-run --offline --json vs --help, {runs} interleaved runs each", bin.display());
-    println!("dry-run: median {dm:.2} ms, p90 {d90:.2} ms (exit {code})");
-    println!("--help:  median {hm:.2} ms, p90 {h90:.2} ms");
-    println!(
+    say!("command: {} --dry-run --offline --json vs --help, {runs} interleaved runs each", bin.display());
+    say!("dry-run: median {dm:.2} ms, p90 {d90:.2} ms (exit {code})");
+    say!("--help:  median {hm:.2} ms, p90 {h90:.2} ms");
+    say!(
         "ratio {ratio:.2}x; goal < 20 ms: {}; goal within 3x of --help: {}",
         if dm < 20.0 { "met" } else { "MISSED" },
         if ratio <= 3.0 { "met" } else { "MISSED" }
     );
-    Ok(())
+    Ok(vec![
+        Row::at_most("dryrun: gpum-install --dry-run", dm, "ms", 20.0, true),
+        Row::at_most("dryrun: ratio to --help", ratio, "x", 3.0, false)
+            .with_reference(format!("--help {hm:.2} ms")),
+    ])
 }
 
 /// One run: wall milliseconds and exit code.

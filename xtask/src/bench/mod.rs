@@ -1,19 +1,110 @@
-//! Benchmarks. Each reports medians or ratios, with the command that produced them.
+//! Benchmarks. Each prints its details, then every measured figure goes into one table: name,
+//! measured value, goal, the same run's reference (what the figure is compared with), and the
+//! verdict (a miss says by how much). `--json` prints the same table as JSON on stdout (the
+//! details then go to stderr).
 
 mod agent;
+pub mod cost;
 mod dryrun;
 mod platform;
 mod verify;
 
-use anyhow::{Result, bail};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-pub fn run(which: &str, quick: bool) -> Result<()> {
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+/// Whether stdout is reserved for the JSON table.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// A line of a bench's details: stdout, or stderr under `--json`.
+macro_rules! say {
+    ($($t:tt)*) => {
+        if $crate::bench::json_mode() { eprintln!($($t)*) } else { println!($($t)*) }
+    };
+}
+pub(crate) use say;
+
+pub fn json_mode() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: String,
+    /// The measured median (or count), in `unit`.
+    pub measured: f64,
+    pub unit: &'static str,
+    /// The goal, as a sentence fragment (`< 1 ms`, `<= 3x baseline`).
+    pub goal: String,
+    /// What the figure was compared with in the same run, if anything.
+    pub reference: Option<String>,
+    /// Whether the goal was met; `None` for figures without a goal.
+    pub met: Option<bool>,
+    /// `met`, `MISSED by …`, or `-`.
+    pub verdict: String,
+}
+
+impl Row {
+    /// A row whose goal is `measured <= limit` (or `<` when `strict`).
+    pub fn at_most(name: &str, measured: f64, unit: &'static str, limit: f64, strict: bool) -> Row {
+        let met = if strict { measured < limit } else { measured <= limit };
+        let verdict = if met {
+            "met".to_owned()
+        } else {
+            format!("MISSED by {:.0}%", (measured / limit - 1.0) * 100.0)
+        };
+        Row {
+            name: name.to_owned(),
+            measured,
+            unit,
+            goal: format!("{} {} {unit}", if strict { "<" } else { "<=" }, fmt(limit)),
+            reference: None,
+            met: Some(met),
+            verdict,
+        }
+    }
+
+    /// A figure reported without a goal.
+    pub fn info(name: &str, measured: f64, unit: &'static str) -> Row {
+        Row {
+            name: name.to_owned(),
+            measured,
+            unit,
+            goal: "-".into(),
+            reference: None,
+            met: None,
+            verdict: "-".into(),
+        }
+    }
+
+    pub fn with_reference(mut self, r: impl Into<String>) -> Row {
+        self.reference = Some(r.into());
+        self
+    }
+}
+
+fn fmt(v: f64) -> String {
+    if v.abs() >= 1_000.0 {
+        cost::thousands(v)
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+pub fn run(which: &str, quick: bool, json: bool) -> Result<()> {
+    JSON.store(json, Ordering::Relaxed);
     let all = which == "all";
     let mut ran = false;
+    let mut rows = Vec::new();
     for (name, f) in BENCHES {
-        if all || which == *name {
-            println!("== bench {name} ==");
-            f(quick)?;
+        // `instructions` is part of `agent`; alone, it is the quick way to the figure.
+        if (all && *name != "instructions") || which == *name {
+            say!("== bench {name} ==");
+            rows.extend(f(quick)?);
             ran = true;
         }
     }
@@ -23,10 +114,32 @@ pub fn run(which: &str, quick: bool) -> Result<()> {
             BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
         );
     }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("\n== summary: cargo xtask bench {which}{} ==", if quick { " --quick" } else { "" });
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    println!("{:<w$}  {:>16}  {:<22}  {:<34}  verdict", "name", "measured", "goal", "same-run reference");
+    for r in &rows {
+        println!(
+            "{:<w$}  {:>16}  {:<22}  {:<34}  {}",
+            r.name,
+            format!("{} {}", fmt(r.measured), r.unit),
+            r.goal,
+            r.reference.as_deref().unwrap_or("-"),
+            r.verdict
+        );
+    }
     Ok(())
 }
 
-type BenchFn = fn(bool) -> Result<()>;
+type BenchFn = fn(bool) -> Result<Vec<Row>>;
 
-const BENCHES: &[(&str, BenchFn)] =
-    &[("agent", agent::run), ("dryrun", dryrun::run), ("platform", platform::run), ("verify", verify::run)];
+const BENCHES: &[(&str, BenchFn)] = &[
+    ("agent", agent::run),
+    ("dryrun", dryrun::run),
+    ("instructions", cost::run),
+    ("platform", platform::run),
+    ("verify", verify::run),
+];

@@ -1,13 +1,17 @@
 //! `cargo xtask bench platform`: N simulated agents heartbeating against the real
-//! `gpum-platform` (release build). Goal: 10,000 heartbeats/s at p99 < 50 ms with none lost,
-//! which is 100,000 nodes at the default 10 s interval.
+//! `gpum-platform` (release build), and in the same run against a baseline: the least a
+//! heartbeat endpoint can do (`platform/examples/bench_baseline.rs`: it parses the same JSON and
+//! answers a fixed body, on the platform's own accept loop). Same harness, client, bodies and
+//! keep-alive for both; over plain HTTP and over TLS (one certificate for both servers).
+//! Goals: p99 < 50 ms at 10,000 heartbeats/s with none lost (100,000 nodes at the default
+//! 10 s interval), and server CPU per heartbeat at most 3x the baseline's.
 //!
-//! The server runs with `--insecure-http` on loopback, so the figure is the platform's own cost
-//! (HTTP, JSON, SQLite), not TLS; the load generator shares the machine's cores with it, and its
-//! CPU time is reported separately. The load is open-loop: each agent has a fixed schedule
-//! (phases spread evenly over the interval), and latency is measured from the time a heartbeat
-//! was due, not from when it was sent, so a slow server cannot hide its queueing (no
-//! coordinated omission). A heartbeat that fails or takes over 5 s is lost.
+//! The load generator shares the machine's cores with the server; its CPU time is reported
+//! separately. The load is open-loop: each agent has a fixed schedule (phases spread evenly over
+//! the interval), and latency is measured from the time a heartbeat was due, not from when it
+//! was sent, so a slow server cannot hide its queueing (no coordinated omission). A heartbeat
+//! that fails or takes over 5 s is lost. Server CPU is utime + stime from `/proc/<pid>/stat`
+//! over the load window, divided by the heartbeats answered.
 //!
 //! `GPUM_BENCH_NODES` (default 10,000; quick 2,000), `GPUM_BENCH_INTERVAL_MS` (default 1,000)
 //! and `GPUM_BENCH_SECS` (default 20; quick 5) change the shape. The offered load is
@@ -27,7 +31,8 @@ use gpum_protocol::{
 };
 use tokio::sync::Semaphore;
 
-use crate::util::{percentile, workspace_root};
+use super::{Row, say};
+use crate::util::percentile;
 
 const MAX_IN_FLIGHT: usize = 256;
 
@@ -35,27 +40,72 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-pub fn run(quick: bool) -> Result<()> {
+pub fn run(quick: bool) -> Result<Vec<Row>> {
     let nodes = env_u64("GPUM_BENCH_NODES", if quick { 2_000 } else { 10_000 });
     let interval = Duration::from_millis(env_u64("GPUM_BENCH_INTERVAL_MS", 1_000));
     let secs = env_u64("GPUM_BENCH_SECS", if quick { 5 } else { 20 });
 
-    crate::util::cargo(&["build", "--quiet", "--release", "-p", "gpum-platform"])?;
-    let root = workspace_root();
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let exe = target.join("release/gpum-platform");
+    let release = crate::util::release_build(&[
+        "--locked",
+        "-p",
+        "gpum-platform",
+        "--bin",
+        "gpum-platform",
+        "--example",
+        "bench_baseline",
+    ])?;
+    let exe = release.join("gpum-platform");
+    let baseline = release.join("examples/bench_baseline");
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-platform-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let res = bench(&exe, &dir, nodes, interval, secs);
+    let res = bench(&exe, &baseline, &dir, nodes, interval, secs);
     let _ = std::fs::remove_dir_all(&dir);
-    res
+    let runs = res?;
+    say!(
+        "  command: GPUM_BENCH_NODES={nodes} GPUM_BENCH_INTERVAL_MS={} GPUM_BENCH_SECS={secs} cargo xtask bench platform",
+        interval.as_millis()
+    );
+    let mut rows = Vec::new();
+    for tls in [false, true] {
+        let over = if tls { "TLS" } else { "HTTP" };
+        let find = |server: &str| runs.iter().find(|r| r.tls == tls && r.server == server).map(|r| &r.stats);
+        let (Some(p), Some(b)) = (find("platform"), find("baseline")) else { continue };
+        let footprint =
+            runs.iter().find(|r| r.tls == tls && r.server == "platform").and_then(|r| r.footprint);
+        let rate = nodes as f64 / interval.as_secs_f64();
+        rows.push(
+            Row::at_most(&format!("platform {over}: p99 at {rate:.0}/s"), p.p99, "ms", 50.0, true)
+                .with_reference(format!("baseline p99 {:.2} ms", b.p99)),
+        );
+        rows.push(Row::info(&format!("platform {over}: p50"), p.p50, "ms"));
+        rows.push(Row::info(&format!("platform {over}: max"), p.max, "ms"));
+        rows.push(Row::at_most(&format!("platform {over}: heartbeats lost"), p.lost as f64, "", 0.0, false));
+        rows.push(Row::info(&format!("platform {over}: server CPU per heartbeat"), p.cpu_us, "us"));
+        rows.push(
+            Row::at_most(
+                &format!("platform {over}: CPU ratio to baseline"),
+                p.cpu_us / b.cpu_us,
+                "x",
+                3.0,
+                false,
+            )
+            .with_reference(format!("baseline {:.1} us/heartbeat", b.cpu_us)),
+        );
+        if let Some((rss, db, growth, wal)) = footprint {
+            rows.push(Row::info(&format!("platform {over}: server RSS ({nodes} nodes)"), rss, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: database file"), db, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: database growth per day"), growth, "MiB"));
+            rows.push(Row::info(&format!("platform {over}: write-ahead log"), wal, "MiB"));
+        }
+    }
+    Ok(rows)
 }
 
 struct Server {
     child: Child,
     url: String,
+    log: PathBuf,
 }
 
 impl Drop for Server {
@@ -65,25 +115,112 @@ impl Drop for Server {
     }
 }
 
-fn start(exe: &Path, dir: &Path, token: &str) -> Result<Server> {
+impl Server {
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// SIGTERM, then the line of the log that says where the database time went.
+    fn stop(mut self) -> Option<String> {
+        let _ = Command::new("kill").arg("-TERM").arg(self.pid()).status();
+        let _ = self.child.wait();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines().find_map(|l| l.split_once("database:").map(|x| x.1.trim().to_owned()))
+    }
+}
+
+/// Starts `exe args...`, whose first line of output ends with its URL.
+fn start(exe: &Path, args: &[&std::ffi::OsStr], log: PathBuf) -> Result<Server> {
     use std::io::BufRead;
-    std::fs::write(dir.join("admin-token"), token)?;
     let mut child = Command::new(exe)
-        .args(["serve", "--listen", "127.0.0.1:0", "--insecure-http"])
-        .arg("--db")
-        .arg(dir.join("bench.db"))
-        .arg("--admin-token-file")
-        .arg(dir.join("admin-token"))
+        .args(args)
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("server.log"))?)
+        .stderr(std::fs::File::create(&log)?)
         .spawn()
-        .context("start gpum-platform")?;
+        .with_context(|| format!("start {}", exe.display()))?;
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-    let Some(url) = line.trim().strip_prefix("gpum-platform listening on ") else {
-        bail!("gpum-platform did not start: {line:?}");
-    };
-    Ok(Server { url: url.to_owned(), child })
+    let url = line.trim().rsplit(' ').next().unwrap_or("").to_owned();
+    if !url.starts_with("http") {
+        let _ = child.kill();
+        bail!("{} did not start: {line:?}", exe.display());
+    }
+    Ok(Server { url, child, log })
+}
+
+/// The platform, over TLS with `certs` (a directory with cert.pem and key.pem) or plain HTTP.
+fn start_platform(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server> {
+    let (db, token) = (dir.join("bench.db"), dir.join("admin-token"));
+    let mut args: Vec<std::ffi::OsString> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
+    match certs {
+        Some(c) => args.extend([
+            "--tls-cert".into(),
+            c.join("cert.pem").into(),
+            "--tls-key".into(),
+            c.join("key.pem").into(),
+        ]),
+        None => args.push("--insecure-http".into()),
+    }
+    args.extend(["--db".into(), db.into(), "--admin-token-file".into(), token.into()]);
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    start(exe, &refs, dir.join(if certs.is_some() { "server-tls.log" } else { "server.log" }))
+}
+
+fn start_baseline(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server> {
+    let mut args: Vec<std::ffi::OsString> = vec!["serve".into()];
+    if let Some(c) = certs {
+        args.extend([
+            "--tls-cert".into(),
+            c.join("cert.pem").into(),
+            "--tls-key".into(),
+            c.join("key.pem").into(),
+        ]);
+    }
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    start(exe, &refs, dir.join("baseline.log"))
+}
+
+/// What one load run measured.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub ok: u64,
+    pub lost: u64,
+    pub achieved: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    /// Server CPU (utime + stime) per answered heartbeat, in microseconds.
+    pub cpu_us: f64,
+    /// Cores the server and the load generator used over the run.
+    pub server_cores: f64,
+    pub generator_cores: f64,
+}
+
+/// One row of the bench's results: which server, over what, and what it measured.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub server: &'static str,
+    pub tls: bool,
+    pub stats: Stats,
+    /// The platform's RSS at the end of the load, its database file's size (MiB), that file's
+    /// growth per day, and its write-ahead log's size (MiB).
+    pub footprint: Option<(f64, f64, f64, f64)>,
+}
+
+/// The bench database's file and write-ahead log sizes, in bytes.
+fn db_bytes(dir: &Path) -> (u64, u64) {
+    let len = |f: &str| std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+    (len("bench.db"), len("bench.db-wal"))
+}
+
+/// `VmRSS` of a process, in KiB (0 when unreadable).
+fn rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// utime + stime of a process, in seconds (clock ticks at the usual 100 Hz).
@@ -109,47 +246,126 @@ fn inventory(i: u64) -> Inventory {
     inv
 }
 
-fn bench(exe: &Path, dir: &Path, nodes: u64, interval: Duration, secs: u64) -> Result<()> {
-    let token = "b".repeat(64);
-    let server = start(exe, dir, &token)?;
-    let pid = server.child.id().to_string();
-    let url = server.url.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let out = rt.block_on(load(&url, &token, nodes, interval, secs, &pid))?;
-    // SIGTERM, so the server logs where its database time went.
-    let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
-    let mut server = server;
-    let _ = server.child.wait();
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-    let db_line = log.lines().find(|l| l.contains("database:")).map(|l| l.trim().to_owned());
-    println!("{out}");
-    if let Some(l) = db_line {
-        let l = l.split_once("database:").map(|x| x.1).unwrap_or(&l).trim();
-        println!("  server database thread (whole run, incl. registration): {l}");
+fn client(ca: Option<&Path>) -> Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(MAX_IN_FLIGHT)
+        .http1_only();
+    if let Some(ca) = ca {
+        b = b.add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?);
     }
-    println!(
-        "  command: GPUM_BENCH_NODES={nodes} GPUM_BENCH_INTERVAL_MS={} GPUM_BENCH_SECS={secs} cargo xtask bench platform",
-        interval.as_millis()
-    );
-    Ok(())
+    Ok(b.build()?)
 }
 
-async fn load(
-    url: &str,
-    admin: &str,
+fn bench(
+    exe: &Path,
+    baseline: &Path,
+    dir: &Path,
     nodes: u64,
     interval: Duration,
     secs: u64,
-    pid: &str,
-) -> Result<String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .pool_max_idle_per_host(MAX_IN_FLIGHT)
-        .http1_only()
-        .build()?;
+) -> Result<Vec<Run>> {
+    let token = "b".repeat(64);
+    std::fs::write(dir.join("admin-token"), &token)?;
+    let certs = dir.join("certs");
+    let st = Command::new(baseline).arg("cert").arg(&certs).status()?;
+    if !st.success() {
+        bail!("bench_baseline cert failed");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let shape = |tls: bool| {
+        format!(
+            "{nodes} agents every {interval:?} (offered {:.0} heartbeats/s) for {secs} s, {} on loopback, keep-alive",
+            nodes as f64 / interval.as_secs_f64(),
+            if tls { "TLS" } else { "plain HTTP" }
+        )
+    };
 
-    // Register every node (not measured).
+    // Register every node once, over plain HTTP (not measured); both transports use them.
+    let server = start_platform(exe, dir, None)?;
     let reg_started = Instant::now();
+    let agents = rt.block_on(register_all(&client(None)?, &server.url, &token, nodes))?;
+    let reg_secs = reg_started.elapsed().as_secs_f64();
+    say!("  registration of {nodes} nodes (join code + register each): {reg_secs:.1} s");
+
+    let mut rows = Vec::new();
+    let mut plain = Some(server);
+    for tls in [false, true] {
+        let c = client(tls.then(|| certs.join("ca.pem")).as_deref())?;
+        let server = match plain.take() {
+            Some(s) => s,
+            None => start_platform(exe, dir, Some(&certs))?,
+        };
+        let db0 = db_bytes(dir);
+        let p = rt.block_on(load(&c, &server.url, &agents, interval, secs, &server.pid()))?;
+        let rss = rss_kib(&server.pid());
+        let db1 = db_bytes(dir);
+        let db_line = server.stop();
+        // The baseline gets the same bodies and tokens; it checks only that a token is there.
+        let b = start_baseline(baseline, dir, tls.then_some(certs.as_path()))?;
+        let bs = rt.block_on(load(&c, &b.url, &agents, interval, secs, &b.pid()))?;
+        b.stop();
+        say!("  {}:", shape(tls));
+        for (name, st) in [("platform", &p), ("baseline", &bs)] {
+            say!(
+                "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
+                 lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), load generator {:.2} cores",
+                st.achieved,
+                st.p50,
+                st.p99,
+                st.max,
+                st.lost,
+                st.ok + st.lost,
+                st.cpu_us,
+                st.server_cores,
+                st.generator_cores
+            );
+        }
+        let ratio = p.cpu_us / bs.cpu_us;
+        say!(
+            "    server CPU per heartbeat: {ratio:.2}x the baseline's; goal <= 3x: {}; p99 goal < 50 ms: {}",
+            if ratio <= 3.0 {
+                "met".to_owned()
+            } else {
+                format!("MISSED by {:.0}%", (ratio / 3.0 - 1.0) * 100.0)
+            },
+            if p.p99 < 50.0 && p.lost == 0 {
+                "met".to_owned()
+            } else {
+                format!("MISSED (p99 {:.1} ms, lost {})", p.p99, p.lost)
+            }
+        );
+        // The database file's growth over the load window, extrapolated to a day of heartbeats
+        // at this rate; the WAL apart (it is reused after each checkpoint, or should be).
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let growth_day = (mib(db1.0) - mib(db0.0)) / secs as f64 * 86_400.0;
+        say!(
+            "    platform database: file {:.1} MiB after the run ({:+.2} MiB over it: {:+.0} MiB per day of heartbeats \
+             at this rate), WAL {:.1} MiB; server RSS {:.1} MiB",
+            mib(db1.0),
+            mib(db1.0) - mib(db0.0),
+            growth_day,
+            mib(db1.1),
+            rss as f64 / 1024.0
+        );
+        if let Some(l) = db_line {
+            say!("    platform database thread (whole run): {l}");
+        }
+        let footprint = (rss as f64 / 1024.0, mib(db1.0), growth_day, mib(db1.1));
+        rows.push(Run { server: "platform", tls, stats: p, footprint: Some(footprint) });
+        rows.push(Run { server: "baseline", tls, stats: bs, footprint: None });
+    }
+    Ok(rows)
+}
+
+/// Registers `nodes` nodes through the admin and register API; returns each one's token and
+/// inventory hash.
+async fn register_all(
+    client: &reqwest::Client,
+    url: &str,
+    admin: &str,
+    nodes: u64,
+) -> Result<Vec<(String, String)>> {
     let sem = Arc::new(Semaphore::new(64));
     let mut handles = Vec::new();
     for i in 0..nodes {
@@ -185,8 +401,18 @@ async fn load(
     for h in handles {
         agents.push(h.await??);
     }
-    let reg_secs = reg_started.elapsed().as_secs_f64();
+    Ok(agents)
+}
 
+async fn load(
+    client: &reqwest::Client,
+    url: &str,
+    agents: &[(String, String)],
+    interval: Duration,
+    secs: u64,
+    pid: &str,
+) -> Result<Stats> {
+    let nodes = agents.len() as u64;
     // Heartbeat on schedule.
     let ok = Arc::new(AtomicU64::new(0));
     let lost = Arc::new(AtomicU64::new(0));
@@ -200,7 +426,7 @@ async fn load(
     let end = start + Duration::from_secs(secs);
     let (cpu_srv0, cpu_me0) = (cpu_secs(pid), cpu_secs("self"));
     let mut tasks = Vec::new();
-    for (i, (token, hash)) in agents.into_iter().enumerate() {
+    for (i, (token, hash)) in agents.iter().cloned().enumerate() {
         let phase = interval.mul_f64(i as f64 / nodes as f64);
         let (c, url) = (client.clone(), format!("{url}{PATH_HEARTBEAT}"));
         let (ok, lost, lat, in_flight) = (ok.clone(), lost.clone(), lat.clone(), in_flight.clone());
@@ -272,17 +498,15 @@ async fn load(
         bail!("no heartbeat succeeded ({lost} lost)");
     }
     let (p50, p99, max) = (percentile(&mut v, 50.0), percentile(&mut v, 99.0), percentile(&mut v, 100.0));
-    let offered = nodes as f64 / interval.as_secs_f64();
-    Ok(format!(
-        "  {nodes} agents every {:?} (offered {offered:.0} heartbeats/s) for {secs} s, plain HTTP on loopback:\n  \
-         achieved {:.0} heartbeats/s; latency from due time p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.1} ms; \
-         lost {lost} of {}\n  CPU over the run: server {:.2} cores, load generator {:.2} cores (of {} on this machine)\n  \
-         registration of {nodes} nodes (join code + register each): {reg_secs:.1} s",
-        interval,
-        ok as f64 / wall,
-        ok + lost,
-        cpu_srv / cpu_wall,
-        cpu_me / cpu_wall,
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-    ))
+    Ok(Stats {
+        ok,
+        lost,
+        achieved: ok as f64 / wall,
+        p50,
+        p99,
+        max,
+        cpu_us: cpu_srv / ok.max(1) as f64 * 1e6,
+        server_cores: cpu_srv / cpu_wall,
+        generator_cores: cpu_me / cpu_wall,
+    })
 }

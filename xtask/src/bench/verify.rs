@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use super::{Row, say};
 use crate::util::{median, release_build};
 
-pub fn run(quick: bool) -> Result<()> {
+pub fn run(quick: bool) -> Result<Vec<Row>> {
     let runs = if quick { 7 } else { 31 };
     let dir = std::env::temp_dir().join(format!("gpum-bench-verify-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -22,7 +23,7 @@ pub fn run(quick: bool) -> Result<()> {
     res
 }
 
-fn bench(dir: &Path, runs: usize) -> Result<()> {
+fn bench(dir: &Path, runs: usize) -> Result<Vec<Row>> {
     let exe =
         release_build(&["-p", "gpum-repo-keys", "--example", "verify_file"])?.join("examples/verify_file");
 
@@ -67,12 +68,15 @@ fn bench(dir: &Path, runs: usize) -> Result<()> {
     let inproc_us: f64 =
         String::from_utf8_lossy(&inproc.stdout).trim().parse().context("in-process median")?;
     let (m_ours, m_theirs) = (median(&mut ours), median(&mut theirs));
-    println!("10 MB file, {runs} runs each, medians (process start to exit):");
-    println!("  sha256sum:                 {m_theirs:8.2} ms");
-    println!(
+    say!("10 MB file, {runs} runs each, medians (process start to exit):");
+    say!("  sha256sum:                 {m_theirs:8.2} ms");
+    say!(
         "  verify (SHA-256 + sig):    {m_ours:8.2} ms   ({:.2}x sha256sum; goal <= 1.20x)",
         m_ours / m_theirs
     );
-    println!("  verify, in-process only:   {:8.2} ms", inproc_us / 1000.0);
-    Ok(())
+    say!("  verify, in-process only:   {:8.2} ms", inproc_us / 1000.0);
+    Ok(vec![
+        Row::at_most("verify: 10 MB, ratio to sha256sum", m_ours / m_theirs, "x", 1.2, false)
+            .with_reference(format!("sha256sum {m_theirs:.2} ms")),
+    ])
 }
