@@ -353,14 +353,18 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     };
     let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
-    // connection and thread, so no request waits for one inside its COMMIT.
+    // connection and thread, so no request waits for one inside its COMMIT; past
+    // WAL_RESET_FRAMES frames they also reset the WAL, which otherwise grows without end under
+    // load (db::checkpoint).
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     let ckpt = store::open(&db_path)?;
     std::thread::Builder::new().name("gpum-checkpoint".into()).spawn(move || {
         loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
-            if let Err(e) = ckpt.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                tracing::warn!("database checkpoint: {e}");
+            match crate::db::checkpoint(&ckpt, crate::db::WAL_RESET_FRAMES) {
+                Ok((frames, true)) => tracing::debug!("database checkpoint: the WAL's {frames} frames reset"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("database checkpoint: {e}"),
             }
         }
     })?;

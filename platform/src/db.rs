@@ -138,6 +138,34 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats) {
     }
 }
 
+/// Frames in the WAL (4 KiB pages: 64 MiB) past which the checkpoint thread resets it.
+pub const WAL_RESET_FRAMES: i64 = 16_384;
+
+/// How long a reset waits for readers, blocking the writer meanwhile, before it gives up until
+/// the next second's try.
+const WAL_RESET_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// One round of the server's checkpoint thread, on its own connection: returns the WAL's frames
+/// before the round, and whether the WAL was reset.
+///
+/// A PASSIVE checkpoint copies what it can into the database file without blocking anybody. Under
+/// a steady stream of commits it never catches up with the writer, and SQLite only rewinds the
+/// WAL after a checkpoint that did, so the `-wal` file grows without end (3.2 GiB after 40 s at
+/// 10,000 heartbeats/s, docs/benchmarks.md). Past `reset_frames` frames this therefore takes a
+/// TRUNCATE checkpoint: it holds the writer back while it copies the few frames the PASSIVE one
+/// left and truncates the file. It waits at most [`WAL_RESET_WAIT`] for readers on an older
+/// snapshot (a `backup` in progress); then it gives up and the next round tries again.
+pub fn checkpoint(conn: &Connection, reset_frames: i64) -> rusqlite::Result<(i64, bool)> {
+    let (_busy, frames): (i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if frames < reset_frames {
+        return Ok((frames, false));
+    }
+    conn.busy_timeout(WAL_RESET_WAIT)?;
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+    Ok((frames, busy == 0))
+}
+
 /// What [`backup`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Backup {
@@ -193,5 +221,78 @@ pub fn backup(db: &std::path::Path, to: &std::path::Path) -> anyhow::Result<Back
             let _ = std::fs::remove_file(to);
             Err(e.context(format!("back up {} to {}", db.display(), to.display())))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wal_len(db: &std::path::Path) -> u64 {
+        std::fs::metadata(db.with_extension("db-wal")).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn checkpoint_resets_the_wal_only_past_its_threshold_and_keeps_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("platform.db");
+        let writer = crate::store::open(&path).unwrap();
+        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        writer.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
+        for _ in 0..200 {
+            writer.execute("INSERT INTO t (x) VALUES (zeroblob(2000))", []).unwrap();
+        }
+        let ckpt = crate::store::open(&path).unwrap();
+        let before = wal_len(&path);
+        assert!(before > 200 * 2000, "the WAL holds the inserts: {before} bytes");
+
+        // Below the threshold: PASSIVE only, which never shrinks the file.
+        let (frames, reset) = checkpoint(&ckpt, i64::MAX).unwrap();
+        assert!(frames >= 200, "{frames} frames");
+        assert!(!reset);
+        assert_eq!(wal_len(&path), before);
+
+        // Past it: the WAL is emptied.
+        let (frames_again, reset) = checkpoint(&ckpt, 10).unwrap();
+        assert_eq!(frames_again, frames);
+        assert!(reset);
+        assert_eq!(wal_len(&path), 0);
+
+        // Nothing lost, seen from a connection opened afterwards, and the writer goes on.
+        writer.execute("INSERT INTO t (x) VALUES (zeroblob(10))", []).unwrap();
+        let reader = crate::store::open(&path).unwrap();
+        let n: i64 = reader.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 201);
+    }
+
+    #[test]
+    fn a_reset_gives_up_while_a_reader_holds_an_older_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("platform.db");
+        let writer = crate::store::open(&path).unwrap();
+        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        writer.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        writer.execute("INSERT INTO t (x) VALUES (1)", []).unwrap();
+        // A backup's read transaction, on the snapshot before the next write.
+        let reader = crate::store::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let n: i64 = reader.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+        writer.execute("INSERT INTO t (x) VALUES (2)", []).unwrap();
+
+        let ckpt = crate::store::open(&path).unwrap();
+        let started = Instant::now();
+        let (_, reset) = checkpoint(&ckpt, 1).unwrap();
+        assert!(!reset, "the reader's snapshot is still in the WAL");
+        assert!(wal_len(&path) > 0);
+        assert!(started.elapsed() < std::time::Duration::from_secs(4), "it gave up instead of waiting on");
+
+        // Once the reader is done, the next round resets it and both rows are there.
+        reader.execute_batch("COMMIT").unwrap();
+        let (_, reset) = checkpoint(&ckpt, 1).unwrap();
+        assert!(reset);
+        assert_eq!(wal_len(&path), 0);
+        let n: i64 = writer.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 2);
     }
 }

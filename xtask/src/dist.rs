@@ -134,7 +134,7 @@ pub fn run(a: DistArgs) -> Result<()> {
 
 /// The last commit's time, so that two builds of one commit agree (an override in the
 /// environment wins, for trees without git).
-fn source_date_epoch(root: &Path) -> Result<String> {
+pub(crate) fn source_date_epoch(root: &Path) -> Result<String> {
     if let Ok(e) = std::env::var("SOURCE_DATE_EPOCH") {
         return Ok(e);
     }
@@ -169,7 +169,7 @@ fn rustflags(root: &Path, target: &Path) -> String {
 }
 
 /// Builds the three binaries of the tree at `root` into `target`; returns (name, path).
-fn build(root: &Path, target: &Path, epoch: &str) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn build(root: &Path, target: &Path, epoch: &str) -> Result<Vec<(String, PathBuf)>> {
     ensure_musl_target()?;
     let flags = rustflags(root, target);
     let env = |c: &mut Command| {

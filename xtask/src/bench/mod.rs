@@ -7,6 +7,7 @@ mod agent;
 pub mod cost;
 mod dryrun;
 mod platform;
+mod sizes;
 mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -141,5 +142,6 @@ const BENCHES: &[(&str, BenchFn)] = &[
     ("dryrun", dryrun::run),
     ("instructions", cost::run),
     ("platform", platform::run),
+    ("sizes", sizes::run),
     ("verify", verify::run),
 ];
