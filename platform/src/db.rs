@@ -232,13 +232,20 @@ mod tests {
         std::fs::metadata(db.with_extension("db-wal")).map(|m| m.len()).unwrap_or(0)
     }
 
-    #[test]
-    fn checkpoint_resets_the_wal_only_past_its_threshold_and_keeps_every_row() {
+    /// A platform database with its own table `t`, written with automatic checkpoints off, as
+    /// the server's writer is.
+    fn writer_with_table(column: &str) -> (tempfile::TempDir, std::path::PathBuf, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("platform.db");
         let writer = crate::store::open(&path).unwrap();
         writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
-        writer.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
+        writer.execute_batch(&format!("CREATE TABLE t (x {column})")).unwrap();
+        (dir, path, writer)
+    }
+
+    #[test]
+    fn checkpoint_resets_the_wal_only_past_its_threshold_and_keeps_every_row() {
+        let (_dir, path, writer) = writer_with_table("BLOB");
         for _ in 0..200 {
             writer.execute("INSERT INTO t (x) VALUES (zeroblob(2000))", []).unwrap();
         }
@@ -267,11 +274,7 @@ mod tests {
 
     #[test]
     fn a_reset_gives_up_while_a_reader_holds_an_older_snapshot() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("platform.db");
-        let writer = crate::store::open(&path).unwrap();
-        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
-        writer.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        let (_dir, path, writer) = writer_with_table("INTEGER");
         writer.execute("INSERT INTO t (x) VALUES (1)", []).unwrap();
         // A backup's read transaction, on the snapshot before the next write.
         let reader = crate::store::open(&path).unwrap();
