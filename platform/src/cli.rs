@@ -353,21 +353,12 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     };
     let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
-    // connection and thread, so no request waits for one inside its COMMIT; past
-    // WAL_RESET_FRAMES frames they also reset the WAL, which otherwise grows without end under
-    // load (db::checkpoint).
+    // connection and thread, so no request waits for one inside its COMMIT; the database thread
+    // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL
+    // that a long backup let grow is cut back to that size when it restarts.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "journal_size_limit", crate::db::WAL_RESTART_FRAMES * 4096)?;
     let ckpt = store::open(&db_path)?;
-    std::thread::Builder::new().name("gpum-checkpoint".into()).spawn(move || {
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            match crate::db::checkpoint(&ckpt, crate::db::WAL_RESET_FRAMES) {
-                Ok((frames, true)) => tracing::debug!("database checkpoint: the WAL's {frames} frames reset"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("database checkpoint: {e}"),
-            }
-        }
-    })?;
     let listener =
         std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
     listener.set_nonblocking(true)?;
@@ -381,8 +372,10 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             crate::listen::raise_nofile_limit(),
         ),
     };
+    let db = crate::db::Db::start(conn);
+    db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
     let state = Arc::new(AppState {
-        db: crate::db::Db::start(conn),
+        db,
         clock,
         cfg: Config {
             heartbeat_interval_secs: args.heartbeat_interval,

@@ -8,7 +8,7 @@
 //! load a batch is one operation, so latency stays that of a single transaction.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -26,6 +26,9 @@ type Job = Box<dyn FnOnce(&Connection) -> Reply + Send>;
 pub struct Db {
     tx: mpsc::Sender<Job>,
     stats: Arc<Stats>,
+    /// Set by the checkpoint thread when the WAL should restart; the database thread finishes
+    /// the checkpoint between two batches ([`Db::spawn_checkpointer`]).
+    restart: Arc<AtomicBool>,
 }
 
 /// Where the database thread's time goes; logged when the server stops (the platform bench
@@ -38,6 +41,10 @@ pub struct Stats {
     pub busy_ns: AtomicU64,
     /// Of which in COMMIT.
     pub commit_ns: AtomicU64,
+    /// Checkpoints finished on the database thread, so that the WAL could restart.
+    pub restarts: AtomicU64,
+    /// The longest of them, in nanoseconds: what a request waited for one at most.
+    pub restart_max_ns: AtomicU64,
 }
 
 impl Stats {
@@ -45,10 +52,13 @@ impl Stats {
         let ops = self.ops.load(Ordering::Relaxed);
         let tx = self.transactions.load(Ordering::Relaxed).max(1);
         format!(
-            "database: {ops} operations in {tx} transactions (mean batch {:.1}), busy {:.3} s, of which commit {:.3} s",
+            "database: {ops} operations in {tx} transactions (mean batch {:.1}), busy {:.3} s, of which commit {:.3} s; \
+             WAL restarts {} (each waited at most {:.1} ms)",
             ops as f64 / tx as f64,
             self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
-            self.commit_ns.load(Ordering::Relaxed) as f64 / 1e9
+            self.commit_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            self.restarts.load(Ordering::Relaxed),
+            self.restart_max_ns.load(Ordering::Relaxed) as f64 / 1e6,
         )
     }
 }
@@ -58,12 +68,46 @@ impl Db {
     pub fn start(conn: Connection) -> Db {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(Stats::default());
-        let st = stats.clone();
+        let restart = Arc::new(AtomicBool::new(false));
+        let (st, rs) = (stats.clone(), restart.clone());
         std::thread::Builder::new()
             .name("gpum-db".into())
-            .spawn(move || run(conn, rx, &st))
+            .spawn(move || run(conn, rx, &st, &rs))
             .expect("spawn the database thread");
-        Db { tx, stats }
+        Db { tx, stats, restart }
+    }
+
+    /// Starts the checkpoint thread on its own connection `ckpt` to the same database: every
+    /// `period` it copies the WAL back into the database file (PASSIVE: nobody waits for it), and
+    /// once the WAL holds `restart_frames` frames it has the database thread finish the job.
+    ///
+    /// Why both: SQLite rewinds the WAL only after a checkpoint that reached its last frame, and
+    /// under a steady stream of commits a concurrent checkpoint never does (the WAL grew to
+    /// 3.2 GiB in 40 s at 10,000 heartbeats/s, docs/benchmarks.md). The database thread is the
+    /// only writer, so its own PASSIVE checkpoint between two batches always reaches the end:
+    /// it copies just the frames committed since the big copy (milliseconds' worth), and the
+    /// next transaction starts the WAL over. A blocking (TRUNCATE) checkpoint from this thread
+    /// did the same but stalled every write for 55 to 110 ms each time, which was the
+    /// platform's p99. A reader on an older snapshot (a `backup`) keeps the WAL from restarting
+    /// until it is done; nothing waits for it.
+    pub fn spawn_checkpointer(
+        &self,
+        ckpt: Connection,
+        period: std::time::Duration,
+        restart_frames: i64,
+    ) -> std::io::Result<()> {
+        let restart = self.restart.clone();
+        std::thread::Builder::new().name("gpum-checkpoint".into()).spawn(move || {
+            loop {
+                std::thread::sleep(period);
+                match checkpoint(&ckpt) {
+                    Ok(w) if w.frames >= restart_frames => restart.store(true, Ordering::Relaxed),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("database checkpoint: {e}"),
+                }
+            }
+        })?;
+        Ok(())
     }
 
     pub fn stats(&self) -> &Stats {
@@ -99,7 +143,7 @@ impl Db {
     }
 }
 
-fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats) {
+fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool) {
     while let Ok(first) = rx.recv() {
         let started = Instant::now();
         let mut jobs = vec![first];
@@ -135,35 +179,48 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats) {
         for r in replies {
             r(committed);
         }
+        if restart.swap(false, Ordering::Relaxed) {
+            let started = Instant::now();
+            match checkpoint(&conn) {
+                Ok(w) if w.complete() => {
+                    stats.restarts.fetch_add(1, Ordering::Relaxed);
+                    stats.restart_max_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+                // A reader on an older snapshot; the next round tries again.
+                Ok(_) => {}
+                Err(e) => tracing::warn!("database checkpoint: {e}"),
+            }
+        }
     }
 }
 
-/// Frames in the WAL (4 KiB pages: 64 MiB) past which the checkpoint thread resets it.
-pub const WAL_RESET_FRAMES: i64 = 16_384;
+/// Frames in the WAL (4 KiB pages: 64 MiB) past which it restarts ([`Db::spawn_checkpointer`]);
+/// also the size its file is cut back to when it restarts.
+pub const WAL_RESTART_FRAMES: i64 = 16_384;
 
-/// How long a reset waits for readers, blocking the writer meanwhile, before it gives up until
-/// the next second's try.
-const WAL_RESET_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+/// What a checkpoint found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wal {
+    /// Frames in the WAL.
+    pub frames: i64,
+    /// Of which now copied into the database file.
+    pub copied: i64,
+}
 
-/// One round of the server's checkpoint thread, on its own connection: returns the WAL's frames
-/// before the round, and whether the WAL was reset.
-///
-/// A PASSIVE checkpoint copies what it can into the database file without blocking anybody. Under
-/// a steady stream of commits it never catches up with the writer, and SQLite only rewinds the
-/// WAL after a checkpoint that did, so the `-wal` file grows without end (3.2 GiB after 40 s at
-/// 10,000 heartbeats/s, docs/benchmarks.md). Past `reset_frames` frames this therefore takes a
-/// TRUNCATE checkpoint: it holds the writer back while it copies the few frames the PASSIVE one
-/// left and truncates the file. It waits at most [`WAL_RESET_WAIT`] for readers on an older
-/// snapshot (a `backup` in progress); then it gives up and the next round tries again.
-pub fn checkpoint(conn: &Connection, reset_frames: i64) -> rusqlite::Result<(i64, bool)> {
-    let (_busy, frames): (i64, i64) =
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    if frames < reset_frames {
-        return Ok((frames, false));
+impl Wal {
+    /// Every frame is in the database file: the next write transaction starts the WAL over.
+    pub fn complete(&self) -> bool {
+        self.copied == self.frames
     }
-    conn.busy_timeout(WAL_RESET_WAIT)?;
-    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
-    Ok((frames, busy == 0))
+}
+
+/// A PASSIVE checkpoint on `conn`: copies into the database file what no reader still needs,
+/// waits for nobody, and fsyncs (the WAL before, the database file after) as SQLite does.
+pub fn checkpoint(conn: &Connection) -> rusqlite::Result<Wal> {
+    let (busy, frames, copied): (i64, i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    // Busy: another checkpoint was running; it did the work, or the next round will.
+    Ok(if busy != 0 { Wal { frames, copied: 0 } } else { Wal { frames, copied } })
 }
 
 /// What [`backup`] wrote.
@@ -243,59 +300,94 @@ mod tests {
         (dir, path, writer)
     }
 
+    /// Frames in the WAL now, counted from its last restart.
+    fn frames(c: &Connection) -> i64 {
+        checkpoint(c).unwrap().frames
+    }
+
     #[test]
-    fn checkpoint_resets_the_wal_only_past_its_threshold_and_keeps_every_row() {
+    fn a_checkpoint_that_reaches_the_end_restarts_the_wal_at_the_next_write() {
         let (_dir, path, writer) = writer_with_table("BLOB");
         for _ in 0..200 {
             writer.execute("INSERT INTO t (x) VALUES (zeroblob(2000))", []).unwrap();
         }
         let ckpt = crate::store::open(&path).unwrap();
-        let before = wal_len(&path);
-        assert!(before > 200 * 2000, "the WAL holds the inserts: {before} bytes");
-
-        // Below the threshold: PASSIVE only, which never shrinks the file.
-        let (frames, reset) = checkpoint(&ckpt, i64::MAX).unwrap();
-        assert!(frames >= 200, "{frames} frames");
-        assert!(!reset);
-        assert_eq!(wal_len(&path), before);
-
-        // Past it: the WAL is emptied.
-        let (frames_again, reset) = checkpoint(&ckpt, 10).unwrap();
-        assert_eq!(frames_again, frames);
-        assert!(reset);
-        assert_eq!(wal_len(&path), 0);
-
-        // Nothing lost, seen from a connection opened afterwards, and the writer goes on.
-        writer.execute("INSERT INTO t (x) VALUES (zeroblob(10))", []).unwrap();
-        let reader = crate::store::open(&path).unwrap();
-        let n: i64 = reader.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        let w = checkpoint(&ckpt).unwrap();
+        assert!(w.frames >= 200, "{w:?}");
+        assert!(w.complete(), "no writer ran meanwhile: {w:?}");
+        writer.execute("INSERT INTO t (x) VALUES (1)", []).unwrap();
+        assert!(frames(&ckpt) < 10, "the WAL started over");
+        let n: i64 =
+            crate::store::open(&path).unwrap().query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 201);
     }
 
     #[test]
-    fn a_reset_gives_up_while_a_reader_holds_an_older_snapshot() {
+    fn a_reader_on_an_older_snapshot_holds_the_restart_back_without_anyone_waiting() {
         let (_dir, path, writer) = writer_with_table("INTEGER");
         writer.execute("INSERT INTO t (x) VALUES (1)", []).unwrap();
-        // A backup's read transaction, on the snapshot before the next write.
+        // A backup's read transaction, on the snapshot before the next writes.
         let reader = crate::store::open(&path).unwrap();
         reader.execute_batch("BEGIN").unwrap();
         let n: i64 = reader.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 1);
-        writer.execute("INSERT INTO t (x) VALUES (2)", []).unwrap();
+        for i in 2..=50 {
+            writer.execute("INSERT INTO t (x) VALUES (?1)", [i]).unwrap();
+        }
 
-        let ckpt = crate::store::open(&path).unwrap();
         let started = Instant::now();
-        let (_, reset) = checkpoint(&ckpt, 1).unwrap();
-        assert!(!reset, "the reader's snapshot is still in the WAL");
-        assert!(wal_len(&path) > 0);
-        assert!(started.elapsed() < std::time::Duration::from_secs(4), "it gave up instead of waiting on");
+        let w = checkpoint(&writer).unwrap();
+        assert!(!w.complete(), "the reader's snapshot is still in the WAL: {w:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "a PASSIVE checkpoint waits for nobody"
+        );
+        writer.execute("INSERT INTO t (x) VALUES (51)", []).unwrap();
+        assert!(frames(&writer) > w.frames, "no restart: the WAL grew on");
 
-        // Once the reader is done, the next round resets it and both rows are there.
+        // Once the reader is done, the next checkpoint reaches the end and the WAL restarts.
         reader.execute_batch("COMMIT").unwrap();
-        let (_, reset) = checkpoint(&ckpt, 1).unwrap();
-        assert!(reset);
-        assert_eq!(wal_len(&path), 0);
+        assert!(checkpoint(&writer).unwrap().complete());
+        writer.execute("INSERT INTO t (x) VALUES (52)", []).unwrap();
+        assert!(frames(&writer) < 5);
         let n: i64 = writer.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
-        assert_eq!(n, 2);
+        assert_eq!(n, 52);
+    }
+
+    /// The server's arrangement: a writer that never pauses, a concurrent checkpointer. The WAL
+    /// keeps restarting and its file stays bounded, and every write is there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_a_writer_that_never_pauses_the_wal_keeps_restarting() {
+        let (_dir, path, writer) = writer_with_table("BLOB");
+        writer.pragma_update(None, "journal_size_limit", 64 * 4096).unwrap();
+        let db = Db::start(writer);
+        db.spawn_checkpointer(crate::store::open(&path).unwrap(), std::time::Duration::from_millis(20), 64)
+            .unwrap();
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    let until = Instant::now() + std::time::Duration::from_secs(20);
+                    while db.stats().restarts.load(Ordering::Relaxed) < 5 && Instant::now() < until {
+                        db.call(|c| Ok(c.execute("INSERT INTO t (x) VALUES (zeroblob(3000))", [])?))
+                            .await
+                            .unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut written = 0;
+        for w in writers {
+            written += w.await.unwrap();
+        }
+        assert!(db.stats().restarts.load(Ordering::Relaxed) >= 5, "{}", db.stats().summary());
+        let n: u64 = db.call(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)).await.unwrap();
+        assert_eq!(n, written);
+        // Each insert is at least one 4 KiB frame; without restarts the file holds them all.
+        let wal = wal_len(&path);
+        assert!(wal < written * 4096 / 2, "WAL {wal} bytes after {written} inserts");
     }
 }
