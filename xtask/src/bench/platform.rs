@@ -13,6 +13,13 @@
 //! that fails or takes over 5 s is lost. Server CPU is utime + stime from `/proc/<pid>/stat`
 //! over the load window, divided by the heartbeats answered.
 //!
+//! Each load run begins with a warm-up at the same schedule, sent but not counted
+//! (`GPUM_BENCH_WARMUP_SECS`, default 2; quick 1): there the client opens its connections (a
+//! TLS handshake each) and each node's first heartbeat stores its inventory. Agents keep their
+//! connection for months, so the figure is the steady state. A heartbeat lost during the warm-up
+//! still counts as lost. The machine's steal time (CPU the hypervisor gave to others) over the
+//! measured window is reported beside each run: on a shared machine it moves both servers' tails.
+//!
 //! `GPUM_BENCH_NODES` (default 10,000; quick 2,000), `GPUM_BENCH_INTERVAL_MS` (default 1,000)
 //! and `GPUM_BENCH_SECS` (default 20; quick 5) change the shape. The offered load is
 //! nodes / interval.
@@ -44,6 +51,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     let nodes = env_u64("GPUM_BENCH_NODES", if quick { 2_000 } else { 10_000 });
     let interval = Duration::from_millis(env_u64("GPUM_BENCH_INTERVAL_MS", 1_000));
     let secs = env_u64("GPUM_BENCH_SECS", if quick { 5 } else { 20 });
+    let warmup = Duration::from_secs(env_u64("GPUM_BENCH_WARMUP_SECS", if quick { 1 } else { 2 }));
 
     let release = crate::util::release_build(&[
         "--locked",
@@ -59,12 +67,14 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-platform-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let res = bench(&exe, &baseline, &dir, nodes, interval, secs);
+    let shape = Shape { nodes, interval, secs, warmup };
+    let res = bench(&exe, &baseline, &dir, shape);
     let _ = std::fs::remove_dir_all(&dir);
     let runs = res?;
     say!(
-        "  command: GPUM_BENCH_NODES={nodes} GPUM_BENCH_INTERVAL_MS={} GPUM_BENCH_SECS={secs} cargo xtask bench platform",
-        interval.as_millis()
+        "  command: GPUM_BENCH_NODES={nodes} GPUM_BENCH_INTERVAL_MS={} GPUM_BENCH_SECS={secs} GPUM_BENCH_WARMUP_SECS={} cargo xtask bench platform",
+        interval.as_millis(),
+        warmup.as_secs()
     );
     let mut rows = Vec::new();
     for tls in [false, true] {
@@ -194,6 +204,17 @@ pub struct Stats {
     /// Cores the server and the load generator used over the run.
     pub server_cores: f64,
     pub generator_cores: f64,
+    /// The machine's steal time over the measured window, percent of all CPU time.
+    pub steal_pct: f64,
+}
+
+/// The load's shape: who heartbeats, how often, for how long after how long a warm-up.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    nodes: u64,
+    interval: Duration,
+    secs: u64,
+    warmup: Duration,
 }
 
 /// One row of the bench's results: which server, over what, and what it measured.
@@ -221,6 +242,19 @@ fn rss_kib(pid: &str) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The machine's (steal, total) CPU time so far, in clock ticks, from `/proc/stat`.
+fn steal_ticks() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = s
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .map(|l| l.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal (guest time is within user already).
+    (f.get(7).copied().unwrap_or(0), f.iter().take(8).sum())
 }
 
 /// utime + stime of a process, in seconds (clock ticks at the usual 100 Hz).
@@ -257,14 +291,8 @@ fn client(ca: Option<&Path>) -> Result<reqwest::Client> {
     Ok(b.build()?)
 }
 
-fn bench(
-    exe: &Path,
-    baseline: &Path,
-    dir: &Path,
-    nodes: u64,
-    interval: Duration,
-    secs: u64,
-) -> Result<Vec<Run>> {
+fn bench(exe: &Path, baseline: &Path, dir: &Path, shape: Shape) -> Result<Vec<Run>> {
+    let Shape { nodes, interval, secs, warmup } = shape;
     let token = "b".repeat(64);
     std::fs::write(dir.join("admin-token"), &token)?;
     let certs = dir.join("certs");
@@ -273,10 +301,11 @@ fn bench(
         bail!("bench_baseline cert failed");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let shape = |tls: bool| {
+    let describe = |tls: bool| {
         format!(
-            "{nodes} agents every {interval:?} (offered {:.0} heartbeats/s) for {secs} s, {} on loopback, keep-alive",
+            "{nodes} agents every {interval:?} (offered {:.0} heartbeats/s) for {secs} s after {} s of warm-up, {} on loopback, keep-alive",
             nodes as f64 / interval.as_secs_f64(),
+            warmup.as_secs(),
             if tls { "TLS" } else { "plain HTTP" }
         )
     };
@@ -297,19 +326,20 @@ fn bench(
             None => start_platform(exe, dir, Some(&certs))?,
         };
         let db0 = db_bytes(dir);
-        let p = rt.block_on(load(&c, &server.url, &agents, interval, secs, &server.pid()))?;
+        let p = rt.block_on(load(&c, &server.url, &agents, shape, &server.pid()))?;
         let rss = rss_kib(&server.pid());
         let db1 = db_bytes(dir);
         let db_line = server.stop();
         // The baseline gets the same bodies and tokens; it checks only that a token is there.
         let b = start_baseline(baseline, dir, tls.then_some(certs.as_path()))?;
-        let bs = rt.block_on(load(&c, &b.url, &agents, interval, secs, &b.pid()))?;
+        let bs = rt.block_on(load(&c, &b.url, &agents, shape, &b.pid()))?;
         b.stop();
-        say!("  {}:", shape(tls));
+        say!("  {}:", describe(tls));
         for (name, st) in [("platform", &p), ("baseline", &bs)] {
             say!(
                 "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
-                 lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), load generator {:.2} cores",
+                 lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), load generator {:.2} cores; \
+                 steal {:.1}%",
                 st.achieved,
                 st.p50,
                 st.p99,
@@ -318,7 +348,8 @@ fn bench(
                 st.ok + st.lost,
                 st.cpu_us,
                 st.server_cores,
-                st.generator_cores
+                st.generator_cores,
+                st.steal_pct
             );
         }
         let ratio = p.cpu_us / bs.cpu_us;
@@ -408,10 +439,10 @@ async fn load(
     client: &reqwest::Client,
     url: &str,
     agents: &[(String, String)],
-    interval: Duration,
-    secs: u64,
+    shape: Shape,
     pid: &str,
 ) -> Result<Stats> {
+    let Shape { interval, secs, warmup, .. } = shape;
     let nodes = agents.len() as u64;
     // Heartbeat on schedule.
     let ok = Arc::new(AtomicU64::new(0));
@@ -423,8 +454,16 @@ async fn load(
     )));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let start = tokio::time::Instant::now() + Duration::from_millis(200);
-    let end = start + Duration::from_secs(secs);
-    let (cpu_srv0, cpu_me0) = (cpu_secs(pid), cpu_secs("self"));
+    // Heartbeats due before `measured` are the warm-up.
+    let measured = start + warmup;
+    let end = measured + Duration::from_secs(secs);
+    let window_start = {
+        let pid = pid.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(measured).await;
+            (cpu_secs(&pid), cpu_secs("self"), steal_ticks())
+        })
+    };
     let mut tasks = Vec::new();
     for (i, (token, hash)) in agents.iter().cloned().enumerate() {
         let phase = interval.mul_f64(i as f64 / nodes as f64);
@@ -472,9 +511,13 @@ async fn load(
                     Ok(resp) if resp.status().is_success() => resp.bytes().await.is_ok(),
                     _ => false,
                 };
-                last_done
-                    .fetch_max((tokio::time::Instant::now() - start).as_micros() as u64, Ordering::Relaxed);
-                if good {
+                last_done.fetch_max(
+                    (tokio::time::Instant::now() - measured).as_micros() as u64,
+                    Ordering::Relaxed,
+                );
+                if good && due < measured {
+                    // The warm-up: sent, not counted.
+                } else if good {
                     ok.fetch_add(1, Ordering::Relaxed);
                     let ms = due.elapsed().as_secs_f64() * 1000.0;
                     lat.lock().expect("latency lock").push(ms);
@@ -488,8 +531,10 @@ async fn load(
         t.await?;
     }
     // The due times span `secs`; a server that falls behind stretches the window.
+    let (cpu_srv0, cpu_me0, (steal0, total0)) = window_start.await?;
+    let (steal1, total1) = steal_ticks();
     let (cpu_srv, cpu_me) = (cpu_secs(pid) - cpu_srv0, cpu_secs("self") - cpu_me0);
-    let cpu_wall = (tokio::time::Instant::now() - start).as_secs_f64();
+    let cpu_wall = (tokio::time::Instant::now() - measured).as_secs_f64();
     let wall = (last_done.load(Ordering::Relaxed) as f64 / 1e6).max(secs as f64);
     let ok = ok.load(Ordering::Relaxed);
     let lost = lost.load(Ordering::Relaxed);
@@ -508,5 +553,6 @@ async fn load(
         cpu_us: cpu_srv / ok.max(1) as f64 * 1e6,
         server_cores: cpu_srv / cpu_wall,
         generator_cores: cpu_me / cpu_wall,
+        steal_pct: (steal1 - steal0) as f64 / (total1 - total0).max(1) as f64 * 100.0,
     })
 }
