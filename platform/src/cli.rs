@@ -355,9 +355,9 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
     // connection and thread, so no request waits for one inside its COMMIT; the database thread
     // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL
-    // that a long backup let grow is cut back to that size when it restarts.
+    // that a long backup let grow is cut back when it restarts.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    conn.pragma_update(None, "journal_size_limit", crate::db::WAL_RESTART_FRAMES * 4096)?;
+    conn.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
     let ckpt = store::open(&db_path)?;
     let listener =
         std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;

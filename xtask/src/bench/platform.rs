@@ -14,8 +14,8 @@
 //! over the load window, divided by the heartbeats answered.
 //!
 //! Each load run begins with a warm-up at the same schedule, sent but not counted
-//! (`GPUM_BENCH_WARMUP_SECS`, default 2; quick 1): there the client opens its connections (a
-//! TLS handshake each) and each node's first heartbeat stores its inventory. Agents keep their
+//! (`GPUM_BENCH_WARMUP_SECS`, default 2, quick 1, and at least one interval): there the client
+//! opens its connections (a TLS handshake each) and each node's first heartbeat fills its row. Agents keep their
 //! connection for months, so the figure is the steady state. A heartbeat lost during the warm-up
 //! still counts as lost. The machine's steal time (CPU the hypervisor gave to others) over the
 //! measured window is reported beside each run: on a shared machine it moves both servers' tails.
@@ -51,7 +51,9 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     let nodes = env_u64("GPUM_BENCH_NODES", if quick { 2_000 } else { 10_000 });
     let interval = Duration::from_millis(env_u64("GPUM_BENCH_INTERVAL_MS", 1_000));
     let secs = env_u64("GPUM_BENCH_SECS", if quick { 5 } else { 20 });
-    let warmup = Duration::from_secs(env_u64("GPUM_BENCH_WARMUP_SECS", if quick { 1 } else { 2 }));
+    // At least one whole interval, so that every node has been heard from once.
+    let warmup =
+        Duration::from_secs(env_u64("GPUM_BENCH_WARMUP_SECS", if quick { 1 } else { 2 })).max(interval);
 
     let release = crate::util::release_build(&[
         "--locked",
@@ -206,6 +208,8 @@ pub struct Stats {
     pub generator_cores: f64,
     /// The machine's steal time over the measured window, percent of all CPU time.
     pub steal_pct: f64,
+    /// The bench database's file and WAL sizes when the measured window began.
+    pub db_at_start: (u64, u64),
 }
 
 /// The load's shape: who heartbeats, how often, for how long after how long a warm-up.
@@ -325,14 +329,14 @@ fn bench(exe: &Path, baseline: &Path, dir: &Path, shape: Shape) -> Result<Vec<Ru
             Some(s) => s,
             None => start_platform(exe, dir, Some(&certs))?,
         };
-        let db0 = db_bytes(dir);
-        let p = rt.block_on(load(&c, &server.url, &agents, shape, &server.pid()))?;
+        let p = rt.block_on(load(&c, &server.url, &agents, shape, &server.pid(), dir))?;
+        let db0 = p.db_at_start;
         let rss = rss_kib(&server.pid());
         let db1 = db_bytes(dir);
         let db_line = server.stop();
         // The baseline gets the same bodies and tokens; it checks only that a token is there.
         let b = start_baseline(baseline, dir, tls.then_some(certs.as_path()))?;
-        let bs = rt.block_on(load(&c, &b.url, &agents, shape, &b.pid()))?;
+        let bs = rt.block_on(load(&c, &b.url, &agents, shape, &b.pid(), dir))?;
         b.stop();
         say!("  {}:", describe(tls));
         for (name, st) in [("platform", &p), ("baseline", &bs)] {
@@ -441,6 +445,7 @@ async fn load(
     agents: &[(String, String)],
     shape: Shape,
     pid: &str,
+    dir: &Path,
 ) -> Result<Stats> {
     let Shape { interval, secs, warmup, .. } = shape;
     let nodes = agents.len() as u64;
@@ -458,10 +463,10 @@ async fn load(
     let measured = start + warmup;
     let end = measured + Duration::from_secs(secs);
     let window_start = {
-        let pid = pid.to_owned();
+        let (pid, dir) = (pid.to_owned(), dir.to_owned());
         tokio::spawn(async move {
             tokio::time::sleep_until(measured).await;
-            (cpu_secs(&pid), cpu_secs("self"), steal_ticks())
+            (cpu_secs(&pid), cpu_secs("self"), steal_ticks(), db_bytes(&dir))
         })
     };
     let mut tasks = Vec::new();
@@ -531,10 +536,9 @@ async fn load(
         t.await?;
     }
     // The due times span `secs`; a server that falls behind stretches the window.
-    let (cpu_srv0, cpu_me0, (steal0, total0)) = window_start.await?;
+    let (cpu_srv0, cpu_me0, (steal0, total0), db_at_start) = window_start.await?;
     let (steal1, total1) = steal_ticks();
     let (cpu_srv, cpu_me) = (cpu_secs(pid) - cpu_srv0, cpu_secs("self") - cpu_me0);
-    let cpu_wall = (tokio::time::Instant::now() - measured).as_secs_f64();
     let wall = (last_done.load(Ordering::Relaxed) as f64 / 1e6).max(secs as f64);
     let ok = ok.load(Ordering::Relaxed);
     let lost = lost.load(Ordering::Relaxed);
@@ -551,8 +555,10 @@ async fn load(
         p99,
         max,
         cpu_us: cpu_srv / ok.max(1) as f64 * 1e6,
-        server_cores: cpu_srv / cpu_wall,
-        generator_cores: cpu_me / cpu_wall,
+        // Over the load, not the wait for each agent's tick after the end (up to an interval).
+        server_cores: cpu_srv / wall,
+        generator_cores: cpu_me / wall,
         steal_pct: (steal1 - steal0) as f64 / (total1 - total0).max(1) as f64 * 100.0,
+        db_at_start,
     })
 }
