@@ -72,7 +72,10 @@ impl Host for RealHost {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let mut f = fs::File::open(self.map(path))?;
-        let mut v = Vec::new();
+        // Room up front: files under /proc say they are empty, and into an empty Vec std probes
+        // with a 32-byte read and then doubles (9 reads for /proc/meminfo, which the agent reads
+        // every heartbeat; 2 like this).
+        let mut v = Vec::with_capacity(8192);
         f.read_to_end(&mut v)?;
         Ok(v)
     }
