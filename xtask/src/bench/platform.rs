@@ -15,8 +15,8 @@
 //!
 //! Each load run begins with a warm-up at the same schedule, sent but not counted
 //! (`GPUM_BENCH_WARMUP_SECS`, default 2, quick 1, and at least one interval): there the client
-//! opens its connections (a TLS handshake each) and each node's first heartbeat fills its row. Agents keep their
-//! connection for months, so the figure is the steady state. A heartbeat lost during the warm-up
+//! opens its connections (a TLS handshake each) and each node's first heartbeat fills its row.
+//! Agents keep their connection for months, so the figure is the steady state. A heartbeat lost during the warm-up
 //! still counts as lost. The machine's steal time (CPU the hypervisor gave to others) over the
 //! measured window is reported beside each run: on a shared machine it moves both servers' tails.
 //!
