@@ -621,6 +621,87 @@ async fn missing_or_dead_socket_is_a_clean_error() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The engine connection
+
+/// A relay on a Unix socket of its own in front of the real engine's socket: it counts the
+/// connections it accepts, and can close every one of them at once (what an engine restart does
+/// to its clients).
+struct Relay {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    fn start() -> Relay {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (a, o) = (accepted.clone(), open.clone());
+        let listener = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                o.lock().unwrap().push(tokio::spawn(async move {
+                    let Ok(mut engine) = tokio::net::UnixStream::connect("/var/run/docker.sock").await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut engine).await;
+                }));
+            }
+        });
+        Relay { _dir: dir, path, accepted, open, listener }
+    }
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// Closes every connection relayed so far, on both sides.
+    fn close_all(&self) {
+        for t in self.open.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.close_all();
+        self.listener.abort();
+    }
+}
+
+/// The agent keeps one connection to the engine between calls (a heartbeat lists the managed
+/// containers every 10 s; a new connection each time cost system calls on both sides), and
+/// when the engine closes it, as a restart does, the next call opens a new one and succeeds.
+#[tokio::test]
+async fn the_engine_connection_is_kept_between_calls_and_renewed_after_a_close() {
+    if docker_or_skip("the_engine_connection_is_kept_between_calls_and_renewed_after_a_close").is_none() {
+        return;
+    }
+    let scope = Scope::new("keepalive");
+    let relay = Relay::start();
+    let d = Docker::connect(Some(&relay.path)).unwrap().with_test_scope(SCOPE_KEY, &scope.value);
+    let c = scope.container("m", &["gpum.managed=true"], false);
+    for _ in 0..5 {
+        let listed = reconcile::list_managed(&d).await.expect("listed through the relay");
+        assert_eq!(listed.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), [c.as_str()]);
+    }
+    d.version().await.expect("the version through the relay");
+    assert_eq!(relay.accepted(), 1, "one connection for the negotiation, five lists and the version");
+
+    relay.close_all();
+    // The idle connection's task sees the close; the next call does not use it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let listed = reconcile::list_managed(&d).await.expect("listed again after the engine closed the connection");
+    assert_eq!(listed.len(), 1);
+    reconcile::list_managed(&d).await.unwrap();
+    assert_eq!(relay.accepted(), 2, "a new connection after the close, then kept again");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Uninstall
 
 #[tokio::test]

@@ -52,6 +52,46 @@ const TEST_SCOPE_PREFIX: &str = "gpum.test.";
 /// the id is the hash of the image's config, labels included).
 const IMAGE_CACHE_MAX: usize = 1024;
 
+/// How long an idle connection to the engine is kept for the next call: nine heartbeats at the
+/// usual 10 s interval. A connection kept longer than that is dropped and a new one opened.
+const ENGINE_IDLE: Duration = Duration::from_secs(90);
+/// Idle connections kept to the engine: the heartbeat's list, and one for a probe or a removal
+/// running beside it.
+const ENGINE_IDLE_MAX: usize = 2;
+
+/// A bollard client for the engine's Unix socket that keeps its connection between calls.
+///
+/// bollard's own Unix client (`connect_with_unix`) keeps no idle connection, so every call paid
+/// a new connection (`socket`, `connect`, two `epoll_ctl`, `shutdown`, `close`, and the engine's
+/// side of each) every heartbeat. This is the same hyper client on the same connector
+/// (`hyperlocal`, the URI's host being the socket's path in hex, as bollard writes it) with
+/// idle connections kept. A connection the engine closed while idle (a restart) is not reused:
+/// hyper drops it from the pool when it sees the close, and retries a request that was not yet
+/// written on a new one.
+fn engine_client(socket: &Path) -> Result<bollard::Docker, DockerError> {
+    if !socket.exists() {
+        return Err(bollard::errors::Error::SocketNotFoundError(socket.display().to_string()).into());
+    }
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(ENGINE_IDLE_MAX)
+        .pool_idle_timeout(ENGINE_IDLE)
+        .build(hyperlocal::UnixConnector);
+    let base: hyper::Uri = hyperlocal::Uri::new(socket, "/").into();
+    let host = base.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+    let transport = move |req: bollard::BollardRequest| {
+        let client = client.clone();
+        async move { client.request(req).await.map_err(|err| bollard::errors::Error::HyperLegacyError { err }) }
+    };
+    // bollard's own per-request timeout is a backstop only: every call here carries a shorter
+    // deadline of its own, and image pulls stream for as long as they need.
+    Ok(bollard::Docker::connect_with_custom_transport(
+        transport,
+        Some(format!("unix://{host}")),
+        3600,
+        bollard::API_DEFAULT_VERSION,
+    )?)
+}
+
 /// What makes a container gpum's: a label set to `true` on the container itself (not inherited
 /// from its image), plus, for probes, a second label and a name prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,10 +174,7 @@ impl Docker {
     /// [`DockerError::Unavailable`] when the socket does not exist; it does not call the engine.
     pub fn connect(socket: Option<&Path>) -> Result<Docker, DockerError> {
         let socket = socket.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
-        let s = socket.to_string_lossy().into_owned();
-        // bollard's own per-request timeout is a backstop only: every call here carries a
-        // shorter deadline of its own, and image pulls stream for as long as they need.
-        let client = bollard::Docker::connect_with_unix(&s, 3600, bollard::API_DEFAULT_VERSION)?;
+        let client = engine_client(&socket)?;
         Ok(Docker {
             socket,
             client,
