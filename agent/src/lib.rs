@@ -7,6 +7,7 @@
 //! loop), [`state`] (`state.json` for `status`), and [`docker`] (probe and reconciler).
 //! `docs/agent.md` is the user's view; ARCHITECTURE.md lists what the agent never does.
 
+pub mod alarm;
 pub mod backoff;
 pub mod cli;
 pub mod client;

@@ -350,6 +350,8 @@ impl Agent {
         let mut step_task: Option<JoinHandle<Box<StepOutput>>> = None;
         let mut probe_task: Option<JoinHandle<ProbeReport>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
+        // The heartbeat's own clock: one wake-up per beat (see `alarm`).
+        let alarm = crate::alarm::Alarm::new();
         let mut next_beat = tokio::time::Instant::now();
         let mut stop_deadline: Option<tokio::time::Instant> = None;
         let mut restart = Restart::No;
@@ -385,7 +387,7 @@ impl Agent {
                     removal_task = None;
                     Event::Removed(r.unwrap_or_default())
                 }
-                _ = sleep_until(next_beat), if step_task.is_none() && stop_deadline.is_none() => Event::Tick,
+                _ = alarm.until(next_beat), if step_task.is_none() && stop_deadline.is_none() => Event::Tick,
             };
 
             match ev {

@@ -695,7 +695,8 @@ async fn the_engine_connection_is_kept_between_calls_and_renewed_after_a_close()
     relay.close_all();
     // The idle connection's task sees the close; the next call does not use it.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let listed = reconcile::list_managed(&d).await.expect("listed again after the engine closed the connection");
+    let listed =
+        reconcile::list_managed(&d).await.expect("listed again after the engine closed the connection");
     assert_eq!(listed.len(), 1);
     reconcile::list_managed(&d).await.unwrap();
     assert_eq!(relay.accepted(), 2, "a new connection after the close, then kept again");
