@@ -74,10 +74,11 @@ impl Alarm {
             let Ok(mut ready) = fd.readable().await else { return sleep_until(at).await };
             match ready.get_inner().0.wait() {
                 Ok(()) => {
+                    // Read, so no longer readable: the next arming then waits without a read.
+                    ready.clear_ready();
                     self.armed.set(None);
                     return;
                 }
-                // Readiness left over from an earlier alarm (re-arming resets the count).
                 Err(Errno::EAGAIN) => ready.clear_ready(),
                 Err(_) => {
                     self.armed.set(None);

@@ -45,7 +45,7 @@ use crate::client::{
     Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew, is_refused_body,
 };
 use crate::config::{Config, Paths};
-use crate::docker::{Docker, DockerError, probe, reconcile};
+use crate::docker::{Docker, DockerError, probe, reconcile, watch};
 use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch, Outbox, Refusal};
 use crate::secret::Token;
@@ -110,6 +110,9 @@ struct StepInput {
     /// The engine's version as last asked, and whether to ask again in this step.
     docker_version: Option<String>,
     refresh_docker_version: bool,
+    /// The managed containers as last listed, when nothing can have changed since (see
+    /// [`watch`]); `None` lists them again.
+    unchanged: Option<Vec<reconcile::ManagedContainer>>,
 }
 
 /// What it brings back. The gatherer travels back to the loop, and so does the request, so
@@ -119,6 +122,8 @@ struct StepOutput {
     req: HeartbeatRequest,
     probe_key: String,
     managed: Vec<reconcile::ManagedContainer>,
+    /// Whether `managed` was listed in this step (not reused).
+    listed: bool,
     docker_version: Option<String>,
     result: Result<Answer<HeartbeatResponse>, CallError>,
 }
@@ -131,10 +136,13 @@ struct StepOutput {
 async fn step(mut s: StepInput) -> Box<StepOutput> {
     let mut docker_version = s.docker_version.take();
     let mut managed = Vec::new();
+    let listed_now = s.unchanged.is_none();
     match &s.docker {
         Some(d) => {
-            let listed =
-                tokio::time::timeout(DOCKER_STEP_TIMEOUT, Box::pin(reconcile::list_managed(d))).await;
+            let listed = match s.unchanged.take() {
+                Some(list) => Ok(Ok(list)),
+                None => tokio::time::timeout(DOCKER_STEP_TIMEOUT, Box::pin(reconcile::list_managed(d))).await,
+            };
             match listed {
                 Ok(Ok(list)) => {
                     managed = list;
@@ -174,7 +182,16 @@ async fn step(mut s: StepInput) -> Box<StepOutput> {
         managed.iter().take(limits::MAX_MANAGED_CONTAINERS).map(|c| c.id.clone()).collect();
     s.req.metrics.gpus.truncate(limits::MAX_GPUS);
     let result = Box::pin(s.platform.heartbeat(&s.token, &s.req)).await;
-    Box::new(StepOutput { gatherer: s.gatherer, req: s.req, probe_key, managed, docker_version, result })
+    let listed = listed_now && s.req.health.docker_ok;
+    Box::new(StepOutput {
+        gatherer: s.gatherer,
+        req: s.req,
+        probe_key,
+        managed,
+        listed,
+        docker_version,
+        result,
+    })
 }
 
 /// The loop's state.
@@ -187,6 +204,10 @@ struct Agent {
     docker: Option<Arc<Docker>>,
     docker_error: Option<String>,
     docker_version: Option<String>,
+    /// The engine's event stream for the managed containers, and their last good list with
+    /// when it was taken: a heartbeat reuses the list while the stream reports no change.
+    watch: Option<watch::Watch>,
+    listed: Option<(Vec<reconcile::ManagedContainer>, Instant)>,
     gatherer: Option<Box<Gatherer>>,
     state: AgentState,
     last_written: Option<(AgentState, Instant)>,
@@ -277,6 +298,8 @@ impl Agent {
             docker: None,
             docker_error: None,
             docker_version: None,
+            watch: None,
+            listed: None,
             state,
             last_written: None,
             rng: StdRng::from_entropy(),
@@ -312,7 +335,9 @@ impl Agent {
         });
         match connected {
             Ok(d) => {
-                self.docker = Some(Arc::new(d));
+                let d = Arc::new(d);
+                self.watch = Some(watch::Watch::start(d.clone()));
+                self.docker = Some(d);
                 self.docker_error = None;
             }
             Err(e) => {
@@ -482,7 +507,20 @@ impl Agent {
         // The engine's version changes only with an upgrade, which restarts the engine (the
         // listing fails, so the cache is dropped); asking every few minutes catches the rest.
         let refresh_docker_version = self.seq.is_multiple_of(crate::inventory::SLOW_FACTS_EVERY);
+        // The stale mark is cleared before the list is taken, so a change during the list marks
+        // it again for the next heartbeat.
+        let unchanged = match (&self.watch, &self.listed) {
+            (Some(w), Some((list, at))) if at.elapsed() < watch::LIST_AT_LEAST_EVERY && !w.take_stale() => {
+                Some(list.clone())
+            }
+            (Some(w), _) => {
+                w.take_stale();
+                None
+            }
+            (None, _) => None,
+        };
         StepInput {
+            unchanged,
             docker_version: self.docker_version.clone(),
             refresh_docker_version,
             platform: self.platform.clone(),
@@ -515,6 +553,14 @@ impl Agent {
             }
         }
         self.state.docker_ok = Some(docker_ok);
+        if out.listed {
+            self.listed = Some((out.managed.clone(), Instant::now()));
+        } else if !docker_ok {
+            self.listed = None;
+            if let Some(w) = &self.watch {
+                w.set_stale();
+            }
+        }
         match out.result {
             Ok(ans) => {
                 if self.state.connection != Connection::Connected {

@@ -745,6 +745,15 @@ fn unknown_managed_containers_are_removed_known_and_unlabelled_ones_stay() {
     wait_heartbeats(&p, &n.id, seq + 4);
     assert!(exists(&known) && exists(&unlabelled), "{}", a.log());
     assert_eq!(node(&p, &n.id).managed_containers, vec![known.clone()]);
+
+    // A container that appears while the agent runs is reported within a few heartbeats: the
+    // engine's event stream says the list changed. (Without it, the agent would list again only
+    // after `LIST_AT_LEAST_EVERY`, 60 s.)
+    let late = create(&["gpum.managed=true", &scope]);
+    let _remove_late = Remove(vec![late.clone()]);
+    wait_until(Duration::from_secs(20), "the new managed container on the platform", || {
+        node(&p, &n.id).managed_containers.contains(&late)
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use gpum_agent::config::default_registries;
 use gpum_agent::docker::probe::{self, ProbeSpec};
 use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
+use gpum_agent::docker::watch::Watch;
 use gpum_agent::docker::{Docker, DockerError};
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, VerificationState};
 use gpum_tests::{docker_or_skip, images};
@@ -700,6 +701,60 @@ async fn the_engine_connection_is_kept_between_calls_and_renewed_after_a_close()
     assert_eq!(listed.len(), 1);
     reconcile::list_managed(&d).await.unwrap();
     assert_eq!(relay.accepted(), 2, "a new connection after the close, then kept again");
+}
+
+/// Polls `w` for up to `within`; whether it was marked stale.
+async fn stale_within(w: &Watch, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    loop {
+        if w.take_stale() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The engine's event stream marks the managed list stale when a managed container of the
+/// scope is created or removed, also when the change came before the stream was open (the
+/// subscription asks for the last second's events), and when the stream ends (the engine
+/// restarted); a container without the label changes nothing.
+#[tokio::test]
+async fn the_event_stream_marks_the_managed_list_stale() {
+    if docker_or_skip("the_event_stream_marks_the_managed_list_stale").is_none() {
+        return;
+    }
+    let scope = Scope::new("watch");
+    let relay = Relay::start();
+    let d = std::sync::Arc::new(
+        Docker::connect(Some(&relay.path)).unwrap().with_test_scope(SCOPE_KEY, &scope.value),
+    );
+    let w = Watch::start(d.clone());
+    assert!(w.take_stale(), "stale until a first list");
+    // Created at once, very likely before the stream is open.
+    let first = scope.container("first", &["gpum.managed=true"], false);
+    assert!(stale_within(&w, Duration::from_secs(10)).await, "the creation of {first} was reported");
+    // Quiet: one unlabelled container, in the scope.
+    scope.container("owner", &[], false);
+    assert!(!stale_within(&w, Duration::from_secs(2)).await, "an unlabelled container is not gpum's");
+    docker(&["rm", "-f", &first]);
+    assert!(stale_within(&w, Duration::from_secs(10)).await, "the removal of {first} was reported");
+    assert!(!w.take_stale(), "taking the mark clears it");
+    w.set_stale();
+    assert!(w.take_stale());
+
+    relay.close_all();
+    assert!(stale_within(&w, Duration::from_secs(10)).await, "the end of the stream was reported");
+    // The stream opens again (through a new connection) after a second, and reports the next
+    // change. Its first events may repeat the last second's (over-reporting costs one list).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    w.take_stale();
+    assert!(!stale_within(&w, Duration::from_secs(1)).await);
+    scope.container("second", &["gpum.managed=true"], true);
+    assert!(stale_within(&w, Duration::from_secs(10)).await, "a change after the stream opened again");
+    assert!(relay.accepted() >= 2, "the stream opened again: {} connections", relay.accepted());
 }
 
 // ---------------------------------------------------------------------------------------------

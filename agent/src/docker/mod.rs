@@ -24,6 +24,7 @@
 pub mod image;
 pub mod probe;
 pub mod reconcile;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::future::Future;

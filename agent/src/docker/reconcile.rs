@@ -1,8 +1,9 @@
 //! The reconciler: containers labelled `gpum.managed=true` that the platform does not know are
 //! removed, slowly, and no other container is ever touched.
 //!
-//! Each heartbeat the agent lists the managed containers ([`list_managed`], stopped ones
-//! included) and sends their ids; the platform answers with the ids it knows. The decision of
+//! Each heartbeat the agent sends the ids of the managed containers ([`list_managed`], stopped
+//! ones included; listed again whenever the engine's event stream reports a change, see
+//! [`super::watch`]); the platform answers with the ids it knows. The decision of
 //! what to remove is the pure [`Reconciler::decide`], so it can be tested over thousands of
 //! random rounds without an engine: a container goes only after it was unknown in
 //! `min_beats` (3) answers in a row AND for at least `min_age` (60 s). A platform that is
