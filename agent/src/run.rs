@@ -483,7 +483,14 @@ impl Agent {
                     // Report it soon rather than a whole interval later.
                     next_beat = next_beat.min(tokio::time::Instant::now() + Duration::from_millis(200));
                 }
-                Event::Removed(list) => self.outbox.push_removed(list),
+                Event::Removed(list) => {
+                    // The agent changed the set itself: list again at the next heartbeat rather
+                    // than rely on the engine's events arriving first.
+                    if let Some(w) = &self.watch {
+                        w.set_stale();
+                    }
+                    self.outbox.push_removed(list)
+                }
             }
         }
     }
