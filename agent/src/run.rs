@@ -516,15 +516,10 @@ impl Agent {
         let refresh_docker_version = self.seq.is_multiple_of(crate::inventory::SLOW_FACTS_EVERY);
         // The stale mark is cleared before the list is taken, so a change during the list marks
         // it again for the next heartbeat.
-        let unchanged = match (&self.watch, &self.listed) {
-            (Some(w), Some((list, at))) if at.elapsed() < watch::LIST_AT_LEAST_EVERY && !w.take_stale() => {
-                Some(list.clone())
-            }
-            (Some(w), _) => {
-                w.take_stale();
-                None
-            }
-            (None, _) => None,
+        let stale = self.watch.as_ref().is_none_or(watch::Watch::take_stale);
+        let unchanged = match &self.listed {
+            Some((list, at)) if !stale && at.elapsed() < watch::LIST_AT_LEAST_EVERY => Some(list.clone()),
+            _ => None,
         };
         StepInput {
             unchanged,

@@ -38,7 +38,11 @@ impl Scope {
         Scope { value: format!("{test}-{}-{nanos:08x}", std::process::id()) }
     }
     fn docker(&self) -> Docker {
-        Docker::connect(None)
+        self.docker_at(None)
+    }
+    /// A client in this scope for the engine at `socket` (default: the engine's own).
+    fn docker_at(&self, socket: Option<&Path>) -> Docker {
+        Docker::connect(socket)
             .expect("the engine answered docker_or_skip")
             .with_test_scope(SCOPE_KEY, &self.value)
     }
@@ -684,7 +688,7 @@ async fn the_engine_connection_is_kept_between_calls_and_renewed_after_a_close()
     }
     let scope = Scope::new("keepalive");
     let relay = Relay::start();
-    let d = Docker::connect(Some(&relay.path)).unwrap().with_test_scope(SCOPE_KEY, &scope.value);
+    let d = scope.docker_at(Some(&relay.path));
     let c = scope.container("m", &["gpum.managed=true"], false);
     for _ in 0..5 {
         let listed = reconcile::list_managed(&d).await.expect("listed through the relay");
@@ -728,9 +732,7 @@ async fn the_event_stream_marks_the_managed_list_stale() {
     }
     let scope = Scope::new("watch");
     let relay = Relay::start();
-    let d = std::sync::Arc::new(
-        Docker::connect(Some(&relay.path)).unwrap().with_test_scope(SCOPE_KEY, &scope.value),
-    );
+    let d = std::sync::Arc::new(scope.docker_at(Some(&relay.path)));
     let w = Watch::start(d.clone());
     assert!(w.take_stale(), "stale until a first list");
     // Created at once, very likely before the stream is open.
