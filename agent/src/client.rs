@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use gpum_host::http::{ClientOptions, client_for};
+use gpum_host::http::{ClientOptions, PostAnswer, PostClient, PostError, client_for, proxy_in_env};
 use gpum_protocol::{
     ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_HEARTBEAT, PATH_REGISTER,
     RegisterRequest, RegisterResponse,
@@ -102,9 +102,10 @@ pub fn clock_skew(local: SystemTime, server: Option<SystemTime>) -> Option<i64> 
 pub struct Platform {
     http: reqwest::Client,
     server: String,
-    /// The heartbeat's URL, parsed once rather than every heartbeat; `None` when the server
-    /// does not parse, and then each call fails as it always did.
-    heartbeat_url: Option<reqwest::Url>,
+    /// The heartbeat's own lean client ([`PostClient`]: hyper over rustls, without reqwest's
+    /// layers), made once. `None` when a proxy variable is set (reqwest speaks to proxies) or the
+    /// URL does not parse; the heartbeat then goes through reqwest, as every call did before.
+    heartbeat: Option<PostClient>,
 }
 
 impl Platform {
@@ -123,8 +124,15 @@ impl Platform {
         };
         let http = client_for(server, &opts).map_err(|e| CallError::Transport(e.to_string()))?;
         let server = server.trim_end_matches('/').to_string();
-        let heartbeat_url = reqwest::Url::parse(&format!("{server}{PATH_HEARTBEAT}")).ok();
-        Ok(Platform { http, server, heartbeat_url })
+        let heartbeat = if proxy_in_env() {
+            None
+        } else {
+            Some(
+                PostClient::new(&format!("{server}{PATH_HEARTBEAT}"), &opts)
+                    .map_err(|e| CallError::Transport(e.to_string()))?,
+            )
+        };
+        Ok(Platform { http, server, heartbeat })
     }
 
     pub fn server(&self) -> &str {
@@ -140,10 +148,26 @@ impl Platform {
         token: &Token,
         req: &HeartbeatRequest,
     ) -> Result<Answer<HeartbeatResponse>, CallError> {
-        match &self.heartbeat_url {
-            Some(u) => self.post(u.clone(), Some(token), req).await,
-            None => self.post(format!("{}{PATH_HEARTBEAT}", self.server), Some(token), req).await,
-        }
+        let Some(client) = &self.heartbeat else {
+            return self.post(format!("{}{PATH_HEARTBEAT}", self.server), Some(token), req).await;
+        };
+        let bytes = encode(req)?;
+        let sent_bytes = bytes.len();
+        let a =
+            client.post_json(bytes, Some(token.expose()), MAX_ANSWER_BYTES).await.map_err(|e| match e {
+                PostError::Timeout => CallError::Timeout,
+                PostError::TooLarge(max) => {
+                    CallError::Decode(format!("the answer is larger than {max} bytes"))
+                }
+                PostError::Transport(s) => {
+                    CallError::Transport(truncate(&format!("error sending request: {s}"), 300))
+                }
+            })?;
+        let PostAnswer { status, headers, body } = a;
+        let header = |name| headers.get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
+        let server_date = header(reqwest::header::DATE).and_then(|s| httpdate::parse_http_date(s).ok());
+        let content_type = header(reqwest::header::CONTENT_TYPE).unwrap_or("").to_string();
+        answer(status, server_date, &content_type, &body, sent_bytes)
     }
 
     async fn post<U: reqwest::IntoUrl, Req: Serialize, Resp: DeserializeOwned>(
@@ -173,21 +197,30 @@ impl Platform {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        let is_json = content_type.starts_with("application/json");
         let body = read_capped(resp, MAX_ANSWER_BYTES).await?;
-        if (200..300).contains(&status) {
-            let body = serde_json::from_slice(&body).map_err(|e| CallError::Decode(e.to_string()))?;
-            return Ok(Answer { body, server_date, sent_bytes });
-        }
-        if is_json && let Ok(e) = serde_json::from_slice::<ErrorBody>(&body) {
-            return Err(CallError::Api {
-                status,
-                code: e.error.code,
-                message: truncate(&e.error.message, 200),
-            });
-        }
-        Err(CallError::Foreign { status, content_type: truncate(&content_type, 60) })
+        answer(status, server_date, &content_type, &body, sent_bytes)
     }
+}
+
+/// What an answer read whole means: ours on success, the platform's JSON error, or something
+/// else's page.
+fn answer<Resp: DeserializeOwned>(
+    status: u16,
+    server_date: Option<SystemTime>,
+    content_type: &str,
+    body: &[u8],
+    sent_bytes: usize,
+) -> Result<Answer<Resp>, CallError> {
+    if (200..300).contains(&status) {
+        let body = serde_json::from_slice(body).map_err(|e| CallError::Decode(e.to_string()))?;
+        return Ok(Answer { body, server_date, sent_bytes });
+    }
+    if content_type.starts_with("application/json")
+        && let Ok(e) = serde_json::from_slice::<ErrorBody>(body)
+    {
+        return Err(CallError::Api { status, code: e.error.code, message: truncate(&e.error.message, 200) });
+    }
+    Err(CallError::Foreign { status, content_type: truncate(content_type, 60) })
 }
 
 /// A request's JSON. Its own function, never inlined, so that the instruction profile

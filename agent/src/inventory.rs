@@ -1,7 +1,8 @@
 //! What the agent reports about the machine: the inventory (slow-changing facts, resent only
 //! when their hash changes) and the metrics (sent with every heartbeat).
 //!
-//! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc` through sysinfo (CPU, RAM),
+//! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc/stat` and `/proc/meminfo` (CPU,
+//! RAM; sysinfo for the CPU's model and count, and as the fallback),
 //! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/{hostname,
 //! osrelease}`, and the Docker engine's version from its socket. No process list, no file of
 //! the owner's, no container contents.
@@ -128,6 +129,9 @@ pub struct Gatherer {
     /// RAM total and available, in bytes, from `/proc/meminfo` at the last `metrics` (or
     /// creation); `None` when it could not be read, and then sysinfo's figures are used.
     mem: Option<(u64, u64)>,
+    /// The CPU counters at the last `metrics` (or creation), from which the next load figure is
+    /// worked out; `None` when `/proc/stat` could not be read, and then sysinfo's figure is used.
+    cpu_times: Option<CpuTimes>,
     /// The last inventory digested, with its hash and probe key (see [`Gatherer::digest`]).
     digested: Option<(Inventory, String, String)>,
 }
@@ -156,6 +160,7 @@ impl Gatherer {
         let cpu_cores = sys.cpus().len() as u32;
         sys.refresh_memory();
         let kernel = read_trim(host.as_ref(), "/proc/sys/kernel/osrelease").unwrap_or_default();
+        let cpu_times = read_cpu_times(host.as_ref());
         Gatherer {
             host,
             sys,
@@ -168,6 +173,7 @@ impl Gatherer {
             os: None,
             free_bytes: None,
             mem: None,
+            cpu_times,
             digested: None,
         }
     }
@@ -191,7 +197,7 @@ impl Gatherer {
     /// `/proc/meminfo` (sysinfo's definition of used), reading only the lines needed. sysinfo
     /// parses the whole file, which cost a sixth of a heartbeat; it remains the fallback.
     fn refresh_memory(&mut self) {
-        self.mem = self.host.read(Path::new("/proc/meminfo")).ok().and_then(|b| parse_meminfo(&b));
+        self.mem = self.host.read_kept(Path::new("/proc/meminfo")).ok().and_then(|b| parse_meminfo(&b));
         if self.mem.is_none() {
             self.sys.refresh_memory();
         }
@@ -270,8 +276,15 @@ impl Gatherer {
                 disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
             },
             private: PrivateInventory {
-                // The hostname can change while the agent runs: read every time (one small read).
-                hostname: read_trim(self.host.as_ref(), "/proc/sys/kernel/hostname").unwrap_or_default(),
+                // The hostname can change while the agent runs: read every time (one `pread` of
+                // a handle kept open).
+                hostname: self
+                    .host
+                    .read_kept(Path::new("/proc/sys/kernel/hostname"))
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
                 gpu_uuids,
                 driver_version,
                 cuda_version,
@@ -287,7 +300,17 @@ impl Gatherer {
 
     /// The metrics now. CPU load is the average since the previous call.
     pub fn metrics(&mut self) -> Metrics {
-        self.sys.refresh_cpu_usage();
+        let cpu = match read_cpu_times(self.host.as_ref()) {
+            Some(now) => {
+                let busy = cpu_busy_pct(self.cpu_times.unwrap_or_default(), now);
+                self.cpu_times = Some(now);
+                busy
+            }
+            None => {
+                self.sys.refresh_cpu_usage();
+                self.sys.global_cpu_usage()
+            }
+        };
         self.refresh_memory();
         let mut gpus = Vec::new();
         if let Some(n) = &self.nvml.nvml {
@@ -304,7 +327,6 @@ impl Gatherer {
                 });
             }
         }
-        let cpu = self.sys.global_cpu_usage();
         let free = self.disk().0;
         self.free_bytes = Some(free);
         Metrics {
@@ -315,6 +337,53 @@ impl Gatherer {
             gpus,
         }
     }
+}
+
+/// The machine-wide CPU counters of `/proc/stat`'s first line, in clock ticks, summed as
+/// sysinfo sums them: guest time is inside user and nice already, so it counts once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// User, nice, system, irq and softirq time.
+    pub work: u64,
+    /// That, plus idle, iowait, steal and guest time.
+    pub total: u64,
+}
+
+/// The `cpu ` line of a `/proc/stat` (the first), else `None`. Kernels before 2.6.33 give fewer
+/// than ten figures; the missing ones count as zero.
+pub fn parse_cpu_times(stat: &[u8]) -> Option<CpuTimes> {
+    let line = stat.split(|b| *b == b'\n').next()?.strip_prefix(b"cpu ")?;
+    let mut f = [0u64; 10];
+    let mut n = 0;
+    for (slot, v) in f.iter_mut().zip(std::str::from_utf8(line).ok()?.split_ascii_whitespace()) {
+        *slot = v.parse().ok()?;
+        n += 1;
+    }
+    if n < 4 {
+        return None;
+    }
+    let [user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice] = f;
+    let work = [user.saturating_sub(guest), nice.saturating_sub(guest_nice), system, irq, softirq]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+    let total = [work, idle, iowait, steal, guest, guest_nice].into_iter().fold(0u64, u64::saturating_add);
+    Some(CpuTimes { work, total })
+}
+
+/// The share of CPU time spent working between two readings, in percent, as sysinfo works it
+/// out (0 when the counters did not move).
+pub fn cpu_busy_pct(before: CpuTimes, now: CpuTimes) -> f32 {
+    let work = now.work.saturating_sub(before.work) as f32;
+    let total = match now.total.saturating_sub(before.total) {
+        0 => 1.0,
+        t => t as f32,
+    };
+    (work / total * 100.0).min(100.0)
+}
+
+/// `/proc/stat`'s counters, through a handle kept open ([`Host::read_kept`]).
+fn read_cpu_times(host: &dyn Host) -> Option<CpuTimes> {
+    host.read_kept(Path::new("/proc/stat")).ok().and_then(|b| parse_cpu_times(&b))
 }
 
 /// `MemTotal` and `MemAvailable` of a `/proc/meminfo`, in bytes; stops reading once both are
@@ -402,6 +471,39 @@ mod tests {
     fn cuda_text() {
         assert_eq!(cuda_version_text(12040), "12.4");
         assert_eq!(cuda_version_text(11080), "11.8");
+    }
+
+    #[test]
+    fn cpu_counters_and_load_as_sysinfo_counts_them() {
+        let stat = b"cpu  100 20 30 800 40 5 5 10 16 4\ncpu0 50 10 15 400 20 2 3 5 8 2\nintr 1 2\n";
+        // work: (100-16) + (20-4) + 30 + 5 + 5 = 140; total: 140 + 800 + 40 + 10 + 16 + 4.
+        assert_eq!(parse_cpu_times(stat), Some(CpuTimes { work: 140, total: 1010 }));
+        // An old kernel's shorter line; a file that does not start with the total.
+        assert_eq!(parse_cpu_times(b"cpu  1 2 3 4\n"), Some(CpuTimes { work: 6, total: 10 }));
+        assert_eq!(parse_cpu_times(b"cpu0 1 2 3 4\n"), None);
+        assert_eq!(parse_cpu_times(b"cpu  1 2 x 4\n"), None);
+        assert_eq!(parse_cpu_times(b"cpu  1 2\n"), None);
+        let before = CpuTimes { work: 140, total: 1010 };
+        assert_eq!(cpu_busy_pct(before, CpuTimes { work: 165, total: 1110 }), 25.0);
+        assert_eq!(cpu_busy_pct(before, before), 0.0, "no time passed");
+        assert_eq!(cpu_busy_pct(before, CpuTimes { work: 100, total: 900 }), 0.0, "counters reset");
+    }
+
+    #[test]
+    fn cpu_load_is_the_share_of_work_since_the_last_metrics() {
+        let host = Arc::new(
+            FakeHost::new()
+                .env_var("GPUM_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+                .file("/proc/stat", "cpu  100 0 100 800 0 0 0 0 0 0\n")
+                .space_at("/var/lib/docker", 10 * GIB),
+        );
+        let mut g = Gatherer::new(host.clone());
+        // 300 ticks pass, 75 of them working.
+        host.write_atomic(Path::new("/proc/stat"), b"cpu  150 0 125 1025 0 0 0 0 0 0\n", 0o444).unwrap();
+        assert_eq!(g.metrics().cpu_load_pct, 25.0);
+        // Then 100 more, all idle.
+        host.write_atomic(Path::new("/proc/stat"), b"cpu  150 0 125 1125 0 0 0 0 0 0\n", 0o444).unwrap();
+        assert_eq!(g.metrics().cpu_load_pct, 0.0);
     }
 
     #[test]

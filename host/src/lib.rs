@@ -99,6 +99,14 @@ pub trait Host: Send + Sync {
         let b = self.read(path)?;
         String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
+    /// Reads a file that the kernel makes anew at each read and that is read again and again
+    /// (`/proc/meminfo`, `/proc/stat`, `/proc/sys/kernel/hostname` at every heartbeat). The real
+    /// host keeps it open after the first read and reads it from the start with `pread`: two
+    /// system calls and no path walk, where [`Host::read`] takes six. Not for ordinary files: a
+    /// file replaced on disk would still be read through the old handle.
+    fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.read(path)
+    }
     fn exists(&self, path: &Path) -> bool;
     fn is_dir(&self, path: &Path) -> bool;
     /// Entries of a directory, as absolute target paths, sorted.
@@ -250,4 +258,6 @@ pub enum HttpError {
     Scheme(String),
     #[error(transparent)]
     Client(#[from] reqwest::Error),
+    #[error("TLS settings: {0}")]
+    Tls(String),
 }

@@ -2,9 +2,10 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use crate::{Cmd, FileKind, FileStat, FsSpace, Host, Output, UnixHttpResponse};
@@ -14,11 +15,21 @@ use crate::{Cmd, FileKind, FileStat, FsSpace, Host, Output, UnixHttpResponse};
 #[derive(Debug, Clone)]
 pub struct RealHost {
     root: PathBuf,
+    /// The files [`Host::read_kept`] keeps open (a few), by target path, each with the buffer
+    /// it is read into (zeroed once, not at every read).
+    kept: Arc<Mutex<Vec<Kept>>>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    path: PathBuf,
+    file: fs::File,
+    buf: Vec<u8>,
 }
 
 impl Default for RealHost {
     fn default() -> Self {
-        Self { root: PathBuf::from("/") }
+        Self::with_root("/")
     }
 }
 
@@ -28,7 +39,7 @@ impl RealHost {
     }
     /// A machine whose filesystem is rooted at `root`. Processes still run on the real machine.
     pub fn with_root(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), kept: Arc::default() }
     }
     pub fn root(&self) -> &Path {
         &self.root
@@ -48,6 +59,23 @@ impl RealHost {
         match p.strip_prefix(&self.root) {
             Ok(rel) => Path::new("/").join(rel),
             Err(_) => p.to_path_buf(),
+        }
+    }
+}
+
+/// Reads the whole of `f` into `buf` (grown as needed), from offset 0 with `pread` until it
+/// ends, and returns its length: a `/proc` file is made anew when read from the start.
+fn read_all_at(f: &fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => return Ok(n),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -78,6 +106,25 @@ impl Host for RealHost {
         let mut v = Vec::with_capacity(8192);
         f.read_to_end(&mut v)?;
         Ok(v)
+    }
+
+    fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = match kept.iter().position(|k| k.path.as_os_str() == path.as_os_str()) {
+            Some(i) => i,
+            None => {
+                let file = fs::File::open(self.map(path))?;
+                kept.push(Kept { path: path.to_path_buf(), file, buf: vec![0u8; 8192] });
+                kept.len() - 1
+            }
+        };
+        let k = &mut kept[i];
+        let res = read_all_at(&k.file, &mut k.buf).map(|n| k.buf[..n].to_vec());
+        if res.is_err() {
+            // Opened again at the next read.
+            kept.swap_remove(i);
+        }
+        res
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -325,6 +372,32 @@ mod tests {
         assert_eq!(fs::metadata(dir.join("agent")).unwrap().permissions().mode() & 0o777, 0o755);
         assert_eq!(entries(), 1, "nothing else is left");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_kept_file_is_read_whole_and_anew_each_time() {
+        let dir = tempfile_dir();
+        let host = RealHost::with_root(&dir);
+        // Longer than the first read's 8 KiB, and changed in place (same inode) between reads.
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(dir.join("figures"), &big).unwrap();
+        assert_eq!(host.read_kept(Path::new("/figures")).unwrap(), big);
+        fs::write(dir.join("figures"), b"short now").unwrap();
+        assert_eq!(host.read_kept(Path::new("/figures")).unwrap(), b"short now");
+        assert_eq!(host.kept.lock().unwrap().len(), 1, "one handle, kept");
+        assert_eq!(host.read_kept(Path::new("/missing")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        fs::remove_dir_all(&dir).unwrap();
+
+        // A /proc file is made again at each read from the start: the uptime moves on.
+        let proc = RealHost::new();
+        let first = proc.read_kept(Path::new("/proc/uptime")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let second = proc.read_kept(Path::new("/proc/uptime")).unwrap();
+        assert_ne!(first, second, "the second read came from the kernel, not a cache");
+        let uptime = |b: &[u8]| -> f64 {
+            std::str::from_utf8(b).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+        };
+        assert!(uptime(&second) > uptime(&first));
     }
 
     fn tempfile_dir() -> PathBuf {

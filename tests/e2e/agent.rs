@@ -538,6 +538,25 @@ fn a_proxys_html_401_does_not_stop_the_agent() {
     assert!(a.log().contains("platform reachable again"), "{}", a.log());
 }
 
+/// With a proxy variable (the installer writes them into the unit), heartbeats go through the
+/// proxy: reqwest's client, which speaks to proxies, and not the heartbeat's lean client, which
+/// goes direct. The stand-in proxy first answers with its own page, so nothing reaches the
+/// platform; then it forwards, and the heartbeats (absolute-form requests) arrive.
+#[test]
+fn with_a_proxy_variable_heartbeats_go_through_the_proxy() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let n = register(&p);
+    let proxy = Proxy::start(p.port());
+    let mut cmd = Command::new(bin("gpum-agent"));
+    cmd.env("HTTP_PROXY", proxy.url()).env_remove("NO_PROXY").env_remove("no_proxy");
+    let mut a = Agent::start_with(&n, cmd, "debug");
+    wait_until(LONG, "the agent's heartbeat to meet the proxy", || a.log().contains("heartbeat failed"));
+    assert_eq!(last_seq(&p, &n.id), 0, "a heartbeat went around the proxy: {}", a.log());
+    proxy.mode.store(FORWARD, Ordering::SeqCst);
+    wait_heartbeats(&p, &n.id, 2);
+    assert!(a.running(), "{}", a.log());
+}
+
 #[test]
 fn platform_down_for_many_intervals_then_back() {
     let mut p = TestPlatform::start(PlatformOpts::default());

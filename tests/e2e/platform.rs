@@ -104,6 +104,42 @@ fn beat(seq: u64) -> HeartbeatRequest {
     HeartbeatRequest { seq, inventory_hash: inventory("GPU-a").hash(), ..Default::default() }
 }
 
+/// The agent's heartbeat client (`gpum_host::http::PostClient`, hyper over rustls without
+/// reqwest) against the real platform over TLS: with the platform's CA among its roots it gets
+/// the platform's own JSON answer; without it the handshake is refused and nothing is sent; an
+/// answer over the size given is refused; plain http off loopback is refused before any
+/// connection.
+#[tokio::test]
+async fn the_heartbeat_client_verifies_tls_and_caps_the_answer() {
+    use gpum_host::http::{ClientOptions, PostClient, PostError};
+    let p = TestPlatform::start(PlatformOpts::default());
+    let url = format!("{}{PATH_HEARTBEAT}", p.url());
+    let ca = std::fs::read(p.ca_path().expect("a TLS platform has a CA")).unwrap();
+    let opts = |roots: Vec<Vec<u8>>| ClientOptions {
+        extra_roots_pem: roots,
+        timeout: Some(std::time::Duration::from_secs(10)),
+        ..ClientOptions::default()
+    };
+    let body = serde_json::to_vec(&beat(1)).unwrap();
+
+    let trusting = PostClient::new(&url, &opts(vec![ca.clone()])).unwrap();
+    let a = trusting.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap();
+    assert_eq!(a.status, 401, "{}", String::from_utf8_lossy(&a.body));
+    let e: ErrorBody = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(e.error.code, ErrorCode::Unauthorized);
+    // The same connection again, then an answer larger than allowed.
+    assert_eq!(trusting.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap().status, 401);
+    let e = trusting.post_json(body.clone(), Some("not-a-token"), 10).await.unwrap_err();
+    assert!(matches!(e, PostError::TooLarge(10)), "{e}");
+
+    let untrusting = PostClient::new(&url, &opts(Vec::new())).unwrap();
+    let e = untrusting.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap_err();
+    assert!(matches!(&e, PostError::Transport(s) if s.contains("certificate")), "{e}");
+
+    assert!(PostClient::new("http://10.0.0.1/v1/heartbeat", &opts(Vec::new())).is_err());
+    assert!(PostClient::new(&url, &opts(vec![b"not a certificate".to_vec()])).is_err());
+}
+
 #[tokio::test]
 async fn join_code_errors_and_lifecycle_over_tls() {
     let p = TestPlatform::start(PlatformOpts::default());
