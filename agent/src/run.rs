@@ -38,7 +38,7 @@ use rand::rngs::StdRng;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::backoff::{Backoff, jittered};
 use crate::client::{
@@ -181,6 +181,21 @@ async fn step(mut s: StepInput) -> Box<StepOutput> {
     s.req.managed_containers =
         managed.iter().take(limits::MAX_MANAGED_CONTAINERS).map(|c| c.id.clone()).collect();
     s.req.metrics.gpus.truncate(limits::MAX_GPUS);
+    let m = &s.req.metrics;
+    trace!(
+        cpu_pct = m.cpu_load_pct,
+        ram_used_mib = m.ram_used_mib,
+        disk_free_gib = m.disk_free_gib,
+        gpus = m.gpus.len(),
+        "metrics"
+    );
+    trace!(hash = %s.req.inventory_hash, resent = s.req.inventory.is_some(), "inventory");
+    trace!(
+        docker_ok = s.req.health.docker_ok,
+        managed = managed.len(),
+        listed = listed_now,
+        "managed containers"
+    );
     let result = Box::pin(s.platform.heartbeat(&s.token, &s.req)).await;
     let listed = listed_now && s.req.health.docker_ok;
     Box::new(StepOutput {

@@ -6,6 +6,7 @@
 //! server's certificate is added as an extra root instead.
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::HttpError;
@@ -68,7 +69,8 @@ pub fn proxy_in_env() -> bool {
 
 /// The TLS settings every client here has: rustls (ring), TLS 1.2 and 1.3, the bundled Mozilla
 /// roots (webpki-roots) and the extra roots given (every certificate of each PEM), SNI,
-/// certificate and name checks on (no ALPN: both clients speak HTTP/1.1 only). There is
+/// certificate and name checks on. No ALPN: reqwest's client offers none, and [`PostClient`]
+/// adds `http/1.1` (both speak HTTP/1.1 only). There is
 /// no way to turn a check off. A PEM without a certificate, or with one rustls cannot take, is
 /// an error, not an empty addition.
 pub fn tls_config(extra_roots_pem: &[Vec<u8>]) -> Result<rustls::ClientConfig, HttpError> {
@@ -86,7 +88,7 @@ pub fn tls_config(extra_roots_pem: &[Vec<u8>]) -> Result<rustls::ClientConfig, H
             return Err(HttpError::Tls("extra root certificate: no certificate in the PEM".into()));
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| HttpError::Tls(e.to_string()))?
@@ -94,24 +96,36 @@ pub fn tls_config(extra_roots_pem: &[Vec<u8>]) -> Result<rustls::ClientConfig, H
         .with_no_client_auth())
 }
 
-type Pooled = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Full<bytes::Bytes>,
->;
+/// The sending half of one HTTP/1.1 connection.
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
 
 /// A lean client for one request made again and again: the agent's heartbeat, a POST of JSON
-/// every 10 s. It is hyper's pooled HTTP/1.1 client (the one reqwest is built on) over rustls
-/// with [`tls_config`], without reqwest's layers: reqwest parses the URL twice per request for
-/// its redirect layer, which was a quarter of the heartbeat's HTTP instructions. No redirects
-/// are followed (reqwest's clients here follow none either), and no proxies: see
-/// [`proxy_in_env`]. The connection is kept between requests and opened again when the server
-/// closes it.
+/// every 10 s. One HTTP/1.1 connection (hyper's `client::conn`, over rustls with [`tls_config`]),
+/// kept between requests and opened again when the server closes it, without reqwest's layers
+/// or a pool: reqwest parses the URL twice per request for its redirect layer, and its pool
+/// hashes and locks for a connection there is only one of. Together they were half of the
+/// heartbeat's HTTP instructions. No redirects are followed (reqwest's clients here follow none
+/// either), and no proxies: see [`proxy_in_env`].
 #[derive(Clone)]
 pub struct PostClient {
-    client: Pooled,
-    uri: http::Uri,
+    target: Arc<Target>,
+    /// The request target in origin form (`/v1/heartbeat`).
+    path: http::Uri,
+    host_header: http::HeaderValue,
     user_agent: http::HeaderValue,
     timeout: Duration,
+    connect_timeout: Option<Duration>,
+    /// The connection between requests: taken while a request uses it, put back after a whole
+    /// answer was read.
+    idle: Arc<Mutex<Option<Sender>>>,
+}
+
+/// Where a [`PostClient`] connects.
+struct Target {
+    host: url::Host<String>,
+    port: u16,
+    /// For https: the connector, and the name the server's certificate must carry.
+    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
 }
 
 /// An answer read whole.
@@ -137,67 +151,198 @@ pub enum PostError {
 impl PostClient {
     /// A client for POSTs to `url` (https, or http to a loopback address: [`check_url`]).
     pub fn new(url: &str, opts: &ClientOptions) -> Result<PostClient, HttpError> {
+        use rustls::pki_types::ServerName;
+        let bad = || HttpError::BadUrl(url.to_string());
         let parsed = check_url(url)?;
-        let uri: http::Uri = parsed.as_str().parse().map_err(|_| HttpError::BadUrl(url.to_string()))?;
-        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(opts.connect_timeout);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config(&opts.extra_roots_pem)?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        let host = parsed.host().ok_or_else(bad)?.to_owned();
+        let port = parsed.port_or_known_default().ok_or_else(bad)?;
+        let tls = match parsed.scheme() {
+            "https" => {
+                let name = match &host {
+                    url::Host::Domain(d) => ServerName::try_from(d.clone()).map_err(|_| bad())?,
+                    url::Host::Ipv4(ip) => ServerName::IpAddress(IpAddr::V4(*ip).into()),
+                    url::Host::Ipv6(ip) => ServerName::IpAddress(IpAddr::V6(*ip).into()),
+                };
+                let mut config = tls_config(&opts.extra_roots_pem)?;
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
+            }
+            _ => None,
+        };
+        let mut path = parsed.path().to_string();
+        if let Some(q) = parsed.query() {
+            path.push('?');
+            path.push_str(q);
+        }
+        let host_str = parsed.host_str().ok_or_else(bad)?;
+        let host_header = match parsed.port() {
+            Some(p) => format!("{host_str}:{p}"),
+            None => host_str.to_string(),
+        };
         let ua = opts.user_agent.clone().unwrap_or_else(|| format!("gpum/{}", env!("CARGO_PKG_VERSION")));
         Ok(PostClient {
-            client,
-            uri,
-            user_agent: http::HeaderValue::try_from(ua).map_err(|_| HttpError::BadUrl(url.to_string()))?,
+            target: Arc::new(Target { host, port, tls }),
+            path: http::Uri::try_from(path).map_err(|_| bad())?,
+            host_header: http::HeaderValue::try_from(host_header).map_err(|_| bad())?,
+            user_agent: http::HeaderValue::try_from(ua).map_err(|_| bad())?,
             timeout: opts.timeout.unwrap_or(Duration::from_secs(30)),
+            connect_timeout: opts.connect_timeout,
+            idle: Arc::default(),
         })
     }
 
     /// POSTs `body` as JSON, with `bearer` as the `Authorization` (marked sensitive, so hyper
     /// never prints it), and reads an answer of at most `max` bytes, all within the timeout.
+    ///
+    /// A request that the kept connection did not take (the server closed it while idle, or as
+    /// the request went out, before a byte of it was written) is sent once more on a new
+    /// connection, as hyper's pooled client does; one that was written is never sent twice.
     pub async fn post_json(
         &self,
         body: Vec<u8>,
         bearer: Option<&str>,
         max: usize,
     ) -> Result<PostAnswer, PostError> {
-        let mut req = http::Request::new(http_body_util::Full::new(bytes::Bytes::from(body)));
-        *req.method_mut() = http::Method::POST;
-        *req.uri_mut() = self.uri.clone();
-        let h = req.headers_mut();
-        h.insert(http::header::USER_AGENT, self.user_agent.clone());
-        h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-        if let Some(t) = bearer {
-            let mut v = http::HeaderValue::try_from(format!("Bearer {t}"))
-                .map_err(|_| PostError::Transport("the token is not a valid header value".into()))?;
-            v.set_sensitive(true);
-            h.insert(http::header::AUTHORIZATION, v);
-        }
+        let body = bytes::Bytes::from(body);
+        let auth = match bearer {
+            Some(t) => {
+                let mut v = http::HeaderValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| PostError::Transport("the token is not a valid header value".into()))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         let call = async {
-            let resp = self.client.request(req).await.map_err(|e| PostError::Transport(chain(&e)))?;
-            let (parts, body) = resp.into_parts();
+            let mut kept = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(s) = kept.as_mut()
+                && s.ready().await.is_err()
+            {
+                kept = None;
+            }
+            let reused = kept.is_some();
+            tracing::trace!(reused, bytes = body.len(), "POST {}", self.path);
+            let mut sender = match kept {
+                Some(s) => s,
+                None => self.connect().await?,
+            };
+            let mut res = sender.send_request(self.request(body.clone(), auth.clone())).await;
+            if reused && matches!(&res, Err(e) if e.is_canceled()) {
+                tracing::trace!(
+                    "the kept connection closed before the request went out; once more on a new one"
+                );
+                sender = self.connect().await?;
+                res = sender.send_request(self.request(body, auth)).await;
+            }
+            let (parts, resp_body) = res.map_err(|e| PostError::Transport(chain(&e)))?.into_parts();
             let len =
                 parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
             if len.is_some_and(|n: u64| n > max as u64) {
                 return Err(PostError::TooLarge(max));
             }
-            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max))
+            let resp_body = http_body_util::BodyExt::collect(http_body_util::Limited::new(resp_body, max))
                 .await
                 .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
                     Ok(_) => PostError::TooLarge(max),
                     Err(e) => PostError::Transport(chain(e.as_ref())),
                 })?
                 .to_bytes();
-            Ok(PostAnswer { status: parts.status.as_u16(), headers: parts.headers, body: body.to_vec() })
+            // The whole answer is in: the connection can carry the next request, unless the
+            // server is closing it.
+            let keep = !sender.is_closed();
+            tracing::trace!(status = parts.status.as_u16(), bytes = resp_body.len(), keep, "answer read");
+            if keep {
+                *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+            }
+            Ok(PostAnswer { status: parts.status.as_u16(), headers: parts.headers, body: resp_body.to_vec() })
         };
         tokio::time::timeout(self.timeout, call).await.map_err(|_| PostError::Timeout)?
     }
+
+    fn request(
+        &self,
+        body: bytes::Bytes,
+        auth: Option<http::HeaderValue>,
+    ) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+        let mut req = http::Request::new(http_body_util::Full::new(body));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = self.path.clone();
+        let h = req.headers_mut();
+        h.insert(http::header::HOST, self.host_header.clone());
+        h.insert(http::header::USER_AGENT, self.user_agent.clone());
+        h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        if let Some(v) = auth {
+            h.insert(http::header::AUTHORIZATION, v);
+        }
+        req
+    }
+
+    /// A new connection: each address the name resolves to in turn (each within the connect
+    /// timeout), TCP_NODELAY, TLS when https, then HTTP/1.1. Its connection task runs until the
+    /// server closes it or the client drops it.
+    async fn connect(&self) -> Result<Sender, PostError> {
+        let t = &self.target;
+        let failed =
+            |e: &dyn std::fmt::Display| PostError::Transport(format!("error trying to connect: {e}"));
+        let addrs: Vec<std::net::SocketAddr> = match &t.host {
+            url::Host::Domain(d) => {
+                tokio::net::lookup_host((d.as_str(), t.port)).await.map_err(|e| failed(&e))?.collect()
+            }
+            url::Host::Ipv4(ip) => vec![(*ip, t.port).into()],
+            url::Host::Ipv6(ip) => vec![(*ip, t.port).into()],
+        };
+        let mut last: Option<std::io::Error> = None;
+        let mut tcp = None;
+        for a in addrs {
+            let attempt = tokio::net::TcpStream::connect(a);
+            let r = match self.connect_timeout {
+                Some(d) => tokio::time::timeout(d, attempt).await.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+                }),
+                None => attempt.await,
+            };
+            match r {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        tracing::trace!(host = %t.host, port = t.port, connected = tcp.is_some(), "connecting");
+        let Some(tcp) = tcp else {
+            return Err(match last {
+                Some(e) => failed(&e),
+                None => failed(&"the name has no address"),
+            });
+        };
+        let _ = tcp.set_nodelay(true);
+        match &t.tls {
+            Some((connector, name)) => {
+                let s = connector.connect(name.clone(), tcp).await.map_err(|e| failed(&chain(&e)))?;
+                tracing::trace!(version = ?s.get_ref().1.protocol_version(), "TLS handshake done");
+                handshake(s).await
+            }
+            None => handshake(tcp).await,
+        }
+    }
+}
+
+/// HTTP/1.1 over `io`, its connection task spawned.
+async fn handshake<T>(io: T) -> Result<Sender, PostError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+        .await
+        .map_err(|e| PostError::Transport(chain(&e)))?;
+    tokio::spawn(async move {
+        // Ends when the server closes the connection or the last sender is dropped; either way
+        // the next request opens a new one.
+        let r = conn.await;
+        tracing::trace!(error = r.err().map(|e| chain(&e)), "connection closed");
+    });
+    Ok(sender)
 }
 
 /// An error and its causes, one line: the top line alone rarely says which check failed.

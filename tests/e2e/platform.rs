@@ -132,12 +132,71 @@ async fn the_heartbeat_client_verifies_tls_and_caps_the_answer() {
     let e = trusting.post_json(body.clone(), Some("not-a-token"), 10).await.unwrap_err();
     assert!(matches!(e, PostError::TooLarge(10)), "{e}");
 
+    // Through a relay that counts connections: one carries every request, and after the relay
+    // closes it (as a restarting server or a load balancer does) the next request opens one more.
+    let relay = CountingRelay::start(p.port());
+    let relayed = url.replace(&format!(":{}/", p.port()), &format!(":{}/", relay.port));
+    let via = PostClient::new(&relayed, &opts(vec![ca.clone()])).unwrap();
+    for _ in 0..3 {
+        assert_eq!(via.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap().status, 401);
+    }
+    assert_eq!(relay.accepted(), 1, "the connection is kept between requests");
+    relay.close_all();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(via.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap().status, 401);
+    assert_eq!(relay.accepted(), 2, "a closed connection is replaced by one new one");
+
     let untrusting = PostClient::new(&url, &opts(Vec::new())).unwrap();
     let e = untrusting.post_json(body.clone(), Some("not-a-token"), 1 << 20).await.unwrap_err();
     assert!(matches!(&e, PostError::Transport(s) if s.contains("certificate")), "{e}");
 
     assert!(PostClient::new("http://10.0.0.1/v1/heartbeat", &opts(Vec::new())).is_err());
     assert!(PostClient::new(&url, &opts(vec![b"not a certificate".to_vec()])).is_err());
+}
+
+/// A loopback TCP relay to `upstream` that counts the connections it accepted and can close
+/// them all.
+struct CountingRelay {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl CountingRelay {
+    fn start(upstream: u16) -> CountingRelay {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (a, o) = (accepted.clone(), open.clone());
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(c) = c else { continue };
+                a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                o.lock().unwrap().push(c.try_clone().unwrap());
+                let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut s2);
+                    let _ = s2.shutdown(std::net::Shutdown::Both);
+                });
+                let (mut c, mut s) = (c, s);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s, &mut c);
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        CountingRelay { port, accepted, open }
+    }
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn close_all(&self) {
+        for c in self.open.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 #[tokio::test]
