@@ -6,6 +6,9 @@
 //! good. A proxy's HTML 401/403, a 5xx, a timeout or a body that is not ours are all retried,
 //! because a wrong "stop" leaves an owner's machine offline until someone reinstalls.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use gpum_host::http::{ClientOptions, PostAnswer, PostClient, PostError, client_for, proxy_in_env};
@@ -143,7 +146,17 @@ impl Platform {
         self.post(format!("{}{PATH_REGISTER}", self.server), None, req).await
     }
 
-    pub async fn heartbeat(
+    /// One heartbeat: the request's JSON, the call, the answer decoded. Its future is boxed
+    /// (small to hold in the step's) and polled through [`Measured`].
+    pub fn heartbeat<'a>(
+        &'a self,
+        token: &'a Token,
+        req: &'a HeartbeatRequest,
+    ) -> Measured<impl Future<Output = Result<Answer<HeartbeatResponse>, CallError>> + 'a> {
+        Measured(Box::pin(self.heartbeat_call(token, req)))
+    }
+
+    async fn heartbeat_call(
         &self,
         token: &Token,
         req: &HeartbeatRequest,
@@ -221,6 +234,20 @@ fn answer<Resp: DeserializeOwned>(
         return Err(CallError::Api { status, code: e.error.code, message: truncate(&e.error.message, 200) });
     }
     Err(CallError::Foreign { status, content_type: truncate(content_type, 60) })
+}
+
+/// A boxed future whose `poll` is never inlined, so that the instruction profile (`cargo xtask
+/// bench agent`) can name what the heartbeat's HTTP call costs: without it the call's state
+/// machine is inlined into the step's and has no name of its own.
+pub struct Measured<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for Measured<F> {
+    type Output = F::Output;
+
+    #[inline(never)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.0.as_mut().poll(cx)
+    }
 }
 
 /// A request's JSON. Its own function, never inlined, so that the instruction profile

@@ -196,7 +196,7 @@ async fn step(mut s: StepInput) -> Box<StepOutput> {
         listed = listed_now,
         "managed containers"
     );
-    let result = Box::pin(s.platform.heartbeat(&s.token, &s.req)).await;
+    let result = s.platform.heartbeat(&s.token, &s.req).await;
     let listed = listed_now && s.req.health.docker_ok;
     Box::new(StepOutput {
         gatherer: s.gatherer,

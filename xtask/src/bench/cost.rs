@@ -119,7 +119,11 @@ const PHASES: &[(&str, &[&str])] = &[
     ("serialization (request JSON)", &["gpum_agent::client::encode"]),
     (
         "HTTP (request, answer, decode)",
-        &["gpum_agent::client::Platform::heartbeat", "gpum_agent::client::Platform::post"],
+        &[
+            "<gpum_agent::client::Measured",
+            "gpum_agent::client::Platform::heartbeat",
+            "gpum_agent::client::Platform::post",
+        ],
     ),
     ("state file", &["gpum_agent::run::Agent::write_state"]),
 ];
