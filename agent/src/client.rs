@@ -11,7 +11,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use gpum_host::http::{ClientOptions, PostAnswer, PostClient, PostError, client_for, proxy_in_env};
+use gpum_host::http::{
+    ClientOptions, PostAnswer, PostClient, PostError, client_for, error_chain, proxy_in_env,
+};
 use gpum_protocol::{
     ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_HEARTBEAT, PATH_REGISTER,
     RegisterRequest, RegisterResponse,
@@ -105,9 +107,9 @@ pub fn clock_skew(local: SystemTime, server: Option<SystemTime>) -> Option<i64> 
 pub struct Platform {
     http: reqwest::Client,
     server: String,
-    /// The heartbeat's own lean client ([`PostClient`]: hyper over rustls, without reqwest's
-    /// layers), made once. `None` when a proxy variable is set (reqwest speaks to proxies) or the
-    /// URL does not parse; the heartbeat then goes through reqwest, as every call did before.
+    /// The heartbeat's own lean client ([`PostClient`]: one kept HTTP/1.1 connection over
+    /// rustls, without reqwest's layers), made once. `None` when a proxy variable is set; the
+    /// heartbeat then goes through reqwest, which speaks to proxies.
     heartbeat: Option<PostClient>,
 }
 
@@ -278,14 +280,7 @@ fn transport(e: reqwest::Error) -> CallError {
     }
     // The full chain says "connection refused" or which TLS check failed; reqwest's top line
     // alone does not.
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    CallError::Transport(truncate(&s, 300))
+    CallError::Transport(truncate(&error_chain(&e), 300))
 }
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.

@@ -234,7 +234,7 @@ impl PostClient {
                 sender = self.connect().await?;
                 res = sender.send_request(self.request(body, auth)).await;
             }
-            let (parts, resp_body) = res.map_err(|e| PostError::Transport(chain(&e)))?.into_parts();
+            let (parts, resp_body) = res.map_err(|e| PostError::Transport(error_chain(&e)))?.into_parts();
             let len =
                 parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
             if len.is_some_and(|n: u64| n > max as u64) {
@@ -244,7 +244,7 @@ impl PostClient {
                 .await
                 .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
                     Ok(_) => PostError::TooLarge(max),
-                    Err(e) => PostError::Transport(chain(e.as_ref())),
+                    Err(e) => PostError::Transport(error_chain(e.as_ref())),
                 })?
                 .to_bytes();
             // The whole answer is in: the connection can carry the next request, unless the
@@ -319,7 +319,7 @@ impl PostClient {
         let _ = tcp.set_nodelay(true);
         match &t.tls {
             Some((connector, name)) => {
-                let s = connector.connect(name.clone(), tcp).await.map_err(|e| failed(&chain(&e)))?;
+                let s = connector.connect(name.clone(), tcp).await.map_err(|e| failed(&error_chain(&e)))?;
                 tracing::trace!(version = ?s.get_ref().1.protocol_version(), "TLS handshake done");
                 handshake(s).await
             }
@@ -335,24 +335,29 @@ where
 {
     let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
         .await
-        .map_err(|e| PostError::Transport(chain(&e)))?;
+        .map_err(|e| PostError::Transport(error_chain(&e)))?;
     tokio::spawn(async move {
         // Ends when the server closes the connection or the last sender is dropped; either way
         // the next request opens a new one.
         let r = conn.await;
-        tracing::trace!(error = r.err().map(|e| chain(&e)), "connection closed");
+        tracing::trace!(error = r.err().map(|e| error_chain(&e)), "connection closed");
     });
     Ok(sender)
 }
 
-/// An error and its causes, one line: the top line alone rarely says which check failed.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes on one line, each cause once (a cause whose text is already there
+/// is left out): the top line alone rarely says which check failed, such as which certificate
+/// problem a TLS failure was.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
     }
     s
 }
@@ -360,6 +365,28 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        #[derive(Debug)]
+        struct Top(std::io::Error);
+        impl std::fmt::Display for Top {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "error sending request")
+            }
+        }
+        impl std::error::Error for Top {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io =
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate: UnknownIssuer");
+        assert_eq!(error_chain(&Top(io)), "error sending request: invalid peer certificate: UnknownIssuer");
+        // A cause whose text the chain already holds is not repeated.
+        let io = std::io::Error::other("error sending request");
+        assert_eq!(error_chain(&Top(io)), "error sending request");
+    }
 
     #[test]
     fn https_anywhere_http_only_loopback() {

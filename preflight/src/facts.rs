@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpum_common::agent_state::{self, AgentState};
+use gpum_host::http::error_chain;
 use gpum_host::{Cmd, FsSpace, Host, env};
 
 use crate::gpu::{GpuFacts, GpuProbe};
@@ -364,19 +365,4 @@ fn platform_facts(opts: &GatherOptions) -> PlatformFacts {
         Ok(r) => PlatformFacts::Reachable { url, status: r.status().as_u16() },
         Err(e) => PlatformFacts::Unreachable { url, error: error_chain(&e) },
     }
-}
-
-/// An error and its sources, so a TLS failure says which certificate problem it was.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
 }
