@@ -365,14 +365,13 @@ impl Agent {
     }
 
     async fn main_loop(&mut self) -> i32 {
-        let (mut sigterm, mut sigint) =
-            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-                (Ok(t), Ok(i)) => (t, i),
-                (Err(e), _) | (_, Err(e)) => {
-                    error!(error = %e, "cannot install signal handlers");
-                    return exit::OTHER;
-                }
-            };
+        let mut signals = match signals() {
+            Ok(rx) => rx,
+            Err(e) => {
+                error!(error = %e, "cannot install signal handlers");
+                return exit::OTHER;
+            }
+        };
         info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = env!("CARGO_PKG_VERSION"), "agent started");
         self.connect_docker();
         if let Some(d) = self.docker.clone() {
@@ -399,8 +398,7 @@ impl Agent {
         loop {
             let ev = tokio::select! {
                 biased;
-                _ = sigterm.recv() => Event::Signal("SIGTERM"),
-                _ = sigint.recv() => Event::Signal("SIGINT"),
+                Some(name) = signals.recv() => Event::Signal(name),
                 _ = sleep_until(stop_deadline.unwrap_or(next_beat)), if stop_deadline.is_some() => Event::StopDeadline,
                 r = join(&mut step_task), if step_task.is_some() => {
                     step_task = None;
@@ -874,6 +872,28 @@ enum Restart {
     No,
     /// The heartbeat carrying the acknowledgement is on its way.
     Acking,
+}
+
+/// SIGTERM and SIGINT, each by name, from a task of their own. The loop polls this channel's
+/// receiver (an atomic load while nothing came) rather than the two signal streams, whose
+/// futures it would otherwise make and poll again on each of its four wake-ups per heartbeat
+/// (`cargo xtask bench instructions`).
+fn signals() -> std::io::Result<tokio::sync::mpsc::Receiver<&'static str>> {
+    let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                Some(()) = term.recv() => "SIGTERM",
+                Some(()) = int.recv() => "SIGINT",
+                else => return,
+            };
+            if tx.send(name).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }
 
 /// Awaits a task slot the caller checked is occupied.

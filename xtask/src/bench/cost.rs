@@ -262,6 +262,23 @@ struct Run {
     beats: u64,
 }
 
+/// `gpum-agent register` of a node into `state`, with the platform at `url` and the join code on
+/// stdin.
+pub fn agent_register(agent: &Path, url: &str, state: &Path, socket: &str, code: &str) -> Result<()> {
+    let mut reg = Command::new(agent)
+        .args(["register", "--state"])
+        .arg(state)
+        .args(["--server", url, "--docker-socket", socket])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    reg.stdin.take().context("stdin")?.write_all(format!("{code}\n").as_bytes())?;
+    if !reg.wait()?.success() {
+        bail!("gpum-agent register failed");
+    }
+    Ok(())
+}
+
 /// Registers one agent in `state`; returns its node id.
 fn register(
     agent: &Path,
@@ -275,17 +292,7 @@ fn register(
     let code =
         cli_json(platform, db, &["join-code", "create"])?["code"].as_str().context("code")?.to_string();
     let socket = if docker { "/var/run/docker.sock" } else { "/nonexistent/docker.sock" };
-    let mut reg = Command::new(agent)
-        .args(["register", "--state"])
-        .arg(state)
-        .args(["--server", url, "--docker-socket", socket])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()?;
-    reg.stdin.take().context("stdin")?.write_all(format!("{code}\n").as_bytes())?;
-    if !reg.wait()?.success() {
-        bail!("gpum-agent register failed");
-    }
+    agent_register(agent, url, state, socket, &code)?;
     // Only this run's (nonexistent) containers: the reconciler sees no other test's.
     let mut cfg = std::fs::read_to_string(state.join("config.toml"))?;
     cfg.push_str(&format!("test_docker_scope = \"gpum.test.cost=c{}-{i}\"\n", std::process::id()));

@@ -6,6 +6,7 @@
 mod agent;
 pub mod cost;
 mod dryrun;
+mod floor;
 mod platform;
 mod sizes;
 mod verify;
