@@ -297,14 +297,18 @@ fn register(
     let mut cfg = std::fs::read_to_string(state.join("config.toml"))?;
     cfg.push_str(&format!("test_docker_scope = \"gpum.test.cost=c{}-{i}\"\n", std::process::id()));
     std::fs::write(state.join("config.toml"), cfg)?;
-    let id = std::fs::read_to_string(state.join("config.toml"))?
-        .lines()
+    config_value(state, "node_id")
+}
+
+/// A string value of the `config.toml` that `gpum-agent register` wrote into `state`.
+pub fn config_value(state: &Path, key: &str) -> Result<String> {
+    let text = std::fs::read_to_string(state.join("config.toml"))?;
+    text.lines()
         .find_map(|l| {
-            l.strip_prefix("node_id")
-                .map(|v| v.trim_start_matches([' ', '=']).trim_matches([' ', '"']).to_owned())
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches(['"', '\'']).to_owned())
         })
-        .context("node_id in config.toml")?;
-    Ok(id)
+        .with_context(|| format!("{key} in {}", state.join("config.toml").display()))
 }
 
 pub fn cli_json(platform: &Path, db: &Path, args: &[&str]) -> Result<serde_json::Value> {

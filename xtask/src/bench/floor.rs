@@ -7,11 +7,12 @@
 //! else. It sleeps to the next beat; reads `/proc/stat`, `/proc/meminfo` and the hostname
 //! through handles kept open, each whole (`pread` from 0 up to end of file), as the agent does;
 //! asks the free space of Docker's data root; writes a steady heartbeat (the protocol's own JSON
-//! for it, made once) as one HTTP/1.1 request on a kept loopback connection to the same
-//! platform, as a node of its own with its real token; and reads the answer, which must be `200`. No parsing, no JSON beyond the sequence
-//! number, no runtime. Its CPU time (its own thread's `schedstat`) per beat is the machine's
-//! share of every heartbeat, and the agent's figure divided by it is the agent's own share: the
-//! ratio is what compares between machines.
+//! for it, made once) as one HTTP/1.1 request on a kept loopback connection to the same platform
+//! (the agent's goes to the bench's byte-counting relay, also on loopback), as a node of its own
+//! with its real token; and reads the answer, which must be `200`. No parsing, no JSON beyond the
+//! sequence number, no runtime. Its CPU time (its own thread's `schedstat`) per beat is the
+//! machine's share of every heartbeat, and the agent's figure divided by it is the agent's own
+//! share: the ratio is what compares between machines.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -37,14 +38,7 @@ pub fn start(
     delay: Duration,
     beats: u64,
 ) -> Result<std::thread::JoinHandle<Result<Floor>>> {
-    let cfg = std::fs::read_to_string(state.join("config.toml")).context("the floor's config.toml")?;
-    let token = cfg
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("token").map(|v| v.trim_start_matches([' ', '=']).trim_matches([' ', '"', '\'']))
-        })
-        .context("token in the floor's config.toml")?
-        .to_owned();
+    let token = super::cost::config_value(state, "token")?;
     Ok(std::thread::spawn(move || run(port, &token, delay, beats)))
 }
 
@@ -72,10 +66,13 @@ fn run(port: u16, token: &str, delay: Duration, beats: u64) -> Result<Floor> {
             .or_else(|_| nix::sys::statvfs::statvfs("/"))
             .context("statvfs")?;
         let req = request(port, token, &body, i + 1);
-        if beat(&mut conn, &req, &mut answer).is_err() {
-            // The platform closed the kept connection: once more on a new one, as the agent would.
+        if beat(&mut conn, &req, &mut answer)? == Beat::Closed {
+            // The platform closed the kept connection before answering: once more on a new
+            // one, as the agent would. Any other failure ends the floor.
             conn = connect(port)?;
-            beat(&mut conn, &req, &mut answer)?;
+            if beat(&mut conn, &req, &mut answer)? == Beat::Closed {
+                bail!("the platform closed a new connection without answering the floor");
+            }
         }
     }
     let cpu1 = thread_cpu_ns()?;
@@ -144,10 +141,24 @@ fn request(port: u16, token: &str, body: &str, seq: u64) -> Vec<u8> {
     r
 }
 
-/// Writes the request and reads the whole answer (head, then `content-length` bytes).
-fn beat(conn: &mut TcpStream, req: &[u8], answer: &mut Vec<u8>) -> Result<()> {
-    conn.write_all(req)?;
+#[derive(Debug, PartialEq, Eq)]
+enum Beat {
+    /// A `200` answer, read whole.
+    Answered,
+    /// The connection was closed before a byte of the answer came.
+    Closed,
+}
+
+/// Writes the request and reads the whole answer (head, then `content-length` bytes); an answer
+/// other than `200`, or one cut short, is an error.
+fn beat(conn: &mut TcpStream, req: &[u8], answer: &mut Vec<u8>) -> Result<Beat> {
     answer.clear();
+    if let Err(e) = conn.write_all(req) {
+        return match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => Ok(Beat::Closed),
+            _ => Err(e.into()),
+        };
+    }
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -163,12 +174,18 @@ fn beat(conn: &mut TcpStream, req: &[u8], answer: &mut Vec<u8>) -> Result<()> {
                 })
                 .context("content-length in the answer")?;
             if answer.len() >= end + 4 + len {
-                return Ok(());
+                return Ok(Beat::Answered);
             }
         }
-        let n = conn.read(&mut chunk)?;
+        let n = match conn.read(&mut chunk) {
+            Err(e) if answer.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            r => r?,
+        };
         if n == 0 {
-            bail!("the platform closed the connection");
+            if answer.is_empty() {
+                return Ok(Beat::Closed);
+            }
+            bail!("the platform closed the connection mid-answer");
         }
         answer.extend_from_slice(&chunk[..n]);
     }
@@ -200,6 +217,38 @@ mod tests {
         assert_eq!(hb.seq, 12_345);
         assert_eq!(hb.inventory_hash.len(), 64);
         assert!(hb.inventory.is_none() && hb.health.docker_ok);
+    }
+
+    /// A `200` answer is read whole, even in pieces; a connection closed before the answer says
+    /// so (the floor then tries a new one); any other status, or an answer cut short, is an error.
+    #[test]
+    fn a_beat_wants_a_whole_200_answer() {
+        use std::net::TcpListener;
+        let serve = |answers: Vec<&'static [u8]>| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut req = [0u8; 4096];
+                let _ = s.read(&mut req).unwrap();
+                for a in answers {
+                    s.write_all(a).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+            connect(port).unwrap()
+        };
+        let mut answer = Vec::new();
+        let ok: Vec<&[u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}", b"  "];
+        assert_eq!(beat(&mut serve(ok), b"POST / HTTP/1.1\r\n\r\n", &mut answer).unwrap(), Beat::Answered);
+        assert!(answer.ends_with(b"{}  "));
+        assert_eq!(beat(&mut serve(vec![]), b"x", &mut answer).unwrap(), Beat::Closed);
+        let refused: Vec<&[u8]> = vec![b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n"];
+        let e = beat(&mut serve(refused), b"x", &mut answer).unwrap_err();
+        assert!(e.to_string().contains("401"), "{e}");
+        let cut: Vec<&[u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}"];
+        let e = beat(&mut serve(cut), b"x", &mut answer).unwrap_err();
+        assert!(e.to_string().contains("mid-answer"), "{e}");
     }
 
     /// A file is read whole, past the first buffer, and from its start each time.
