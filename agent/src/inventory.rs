@@ -3,8 +3,8 @@
 //!
 //! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc/stat` and `/proc/meminfo` (CPU,
 //! RAM; sysinfo for the CPU's model and count, and as the fallback),
-//! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/{hostname,
-//! osrelease}`, and the Docker engine's version from its socket. No process list, no file of
+//! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/osrelease`, the
+//! hostname (`uname(2)`), and the Docker engine's version from its socket. No process list, no file of
 //! the owner's, no container contents.
 //!
 //! Without a driver NVML is missing; that is a state to report ([`NvmlState::LibraryMissing`],
@@ -276,15 +276,9 @@ impl Gatherer {
                 disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
             },
             private: PrivateInventory {
-                // The hostname can change while the agent runs: read every time (one `pread` of
-                // a handle kept open).
-                hostname: self
-                    .host
-                    .read_kept(Path::new("/proc/sys/kernel/hostname"))
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default(),
+                // The hostname can change while the agent runs: asked every time (one
+                // `uname(2)` on the real host).
+                hostname: self.host.hostname().unwrap_or_default(),
                 gpu_uuids,
                 driver_version,
                 cuda_version,

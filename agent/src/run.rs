@@ -386,7 +386,11 @@ impl Agent {
 
         // The tasks in flight are locals, one variable each, so that each `select!` branch
         // borrows only its own.
-        let mut step_task: Option<JoinHandle<Box<StepOutput>>> = None;
+        // The heartbeat in flight is polled here, in the loop's own task, rather than spawned:
+        // a spawned task cost an allocation, a queue and a wake-up of this task each beat. A
+        // panic in it ends the agent (release builds abort on panic anyway), and systemd
+        // restarts it.
+        let mut step_task: Option<std::pin::Pin<Box<dyn Future<Output = Box<StepOutput>> + Send>>> = None;
         let mut probe_task: Option<JoinHandle<ProbeReport>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
         // The heartbeat's own clock: one wake-up per beat (see `alarm`).
@@ -400,18 +404,9 @@ impl Agent {
                 biased;
                 Some(name) = signals.recv() => Event::Signal(name),
                 _ = sleep_until(stop_deadline.unwrap_or(next_beat)), if stop_deadline.is_some() => Event::StopDeadline,
-                r = join(&mut step_task), if step_task.is_some() => {
+                out = poll_step(&mut step_task), if step_task.is_some() => {
                     step_task = None;
-                    match r {
-                        Ok(out) => Event::Step(out),
-                        Err(e) => {
-                            // A panicking step is a bug; keep the service alive with a fresh gatherer.
-                            error!(error = %e, "heartbeat step failed");
-                            self.gatherer = Some(Box::new(Gatherer::new(self.host.clone())));
-                            next_beat = tokio::time::Instant::now() + self.interval;
-                            continue;
-                        }
-                    }
+                    Event::Step(out)
                 }
                 r = join(&mut probe_task), if probe_task.is_some() => {
                     probe_task = None;
@@ -450,7 +445,7 @@ impl Agent {
                 }
                 Event::Tick => {
                     self.connect_docker();
-                    step_task = Some(tokio::spawn(Box::pin(step(self.step_input()))));
+                    step_task = Some(Box::pin(step(self.step_input())));
                 }
                 Event::Step(out) => {
                     let (delay, doomed) = match self.on_step(out) {
@@ -897,6 +892,14 @@ fn signals() -> std::io::Result<tokio::sync::mpsc::Receiver<&'static str>> {
 }
 
 /// Awaits a task slot the caller checked is occupied.
+/// The step in flight, until it finishes; pending forever when there is none.
+async fn poll_step<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot.as_mut() {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
     match slot.as_mut() {
         Some(h) => h.await,

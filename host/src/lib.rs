@@ -100,12 +100,18 @@ pub trait Host: Send + Sync {
         String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
     /// Reads a file that the kernel makes anew at each read and that is read again and again
-    /// (`/proc/meminfo`, `/proc/stat`, `/proc/sys/kernel/hostname` at every heartbeat). The real
-    /// host keeps it open after the first read and reads it from the start with `pread`: two
-    /// system calls and no path walk, where [`Host::read`] takes six. Not for ordinary files: a
-    /// file replaced on disk would still be read through the old handle.
+    /// (`/proc/meminfo` and `/proc/stat` at every heartbeat). The real host keeps it open after
+    /// the first read and reads it from the start with `pread`: one system call when the file
+    /// fits its buffer, and no path walk, where [`Host::read`] takes six. Not for ordinary files:
+    /// a file replaced on disk would still be read through the old handle.
     fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
         self.read(path)
+    }
+    /// The machine's name in its UTS namespace, as `/proc/sys/kernel/hostname` gives it
+    /// (trimmed). The real host asks `uname(2)`, one system call where the file's read takes two
+    /// and costs ten times more; any other host reads the file.
+    fn hostname(&self) -> io::Result<String> {
+        hostname_file(self)
     }
     fn exists(&self, path: &Path) -> bool;
     fn is_dir(&self, path: &Path) -> bool;
@@ -260,4 +266,12 @@ pub enum HttpError {
     Client(#[from] reqwest::Error),
     #[error("TLS settings: {0}")]
     Tls(String),
+}
+
+/// The hostname as `/proc/sys/kernel/hostname` gives it, trimmed: [`Host::hostname`] where no
+/// system call answers for the machine.
+pub(crate) fn hostname_file<H: Host + ?Sized>(host: &H) -> io::Result<String> {
+    let b = host.read_kept(Path::new("/proc/sys/kernel/hostname"))?;
+    let s = String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(s.trim().to_string())
 }

@@ -63,8 +63,11 @@ impl RealHost {
     }
 }
 
-/// Reads the whole of `f` into `buf` (grown as needed), from offset 0 with `pread` until it
-/// ends, and returns its length: a `/proc` file is made anew when read from the start.
+/// Reads the whole of `f` into `buf` (grown as needed), from offset 0 with `pread`, and returns
+/// its length: a `/proc` file is made anew when read from the start. A read that leaves room in
+/// the buffer is the end: a `/proc` file made whole at once (`/proc/stat`, `/proc/meminfo`)
+/// hands over all of it that fits, as a regular file does, so the read that would return 0 is
+/// skipped. A full buffer grows and the file is read on.
 fn read_all_at(f: &fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut n = 0;
     loop {
@@ -73,6 +76,7 @@ fn read_all_at(f: &fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
         }
         match f.read_at(&mut buf[n..], n as u64) {
             Ok(0) => return Ok(n),
+            Ok(k) if n + k < buf.len() => return Ok(n + k),
             Ok(k) => n += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -125,6 +129,15 @@ impl Host for RealHost {
             kept.swap_remove(i);
         }
         res
+    }
+
+    fn hostname(&self) -> io::Result<String> {
+        if self.root != Path::new("/") {
+            // A scratch root stands in for the machine: its file, not the kernel's answer.
+            return crate::hostname_file(self);
+        }
+        let u = nix::sys::utsname::uname()?;
+        Ok(u.nodename().to_string_lossy().trim().to_string())
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -398,6 +411,19 @@ mod tests {
             std::str::from_utf8(b).unwrap().split_whitespace().next().unwrap().parse().unwrap()
         };
         assert!(uptime(&second) > uptime(&first));
+    }
+
+    #[test]
+    fn the_hostname_is_the_kernels_or_the_scratch_roots() {
+        let kernel = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert!(!kernel.trim().is_empty());
+        assert_eq!(RealHost::new().hostname().unwrap(), kernel.trim(), "uname(2) agrees with the file");
+
+        let dir = tempfile_dir();
+        fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
+        fs::write(dir.join("proc/sys/kernel/hostname"), "scratch-box\n").unwrap();
+        assert_eq!(RealHost::with_root(&dir).hostname().unwrap(), "scratch-box");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     fn tempfile_dir() -> PathBuf {

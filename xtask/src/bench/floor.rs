@@ -4,9 +4,9 @@
 //! next: a wake-up after a second asleep meets cold caches, and what that costs is the host's.
 //! So `cargo xtask bench agent` also times the least a heartbeat can be here: a thread of the
 //! bench that, once a second, makes the system calls no heartbeat can do without, and nothing
-//! else. It sleeps to the next beat; reads `/proc/stat`, `/proc/meminfo` and the hostname
-//! through handles kept open, each whole (`pread` from 0 up to end of file), as the agent does;
-//! asks the free space of Docker's data root; writes a steady heartbeat (the protocol's own JSON
+//! else. It sleeps to the next beat; reads `/proc/stat` and `/proc/meminfo` through handles kept
+//! open, each whole (`pread` from 0, one read when it leaves room), and the hostname with
+//! `uname(2)`, as the agent does; asks the free space of Docker's data root; writes a steady heartbeat (the protocol's own JSON
 //! for it, made once) as one HTTP/1.1 request on a kept loopback connection to the same platform
 //! (the agent's goes to the bench's byte-counting relay, also on loopback), as a node of its own
 //! with its real token; and reads the answer, which must be `200`. No parsing, no JSON beyond the
@@ -43,8 +43,8 @@ pub fn start(
 }
 
 fn run(port: u16, token: &str, delay: Duration, beats: u64) -> Result<Floor> {
-    let files = ["/proc/stat", "/proc/meminfo", "/proc/sys/kernel/hostname"]
-        .map(|p| std::fs::File::open(p).with_context(|| format!("open {p}")));
+    let files =
+        ["/proc/stat", "/proc/meminfo"].map(|p| std::fs::File::open(p).with_context(|| format!("open {p}")));
     let files: Vec<std::fs::File> = files.into_iter().collect::<Result<_>>()?;
     let body = body_template()?;
     let mut conn = connect(port)?;
@@ -62,6 +62,7 @@ fn run(port: u16, token: &str, delay: Duration, beats: u64) -> Result<Floor> {
         for f in &files {
             read_whole(f, &mut buf)?;
         }
+        nix::sys::utsname::uname().context("uname")?;
         nix::sys::statvfs::statvfs("/var/lib/docker")
             .or_else(|_| nix::sys::statvfs::statvfs("/"))
             .context("statvfs")?;
@@ -86,7 +87,8 @@ fn connect(port: u16) -> Result<TcpStream> {
     Ok(s)
 }
 
-/// The file whole, from offset 0: `pread` until it returns 0.
+/// The file whole, from offset 0: `pread` until a read leaves room in the buffer or returns 0,
+/// as the agent's `read_kept` does.
 fn read_whole(f: &std::fs::File, buf: &mut Vec<u8>) -> Result<usize> {
     let mut n = 0;
     loop {
@@ -94,8 +96,8 @@ fn read_whole(f: &std::fs::File, buf: &mut Vec<u8>) -> Result<usize> {
             buf.resize(n * 2, 0);
         }
         let got = f.read_at(&mut buf[n..], n as u64)?;
-        if got == 0 {
-            return Ok(n);
+        if got == 0 || n + got < buf.len() {
+            return Ok(n + got);
         }
         n += got;
     }
