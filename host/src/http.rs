@@ -388,6 +388,102 @@ mod tests {
         assert_eq!(error_chain(&Top(io)), "error sending request");
     }
 
+    /// A loopback HTTP/1.1 server for [`PostClient`]'s tests. Each connection it accepts follows
+    /// the next plan in turn, request by request: `Some(answer)` answers, `None` closes the
+    /// connection after reading the request, without an answer. A connection closes after its
+    /// plan's last step; one more within 300 ms after the plans is noted as such. Returns the
+    /// port, a receiver told each time a connection was closed, and the bodies each connection
+    /// received.
+    fn scripted_server(
+        plans: Vec<Vec<Option<&'static str>>>,
+    ) -> (u16, std::sync::mpsc::Receiver<()>, std::thread::JoinHandle<Vec<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (closed_tx, closed) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for plan in plans {
+                let (s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut bodies = Vec::new();
+                for step in plan {
+                    let mut len = 0;
+                    loop {
+                        let mut line = String::new();
+                        r.read_line(&mut line).unwrap();
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    r.read_exact(&mut body).unwrap();
+                    bodies.push(String::from_utf8(body).unwrap());
+                    let Some(answer) = step else { break };
+                    let mut w = &s;
+                    write!(w, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{answer}", answer.len()).unwrap();
+                }
+                // The connection closes here, with nothing more sent.
+                drop((r, s));
+                let _ = closed_tx.send(());
+                seen.push(bodies);
+            }
+            // Any connection beyond the plans is a request sent again: noted, then closed.
+            l.set_nonblocking(true).unwrap();
+            let until = std::time::Instant::now() + Duration::from_millis(300);
+            while std::time::Instant::now() < until {
+                if l.accept().is_ok() {
+                    seen.push(vec!["another connection".to_string()]);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        (port, closed, t)
+    }
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    /// The server closes the kept connection between two requests (while this runtime's only
+    /// thread is blocked, so the client hears of it only when it next looks): the next request
+    /// goes once, on a new connection. (`ready()` sees the close before the request is handed
+    /// over, so this does not reach the `Canceled` retry, a race no test here can force.)
+    #[test]
+    fn a_kept_connection_the_server_closed_is_not_used_again() {
+        let (port, closed, server) = scripted_server(vec![vec![Some("one")], vec![Some("two")]]);
+        let client =
+            PostClient::new(&format!("http://127.0.0.1:{port}/beat"), &ClientOptions::default()).unwrap();
+        let rt = current_thread();
+        let a = rt.block_on(client.post_json(b"first".to_vec(), None, 1024)).unwrap();
+        assert_eq!((a.status, a.body.as_slice()), (200, &b"one"[..]));
+        // The server closes the first connection; nothing on this thread runs meanwhile.
+        closed.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let b = rt.block_on(client.post_json(b"second".to_vec(), None, 1024)).unwrap();
+        assert_eq!((b.status, b.body.as_slice()), (200, &b"two"[..]));
+        assert_eq!(server.join().unwrap(), vec![vec!["first".to_string()], vec!["second".to_string()]]);
+    }
+
+    /// A request that went out on the kept connection and got no answer is an error, never sent
+    /// a second time: the server saw it once, and no other connection came.
+    #[test]
+    fn a_request_that_was_written_is_never_sent_twice() {
+        let (port, _closed, server) = scripted_server(vec![vec![Some("one"), None]]);
+        let client =
+            PostClient::new(&format!("http://127.0.0.1:{port}/beat"), &ClientOptions::default()).unwrap();
+        let rt = current_thread();
+        assert_eq!(rt.block_on(client.post_json(b"first".to_vec(), None, 1024)).unwrap().status, 200);
+        let e = rt.block_on(client.post_json(b"second".to_vec(), None, 1024)).unwrap_err();
+        assert!(matches!(e, PostError::Transport(_)), "{e:?}");
+        assert_eq!(server.join().unwrap(), vec![vec!["first".to_string(), "second".to_string()]]);
+    }
+
     #[test]
     fn https_anywhere_http_only_loopback() {
         assert!(check_url("https://example.com/").is_ok());
