@@ -891,7 +891,6 @@ fn signals() -> std::io::Result<tokio::sync::mpsc::Receiver<&'static str>> {
     Ok(rx)
 }
 
-/// Awaits a task slot the caller checked is occupied.
 /// The step in flight, until it finishes; pending forever when there is none.
 async fn poll_step<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     match slot.as_mut() {
@@ -900,6 +899,7 @@ async fn poll_step<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     }
 }
 
+/// Awaits a task slot the caller checked is occupied.
 async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
     match slot.as_mut() {
         Some(h) => h.await,
