@@ -4,8 +4,8 @@
 //! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc/stat` and `/proc/meminfo` (CPU,
 //! RAM; sysinfo for the CPU's model and count, and as the fallback),
 //! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/osrelease`, the
-//! hostname (`uname(2)`), and the Docker engine's version from its socket. No process list, no file of
-//! the owner's, no container contents.
+//! hostname (`uname(2)`), and the Docker engine's version from its socket. No process list, no
+//! file of the owner's, no container contents.
 //!
 //! Without a driver NVML is missing; that is a state to report ([`NvmlState::LibraryMissing`],
 //! "no driver"), not a reason to stop.
