@@ -7,7 +7,8 @@
 //! else. It sleeps to the next beat; reads `/proc/stat` and `/proc/meminfo` through handles kept
 //! open, each whole (`pread` from 0, one read when it leaves room), and the hostname with
 //! `uname(2)`, as the agent does; asks the free space of Docker's data root; writes a steady
-//! heartbeat (the protocol's own JSON for it, made once) as one HTTP/1.1 request on a kept loopback connection to the same platform
+//! heartbeat (the protocol's own JSON for it, made once) as one HTTP/1.1 request on a kept
+//! loopback connection to the same platform
 //! (the agent's goes to the bench's byte-counting relay, also on loopback), as a node of its own
 //! with its real token; and reads the answer, which must be `200`. No parsing, no JSON beyond the
 //! sequence number, no runtime. Its CPU time (its own thread's `schedstat`) per beat is the
