@@ -48,7 +48,8 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
-    /// verify, or all (all but instructions, which agent includes).
+    /// verify, or all (all but instructions, which agent includes, and hot-text, which writes
+    /// agent/hot-text.ld from a callgrind run of the agent).
     Bench {
         #[arg(default_value = "all")]
         which: String,

@@ -97,6 +97,10 @@ pub fn rows(c: &Cost) -> Vec<super::Row> {
     for (name, n) in &c.phases {
         rows.push(Row::info(&format!("agent: instr, {name}"), *n, "instr"));
     }
+    rows.push(
+        Row::info("agent: hot text share of the heartbeat", c.locality.share * 100.0, "%")
+            .with_reference(format!("{} KiB of {}", c.locality.hot_bytes / 1024, super::hot::SECTION)),
+    );
     rows
 }
 
@@ -139,6 +143,10 @@ pub struct Cost {
     pub beats: (u64, u64),
     /// Whether the agents listed the real Docker Engine.
     pub docker: bool,
+    /// Each function's own instructions per heartbeat (mangled name), those above zero.
+    pub self_costs: Vec<(String, f64)>,
+    /// How much of them ran inside the agent's hot text (`hot.rs`).
+    pub locality: super::hot::Locality,
 }
 
 struct Kill(Child);
@@ -185,7 +193,8 @@ fn measure_in(agent: &Path, platform: &Path, docker: bool, dir: &Path) -> Result
         let node = register(agent, platform, &db, &url, &state, docker, i)?;
         let out = dir.join(format!("callgrind.{i}"));
         let child = Command::new("valgrind")
-            .args(["--tool=callgrind", "--dump-instr=no", "--dump-line=no"])
+            // Mangled names: `hot.rs` needs them; the phases demangle them (`inclusive`).
+            .args(["--tool=callgrind", "--dump-instr=no", "--dump-line=no", "--demangle=no"])
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(agent)
             .args(["run", "--state"])
@@ -234,7 +243,10 @@ fn measure_in(agent: &Path, platform: &Path, docker: bool, dir: &Path) -> Result
         bail!("no difference in heartbeats ({} and {})", s.beats, l.beats);
     }
     let per = |a: f64, b: f64| (b - a) / dbeats as f64;
-    let (ps, pl) = (inclusive(&s.out)?, inclusive(&l.out)?);
+    let demangled = |v: Vec<(String, u64)>| -> Vec<(String, u64)> {
+        v.into_iter().map(|(f, n)| (format!("{:#}", rustc_demangle::demangle(&f)), n)).collect()
+    };
+    let (ps, pl) = (demangled(annotate(&s.out, true)?), demangled(annotate(&l.out, true)?));
     let phase = |syms: &[&str], t: &[(String, u64)]| -> f64 {
         t.iter().filter(|(f, _)| syms.iter().any(|w| f.starts_with(w))).map(|x| x.1).max().unwrap_or(0) as f64
     };
@@ -251,7 +263,19 @@ fn measure_in(agent: &Path, platform: &Path, docker: bool, dir: &Path) -> Result
     let rest = per_beat - phases.iter().map(|p| p.1).sum::<f64>();
     // Hyper's connection tasks, the runtime, timers, applying the answer.
     phases.push(("runtime and the rest".into(), rest));
-    Ok(Cost { per_beat, phases, beats: (s.beats, l.beats), docker })
+    // Each function's own instructions per heartbeat, by mangled name, for the hot text.
+    let (ss, sl) = (annotate(&s.out, false)?, annotate(&l.out, false)?);
+    let mut self_costs: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+    for (f, n) in sl {
+        *self_costs.entry(f).or_default() += n as f64;
+    }
+    for (f, n) in ss {
+        *self_costs.entry(f).or_default() -= n as f64;
+    }
+    let self_costs: Vec<(String, f64)> =
+        self_costs.into_iter().filter(|x| x.1 > 0.0).map(|(f, n)| (f, n / dbeats as f64)).collect();
+    let locality = super::hot::locality(&self_costs, &super::hot::Layout::read(agent)?);
+    Ok(Cost { per_beat, phases, beats: (s.beats, l.beats), docker, self_costs, locality })
 }
 
 struct Run {
@@ -340,10 +364,11 @@ fn total(out: &Path) -> Result<u64> {
         .with_context(|| format!("no summary line in {}", out.display()))
 }
 
-/// Inclusive instructions per function, from `callgrind_annotate --inclusive=yes`.
-fn inclusive(out: &Path) -> Result<Vec<(String, u64)>> {
+/// Instructions per function, inclusive or self, from `callgrind_annotate`.
+fn annotate(out: &Path, inclusive: bool) -> Result<Vec<(String, u64)>> {
     let o = Command::new("callgrind_annotate")
-        .args(["--inclusive=yes", "--threshold=100"])
+        .arg(if inclusive { "--inclusive=yes" } else { "--inclusive=no" })
+        .arg("--threshold=100")
         .arg(out)
         .output()
         .context("callgrind_annotate")?;
@@ -409,6 +434,14 @@ pub fn print(c: &Cost) {
         let pct = if c.per_beat > 0.0 { n / c.per_beat * 100.0 } else { 0.0 };
         say!("  {name:<34} {:>10} ({pct:4.1}%)", thousands(*n));
     }
+    say!(
+        "  hot text: {:.1}% of the agent's own instructions per heartbeat ran in its {} KiB of {} \
+         (the regression test wants {:.0}%)",
+        c.locality.share * 100.0,
+        c.locality.hot_bytes / 1024,
+        super::hot::SECTION,
+        super::hot::MIN_SHARE * 100.0
+    );
 }
 
 #[cfg(test)]
@@ -465,6 +498,15 @@ mod tests {
              profile with `cargo xtask bench agent`, fix, or commit a new figure with a reason",
             thousands(c.per_beat),
             thousands(limit)
+        );
+        assert!(
+            c.locality.share >= super::super::hot::MIN_SHARE,
+            "only {:.1}% of the agent's own instructions per heartbeat ran in {} (at least {:.0}% \
+             expected): {} is stale; write it again with `cargo xtask bench hot-text`",
+            c.locality.share * 100.0,
+            super::super::hot::SECTION,
+            super::super::hot::MIN_SHARE * 100.0,
+            super::super::hot::SCRIPT
         );
     }
 }
