@@ -7,7 +7,7 @@ mod agent;
 pub mod cost;
 mod dryrun;
 mod floor;
-mod hot;
+pub(crate) mod hot;
 mod platform;
 mod sizes;
 mod verify;
