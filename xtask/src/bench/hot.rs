@@ -105,7 +105,9 @@ pub fn locality(costs: &[(String, f64)], layout: &Layout) -> Locality {
 }
 
 /// The prefix that names `mangled` whatever its hash: a legacy Rust symbol
-/// (`_ZN…17h<16 hex digits>E`) loses its hash; any other name is kept whole.
+/// (`_ZN…17h<16 hex digits>E`) loses its hash, any other name the `.llvm.<digits>` that LLVM
+/// appends to a local symbol it promotes (a number that changes with each build); the rest is
+/// kept whole.
 pub fn prefix(mangled: &str) -> &str {
     if let Some(at) = mangled.rfind("17h") {
         let hash = &mangled[at + 3..];
@@ -116,7 +118,10 @@ pub fn prefix(mangled: &str) -> &str {
             return &mangled[..at + 3];
         }
     }
-    mangled
+    match mangled.rsplit_once(".llvm.") {
+        Some((name, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => mangled,
+    }
 }
 
 /// The linker script for the functions in `costs` (instructions per heartbeat by mangled name),
@@ -222,7 +227,7 @@ mod tests {
     }
 
     #[test]
-    fn a_legacy_name_loses_only_its_hash() {
+    fn a_name_loses_only_what_changes_between_builds() {
         assert_eq!(
             prefix("_ZN10serde_json3ser18format_escaped_str17hb119900834f6210bE"),
             "_ZN10serde_json3ser18format_escaped_str17h"
@@ -231,6 +236,9 @@ mod tests {
         // Not a hash: kept whole.
         assert_eq!(prefix("_ZN3foo17hello"), "_ZN3foo17hello");
         assert_eq!(prefix("_RNvNtCs1234_4core3str9from_utf8"), "_RNvNtCs1234_4core3str9from_utf8");
+        // A promoted local symbol's number changes with each build: dropped.
+        assert_eq!(prefix("_RNvCs1234_3std3now.llvm.3643936799275306673"), "_RNvCs1234_3std3now");
+        assert_eq!(prefix("_RNvCs1234_3std3now.llvm.x1"), "_RNvCs1234_3std3now.llvm.x1");
         assert_eq!(prefix("malloc"), "malloc");
     }
 
