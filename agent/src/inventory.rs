@@ -1,8 +1,9 @@
 //! What the agent reports about the machine: the inventory (slow-changing facts, resent only
 //! when their hash changes) and the metrics (sent with every heartbeat).
 //!
-//! Sources, and nothing else: NVML (GPUs, driver, CUDA), `/proc/stat` and `/proc/meminfo` (CPU,
-//! RAM; sysinfo for the CPU's model and count, and as the fallback),
+//! Sources, and nothing else: NVML (GPUs, driver, CUDA), the root cgroup's `cpu.stat` or
+//! `/proc/stat` (CPU load, [`crate::cpu`]), `/proc/meminfo` (RAM; sysinfo for the CPU's model and
+//! count, and as the fallback),
 //! `statvfs` of Docker's data root (disk), `/etc/os-release`, `/proc/sys/kernel/osrelease`, the
 //! hostname (`uname(2)`), and the Docker engine's version from its socket. No process list, no
 //! file of the owner's, no container contents.
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gpum_host::{Host, env};
+
+use crate::cpu::CpuLoad;
 use gpum_protocol::{
     GpuMetrics, GpuPublic, Inventory, Metrics, NvmlState, PrivateInventory, PublicInventory,
 };
@@ -130,8 +133,8 @@ pub struct Gatherer {
     /// creation); `None` when it could not be read, and then sysinfo's figures are used.
     mem: Option<(u64, u64)>,
     /// The CPU counters at the last `metrics` (or creation), from which the next load figure is
-    /// worked out; `None` when `/proc/stat` could not be read, and then sysinfo's figure is used.
-    cpu_times: Option<CpuTimes>,
+    /// worked out; when they cannot be read, sysinfo's figure is used.
+    cpu: CpuLoad,
     /// The last inventory digested, with its hash and probe key (see [`Gatherer::digest`]).
     digested: Option<(Inventory, String, String)>,
 }
@@ -160,7 +163,7 @@ impl Gatherer {
         let cpu_cores = sys.cpus().len() as u32;
         sys.refresh_memory();
         let kernel = read_trim(host.as_ref(), "/proc/sys/kernel/osrelease").unwrap_or_default();
-        let cpu_times = read_cpu_times(host.as_ref());
+        let cpu = CpuLoad::new(host.as_ref());
         Gatherer {
             host,
             sys,
@@ -173,7 +176,7 @@ impl Gatherer {
             os: None,
             free_bytes: None,
             mem: None,
-            cpu_times,
+            cpu,
             digested: None,
         }
     }
@@ -294,12 +297,8 @@ impl Gatherer {
 
     /// The metrics now. CPU load is the average since the previous call.
     pub fn metrics(&mut self) -> Metrics {
-        let cpu = match read_cpu_times(self.host.as_ref()) {
-            Some(now) => {
-                let busy = cpu_busy_pct(self.cpu_times.unwrap_or_default(), now);
-                self.cpu_times = Some(now);
-                busy
-            }
+        let cpu = match self.cpu.busy_pct(self.host.as_ref()) {
+            Some(busy) => busy,
             None => {
                 self.sys.refresh_cpu_usage();
                 self.sys.global_cpu_usage()
@@ -331,53 +330,6 @@ impl Gatherer {
             gpus,
         }
     }
-}
-
-/// The machine-wide CPU counters of `/proc/stat`'s first line, in clock ticks, summed as
-/// sysinfo sums them: guest time is inside user and nice already, so it counts once.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CpuTimes {
-    /// User, nice, system, irq and softirq time.
-    pub work: u64,
-    /// That, plus idle, iowait, steal and guest time.
-    pub total: u64,
-}
-
-/// The `cpu ` line of a `/proc/stat` (the first), else `None`. Kernels before 2.6.33 give fewer
-/// than ten figures; the missing ones count as zero.
-pub fn parse_cpu_times(stat: &[u8]) -> Option<CpuTimes> {
-    let line = stat.split(|b| *b == b'\n').next()?.strip_prefix(b"cpu ")?;
-    let mut f = [0u64; 10];
-    let mut n = 0;
-    for (slot, v) in f.iter_mut().zip(std::str::from_utf8(line).ok()?.split_ascii_whitespace()) {
-        *slot = v.parse().ok()?;
-        n += 1;
-    }
-    if n < 4 {
-        return None;
-    }
-    let [user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice] = f;
-    let work = [user.saturating_sub(guest), nice.saturating_sub(guest_nice), system, irq, softirq]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
-    let total = [work, idle, iowait, steal, guest, guest_nice].into_iter().fold(0u64, u64::saturating_add);
-    Some(CpuTimes { work, total })
-}
-
-/// The share of CPU time spent working between two readings, in percent, as sysinfo works it
-/// out (0 when the counters did not move).
-pub fn cpu_busy_pct(before: CpuTimes, now: CpuTimes) -> f32 {
-    let work = now.work.saturating_sub(before.work) as f32;
-    let total = match now.total.saturating_sub(before.total) {
-        0 => 1.0,
-        t => t as f32,
-    };
-    (work / total * 100.0).min(100.0)
-}
-
-/// `/proc/stat`'s counters, through a handle kept open ([`Host::read_kept`]).
-fn read_cpu_times(host: &dyn Host) -> Option<CpuTimes> {
-    host.read_kept(Path::new("/proc/stat")).ok().and_then(|b| parse_cpu_times(&b))
 }
 
 /// `MemTotal` and `MemAvailable` of a `/proc/meminfo`, in bytes; stops reading once both are
@@ -465,22 +417,6 @@ mod tests {
     fn cuda_text() {
         assert_eq!(cuda_version_text(12040), "12.4");
         assert_eq!(cuda_version_text(11080), "11.8");
-    }
-
-    #[test]
-    fn cpu_counters_and_load_as_sysinfo_counts_them() {
-        let stat = b"cpu  100 20 30 800 40 5 5 10 16 4\ncpu0 50 10 15 400 20 2 3 5 8 2\nintr 1 2\n";
-        // work: (100-16) + (20-4) + 30 + 5 + 5 = 140; total: 140 + 800 + 40 + 10 + 16 + 4.
-        assert_eq!(parse_cpu_times(stat), Some(CpuTimes { work: 140, total: 1010 }));
-        // An old kernel's shorter line; a file that does not start with the total.
-        assert_eq!(parse_cpu_times(b"cpu  1 2 3 4\n"), Some(CpuTimes { work: 6, total: 10 }));
-        assert_eq!(parse_cpu_times(b"cpu0 1 2 3 4\n"), None);
-        assert_eq!(parse_cpu_times(b"cpu  1 2 x 4\n"), None);
-        assert_eq!(parse_cpu_times(b"cpu  1 2\n"), None);
-        let before = CpuTimes { work: 140, total: 1010 };
-        assert_eq!(cpu_busy_pct(before, CpuTimes { work: 165, total: 1110 }), 25.0);
-        assert_eq!(cpu_busy_pct(before, before), 0.0, "no time passed");
-        assert_eq!(cpu_busy_pct(before, CpuTimes { work: 100, total: 900 }), 0.0, "counters reset");
     }
 
     #[test]

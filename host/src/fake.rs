@@ -25,6 +25,8 @@ struct State {
     unix_http: BTreeMap<(PathBuf, String), Vec<u8>>,
     /// What `lstat` reports where a test or `create_dir_exclusive` said so.
     stats: BTreeMap<PathBuf, FileStat>,
+    /// What [`Host::monotonic`] reads; a test moves it with [`FakeHost::advance`].
+    monotonic: Duration,
 }
 
 /// See the module docs.
@@ -42,7 +44,7 @@ pub struct FakeHost {
 impl Default for FakeHost {
     fn default() -> Self {
         Self {
-            st: Arc::default(),
+            st: Arc::new(Mutex::new(State { monotonic: Duration::from_secs(1000), ..State::default() })),
             euid: 0,
             arch: "x86_64".into(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -133,6 +135,11 @@ impl FakeHost {
         state.stats.insert(path, st);
         drop(state);
         self
+    }
+    /// Moves the monotonic clock ([`Host::monotonic`]) on by `d`; it starts at 1,000 s.
+    pub fn advance(&self, d: Duration) {
+        let mut st = self.st.lock().unwrap();
+        st.monotonic += d;
     }
     /// Every command run so far.
     pub fn ran(&self) -> Vec<Cmd> {
@@ -227,6 +234,9 @@ impl Host for FakeHost {
     }
     fn now(&self) -> SystemTime {
         self.now
+    }
+    fn monotonic(&self) -> Duration {
+        self.st.lock().unwrap().monotonic
     }
     fn arch(&self) -> String {
         self.arch.clone()

@@ -129,6 +129,14 @@ pub trait Host: Send + Sync {
     fn env(&self, key: &str) -> Option<String>;
     fn euid(&self) -> u32;
     fn now(&self) -> SystemTime;
+    /// Time since boot on `CLOCK_MONOTONIC`: it never steps back and, like the kernel's CPU
+    /// time counters, it stops while the machine is suspended. The real host reads it from the
+    /// vDSO, without a system call.
+    fn monotonic(&self) -> std::time::Duration {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(std::time::Duration::from)
+            .unwrap_or_default()
+    }
     /// `uname -m` of the machine.
     fn arch(&self) -> String;
     fn stdin_is_tty(&self) -> bool;

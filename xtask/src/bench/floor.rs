@@ -4,7 +4,9 @@
 //! next: a wake-up after a second asleep meets cold caches, and what that costs is the host's.
 //! So `cargo xtask bench agent` also times the least a heartbeat can be here: a thread of the
 //! bench that, once a second, makes the system calls no heartbeat can do without, and nothing
-//! else. It sleeps to the next beat; reads `/proc/stat` and `/proc/meminfo` through handles kept
+//! else. It sleeps to the next beat; reads the CPU counters (the root cgroup's `cpu.stat` and the
+//! CPUs online where the agent reads them, else `/proc/stat`; see [`cpu_files`]) and
+//! `/proc/meminfo` through handles kept
 //! open, each whole (`pread` from 0, one read when it leaves room), and the hostname with
 //! `uname(2)`, as the agent does; asks the free space of Docker's data root; writes a steady
 //! heartbeat (the protocol's own JSON for it, made once) as one HTTP/1.1 request on a kept
@@ -44,9 +46,12 @@ pub fn start(
 }
 
 fn run(port: u16, token: &str, delay: Duration, beats: u64) -> Result<Floor> {
-    let files =
-        ["/proc/stat", "/proc/meminfo"].map(|p| std::fs::File::open(p).with_context(|| format!("open {p}")));
-    let files: Vec<std::fs::File> = files.into_iter().collect::<Result<_>>()?;
+    let mut paths = cpu_files();
+    paths.push("/proc/meminfo".into());
+    let files: Vec<std::fs::File> = paths
+        .iter()
+        .map(|p| std::fs::File::open(p).with_context(|| format!("open {p}")))
+        .collect::<Result<_>>()?;
     let body = body_template()?;
     let mut conn = connect(port)?;
     let mut buf = vec![0u8; 8192];
@@ -79,6 +84,17 @@ fn run(port: u16, token: &str, delay: Duration, beats: u64) -> Result<Floor> {
     }
     let cpu1 = thread_cpu_ns()?;
     Ok(Floor { cpu_ms: (cpu1 - cpu0) as f64 / 1e6 / beats as f64, beats })
+}
+
+/// The files the agent reads its CPU load from on this machine, chosen by the agent's own rule
+/// ([`gpum_agent::cpu::root_cgroup_cpu_stat`]): the root cgroup's `cpu.stat` and the list of
+/// CPUs online, else `/proc/stat`.
+fn cpu_files() -> Vec<String> {
+    let host = gpum_host::RealHost::new();
+    match gpum_agent::cpu::root_cgroup_cpu_stat(&host) {
+        Some(stat) => vec![stat.display().to_string(), gpum_agent::cpu::CPUS_ONLINE.to_string()],
+        None => vec!["/proc/stat".to_string()],
+    }
 }
 
 fn connect(port: u16) -> Result<TcpStream> {
