@@ -15,14 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gpum_host::{Host, env};
-
-use crate::cpu::CpuLoad;
 use gpum_protocol::{
     GpuMetrics, GpuPublic, Inventory, Metrics, NvmlState, PrivateInventory, PublicInventory,
 };
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
+
+use crate::cpu::CpuLoad;
 
 /// Where Docker keeps its data unless the engine says otherwise.
 pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";

@@ -2,9 +2,10 @@
 //!
 //! The binary (`src/main.rs`) only calls [`cli::main`]. The pieces, in the order a heartbeat
 //! meets them: [`config`] (the 0600 file with the token, wrapped in [`secret::Token`]),
-//! [`inventory`] (NVML, sysinfo, `/proc`, os-release; the CPU load from [`cpu`]), [`client`] (HTTPS to the platform and the
-//! one decision of which failures are final), [`backoff`] (how to retry), [`run`] (the event
-//! loop), [`state`] (`state.json` for `status`), and [`docker`] (probe and reconciler).
+//! [`inventory`] (NVML, sysinfo, `/proc`, os-release; the CPU load from [`cpu`]), [`client`]
+//! (HTTPS to the platform and the one decision of which failures are final), [`backoff`] (how
+//! to retry), [`run`] (the event loop), [`state`] (`state.json` for `status`), and [`docker`]
+//! (probe and reconciler).
 //! `docs/agent.md` is the user's view; ARCHITECTURE.md lists what the agent never does.
 
 pub mod alarm;
