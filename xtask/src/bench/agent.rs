@@ -12,6 +12,9 @@
 //! on loopback: TLS adds its record overhead on top). Goals: RSS < 12 MiB, CPU <= 0.3 ms and
 //! < 1 KiB per heartbeat. Beside the agent, through the same window, the floor (`floor.rs`): the
 //! system calls of a heartbeat alone, whose CPU per beat is the CPU row's same-run reference.
+//! After the window, the memory one steady heartbeat touches, and what touching 64 pages after
+//! a sleep costs on this machine (`touch.rs`): on a host where that is dear, the time follows
+//! the pages touched more than the instructions run.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -118,10 +121,14 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     let steady = median(&mut rss);
     let cpu_ms = (cpu1 - cpu0) as f64 / 1e6 / beats as f64;
     let bytes = (bytes1 - bytes0) as f64 / beats as f64;
+    // After the CPU window: clearing the accessed bits makes the next touches dearer.
+    let touched = super::touch::per_beat(pid, &agent, 5, Duration::from_secs(1))?;
     // Both processes go before their directory does, so neither writes into it afterwards.
     drop(a);
     drop(platform_proc);
     let _ = std::fs::remove_dir_all(&dir);
+    let after_1s = super::touch::idle_penalty(Duration::from_secs(1), 5)?;
+    let after_1ms = super::touch::idle_penalty(Duration::from_millis(1), 5)?;
 
     let mib = |kib: f64| kib / 1024.0;
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
@@ -145,6 +152,15 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         "bytes:      {bytes:.0} B per steady heartbeat, both directions, plain HTTP; goal < 1 KiB: {}",
         verdict(bytes < 1024.0)
     );
+    let parts = format!(
+        "own code {:.0}, own data {:.0}, private {:.0}, libraries <= {:.0} KiB",
+        touched.own_code, touched.own_data, touched.private, touched.libraries
+    );
+    say!("touched:    {:.0} KiB per steady heartbeat ({parts}; median of 5, see touch.rs)", touched.total());
+    say!(
+        "machine:    touching 64 pages costs {after_1s:.1} us of CPU after 1 s asleep, {after_1ms:.1} us after 1 ms \
+         (median of 5; a few us on a quiet host)"
+    );
     let cost = super::cost::measure(&agent, &platform, docker)?;
     super::cost::print(&cost);
     let mut rows = vec![
@@ -155,6 +171,9 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         Row::info("agent: CPU floor per heartbeat (same run)", floor.cpu_ms, "ms"),
         Row::info("agent: CPU per heartbeat / floor", ratio, "x"),
         Row::at_most("agent: bytes per heartbeat", bytes, "B", 1024.0, true),
+        Row::info("agent: memory touched per heartbeat", touched.total(), "KiB").with_reference(parts),
+        Row::info("machine: CPU to touch 64 pages after 1 s asleep", after_1s, "us")
+            .with_reference(format!("{after_1ms:.1} us after 1 ms")),
     ];
     rows.extend(super::cost::rows(&cost));
     Ok(rows)

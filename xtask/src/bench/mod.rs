@@ -10,6 +10,7 @@ mod floor;
 pub(crate) mod hot;
 mod platform;
 mod sizes;
+mod touch;
 mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
