@@ -10,7 +10,8 @@
 //!   cache is marked referenced for all.
 //! - [`idle_penalty`]: a thread of the bench touches one byte in each of 64 pages of its own,
 //!   after sleeping 1 ms and after sleeping 1 s, and reads its own CPU time around the touch.
-//!   On a quiet host both take a few microseconds.
+//!   The first is the touch with the memory warm; where the second is far above it, the host
+//!   charges the guest for memory touched again after idling.
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,7 +40,8 @@ pub fn per_beat(pid: u32, binary: &Path, samples: usize, beat: Duration) -> Resu
     let binary = binary.to_str().context("the agent's path is not UTF-8")?;
     let mut all = Vec::with_capacity(samples);
     for _ in 0..samples {
-        std::fs::write(format!("/proc/{pid}/clear_refs"), "1").context("clear_refs (root needed)")?;
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "1")
+            .with_context(|| format!("/proc/{pid}/clear_refs cannot be written (it needs root)"))?;
         std::thread::sleep(beat);
         let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
         all.push(parse_smaps(&smaps, binary));
