@@ -152,7 +152,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         "bytes:      {bytes:.0} B per steady heartbeat, both directions, plain HTTP; goal < 1 KiB: {}",
         verdict(bytes < 1024.0)
     );
-    let touched = match touched {
+    let touched_row = match touched {
         Ok(t) => {
             let parts = format!(
                 "own code {:.0}, own data {:.0}, private {:.0}, libraries <= {:.0} KiB",
@@ -184,7 +184,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         Row::info("agent: CPU per heartbeat / floor", ratio, "x"),
         Row::at_most("agent: bytes per heartbeat", bytes, "B", 1024.0, true),
     ];
-    rows.extend(touched);
+    rows.extend(touched_row);
     rows.push(
         Row::info("machine: CPU to touch 64 pages after 1 s asleep", after_1s, "us")
             .with_reference(format!("{after_1ms:.1} us after 1 ms")),

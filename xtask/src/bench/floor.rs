@@ -6,14 +6,13 @@
 //! bench that, once a second, makes the system calls no heartbeat can do without, and nothing
 //! else. It sleeps to the next beat; reads the CPU counters (the root cgroup's `cpu.stat` and the
 //! CPUs online where the agent reads them, else `/proc/stat`; see [`cpu_files`]) and
-//! `/proc/meminfo` through handles kept
-//! open, each whole (`pread` from 0, one read when it leaves room), and the hostname with
-//! `uname(2)`, as the agent does; asks the free space of Docker's data root; writes a steady
-//! heartbeat (the protocol's own JSON for it, made once) as one HTTP/1.1 request on a kept
-//! loopback connection to the same platform
-//! (the agent's goes to the bench's byte-counting relay, also on loopback), as a node of its own
-//! with its real token; and reads the answer, which must be `200`. No parsing, no JSON beyond the
-//! sequence number, no runtime. Its CPU time (its own thread's `schedstat`) per beat is the
+//! `/proc/meminfo` through handles kept open, each whole (`pread` from 0, one read when it leaves
+//! room), and the hostname with `uname(2)`, as the agent does; asks the free space of Docker's
+//! data root; writes a steady heartbeat (the protocol's own JSON for it, made once) as one
+//! HTTP/1.1 request on a kept loopback connection to the same platform (the agent's goes to the
+//! bench's byte-counting relay, also on loopback), as a node of its own with its real token;
+//! and reads the answer, which must be `200`. No parsing, no JSON beyond the sequence number, no
+//! runtime. Its CPU time (its own thread's `schedstat`) per beat is the
 //! machine's share of every heartbeat, and the agent's figure divided by it is the agent's own
 //! share: the ratio is what compares between machines.
 

@@ -106,7 +106,7 @@ pub fn parse_smaps(smaps: &str, binary: &str) -> Touched {
 /// after sleeping `idle`: the median of `samples`.
 pub fn idle_penalty(idle: Duration, samples: usize) -> Result<f64> {
     const PAGES: usize = 64;
-    let mut buf = vec![1u8; PAGES * 4096];
+    let buf = vec![1u8; PAGES * 4096];
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         std::thread::sleep(idle);
@@ -117,7 +117,7 @@ pub fn idle_penalty(idle: Duration, samples: usize) -> Result<f64> {
             sum += u64::from(std::hint::black_box(&buf)[p * 4096]);
         }
         let t1 = thread_cpu()?;
-        buf[0] = (sum % 251) as u8;
+        std::hint::black_box(sum);
         times.push((t1 - t0).as_secs_f64() * 1e6);
     }
     Ok(crate::util::median(&mut times))
