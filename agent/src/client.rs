@@ -15,8 +15,8 @@ use gpum_host::http::{
     ClientOptions, PostAnswer, PostClient, PostError, client_for, error_chain, proxy_in_env,
 };
 use gpum_protocol::{
-    ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_HEARTBEAT, PATH_REGISTER,
-    RegisterRequest, RegisterResponse,
+    EnrollRequest, EnrollResponse, ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_ENROLL,
+    PATH_HEARTBEAT, PATH_REGISTER, RegisterRequest, RegisterResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -142,6 +142,10 @@ impl Platform {
 
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    pub async fn enroll(&self, req: &EnrollRequest) -> Result<Answer<EnrollResponse>, CallError> {
+        self.post(format!("{}{PATH_ENROLL}", self.server), None, req).await
     }
 
     pub async fn register(&self, req: &RegisterRequest) -> Result<Answer<RegisterResponse>, CallError> {

@@ -44,6 +44,11 @@ pub fn check_registries(list: Vec<String>) -> Result<Vec<String>, String> {
 /// Name of the config file inside a `--state` directory.
 pub const CONFIG_FILE: &str = "config.toml";
 
+/// Where `gpum-install --ca-file` puts its copy of the owner's CA (root's, 0644), the file the
+/// installed agent's `ca_file` names: the agent reads its CA at every start, so it must not be
+/// a path the owner named once, wherever that is and whoever can change it later.
+pub const INSTALLED_CA: &str = "/etc/gpum-agent/ca.pem";
+
 /// Where the agent reads its config and keeps its state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
@@ -85,7 +90,8 @@ pub struct Config {
     pub node_id: String,
     pub token: Token,
     /// An extra trusted CA (PEM file) for a platform with a private CA, such as a test or
-    /// development platform. It adds a root; it never turns verification off.
+    /// development platform. It adds a root; it never turns verification off. Read at every
+    /// start; the installer's is its own copy, [`INSTALLED_CA`].
     pub ca_file: Option<PathBuf>,
     /// The Docker socket; `/var/run/docker.sock` when absent.
     pub docker_socket: Option<PathBuf>,

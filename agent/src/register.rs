@@ -3,7 +3,8 @@
 //! [`register`] is also what the installer calls (same library function, so the two can never
 //! disagree on the file's format or mode). The join code is checked locally first (format and
 //! check symbol: exit 2 without a network round trip), then sent with the inventory; the
-//! platform's four refusals become the seed's two exit-40 messages.
+//! platform's four refusals become the seed's two exit-40 messages. [`enroll`] is the installer's
+//! first call, which binds the code to its install id before the install begins.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use gpum_common::Failure;
 use gpum_common::agent_state::{AgentState, Connection};
 use gpum_host::Host;
 use gpum_protocol::joincode::JoinCode;
-use gpum_protocol::{ErrorCode, RegisterRequest};
+use gpum_protocol::{EnrollRequest, ErrorCode, RegisterRequest};
 
 use crate::client::{CallError, Platform, REQUEST_TIMEOUT};
 use crate::config::Config;
@@ -112,6 +113,23 @@ pub async fn register(
         heartbeat_interval_secs: resp.heartbeat_interval_secs,
         probe_image: resp.probe_image,
     })
+}
+
+/// The installer's first call to the platform: binds `code` to `install_id` (see
+/// `gpum_protocol::EnrollRequest`), so that the code is useless to anyone who reads it later.
+/// Refusals map as [`register`]'s do (the seed's exit 40).
+pub async fn enroll(
+    host: &dyn Host,
+    server: &str,
+    ca_file: Option<&Path>,
+    code: &str,
+    install_id: &str,
+) -> Result<(), Failure> {
+    let code = JoinCode::parse(code).map_err(|_| Failure::BadJoinCode)?;
+    let platform = platform_for(host, server, ca_file)?;
+    let req = EnrollRequest { join_code: code.to_string(), install_id: install_id.to_string() };
+    platform.enroll(&req).await.map_err(|e| register_failure(&e))?;
+    Ok(())
 }
 
 /// [`register`] on a runtime of its own, for callers without one (the installer).

@@ -26,8 +26,14 @@ pub const PROXY_VARS: &[&str] =
     &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"];
 /// Log filter for the agent and platform (tracing's `EnvFilter` syntax).
 pub const GPUM_LOG: &str = "GPUM_LOG";
-/// Overrides of where the installer looks for the simulated/real NVML library (tests only).
+/// TEST ONLY: another NVML library (the simulated one) for the installer's audit and the agent's
+/// inventory. Read only by builds with the `test-knobs` feature (`gpum_preflight::gpu::nvml_lib`,
+/// `gpum_agent::inventory::nvml_lib`); a release build never reads it, so no environment can
+/// make it load a library of someone else's choosing.
 pub const GPUM_NVML_LIB: &str = "GPUM_NVML_LIB";
+/// TEST ONLY (read by `test-knobs` builds of the agent): the least seconds between two GPU probe
+/// starts instead of 60, so that an end-to-end test can watch a held-back `recheck` run.
+pub const GPUM_TEST_PROBE_GAP_SECS: &str = "GPUM_TEST_PROBE_GAP_SECS";
 /// The Docker socket the agent talks to (default `/var/run/docker.sock`).
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
 /// Where programs are looked up (the preflight audit looks for `docker` and `nvidia-ctk` without

@@ -125,7 +125,8 @@ impl FakeHost {
         self
     }
     /// What [`Host::lstat`] reports for `path` (a symlink, another user's directory…). The
-    /// path then exists. Without it, a known directory is root's 0755 and a file root's 0644.
+    /// path then exists. Without it, a known directory, or a directory above any known path,
+    /// is root's 0755, and a file root's 0644.
     pub fn stat(self, path: impl Into<PathBuf>, st: FileStat) -> Self {
         let path = path.into();
         let mut state = self.st.lock().unwrap();
@@ -275,6 +276,9 @@ impl Host for FakeHost {
             Ok(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
         } else if st.files.contains_key(path) {
             Ok(FileStat { kind: FileKind::File, uid: 0, mode: 0o644 })
+        } else if st.files.keys().chain(&st.dirs).chain(st.stats.keys()).any(|p| p.starts_with(path)) {
+            // A directory above a known path, as `/var` is above `/var/tmp`.
+            Ok(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
         } else {
             Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
         }

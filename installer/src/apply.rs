@@ -142,8 +142,14 @@ impl Reporter<'_> {
 pub trait Fetcher {
     /// Downloads and verifies `repo`'s apt key against its pinned fingerprints.
     fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure>;
-    /// Downloads and verifies the agent into `dest`; returns its version.
-    fn agent(&self, host: &dyn Host, wanted: &download::Wanted, dest: &Path) -> Result<String, Failure>;
+    /// Downloads and verifies the agent into `dest`; returns its signed version and SHA-256,
+    /// which the install checks again on the bytes it installs.
+    fn agent(
+        &self,
+        host: &dyn Host,
+        wanted: &download::Wanted,
+        dest: &Path,
+    ) -> Result<download::Fetched, Failure>;
     /// Runs the downloaded agent once (`version`); `Err(AgentNoExec)` when it cannot be executed.
     fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure>;
 }
@@ -192,8 +198,13 @@ impl Fetcher for NetFetcher {
     fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure> {
         self.rt.block_on(download::fetch_repo_key(host, &self.client, repo.key_url, repo))
     }
-    fn agent(&self, host: &dyn Host, wanted: &download::Wanted, dest: &Path) -> Result<String, Failure> {
-        let f = self.rt.block_on(download::fetch_verified(
+    fn agent(
+        &self,
+        host: &dyn Host,
+        wanted: &download::Wanted,
+        dest: &Path,
+    ) -> Result<download::Fetched, Failure> {
+        self.rt.block_on(download::fetch_verified(
             host,
             &self.client,
             &self.dl_base,
@@ -201,8 +212,7 @@ impl Fetcher for NetFetcher {
             dest,
             0o700,
             &self.keys,
-        ))?;
-        Ok(f.version)
+        ))
     }
     fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure> {
         match host.run(&Cmd::new(path.display().to_string()).arg("version")) {
@@ -225,6 +235,8 @@ struct Run<'a> {
     /// The registration's own runtime.
     rt: tokio::runtime::Runtime,
     work: Option<WorkDir>,
+    /// The agent's SHA-256 as the signed manifest gives it (hex), set by the first step.
+    agent_sha256: Option<String>,
     keys: Vec<(String, VerifiedKey)>,
     node: Option<gpum_agent::register::Registered>,
     summary: Summary,
@@ -276,6 +288,7 @@ pub fn install(
         fetcher,
         rt,
         work: None,
+        agent_sha256: None,
         keys: Vec::new(),
         node: None,
         summary: Summary::default(),
@@ -419,12 +432,19 @@ impl Run<'_> {
             Step::WriteFile { path, mode, purpose } => {
                 let mode = u32::from_str_radix(mode, 8).unwrap_or(0o600);
                 let data = match purpose {
-                    Purpose::AgentBinary => {
-                        let w = self.work.as_ref().ok_or_else(|| Failure::Other("no download".into()))?;
-                        h.read(&w.path.join("gpum-agent")).map_err(|e| Failure::Other(e.to_string()))?
-                    }
+                    Purpose::AgentBinary => self.verified_agent()?,
                     Purpose::AgentUnit => gpum_agent::unit::UNIT.as_bytes().to_vec(),
-                    Purpose::AgentProxy => proxy_drop_in(&crate::proxy_vars(h)).into_bytes(),
+                    Purpose::AgentProxy => gpum_agent::unit::proxy_drop_in().into_bytes(),
+                    Purpose::AgentProxyEnv => gpum_agent::unit::proxy_env(&crate::proxy_vars(h)).into_bytes(),
+                    Purpose::AgentCa => {
+                        let src = self
+                            .opts
+                            .ca_file
+                            .as_ref()
+                            .ok_or_else(|| Failure::Other("no --ca-file".into()))?;
+                        h.read(src)
+                            .map_err(|e| Failure::Usage(format!("--ca-file {}: {e}", src.display())))?
+                    }
                 };
                 self.write_file(Path::new(path), &data, mode)
             }
@@ -481,7 +501,9 @@ impl Run<'_> {
             allow_downgrade: self.opts.allow_downgrade,
         };
         let dest = dir.join("gpum-agent");
-        let version = self.fetcher.agent(h, &wanted, &dest)?;
+        let fetched = self.fetcher.agent(h, &wanted, &dest)?;
+        self.agent_sha256 = Some(fetched.sha256);
+        let version = fetched.version;
         self.fetcher.test_run(h, &dest)?;
         let mut detail = format!("gpum-agent {version}");
         if !ids.is_empty() {
@@ -538,20 +560,12 @@ impl Run<'_> {
         for d in [agent_state::CONFIG_DIR, agent_state::DEFAULT_STATE_DIR] {
             h.create_dir_all(Path::new(d), 0o700).map_err(|e| io(Path::new(d), e))?;
         }
-        let id_path = Path::new(INSTALL_ID);
-        let install_id = match h.read_to_string(id_path).ok().map(|s| s.trim().to_string()) {
-            Some(id) if id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()) => id,
-            _ => {
-                let id = new_install_id();
-                h.write_atomic(id_path, format!("{id}\n").as_bytes(), 0o600).map_err(|e| io(id_path, e))?;
-                id
-            }
-        };
+        let install_id = crate::install_id(h)?;
         let opts = gpum_agent::register::RegisterOptions {
             server: server.to_string(),
             config_path: config.to_path_buf(),
             state_dir: PathBuf::from(agent_state::DEFAULT_STATE_DIR),
-            ca_file: self.opts.ca_file.clone(),
+            ca_file: agent_ca_file(self.plan, self.opts),
             docker_socket: None,
             probe_registries: self.opts.probe_registries.clone(),
             install_id: Some(install_id),
@@ -564,6 +578,28 @@ impl Run<'_> {
         Ok(Outcome::Done(Some(detail)))
     }
 
+    /// The downloaded agent's bytes, read once, whose SHA-256 must still be the signed one: the
+    /// bytes returned are the bytes hashed, and the bytes installed. Whatever changed the file
+    /// since the first step verified it (minutes earlier, before apt and Docker) is refused with
+    /// exit 20, before anything is written.
+    fn verified_agent(&self) -> Result<Vec<u8>, Failure> {
+        let h = self.host.as_ref();
+        let (Some(work), Some(want)) = (&self.work, &self.agent_sha256) else {
+            return Err(Failure::Other("no verified download of the agent".into()));
+        };
+        let path = work.path.join("gpum-agent");
+        let data = h.read(&path).map_err(|e| Failure::Download(format!("{}: {e}", path.display())))?;
+        let got = hex_sha256(&data);
+        if got != *want {
+            return Err(Failure::Download(format!(
+                "{}: its SHA-256 is now {got}, not the signed {want}: it changed after it was verified, \
+                 and was not installed",
+                path.display()
+            )));
+        }
+        Ok(data)
+    }
+
     fn write_file(&mut self, path: &Path, data: &[u8], mode: u32) -> Result<Outcome, Failure> {
         let h = self.host.as_ref();
         if h.read(path).ok().as_deref() == Some(data) {
@@ -571,7 +607,9 @@ impl Run<'_> {
         }
         let io = |e: std::io::Error| Failure::Other(format!("{}: {e}", path.display()));
         if let Some(dir) = path.parent() {
-            h.create_dir_all(dir, 0o755).map_err(io)?;
+            // The config directory is root's alone, whichever step makes it first.
+            let dmode = if dir == Path::new(agent_state::CONFIG_DIR) { 0o700 } else { 0o755 };
+            h.create_dir_all(dir, dmode).map_err(io)?;
         }
         h.write_atomic(path, data, mode).map_err(io)?;
         self.summary.changed.push(path.display().to_string());
@@ -667,21 +705,21 @@ fn installed_version(h: &dyn Host) -> Option<String> {
     o.stdout_str().split_whitespace().nth(1).map(str::to_string)
 }
 
-/// 128 random bits, hex.
-fn new_install_id() -> String {
-    let mut b = [0u8; 16];
-    rand::Rng::fill(&mut rand::thread_rng(), &mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// SHA-256, lowercase hex, as the signed manifest writes it.
+fn hex_sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(data))
 }
 
-/// The systemd drop-in carrying the proxy variables. Values are quoted for systemd.
-pub fn proxy_drop_in(vars: &[(String, String)]) -> String {
-    let mut s = String::from("# Written by gpum-install: the proxy variables it was run with.\n[Service]\n");
-    for (k, v) in vars {
-        let v = v.replace('\\', "\\\\").replace('"', "\\\"");
-        s.push_str(&format!("Environment=\"{k}={v}\"\n"));
-    }
-    s
+/// The CA file the agent's config names: the copy the plan writes ([`Purpose::AgentCa`]), which
+/// registration reaches the platform through, else `--ca-file` itself (a plan without the copy).
+fn agent_ca_file(plan: &Plan, opts: &Options) -> Option<PathBuf> {
+    opts.ca_file.as_ref()?;
+    let copy = plan.steps.iter().find_map(|s| match s {
+        Step::WriteFile { path, purpose: Purpose::AgentCa, .. } => Some(PathBuf::from(path)),
+        _ => None,
+    });
+    copy.or_else(|| opts.ca_file.clone())
 }
 
 /// The summary's lines.
@@ -726,14 +764,26 @@ mod tests {
             keys::verify_repo_key(repo.key_copy, repo, host.now())
                 .map_err(|e| Failure::Download(e.to_string()))
         }
-        fn agent(&self, host: &dyn Host, _w: &download::Wanted, dest: &Path) -> Result<String, Failure> {
-            host.write_atomic(dest, b"agent", 0o700).map_err(|e| Failure::Download(e.to_string()))?;
-            Ok("0.1.0".into())
+        fn agent(
+            &self,
+            host: &dyn Host,
+            _w: &download::Wanted,
+            dest: &Path,
+        ) -> Result<download::Fetched, Failure> {
+            host.write_atomic(dest, AGENT, 0o700).map_err(|e| Failure::Download(e.to_string()))?;
+            Ok(download::Fetched {
+                path: dest.to_path_buf(),
+                version: "0.1.0".into(),
+                sha256: hex_sha256(AGENT),
+            })
         }
         fn test_run(&self, _h: &dyn Host, _p: &Path) -> Result<(), Failure> {
             if self.agent_runs { Ok(()) } else { Err(Failure::AgentNoExec) }
         }
     }
+
+    /// The stand-in agent's bytes; its "signed" SHA-256 is theirs.
+    const AGENT: &[u8] = b"agent";
 
     const APT_UPDATE: &str =
         "env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update";
@@ -907,5 +957,219 @@ mod tests {
             go(&h3, &Offline { agent_runs: true, bad_key: false }, &Options { yes: true, ..opts() });
         assert_eq!(r.unwrap_err().code(), 30, "{out}");
         assert_eq!(ran(&h3), [APT_UPDATE]);
+    }
+
+    /// A host that is `inner`, with its own environment, and that runs `hook` before each
+    /// command: what another process does to the machine while apt runs.
+    struct During<H> {
+        inner: H,
+        env: Vec<(String, String)>,
+        hook: Hook<H>,
+    }
+
+    type Hook<H> = Box<dyn Fn(&H, &Cmd) + Send + Sync>;
+
+    impl<H: Host> Host for During<H> {
+        fn run(&self, cmd: &Cmd) -> std::io::Result<Output> {
+            (self.hook)(&self.inner, cmd);
+            self.inner.run(cmd)
+        }
+        fn read(&self, p: &Path) -> std::io::Result<Vec<u8>> {
+            self.inner.read(p)
+        }
+        fn exists(&self, p: &Path) -> bool {
+            self.inner.exists(p)
+        }
+        fn is_dir(&self, p: &Path) -> bool {
+            self.inner.is_dir(p)
+        }
+        fn read_dir(&self, p: &Path) -> std::io::Result<Vec<PathBuf>> {
+            self.inner.read_dir(p)
+        }
+        fn write_atomic(&self, p: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+            self.inner.write_atomic(p, data, mode)
+        }
+        fn create_dir_all(&self, p: &Path, mode: u32) -> std::io::Result<()> {
+            self.inner.create_dir_all(p, mode)
+        }
+        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+            self.inner.remove_file(p)
+        }
+        fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
+            self.inner.remove_dir_all(p)
+        }
+        fn space(&self, p: &Path) -> std::io::Result<gpum_host::FsSpace> {
+            self.inner.space(p)
+        }
+        fn env(&self, key: &str) -> Option<String> {
+            self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).or_else(|| self.inner.env(key))
+        }
+        fn euid(&self) -> u32 {
+            self.inner.euid()
+        }
+        fn now(&self) -> std::time::SystemTime {
+            self.inner.now()
+        }
+        fn arch(&self) -> String {
+            self.inner.arch()
+        }
+        fn stdin_is_tty(&self) -> bool {
+            self.inner.stdin_is_tty()
+        }
+        fn sleep(&self, d: Duration) {
+            self.inner.sleep(d)
+        }
+        fn create_partial(&self, dest: &Path, mode: u32) -> std::io::Result<Box<dyn gpum_host::PartialFile>> {
+            self.inner.create_partial(dest, mode)
+        }
+        fn create_dir_exclusive(&self, p: &Path, mode: u32) -> std::io::Result<()> {
+            self.inner.create_dir_exclusive(p, mode)
+        }
+        fn lstat(&self, p: &Path) -> std::io::Result<gpum_host::FileStat> {
+            self.inner.lstat(p)
+        }
+    }
+
+    /// The audit of `h` (with `--ca-file` when `ca`), its plan cut down to the steps `keep`
+    /// names by checkpoint: the steps after registration, without a platform.
+    fn audit_keeping(h: &FakeHost, ca: bool, keep: &[&str]) -> crate::Audit {
+        let mut audit = crate::Audit::run(
+            h,
+            &t4(),
+            &gpum_preflight::GatherOptions {
+                offline: true,
+                server: Some(opts().server),
+                extra_roots_pem: if ca { vec![b"(a PEM)".to_vec()] } else { Vec::new() },
+            },
+            Lang::En,
+        );
+        assert!(audit.ready(), "{:?}", audit.findings);
+        audit.plan.steps.retain(|s| keep.contains(&s.checkpoint().as_str()));
+        let left: Vec<String> = audit.plan.steps.iter().map(Step::checkpoint).collect();
+        assert_eq!(left, keep, "the plan has these steps, in this order");
+        audit
+    }
+
+    fn install_on(
+        host: Arc<dyn Host>,
+        audit: &crate::Audit,
+        o: &Options,
+    ) -> (Result<Summary, Failure>, String) {
+        let mut out = Vec::new();
+        let f = Offline { agent_runs: true, bad_key: false };
+        let r = install(
+            host,
+            audit,
+            Vec::new(),
+            &f,
+            o,
+            &mut Reporter { out: &mut out, json: false, lang: Lang::En },
+        );
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    /// Issue 29, item 5: the agent is verified in the first step and installed minutes later,
+    /// after apt. Bytes swapped in the work directory in between (here: while apt runs) are
+    /// refused with exit 20, and nothing is installed; the same run without the swap installs
+    /// exactly the verified bytes.
+    #[test]
+    fn an_agent_changed_after_verification_is_refused_and_nothing_is_installed() {
+        let bin = Path::new("/opt/gpum-agent/gpum-agent");
+        let keep = ["download_agent", "apt_update", "write_agent_binary"];
+        for swap in [true, false] {
+            let h = fresh_debian().command(APT_UPDATE, Ok(Output { code: Some(0), ..Default::default() }));
+            let audit = audit_keeping(&h, false, &keep);
+            let host = During {
+                inner: h.clone(),
+                env: Vec::new(),
+                hook: Box::new(move |inner: &FakeHost, cmd: &Cmd| {
+                    if !swap || cmd.display() != APT_UPDATE {
+                        return;
+                    }
+                    let work = inner.read_dir(Path::new("/tmp")).unwrap();
+                    let [dir] = work.as_slice() else { panic!("one work directory: {work:?}") };
+                    inner.write_atomic(&dir.join("gpum-agent"), b"#!/bin/sh\nevil\n", 0o700).unwrap();
+                }),
+            };
+            let (r, out) = install_on(Arc::new(host), &audit, &opts());
+            if swap {
+                let f = r.unwrap_err();
+                assert_eq!(f.code(), 20, "{out}");
+                let msg = f.message(Lang::En);
+                assert!(
+                    msg.contains("changed after it was verified") && msg.contains(&hex_sha256(AGENT)),
+                    "{msg}"
+                );
+                assert!(out.contains("[FAIL] 3."), "{out}");
+                assert!(!h.exists(bin), "nothing installed");
+                assert!(!h.writes().iter().any(|p| p.starts_with("/opt")), "{:?}", h.writes());
+            } else {
+                r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+                assert_eq!(h.read(bin).unwrap(), AGENT);
+            }
+        }
+    }
+
+    /// Issues 29, items 9 and 10, on a real filesystem (a scratch root): the proxy's values
+    /// are in a 0600 file that the drop-in only names, the drop-in holds no credential; the CA
+    /// is copied into the config directory (0700) as a 0644 file of the installing user, and the
+    /// config names the copy. A re-run with the same proxy and CA changes nothing.
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn proxy_values_and_the_ca_are_the_services_own_files_with_their_modes() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let root = tempfile::tempdir().unwrap();
+        let real = gpum_host::RealHost::with_root(root.path());
+        let tmp = real.map(Path::new("/tmp"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        std::fs::create_dir_all(real.map(Path::new("/home/owner"))).unwrap();
+        std::fs::write(real.map(Path::new("/home/owner/ca.pem")), pem).unwrap();
+        let secret = "http://user:pa$$w0rd@proxy.example:3128";
+        let env = vec![
+            ("HTTPS_PROXY".to_string(), secret.to_string()),
+            ("NO_PROXY".to_string(), "localhost".to_string()),
+        ];
+
+        let fake = fresh_debian().env_var("HTTPS_PROXY", secret).env_var("NO_PROXY", "localhost");
+        let keep = ["download_agent", "write_agent_ca", "write_agent_proxy_env", "write_agent_proxy"];
+        let audit = audit_keeping(&fake, true, &keep);
+        let o = Options { ca_file: Some(PathBuf::from("/home/owner/ca.pem")), ..opts() };
+        // Registration reaches the platform through the copy, and writes it into the config.
+        assert_eq!(agent_ca_file(&audit.plan, &o), Some(PathBuf::from("/etc/gpum-agent/ca.pem")));
+        assert_eq!(agent_ca_file(&audit.plan, &opts()), None);
+
+        let host = || -> Arc<dyn Host> {
+            Arc::new(During {
+                inner: real.clone(),
+                env: env.clone(),
+                hook: Box::new(|_: &gpum_host::RealHost, _: &Cmd| {}),
+            })
+        };
+        let (r, out) = install_on(host(), &audit, &o);
+        r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+        let euid = nix::unistd::geteuid().as_raw();
+        let meta = |p: &str| {
+            let m = std::fs::symlink_metadata(real.map(Path::new(p))).unwrap();
+            (m.uid(), m.mode() & 0o7777)
+        };
+        let read = |p: &str| std::fs::read_to_string(real.map(Path::new(p))).unwrap();
+        assert_eq!(meta("/etc/gpum-agent"), (euid, 0o700));
+        assert_eq!(meta("/etc/gpum-agent/ca.pem"), (euid, 0o644));
+        assert_eq!(read("/etc/gpum-agent/ca.pem").as_bytes(), pem);
+        assert_eq!(meta("/etc/gpum-agent/proxy.env"), (euid, 0o600));
+        let values = read("/etc/gpum-agent/proxy.env");
+        assert!(values.contains(r#"HTTPS_PROXY="http://user:pa\$\$w0rd@proxy.example:3128""#), "{values}");
+        assert!(values.contains(r#"NO_PROXY="localhost""#), "{values}");
+        let drop_in = read(crate::plan::PROXY_DROP_IN);
+        assert!(!drop_in.contains("w0rd") && !drop_in.contains("Environment="), "{drop_in}");
+        assert!(drop_in.contains("EnvironmentFile=-/etc/gpum-agent/proxy.env"), "{drop_in}");
+        assert_eq!(meta(crate::plan::PROXY_DROP_IN).1, 0o644);
+
+        // Again, with the same proxy and CA: every file is left as it is.
+        let (r, out) = install_on(host(), &audit, &o);
+        r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+        assert_eq!(out.matches("[skip]").count(), 3, "{out}");
     }
 }

@@ -48,13 +48,15 @@ pub fn tmp_base(host: &dyn Host) -> PathBuf {
 /// user may prepare, swap or write into this directory: the name cannot be guessed, the mkdir
 /// adopts nothing that is already there, and the result is checked with `lstat`.
 ///
-/// `$TMPDIR` itself must be a directory (not a symlink) owned by root or the current user, and
-/// not writable by others unless it is sticky (as `/tmp` and `/var/tmp` are): in a
-/// world-writable directory without the sticky bit anyone could rename our directory away and
-/// put theirs in its place.
+/// The whole path must be safe, not only its last component ([`check_tmp_path`]): `$TMPDIR`
+/// and every directory above it, up to `/`, must be a directory (not a symlink) owned by root or
+/// the current user, and not writable by others unless it is sticky (as `/tmp` and `/var/tmp`
+/// are). Whoever owns a directory on the path, or can write to one that is not sticky, can
+/// rename what is below it away and put their own tree in its place, work directory and agent
+/// included.
 pub fn work_dir(host: &dyn Host) -> Result<PathBuf, Failure> {
     let base = tmp_base(host);
-    check_tmp_base(host, &base).map_err(|why| {
+    check_tmp_path(host, &base).map_err(|why| {
         Failure::Download(format!("{} cannot hold the work directory: {why}", base.display()))
     })?;
     let mut last = None;
@@ -94,17 +96,35 @@ fn is_private(st: &FileStat, euid: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn check_tmp_base(host: &dyn Host, base: &Path) -> Result<(), String> {
-    let st = host.lstat(base).map_err(|e| e.to_string())?;
-    if st.kind != FileKind::Dir {
-        return Err(format!("it is a {:?}, not a directory; set TMPDIR to a directory itself", st.kind));
+/// Checks `base` and every directory above it, from `/` down: each must be a directory (not a
+/// symlink), owned by root or the current user, and not writable by group or others unless it
+/// is sticky. A sticky directory lets no one but an entry's owner rename or remove the entry,
+/// and the entry below it is checked in turn, so `/tmp` (1777) holding a root-owned directory
+/// is safe; a directory writable by others without the sticky bit, or owned by another user,
+/// is not. `base` must be absolute, with no `..`. The reason names the directory at fault.
+pub fn check_tmp_path(host: &dyn Host, base: &Path) -> Result<(), String> {
+    use std::path::Component;
+    if !base.is_absolute() || base.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err("it is not an absolute path without \"..\"; set TMPDIR to one".into());
     }
     let euid = host.euid();
-    if st.uid != 0 && st.uid != euid {
-        return Err(format!("it belongs to uid {}, neither root nor you", st.uid));
-    }
-    if st.mode & 0o022 != 0 && st.mode & 0o1000 == 0 {
-        return Err(format!("others can write to it (mode {:o}) and it is not sticky", st.mode));
+    // From `/` down, so the reason names the highest directory at fault.
+    let chain: Vec<&Path> = base.ancestors().collect();
+    for dir in chain.into_iter().rev() {
+        let d = dir.display();
+        let st = host.lstat(dir).map_err(|e| format!("{d}: {e}"))?;
+        if st.kind != FileKind::Dir {
+            return Err(format!(
+                "{d} is a {:?}, not a directory; set TMPDIR to a path without symlinks",
+                st.kind
+            ));
+        }
+        if st.uid != 0 && st.uid != euid {
+            return Err(format!("{d} belongs to uid {}, neither root nor you", st.uid));
+        }
+        if st.mode & 0o022 != 0 && st.mode & 0o1000 == 0 {
+            return Err(format!("others can write to {d} (mode {:o}) and it is not sticky", st.mode));
+        }
     }
     Ok(())
 }
@@ -293,6 +313,75 @@ mod tests {
         // Root's own 0755 directory, and the sticky /tmp, are fine.
         let ok = FakeHost::new().env_var("TMPDIR", "/root/tmp").dir("/root/tmp");
         work_dir(&ok).unwrap();
+    }
+
+    /// Issue 29, item 5: not only `$TMPDIR` but every directory above it. Whoever owns one, or
+    /// can write to one that is not sticky, can rename `$TMPDIR` away with the work directory
+    /// and the verified agent in it, and put their own tree in its place.
+    #[test]
+    fn a_tmpdir_below_a_directory_others_control_is_refused() {
+        let dir = |uid, mode| FileStat { kind: FileKind::Dir, uid, mode };
+        let cases = [
+            (dir(1000, 0o755), "/scratch belongs to uid 1000, neither root nor you"),
+            (dir(0, 0o777), "others can write to /scratch (mode 777) and it is not sticky"),
+            (dir(0, 0o775), "others can write to /scratch (mode 775) and it is not sticky"),
+            (FileStat { kind: FileKind::Symlink, uid: 0, mode: 0o777 }, "/scratch is a Symlink"),
+        ];
+        for (parent, why) in cases {
+            let h = FakeHost::new()
+                .env_var("TMPDIR", "/scratch/tmp")
+                .stat("/scratch", parent)
+                .stat("/scratch/tmp", sticky_tmp());
+            let f = work_dir(&h).unwrap_err();
+            assert_eq!(f.code(), 20);
+            let msg = f.message(gpum_common::Lang::En);
+            assert!(msg.contains(why), "{why}: {msg}");
+            assert!(h.writes().is_empty(), "nothing created under a refused TMPDIR");
+        }
+        // `/` itself is on the path.
+        let h = FakeHost::new().stat("/", dir(1000, 0o755)).stat("/tmp", sticky_tmp());
+        assert!(work_dir(&h).unwrap_err().message(gpum_common::Lang::En).contains("/ belongs to uid 1000"));
+        // Only an absolute path without `..` can be checked for what it names.
+        for bad in ["scratch/tmp", "/tmp/../scratch/tmp"] {
+            let h = FakeHost::new().env_var("TMPDIR", bad).stat("/scratch/tmp", sticky_tmp()).dir("/tmp");
+            assert!(work_dir(&h).unwrap_err().message(gpum_common::Lang::En).contains("\"..\""), "{bad}");
+        }
+        // A sticky parent, or one of the installing user's own, is fine.
+        for (parent, euid) in [(dir(0, 0o1777), 0), (dir(1000, 0o700), 1000)] {
+            let h = FakeHost::new()
+                .with_euid(euid)
+                .env_var("TMPDIR", "/scratch/tmp")
+                .stat("/scratch", parent)
+                .stat("/scratch/tmp", dir(euid, 0o700));
+            work_dir(&h).unwrap();
+        }
+    }
+
+    /// The same on a real filesystem (a scratch root): a world-writable parent without the
+    /// sticky bit, then (as root) a parent of another user, are refused; the same parent made
+    /// 0755 and the installing user's is fine.
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn a_real_tmpdir_below_a_parent_others_control_is_refused() {
+        use gpum_host::RealHost;
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let host = RealHost::with_root(root.path());
+        let (parent, tmp) = (host.map(Path::new("/a")), host.map(Path::new("/a/tmp")));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let chmod = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        chmod(&tmp, 0o1777);
+        chmod(&parent, 0o777);
+        let base = Path::new("/a/tmp");
+        let why = check_tmp_path(&host, base).unwrap_err();
+        assert!(why.contains("others can write to /a (mode 777) and it is not sticky"), "{why}");
+        chmod(&parent, 0o755);
+        check_tmp_path(&host, base).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&parent, Some(65534), Some(65534)).unwrap();
+            let why = check_tmp_path(&host, base).unwrap_err();
+            assert!(why.contains("/a belongs to uid 65534"), "{why}");
+        }
     }
 
     #[test]

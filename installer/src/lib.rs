@@ -63,6 +63,7 @@ impl Audit {
             repos,
             docker: dockerd::gather(host, &facts),
             proxy: proxy_vars(host),
+            ca_file: !opts.extra_roots_pem.is_empty(),
         };
         let plan = plan::plan(&facts, &input);
         let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
@@ -123,6 +124,37 @@ pub fn join_code(host: &dyn Host, flag: Option<&str>, stdin: &mut dyn Read) -> R
         return Err(Failure::NoJoinCode);
     }
     JoinCode::parse(&raw).map_err(|_| Failure::BadJoinCode)
+}
+
+/// The install id (`apply::INSTALL_ID`, 128 random bits in a root-only 0600 file): the one
+/// already there, else a new one written before it is first sent.
+pub fn install_id(h: &dyn Host) -> Result<String, Failure> {
+    let io = |p: &Path, e: std::io::Error| Failure::Other(format!("{}: {e}", p.display()));
+    let path = Path::new(apply::INSTALL_ID);
+    if let Some(id) = h.read_to_string(path).ok().map(|s| s.trim().to_string())
+        && id.len() == 32
+        && id.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        return Ok(id);
+    }
+    for d in [gpum_common::agent_state::CONFIG_DIR, gpum_common::agent_state::DEFAULT_STATE_DIR] {
+        h.create_dir_all(Path::new(d), 0o700).map_err(|e| io(Path::new(d), e))?;
+    }
+    let mut b = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut b);
+    let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    h.write_atomic(path, format!("{id}\n").as_bytes(), 0o600).map_err(|e| io(path, e))?;
+    Ok(id)
+}
+
+/// Binds the join code to this installation's install id (`POST /api/v1/agent/enroll`).
+fn enroll(h: &dyn Host, opts: &apply::Options) -> Result<(), Failure> {
+    let id = install_id(h)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Other(e.to_string()))?;
+    rt.block_on(gpum_agent::register::enroll(h, &opts.server, opts.ca_file.as_deref(), &opts.code, &id))
 }
 
 fn fail(io: &mut Io, f: &Failure, lang: Lang, json: bool) -> i32 {
@@ -247,6 +279,11 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         probe_registries,
         lang,
     };
+    // The first call to the platform, before anything changes: the code is bound to this
+    // installation, so that a code seen in a process list is useless to anyone else.
+    if let Err(f) = enroll(h, &aopts) {
+        return fail(io, &f, lang, json);
+    }
     let result = apply::NetFetcher::new(h, &aopts).and_then(|fetcher| {
         let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
         apply::install(host.clone(), &audit, audit.repos.clone(), &fetcher, &aopts, &mut rep)

@@ -43,9 +43,11 @@ pub enum Step {
     /// installed (it registers its GPU device driver only at start). `stops`: the running
     /// containers without a restart policy, which stop; the installer asks first.
     RestartDocker { stops: Vec<String> },
-    /// Register with the join code and write the agent's config (0600) with its token.
+    /// Register with the join code and write the agent's config (0600) with its token (and,
+    /// with `--ca-file`, the name of the CA's copy, [`Purpose::AgentCa`]).
     Register { server: String, config: String },
-    /// Write a file (created with `mode` from the first byte); skipped when identical.
+    /// Write a file (created with `mode` from the first byte); skipped when identical. The
+    /// agent's binary is the verified download, hashed again as it is installed.
     WriteFile { path: String, mode: String, purpose: Purpose },
     /// `systemctl daemon-reload`, `enable`, `restart NAME`, then wait up to `wait_secs` for its
     /// first accepted heartbeat.
@@ -60,8 +62,13 @@ pub enum Step {
 pub enum Purpose {
     AgentBinary,
     AgentUnit,
-    /// The proxy variables the installer was given, for the service.
+    /// The drop-in that names [`Purpose::AgentProxyEnv`] for the service; it holds no value.
     AgentProxy,
+    /// The proxy variables the installer was given, for the service (0600: a proxy URL may
+    /// carry a password).
+    AgentProxyEnv,
+    /// The copy of `--ca-file` that the agent's config names (0644).
+    AgentCa,
 }
 
 impl Step {
@@ -79,6 +86,8 @@ impl Step {
             Step::WriteFile { purpose: Purpose::AgentBinary, .. } => "write_agent_binary".into(),
             Step::WriteFile { purpose: Purpose::AgentUnit, .. } => "write_agent_unit".into(),
             Step::WriteFile { purpose: Purpose::AgentProxy, .. } => "write_agent_proxy".into(),
+            Step::WriteFile { purpose: Purpose::AgentProxyEnv, .. } => "write_agent_proxy_env".into(),
+            Step::WriteFile { purpose: Purpose::AgentCa, .. } => "write_agent_ca".into(),
             Step::StartAgent { .. } => "start_agent".into(),
             Step::GpuCheck => "gpu_check".into(),
         }
@@ -115,6 +124,8 @@ pub struct PlanInput {
     pub docker: crate::dockerd::DockerRuntimeFacts,
     /// `HTTPS_PROXY`/`NO_PROXY`… as the installer got them.
     pub proxy: Vec<(String, String)>,
+    /// Whether `--ca-file` was given: the install copies it for the agent.
+    pub ca_file: bool,
 }
 
 /// The distribution whose repositories to use, from os-release.
@@ -143,8 +154,12 @@ fn write(path: &str, mode: u32, purpose: Purpose) -> Step {
     Step::WriteFile { path: path.into(), mode: format!("{mode:04o}"), purpose }
 }
 
-/// The drop-in that carries the installer's proxy variables to the service.
-pub const PROXY_DROP_IN: &str = "/etc/systemd/system/gpum-agent.service.d/proxy.conf";
+/// The drop-in that names the file with the installer's proxy variables for the service.
+pub const PROXY_DROP_IN: &str = gpum_agent::unit::PROXY_DROP_IN;
+/// The file with those variables (0600).
+pub const PROXY_ENV: &str = gpum_agent::unit::PROXY_ENV;
+/// The agent's copy of `--ca-file` (0644).
+pub const AGENT_CA: &str = gpum_agent::config::INSTALLED_CA;
 /// How long the service has to send its first accepted heartbeat (the seed's exit 50).
 pub const START_WAIT_SECS: u64 = 60;
 
@@ -187,11 +202,17 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     } else if !has_runtime || input.docker.engine_lacks_runtime {
         steps.push(Step::ReloadDocker);
     }
+    if input.ca_file {
+        // Before registration, which reaches the platform through it and names it in the config.
+        steps.push(write(AGENT_CA, 0o644, Purpose::AgentCa));
+    }
     steps.push(Step::Register { server, config: agent_state::DEFAULT_CONFIG.into() });
     steps.push(write(&format!("{}/gpum-agent", agent_state::INSTALL_DIR), 0o755, Purpose::AgentBinary));
     steps.push(write(agent_state::UNIT_PATH, 0o644, Purpose::AgentUnit));
     if !input.proxy.is_empty() {
-        steps.push(write(PROXY_DROP_IN, 0o600, Purpose::AgentProxy));
+        // The values first: the drop-in never names a file that is not there yet.
+        steps.push(write(PROXY_ENV, 0o600, Purpose::AgentProxyEnv));
+        steps.push(write(PROXY_DROP_IN, 0o644, Purpose::AgentProxy));
     }
     steps.push(Step::StartAgent { name: agent_state::SERVICE_NAME.into(), wait_secs: START_WAIT_SECS });
     steps.push(Step::GpuCheck);
@@ -247,6 +268,8 @@ impl Step {
                     Purpose::AgentBinary => Msg::FileAgentBinary,
                     Purpose::AgentUnit => Msg::FileAgentUnit,
                     Purpose::AgentProxy => Msg::FileAgentProxy,
+                    Purpose::AgentProxyEnv => Msg::FileAgentProxyEnv,
+                    Purpose::AgentCa => Msg::FileAgentCa,
                 };
                 tr(Msg::StepWrite).replace("{path}", path).replace("{mode}", mode).replace("{what}", tr(what))
             }

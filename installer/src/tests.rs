@@ -189,6 +189,44 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
     assert!(a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. })));
 }
 
+/// Issue 29, items 9 and 10: with a proxy and `--ca-file`, the plan copies the CA for the agent
+/// before registration (0644) and writes the proxy's values to a 0600 file before the drop-in
+/// that names it (0644); neither the plan nor the dry run's output carries a value.
+#[test]
+fn dry_run_plans_the_ca_copy_and_a_0600_file_for_the_proxy_values() {
+    let secret = "http://user:hunter2@proxy.example:3128";
+    let h =
+        fresh_ubuntu().env_var("HTTPS_PROXY", secret).file("/root/ca.pem", "-----BEGIN CERTIFICATE-----\n");
+    let r = go(&h, &t4(), &["--dry-run", "--offline", "--json", "--ca-file", "/root/ca.pem"], "");
+    assert_eq!(r.code, 0, "{}{}", r.out, r.err);
+    assert!(!r.out.contains("hunter2"), "{}", r.out);
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    let files: Vec<(String, String, String)> = v["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["action"] == "write_file" || s["action"] == "register")
+        .map(|s| {
+            let f = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            (f("purpose"), f("path"), f("mode"))
+        })
+        .collect();
+    let row = |p: &str, path: &str, mode: &str| (p.to_string(), path.to_string(), mode.to_string());
+    assert_eq!(
+        files,
+        [
+            row("agent_ca", "/etc/gpum-agent/ca.pem", "0644"),
+            row("", "", ""),
+            row("agent_binary", "/opt/gpum-agent/gpum-agent", "0755"),
+            row("agent_unit", "/etc/systemd/system/gpum-agent.service", "0644"),
+            row("agent_proxy_env", "/etc/gpum-agent/proxy.env", "0600"),
+            row("agent_proxy", "/etc/systemd/system/gpum-agent.service.d/proxy.conf", "0644"),
+        ],
+        "the CA's copy, registration, then the service's files"
+    );
+    assert!(h.writes().is_empty());
+}
+
 #[test]
 fn dry_run_human_report_in_both_languages_and_exit_10_when_not_ready() {
     let h = fresh_ubuntu().with_euid(1000);

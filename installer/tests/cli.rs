@@ -286,6 +286,11 @@ fn platform_check_against_a_loopback_server() {
     assert!(check(&v, "platform")["message"].as_str().unwrap().contains("loopback"));
 }
 
+/// Whether this binary reads `GPUM_NVML_LIB`: only a build with the `test-knobs` feature, which
+/// turns on gpum-preflight's (the feature of this crate is the binary's too).
+const NVML_KNOB: bool = cfg!(feature = "test-knobs");
+
+#[cfg(feature = "test-knobs")]
 #[test]
 fn nvml_library_override_is_reported_as_missing() {
     let mut c = install(&["--dry-run", "--offline", "--json"]);
@@ -296,8 +301,67 @@ fn nvml_library_override_is_reported_as_missing() {
     assert!(d["message"].as_str().unwrap().contains("/nonexistent/libnvidia-ml.so.1"));
 }
 
+/// Issue 29, item 8: `GPUM_NVML_LIB=evil.so gpum-install --dry-run` ran the library's
+/// constructor as root. A library whose constructor writes a marker file is built here and
+/// named in `GPUM_NVML_LIB`: a default build (what `cargo xtask dist` ships) must never load
+/// it, whatever the variable says; a `test-knobs` build loads it, which shows the marker
+/// would tell. Skipped without a C compiler.
+#[test]
+fn gpum_nvml_lib_is_ignored_without_test_knobs() {
+    let dir = tempfile_dir("gpum-nvml-knob");
+    let Some(lib) = build_marker_lib(&dir) else {
+        eprintln!("SKIP: no C compiler to build the marker library");
+        return;
+    };
+    let marker = dir.join("constructor-ran");
+    let mut c = install(&["--dry-run", "--offline", "--json"]);
+    c.env("GPUM_NVML_LIB", &lib).env("GPUM_TEST_MARKER", &marker);
+    let o = run(c);
+    let v = json(&o);
+    let d = check(&v, "nvidia_driver");
+    let message = d["message"].as_str().unwrap();
+    if NVML_KNOB {
+        assert!(marker.exists(), "the test-knobs build loads the named library: {d}");
+    } else {
+        assert!(!marker.exists(), "a default build loaded GPUM_NVML_LIB={}: {d}", lib.display());
+        assert!(!message.contains(lib.to_str().unwrap()), "{d}");
+        if !nvml_installed() {
+            // Without a driver the default name is what is missing.
+            assert!(message.contains("libnvidia-ml.so.1"), "{d}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fresh directory under the system's temporary directory, named for this process.
+fn tempfile_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A shared library whose constructor writes "loaded" to `$GPUM_TEST_MARKER` (it has no NVML
+/// symbol: loading it is all it can show), or `None` without a C compiler.
+fn build_marker_lib(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("marker.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         __attribute__((constructor)) static void gpum_marker(void) {\n\
+         const char *p = getenv(\"GPUM_TEST_MARKER\");\n\
+         FILE *f = p ? fopen(p, \"w\") : NULL;\n\
+         if (f) { fputs(\"loaded\\n\", f); fclose(f); }\n}\n",
+    )
+    .unwrap();
+    let out = dir.join("libmarker.so");
+    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().ok()?;
+    st.success().then_some(out)
+}
+
 /// Builds the NVML simulation (`tests/sim/nvml/libnvidia-ml-sim.c`, the only simulated layer)
 /// into `dir`, or `None` without a C compiler.
+#[cfg(feature = "test-knobs")]
 fn build_nvml_sim(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sim/nvml/libnvidia-ml-sim.c");
     let out = dir.join("libnvidia-ml.so.1");
@@ -306,7 +370,9 @@ fn build_nvml_sim(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The real dlopen and NVML calls through nvml-wrapper, against the simulated library: every
-/// driver state the check tells apart, and the passing one.
+/// driver state the check tells apart, and the passing one. Needs `GPUM_NVML_LIB`, so only in a
+/// `test-knobs` build (`cargo test -p gpum-install --features test-knobs`).
+#[cfg(feature = "test-knobs")]
 #[test]
 fn nvidia_driver_states_through_a_simulated_nvml() {
     let dir = std::env::temp_dir().join(format!("gpum-nvml-sim-{}", std::process::id()));

@@ -10,7 +10,10 @@
 # installer's own code.
 #
 # To check this script by hand first: download it with curl -fsSL -o install.sh URL/install.sh,
-# read it, then run: sudo sh install.sh --dry-run --code YOUR-CODE
+# read it, then run: sudo sh install.sh --dry-run
+# The dashboard's command puts the join code on a line of its own ahead of this script,
+#   { echo gpum_code=GPUM-...; curl -fsSL URL/install.sh; } | sudo bash -s --
+# so that the code appears in no process's command line (echo is a shell builtin).
 # The whole body is one function called on the last line, so a shell reading it from a pipe
 # runs nothing until it has read everything.
 
@@ -53,7 +56,15 @@ gpum_main() {
 
     chmod 0700 "$gpum_tmp/gpum-install" || gpum_fail_download "cannot make the installer executable"
     # The platform URL is no secret: it goes on the command line, where the installer reads --server.
-    "$gpum_tmp/gpum-install" --server "$GPUM_PLATFORM_URL" "$@"
+    # The join code is: the dashboard's command sets it as the shell variable gpum_code on the
+    # line before this script (never in any command line), and it reaches the installer on its
+    # standard input, through printf, a shell builtin. The installer then binds it to this
+    # machine before it changes anything (docs/trust.md).
+    if [ -n "${gpum_code:-}" ]; then
+        printf '%s\n' "$gpum_code" | "$gpum_tmp/gpum-install" --server "$GPUM_PLATFORM_URL" "$@"
+    else
+        "$gpum_tmp/gpum-install" --server "$GPUM_PLATFORM_URL" "$@"
+    fi
     gpum_rc=$?
     if [ "$gpum_rc" -eq 126 ]; then
         gpum_fail_exec
@@ -72,7 +83,9 @@ gpum_fetch() {
     if command -v curl >/dev/null 2>&1; then
         curl -fsS --proto "=$gpum_proto" --retry 2 --connect-timeout 20 --max-time 900 -o "$2" "$1"
     elif command -v wget >/dev/null 2>&1; then
-        wget -q -T 20 -O "$2" "$1"
+        # No redirect is followed, as curl (without -L) follows none: a redirect could lead
+        # from https to http.
+        wget -q -T 20 -t 3 --max-redirect=0 -O "$2" "$1"
     else
         return 1
     fi

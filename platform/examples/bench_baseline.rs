@@ -49,7 +49,7 @@ async fn run(tls: Option<tokio_rustls::TlsAcceptor>) -> Result<()> {
     let addr = listener.local_addr()?;
     println!("listening on {}://{addr}", if tls.is_some() { "https" } else { "http" });
     let app = Router::new().route(PATH_HEARTBEAT, post(heartbeat));
-    let t = Transport { header_timeout: Duration::from_secs(30), max_connections: 10_000 };
+    let t = Transport::new(Duration::from_secs(30), 10_000);
     serve(listener, tls, app, t, std::future::pending()).await?;
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! WAL mode lets these run while a server has the same file open.
 //!
 //! Exit codes: 0 done, 1 the operation failed (the message, or with `--json` the error body, says
-//! why), 2 bad usage.
+//! why), 2 bad usage, which includes `serve` refusing a weak admin token file
+//! ([`admin_token_weakness`]).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -83,7 +84,9 @@ struct ServeArgs {
     /// Serve plain HTTP; allowed only on a loopback address.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
     insecure_http: bool,
-    /// A file holding the admin API bearer token; without it the admin API is off.
+    /// A file holding the admin API bearer token; without it the admin API is off. At least 32
+    /// random visible ASCII characters, e.g. from
+    /// `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'`; a weaker one is refused (exit 2).
     #[arg(long, value_name = "F")]
     admin_token_file: Option<PathBuf>,
     /// Directory served under /dl/ (gpum-install, gpum-agent, their .sha256 and .sig).
@@ -109,6 +112,23 @@ struct ServeArgs {
     /// file-descriptor limit, which is raised to its hard limit at start.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
+    /// Seconds an answer's writing may make no progress (the client reads nothing) before the
+    /// connection is closed. A download that keeps moving is never cut.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    write_timeout: u64,
+    /// Connections one client address (an IPv6 /64) may hold at once; one past it is closed at
+    /// once. Default: a sixteenth of --max-connections, at least 8. Terminators are not capped.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections_per_address: Option<u64>,
+    /// The address a TLS terminator connects from (repeatable): all its clients share it, so it
+    /// is not capped per address. `loopback` (the default) is any loopback address; `none`, no
+    /// terminator.
+    #[arg(long, value_name = "ADDR", default_value = "loopback", value_parser = terminator_arg)]
+    terminator_address: Vec<String>,
+    /// MiB that request bodies may hold together beyond each body's first 32 KiB; a body that
+    /// needs more waits for it, within --body-timeout.
+    #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    body_memory: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,6 +189,21 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("{s:?} is out of range"))
 }
 
+/// The exit code of bad usage: clap's, and `serve`'s for a weak admin token file.
+pub const EXIT_USAGE: i32 = 2;
+
+/// A refusal that is the caller's to fix in how it runs the command (exit [`EXIT_USAGE`]).
+#[derive(Debug)]
+struct BadUsage(String);
+
+impl std::fmt::Display for BadUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadUsage {}
+
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let json = cli.json;
@@ -180,9 +215,52 @@ pub fn main() -> i32 {
             } else {
                 eprintln!("gpum-platform: {}", escape_controls(&format!("{e:#}")));
             }
-            1
+            if e.downcast_ref::<BadUsage>().is_some() { EXIT_USAGE } else { 1 }
         }
     }
+}
+
+/// The shortest admin token `serve` accepts.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 32;
+
+/// Why `token` (the admin token file's content, trimmed) is too weak to serve with, or `None`.
+/// It must be at least [`MIN_ADMIN_TOKEN_LEN`] visible ASCII characters (what an
+/// `Authorization` header and the sign-in form carry unchanged) and look random: 8 different
+/// characters or more, 20 different pairs of neighbours or more (no short pattern repeated),
+/// and at most half of it continuing a sequence (`abcdef…`, `0a1b2c…`). A random hex token of
+/// 32 characters fails these about once in 30 million; one of 64, as the guide makes, never
+/// in practice. The reason names counts, never the token.
+pub fn admin_token_weakness(token: &str) -> Option<String> {
+    use std::collections::HashSet;
+    let b = token.as_bytes();
+    if b.len() < MIN_ADMIN_TOKEN_LEN {
+        return Some(format!("it has {} characters; at least {MIN_ADMIN_TOKEN_LEN} are needed", b.len()));
+    }
+    if !b.iter().all(u8::is_ascii_graphic) {
+        return Some(
+            "it holds a space, a control character or a non-ASCII character; use letters, digits and punctuation"
+                .into(),
+        );
+    }
+    let distinct = b.iter().collect::<HashSet<_>>().len();
+    if distinct < 8 {
+        return Some(format!("it uses only {distinct} different characters"));
+    }
+    let pairs = b.windows(2).collect::<HashSet<_>>().len();
+    if pairs < 20 {
+        return Some(format!("it repeats itself: only {pairs} different pairs of neighbouring characters"));
+    }
+    let steps = |i: usize, k: usize| {
+        i >= 2 * k && i16::from(b[i]) - i16::from(b[i - k]) == i16::from(b[i - k]) - i16::from(b[i - 2 * k])
+    };
+    let in_sequence = (2..b.len()).filter(|&i| (1..=3).any(|k| steps(i, k))).count();
+    if 2 * in_sequence > b.len() - 2 {
+        return Some(format!(
+            "{in_sequence} of its {} characters continue a sequence (like abcdef)",
+            b.len()
+        ));
+    }
+    None
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -341,8 +419,14 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Some(f) => {
             let t = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
             let t = t.trim();
-            if t.len() < 32 {
-                bail!("the admin token in {} is shorter than 32 characters", f.display());
+            if let Some(why) = admin_token_weakness(t) {
+                return Err(BadUsage(format!(
+                    "the admin token in {} is too weak to guard the admin API: {why}. Make a new one \
+                     with: (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > {})",
+                    f.display(),
+                    f.display()
+                ))
+                .into());
             }
             Some(<[u8; 32]>::from(Sha256::digest(t.as_bytes())))
         }
@@ -365,12 +449,21 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let addr = listener.local_addr()?;
     let public_url =
         public_url.unwrap_or_else(|| format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }));
+    let max_connections = crate::listen::effective_max_connections(
+        usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        crate::listen::raise_nofile_limit(),
+    );
     let transport = crate::listen::Transport {
         header_timeout: Duration::from_secs(args.header_timeout),
-        max_connections: crate::listen::effective_max_connections(
-            usize::try_from(args.max_connections).unwrap_or(usize::MAX),
-            crate::listen::raise_nofile_limit(),
-        ),
+        max_connections,
+        write_timeout: Duration::from_secs(args.write_timeout),
+        max_per_address: args
+            .max_connections_per_address
+            .map_or(crate::listen::default_max_per_address(max_connections), |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+        terminators: terminators(&args.terminator_address)?,
+        body_memory: usize::try_from(args.body_memory).unwrap_or(usize::MAX).saturating_mul(1024 * 1024),
     };
     let db = crate::db::Db::start(conn);
     db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
@@ -396,8 +489,11 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     tracing::info!(
         public_url = %state.cfg.public_url,
         max_connections = transport.max_connections,
+        max_connections_per_address = transport.max_per_address,
         header_timeout_s = args.header_timeout,
         body_timeout_s = args.body_timeout,
+        write_timeout_s = args.write_timeout,
+        body_memory_mib = args.body_memory,
         "serving"
     );
 
@@ -425,6 +521,28 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     res
 }
 
+/// One `--terminator-address`: an IP address, `loopback` or `none`.
+fn terminator_arg(s: &str) -> Result<String, String> {
+    if s != "none" {
+        s.parse::<crate::listen::Terminator>()?;
+    }
+    Ok(s.to_owned())
+}
+
+/// The `--terminator-address` list: `none` stands alone.
+fn terminators(given: &[String]) -> Result<Vec<crate::listen::Terminator>> {
+    if given.iter().any(|g| g == "none") {
+        if given.len() > 1 {
+            bail!("--terminator-address none cannot be given with other addresses");
+        }
+        return Ok(Vec::new());
+    }
+    given
+        .iter()
+        .map(|g| g.parse().map_err(|e: String| anyhow::anyhow!("--terminator-address: {e}")))
+        .collect()
+}
+
 fn announce(tls: bool, addr: SocketAddr) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", server::listening_line(tls, addr))?;
@@ -450,6 +568,55 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29, item 6: `serve` took any 32 characters, `aaaa…` included.
+    #[test]
+    fn weak_admin_tokens_are_refused() {
+        let urandom_hex = |n: usize| {
+            let mut b = vec![0u8; n];
+            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut b).unwrap();
+            hex::encode(b)
+        };
+        // What the guide makes (64 hex digits), a 128-bit hex token, base64 and punctuation.
+        for _ in 0..200 {
+            for t in [urandom_hex(32), urandom_hex(16)] {
+                assert_eq!(admin_token_weakness(&t), None, "{t}");
+            }
+        }
+        assert_eq!(admin_token_weakness("q/Ta1Vt9ESa/xAYBFGX7JHQ0+HZcBSqY"), None);
+        for (t, why) in [
+            ("0123456789abcdef0123456789abcde", "31 characters"),
+            (&"a".repeat(64), "only 1 different"),
+            ("passwordpasswordpasswordpassword", "different characters"),
+            ("0123456789abcdef0123456789abcdef", "repeats itself"),
+            ("ABCDEFGHIJKLMNOPQRSTUVWXYZ012345", "sequence"),
+            ("0a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p", "sequence"),
+            ("9f86d081884c7d65 9a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "a space"),
+            ("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a0é", "non-ASCII"),
+        ] {
+            let got = admin_token_weakness(t).unwrap_or_else(|| panic!("{t} was accepted"));
+            assert!(got.contains(why), "{t}: {got}");
+            assert!(!got.contains(t), "the reason quotes the token: {got}");
+        }
+    }
+
+    #[test]
+    fn terminator_addresses() {
+        use crate::listen::Terminator;
+        let list = |a: &[&str]| terminators(&a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(list(&["loopback"]).unwrap(), vec![Terminator::Loopback]);
+        assert!(list(&["none"]).unwrap().is_empty());
+        assert!(list(&["none", "loopback"]).is_err());
+        let mapped = list(&["::ffff:203.0.113.7", "2001:db8::1"]).unwrap();
+        assert_eq!(
+            mapped,
+            vec![
+                Terminator::Addr("203.0.113.7".parse().unwrap()),
+                Terminator::Addr("2001:db8::1".parse().unwrap())
+            ]
+        );
+        assert!(terminator_arg("proxy.example").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -254,6 +254,49 @@ pub fn checkpoint(conn: &Connection) -> rusqlite::Result<Wal> {
     Ok(if busy != 0 { Wal { frames, copied: 0 } } else { Wal { frames, copied } })
 }
 
+/// Makes the database at `path` private before SQLite opens it (issue 29, item 11): the file is
+/// created here, mode 0600 whatever the umask, when it does not exist yet, and an existing
+/// database, `-wal`, `-shm` or `-journal` that others may read is narrowed to 0600. SQLite gives
+/// the `-wal`, `-shm` and `-journal` files it creates later the database file's mode, so they
+/// are 0600 too. They hold host names, GPU UUIDs and token hashes.
+///
+/// Narrowing fails (and so does opening) only where the caller is neither the file's owner nor
+/// root, that is, where someone else could read the file: `chmod 600` it as its owner.
+pub fn private_files(path: &std::path::Path) -> rusqlite::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    let refuse = |what: &std::path::Path, e: std::io::Error| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("make {} private (mode 0600): {e}", what.display())),
+        )
+    };
+    // SQLite's in-memory and temporary databases have no file.
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(f) => f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| refuse(path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(refuse(path, e)),
+    }
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = std::path::Path::new(&name);
+        match std::fs::metadata(file) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| refuse(file, e))?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(refuse(file, e)),
+        }
+    }
+    Ok(())
+}
+
 /// What [`backup`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Backup {
@@ -329,6 +372,41 @@ mod tests {
         writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
         writer.execute_batch(&format!("CREATE TABLE t (x {column})")).unwrap();
         (dir, path, writer)
+    }
+
+    fn mode(p: &std::path::Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Issue 29, item 11: under umask 022 the database, its WAL and its shared memory were 0644.
+    /// (The end-to-end test `auth::database_files_are_private` runs the server under umask 022.)
+    #[test]
+    fn the_database_and_its_wal_and_shm_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("platform.db");
+        let c = crate::store::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1)").unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let f = dir.path().join(format!("platform.db{suffix}"));
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+        drop(c);
+        // A database made readable by others (an older platform's) is narrowed when opened.
+        let old = dir.path().join("old.db");
+        drop(crate::store::open(&old).unwrap());
+        let w = crate::store::open(&old).unwrap();
+        w.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1)").unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let f = dir.path().join(format!("old.db{suffix}"));
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let _again = crate::store::open(&old).unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let f = dir.path().join(format!("old.db{suffix}"));
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
     }
 
     /// Frames in the WAL now, counted from its last restart.

@@ -1,32 +1,52 @@
-//! The accept loop: connections, TLS, timeouts and the connection cap.
+//! The accept loop: connections, TLS, timeouts and the caps on what one client holds.
 //!
 //! The platform faces the internet (or a TLS terminator that does), so a client must not be able
-//! to hold its resources by being slow (issue 14, item 6):
+//! to hold its resources by being slow (issue 14, item 6) or by not reading (issue 29, item 1):
 //! - **A connection cap.** At most [`Transport::max_connections`] connections are open at once;
 //!   past it the loop stops accepting and new connections wait in the kernel's backlog until one
 //!   closes. The cap is also kept below the process's file-descriptor limit (raised to its hard
 //!   limit at start, [`raise_nofile_limit`]), so `accept` never fails with "Too many open files".
+//! - **A cap per client address.** One address (an IPv6 address's /64) holds at most
+//!   [`Transport::max_per_address`] of those connections; a connection past it is closed as soon
+//!   as it is accepted, so it neither waits in the backlog ahead of other clients nor holds a
+//!   slot. A TLS terminator's address ([`Transport::terminators`], loopback unless told
+//!   otherwise) is shared by all its clients and is not capped: the terminator caps its own.
 //! - **A header timeout.** A connection that has not sent a complete request head within
 //!   [`Transport::header_timeout`] (hyper's `header_read_timeout`, which also bounds how long an
 //!   idle keep-alive connection is kept) is closed; so is a TLS handshake that takes longer.
-//! - **A body timeout** is enforced where bodies are read (`server::read_body`).
+//! - **A write timeout.** A connection whose answer has not moved for
+//!   [`Transport::write_timeout`] (the client reads nothing, so the socket's buffers stay full) is
+//!   closed ([`WriteBound`]). It bounds a stall, not a whole answer: a long download that keeps
+//!   moving is served to its end. Answers to pipelined requests are written one after the other,
+//!   each only after the one before went out, so a client that queues thousands of requests and
+//!   reads none is closed by the same bound; hyper buffers at most 64 KiB of them
+//!   (`max_buf_size`).
+//! - **A body timeout and a body budget** are enforced where bodies are read
+//!   (`server::read_body`): the first [`BODY_OWN_BYTES`] of each body are its own, the rest comes
+//!   from one [`BodyBudget`] shared by every request (`--body-memory`), so connections that send
+//!   large bodies slowly hold a bounded amount of memory together, not a megabyte each.
 //!
 //! Only HTTP/1.1 is served (ALPN `http/1.1` under TLS): it has the header timeout, and an agent
 //! uses one connection at a time anyway.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 /// File descriptors kept free for everything but client connections (the database and its
 /// WAL, downloads being served, logs).
@@ -35,10 +55,73 @@ const FD_RESERVE: u64 = 64;
 /// How long connections get to finish after a shutdown signal.
 const GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone, Copy)]
+/// The bytes of each request body read without drawing on the [`BodyBudget`]: a heartbeat, even
+/// one carrying an inventory, fits; what is larger (a long container list, or an attack) shares.
+pub const BODY_OWN_BYTES: usize = 32 * 1024;
+
+#[derive(Debug, Clone)]
 pub struct Transport {
     pub header_timeout: Duration,
     pub max_connections: usize,
+    /// The longest an answer's writing may make no progress before the connection is closed.
+    pub write_timeout: Duration,
+    /// Connections one client address may hold at once ([`default_max_per_address`]).
+    pub max_per_address: usize,
+    /// Addresses the per-address cap does not apply to: TLS terminators.
+    pub terminators: Vec<Terminator>,
+    /// Bytes of request bodies held at once beyond each body's own [`BODY_OWN_BYTES`].
+    pub body_memory: usize,
+}
+
+impl Transport {
+    /// The defaults of `serve` for these two bounds, with every other bound at its default.
+    pub fn new(header_timeout: Duration, max_connections: usize) -> Transport {
+        Transport {
+            header_timeout,
+            max_connections,
+            write_timeout: Duration::from_secs(30),
+            max_per_address: default_max_per_address(max_connections),
+            terminators: vec![Terminator::Loopback],
+            body_memory: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// Where a TLS terminator connects from: many clients share its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminator {
+    /// Any loopback address (`127.0.0.0/8`, `::1`): a terminator on the same machine.
+    Loopback,
+    Addr(IpAddr),
+}
+
+impl std::str::FromStr for Terminator {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "loopback" {
+            return Ok(Terminator::Loopback);
+        }
+        s.parse::<IpAddr>()
+            .map(|a| Terminator::Addr(a.to_canonical()))
+            .map_err(|_| format!("{s:?} is not an IP address, `loopback` or `none`"))
+    }
+}
+
+impl Terminator {
+    fn matches(self, ip: IpAddr) -> bool {
+        match self {
+            Terminator::Loopback => ip.is_loopback(),
+            Terminator::Addr(a) => a == ip,
+        }
+    }
+}
+
+/// The default per-address cap: a sixteenth of the connection cap, at least 8. Sixteen addresses
+/// are needed to fill the platform, and an address shared by a few dozen machines behind one NAT
+/// still has a connection for each (64 at the default cap of 1024).
+pub fn default_max_per_address(max_connections: usize) -> usize {
+    (max_connections / 16).max(8)
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the soft limit now in force.
@@ -72,6 +155,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(t.max_connections));
+    let per_address = Arc::new(PerAddress::new(t.max_per_address, t.terminators.clone()));
+    let app = app.layer(Extension(BodyBudget::new(t.body_memory)));
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(t.header_timeout).max_buf_size(64 * 1024);
@@ -83,9 +168,9 @@ pub async fn serve(
             p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((s, _)) => s,
+                Ok(v) => v,
                 Err(e) => {
                     // ECONNABORTED and the like concern one connection; anything else (EMFILE)
                     // gets a pause so the loop does not spin.
@@ -96,22 +181,29 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Over its address's cap, a connection is closed at once (and its slot given back).
+        // No address is logged: the platform logs none.
+        let Some(held) = per_address.admit(peer.ip()) else {
+            tracing::debug!("a connection over the per-address cap was closed");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        let stream = WriteBound::new(stream, t.write_timeout);
         let watcher = graceful.watcher();
         let builder = builder.clone();
         let app = app.clone();
         let tls = tls.clone();
+        let header_timeout = t.header_timeout;
         tokio::spawn(async move {
             let _permit = permit;
+            let _held = held;
             match tls {
-                None => serve_one(stream, &builder, app, watcher).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(t.header_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => serve_one(s, &builder, app, watcher).await,
-                        Ok(Err(e)) => tracing::debug!("TLS handshake: {e}"),
-                        Err(_) => tracing::debug!("TLS handshake timed out"),
-                    }
-                }
+                None => serve_one(stream, peer, &builder, app, watcher).await,
+                Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => serve_one(s, peer, &builder, app, watcher).await,
+                    Ok(Err(e)) => tracing::debug!("TLS handshake: {e}"),
+                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                },
             }
         });
     }
@@ -122,17 +214,235 @@ pub async fn serve(
     Ok(())
 }
 
+/// Serves one connection. Each request carries the peer's address as axum's `ConnectInfo`
+/// (what the admin token's rate limit counts by, `web::throttle`); no header is read for it.
 async fn serve_one<I>(
     io: I,
+    peer: std::net::SocketAddr,
     builder: &http1::Builder,
     app: Router,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
+    let app = TowerToHyperService::new(app);
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        hyper::service::Service::call(&app, req)
+    });
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!("connection: {e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections per address
+
+/// Open connections per client address.
+struct PerAddress {
+    cap: usize,
+    terminators: Vec<Terminator>,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; its address's count goes down when it is dropped.
+struct Held {
+    table: Arc<PerAddress>,
+    key: Option<IpAddr>,
+}
+
+impl PerAddress {
+    fn new(cap: usize, terminators: Vec<Terminator>) -> PerAddress {
+        PerAddress { cap: cap.max(1), terminators, open: Mutex::new(HashMap::new()) }
+    }
+
+    /// What a peer is counted under: its IPv4 address, or its IPv6 address's /64 (one
+    /// subscriber's network); `None` for a terminator, which is not counted.
+    fn key(&self, ip: IpAddr) -> Option<IpAddr> {
+        let ip = ip.to_canonical();
+        if self.terminators.iter().any(|t| t.matches(ip)) {
+            return None;
+        }
+        Some(match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        })
+    }
+
+    /// A hold on one more connection for `ip`, or `None` when its address is at the cap.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
+        let key = self.key(ip);
+        if let Some(k) = key {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            let n = open.entry(k).or_insert(0);
+            if *n >= self.cap {
+                return None;
+            }
+            *n += 1;
+        }
+        Some(Held { table: self.clone(), key })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(k) = self.key else { return };
+        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&k) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&k);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The write timeout
+
+/// A connection's socket whose writes fail with `TimedOut` once they have made no progress for
+/// the bound: the client is not reading, and the socket's buffers are full. Each byte written
+/// starts the bound again, so an answer of any length that keeps moving is never cut.
+pub struct WriteBound<I> {
+    io: I,
+    bound: Duration,
+    /// Armed (reset to now + bound) when a write first finds the socket full.
+    stall: Pin<Box<Sleep>>,
+    stalled: bool,
+}
+
+impl<I> WriteBound<I> {
+    pub fn new(io: I, bound: Duration) -> WriteBound<I> {
+        WriteBound { io, bound, stall: Box::pin(tokio::time::sleep(bound)), stalled: false }
+    }
+
+    /// The inner socket is full: `Pending` until the bound since it first was, then the error.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if !self.stalled {
+            self.stalled = true;
+            let deadline = Instant::now() + self.bound;
+            self.stall.as_mut().reset(deadline);
+        }
+        match self.stall.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing of its answer for {} s", self.bound.as_secs()),
+            ))),
+        }
+    }
+
+    /// The outcome of a write: progress disarms the bound, a full socket arms it.
+    fn wrote(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Pending => self.pending(cx),
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.stalled = false;
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteBound<I> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteBound<I> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    // A flush or a shutdown that finds the socket full arms the bound too; one that completes
+    // says nothing about progress, so it does not disarm it.
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_flush(cx) {
+            Poll::Pending => this.pending(cx),
+            r => r,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_shutdown(cx) {
+            Poll::Pending => this.pending(cx),
+            r => r,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request bodies
+
+/// The memory request bodies may hold together beyond each one's own [`BODY_OWN_BYTES`], in
+/// bytes. [`serve`] puts it in every request's extensions; `server::read_body` takes a
+/// [`BodyLease`] on it as a body arrives, and waits (within the body timeout) when it is spent.
+#[derive(Clone)]
+pub struct BodyBudget(Arc<Semaphore>);
+
+impl BodyBudget {
+    /// A budget of `bytes`, never less than one whole body needs.
+    pub fn new(bytes: usize) -> BodyBudget {
+        let least = crate::server::BODY_LIMIT - BODY_OWN_BYTES;
+        BodyBudget(Arc::new(Semaphore::new(bytes.clamp(least, Semaphore::MAX_PERMITS))))
+    }
+
+    /// The bytes not held by any body now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// What one body holds of a [`BodyBudget`] (none without one); given back when dropped.
+#[derive(Default)]
+pub struct BodyLease {
+    budget: Option<BodyBudget>,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl BodyLease {
+    pub fn new(budget: Option<BodyBudget>) -> BodyLease {
+        BodyLease { budget, held: None }
+    }
+
+    /// Waits until the lease covers a body buffer of `bytes` (its first [`BODY_OWN_BYTES`] are
+    /// free).
+    pub async fn cover(&mut self, bytes: usize) {
+        let Some(budget) = &self.budget else { return };
+        let held = self.held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        let need = bytes.saturating_sub(BODY_OWN_BYTES).saturating_sub(held);
+        if need == 0 {
+            return;
+        }
+        let need = u32::try_from(need).unwrap_or(u32::MAX);
+        let more = budget.0.clone().acquire_many_owned(need).await.expect("the semaphore is never closed");
+        match &mut self.held {
+            Some(p) => p.merge(more),
+            None => self.held = Some(more),
+        }
     }
 }
 
@@ -169,5 +479,98 @@ mod tests {
         assert_eq!(effective_max_connections(1024, 256), 192);
         assert_eq!(effective_max_connections(1024, 10), 1);
         assert_eq!(effective_max_connections(0, 10_000), 1);
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn one_address_is_capped_and_its_slots_come_back() {
+        let t = Arc::new(PerAddress::new(2, vec![Terminator::Loopback]));
+        let a = t.admit(ip("192.0.2.1")).unwrap();
+        let b = t.admit(ip("192.0.2.1")).unwrap();
+        assert!(t.admit(ip("192.0.2.1")).is_none(), "a third connection from one address");
+        // The same address written as IPv4-mapped IPv6 (a dual-stack listener) is the same.
+        assert!(t.admit(ip("::ffff:192.0.2.1")).is_none());
+        let _other = t.admit(ip("192.0.2.2")).expect("another address has its own share");
+        drop(a);
+        let _c = t.admit(ip("192.0.2.1")).expect("a closed connection gives its slot back");
+        drop(b);
+        drop(_c);
+        drop(_other);
+        assert!(t.open.lock().unwrap().is_empty(), "no entry is kept for an address with none open");
+    }
+
+    #[test]
+    fn ipv6_is_counted_per_64_and_terminators_are_not_counted() {
+        let t = Arc::new(PerAddress::new(1, vec![Terminator::Loopback]));
+        let _a = t.admit(ip("2001:db8:1:2::1")).unwrap();
+        assert!(t.admit(ip("2001:db8:1:2:ffff::9")).is_none(), "the same /64");
+        let _b = t.admit(ip("2001:db8:1:3::1")).expect("another /64");
+        let _l: Vec<_> = (0..10).map(|_| t.admit(ip("127.0.0.1")).expect("loopback: a terminator")).collect();
+        let _l6 = t.admit(ip("::1")).expect("::1 too");
+
+        let t = Arc::new(PerAddress::new(1, vec!["203.0.113.7".parse().unwrap()]));
+        let _a = t.admit(ip("127.0.0.1")).unwrap();
+        assert!(t.admit(ip("127.0.0.1")).is_none(), "loopback is capped when not named");
+        let _r: Vec<_> = (0..10).map(|_| t.admit(ip("203.0.113.7")).expect("a named terminator")).collect();
+        assert!("none".parse::<Terminator>().is_err(), "`none` is the command line's, not an address");
+    }
+
+    #[test]
+    fn the_default_share_is_a_sixteenth_and_at_least_8() {
+        assert_eq!(default_max_per_address(1024), 64);
+        assert_eq!(default_max_per_address(20), 8);
+        assert_eq!(default_max_per_address(1), 8);
+    }
+
+    #[tokio::test]
+    async fn a_write_that_makes_no_progress_fails_after_the_bound() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (server, mut client) = tokio::io::duplex(1024);
+        let mut w = WriteBound::new(server, Duration::from_millis(300));
+        // Reading now and then keeps it going, however long the whole takes.
+        let reader = tokio::spawn(async move {
+            let mut got = 0;
+            let mut b = [0u8; 512];
+            while got < 16 * 1024 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                got += client.read(&mut b).await.unwrap();
+            }
+            client
+        });
+        let started = std::time::Instant::now();
+        w.write_all(&[7u8; 16 * 1024]).await.expect("a write that keeps moving is not cut");
+        assert!(started.elapsed() > Duration::from_millis(300), "it took longer than the bound in all");
+        let _client = reader.await.unwrap();
+        // Nobody reads: the buffer fills and the write fails once the bound has passed.
+        let started = std::time::Instant::now();
+        let e = w.write_all(&[7u8; 4096]).await.expect_err("a stalled write fails");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn bodies_share_the_budget_beyond_their_own_bytes() {
+        let budget = BodyBudget::new(0);
+        let total = budget.available();
+        assert_eq!(total, crate::server::BODY_LIMIT - BODY_OWN_BYTES, "never less than one body needs");
+        let mut small = BodyLease::new(Some(budget.clone()));
+        small.cover(BODY_OWN_BYTES).await;
+        assert_eq!(budget.available(), total, "a body within its own bytes takes nothing");
+        let mut big = BodyLease::new(Some(budget.clone()));
+        big.cover(BODY_OWN_BYTES + 1000).await;
+        big.cover(BODY_OWN_BYTES + 3000).await;
+        assert_eq!(budget.available(), total - 3000);
+        let mut waiting = BodyLease::new(Some(budget.clone()));
+        let blocked =
+            tokio::time::timeout(Duration::from_millis(100), waiting.cover(crate::server::BODY_LIMIT));
+        assert!(blocked.await.is_err(), "a spent budget makes the next large body wait");
+        drop(big);
+        assert_eq!(budget.available(), total, "a finished body gives its share back");
+        waiting.cover(crate::server::BODY_LIMIT).await;
+        assert_eq!(budget.available(), 0);
     }
 }

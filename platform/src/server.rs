@@ -22,9 +22,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
-    CreateJoinCodeRequest, ErrorCode, HeartbeatRequest, NodeDeleted, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES,
-    PATH_ADMIN_PROBE_IMAGE, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_REGISTER, QueueCommandRequest,
-    RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest,
+    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, NodeDeleted, PATH_ADMIN_JOIN_CODES,
+    PATH_ADMIN_NODES, PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_REGISTER,
+    QueueCommandRequest, RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -33,6 +33,7 @@ use crate::clock::Clock;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::store;
+use crate::web::throttle::{self, Door, Throttle};
 
 /// The largest request body accepted. A heartbeat with a full inventory, 4 KiB of probe output
 /// and a thousand container ids stays far below it.
@@ -41,6 +42,7 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// Every route, as (method, path template). docs/openapi.yaml documents exactly these; a test
 /// proves both that the file matches this list and that the router serves each entry.
 pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", PATH_ENROLL),
     ("POST", PATH_REGISTER),
     ("POST", PATH_HEARTBEAT),
     ("POST", PATH_ADMIN_JOIN_CODES),
@@ -75,6 +77,8 @@ pub struct AppState {
 type St = State<Arc<AppState>>;
 
 pub fn router(state: Arc<AppState>) -> Router {
+    // One budget of wrong admin tokens per client address, for the admin API and the sign-in.
+    let throttle = Arc::new(Throttle::default());
     let admin = Router::new()
         .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
         .route(PATH_ADMIN_NODES, get(list_nodes))
@@ -83,19 +87,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
-        .route_layer(middleware::from_fn_with_state(state.clone(), admin_auth));
+        .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), admin_auth));
     Router::new()
+        .route(PATH_ENROLL, post(enroll))
         .route(PATH_REGISTER, post(register))
         .route(PATH_HEARTBEAT, post(heartbeat))
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
         .merge(admin)
-        .merge(crate::web::router(state.clone()))
+        .merge(crate::web::router(state.clone(), throttle))
         .fallback(|| async { ApiError::not_found("endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this endpoint")
         })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(state.clone(), date_header))
         .with_state(state)
 }
@@ -107,6 +113,42 @@ async fn date_header(State(st): St, req: Request, next: Next) -> Response {
         resp.headers_mut().insert(header::DATE, v);
     }
     resp
+}
+
+/// The last word on error answers: one that is neither the protocol's JSON nor a dashboard
+/// page (axum's own plain-text rejections: a path parameter that is not UTF-8, say) becomes
+/// `{"error":{"code","message"}}` with the code for its status. Every error the platform gives is
+/// then JSON, whichever extractor refused the request.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !status.is_client_error() && !status.is_server_error() {
+        return resp;
+    }
+    let ct = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if ct.starts_with("application/json") || ct.starts_with("text/html") {
+        return resp;
+    }
+    let code = match status {
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        StatusCode::REQUEST_TIMEOUT => ErrorCode::RequestTimeout,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::TOO_MANY_REQUESTS => ErrorCode::TooManyRequests,
+        s if s.is_server_error() => ErrorCode::Internal,
+        _ => ErrorCode::InvalidRequest,
+    };
+    // A rejection's text describes the request, never the server; at most a line of it.
+    let text = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let text: String = text.trim().chars().take(300).collect();
+    if code == ErrorCode::Internal {
+        tracing::error!("{status}: {text}");
+        return ApiError::internal().into_response();
+    }
+    let message =
+        if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_owned() } else { text };
+    ApiError::new(code, message).into_response()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,7 +171,16 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
 
 /// Reads the whole body: at most [`BODY_LIMIT`] bytes, within `timeout` (a client that sends
 /// its body slowly, or never, does not hold the connection).
+///
+/// Memory follows what arrives, not what is announced: the buffer doubles as the body arrives,
+/// up to its announced length (one copy, no list of chunks), and beyond each body's first
+/// [`crate::listen::BODY_OWN_BYTES`] it is leased from the [`crate::listen::BodyBudget`] the
+/// accept loop put in the request, waiting for it within `timeout`. So many connections that
+/// send large bodies slowly hold the budget together, not a megabyte each.
 pub(crate) async fn read_body(req: Request, timeout: Duration) -> Result<Bytes, ApiError> {
+    use crate::listen::{BODY_OWN_BYTES, BodyBudget, BodyLease};
+    use axum::body::HttpBody;
+    use std::pin::Pin;
     let too_large =
         || ApiError::new(ErrorCode::PayloadTooLarge, format!("the request body is over {BODY_LIMIT} bytes"));
     // A declared length over the limit is refused before reading a byte of it.
@@ -138,16 +189,38 @@ pub(crate) async fn read_body(req: Request, timeout: Duration) -> Result<Bytes, 
     if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
         return Err(too_large());
     }
-    match tokio::time::timeout(timeout, Bytes::from_request(req, &())).await {
+    let declared = declared.and_then(|n| usize::try_from(n).ok());
+    let mut lease = BodyLease::new(req.extensions().get::<BodyBudget>().cloned());
+    let mut body = req.into_body();
+    let read = async {
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            let frame = frame.map_err(|e| {
+                ApiError::new(ErrorCode::InvalidJson, format!("could not read the request body: {e}"))
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            let len = buf.len() + data.len();
+            if len > BODY_LIMIT {
+                return Err(too_large());
+            }
+            if len > buf.capacity() {
+                // Doubling from the body's own bytes, up to the announced length: a body that
+                // announces a megabyte and sends a byte holds no more than its own.
+                let most = declared.filter(|&n| n >= len).unwrap_or(BODY_LIMIT);
+                let want = len.max(buf.capacity() * 2).max(BODY_OWN_BYTES).min(most);
+                lease.cover(want).await;
+                buf.reserve_exact(want - buf.len());
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(Bytes::from(buf))
+    };
+    match tokio::time::timeout(timeout, read).await {
         Err(_) => Err(ApiError::new(
             ErrorCode::RequestTimeout,
             format!("the request body did not arrive within {} s", timeout.as_secs()),
         )),
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(rej)) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-        Ok(Err(rej)) => {
-            Err(ApiError::new(ErrorCode::InvalidJson, format!("could not read the request body: {rej}")))
-        }
+        Ok(r) => r,
     }
 }
 
@@ -164,7 +237,21 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-async fn admin_auth(State(st): St, req: Request, next: Next) -> Response {
+/// The admin API's guard: the bearer must be the admin token, and an address that sent too many
+/// wrong ones is refused (429) for a while before its token is looked at
+/// ([`crate::web::throttle`], shared with the dashboard's sign-in). Every admin answer is
+/// `Cache-Control: no-store`: some carry a secret shown once (a join code, a new node token).
+async fn admin_auth(
+    State((st, throttle)): State<(Arc<AppState>, Arc<Throttle>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut resp = admin_answer(&st, &throttle, req, next).await;
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+async fn admin_answer(st: &AppState, throttle: &Throttle, req: Request, next: Next) -> Response {
     let Some(want) = st.cfg.admin_token_hash else {
         return ApiError::new(
             ErrorCode::AdminUnauthorized,
@@ -172,6 +259,10 @@ async fn admin_auth(State(st): St, req: Request, next: Next) -> Response {
         )
         .into_response();
     };
+    let client = throttle::client_key(&req);
+    if let Err(wait) = throttle.check(client, Door::AdminApi) {
+        return throttle::too_many(wait);
+    }
     let got: [u8; 32] = match bearer(req.headers()) {
         Some(t) => Sha256::digest(t.as_bytes()).into(),
         None => {
@@ -180,13 +271,21 @@ async fn admin_auth(State(st): St, req: Request, next: Next) -> Response {
     };
     // Compare digests without an early exit.
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        throttle.failed(client, Door::AdminApi);
         return ApiError::new(ErrorCode::AdminUnauthorized, "wrong admin token").into_response();
     }
+    throttle.succeeded(client);
     next.run(req).await
 }
 
 // ---------------------------------------------------------------------------------------------
 // Agent endpoints
+
+async fn enroll(State(st): St, ApiJson(req): ApiJson<EnrollRequest>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let r = st.db.call(move |c| store::enroll(c, now, &req)).await?;
+    Ok(Json(r).into_response())
+}
 
 async fn register(State(st): St, ApiJson(req): ApiJson<RegisterRequest>) -> Result<Response, ApiError> {
     let now = st.clock.now();

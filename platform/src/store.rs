@@ -20,10 +20,10 @@ use std::path::Path;
 
 use gpum_protocol::joincode::JoinCode;
 use gpum_protocol::{
-    CommandKind, CommandQueued, CommandResult, CommandStatus, ErrorCode, Health, HeartbeatRequest,
-    HeartbeatResponse, Inventory, JoinCodeCreated, Metrics, NodeList, NodeSummary, OFFLINE_AFTER_SECS,
-    PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest, RegisterResponse, RemovedContainer, TokenRotated,
-    VerificationState, limits,
+    CommandKind, CommandQueued, CommandResult, CommandStatus, ENROLL_GRACE_SECS, EnrollRequest,
+    EnrollResponse, ErrorCode, Health, HeartbeatRequest, HeartbeatResponse, Inventory, JoinCodeCreated,
+    Metrics, NodeList, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest,
+    RegisterResponse, RemovedContainer, TokenRotated, VerificationState, limits,
 };
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -109,10 +109,17 @@ ALTER TABLE join_codes ADD COLUMN install_id_hash TEXT;
 ALTER TABLE join_codes ADD COLUMN node_id TEXT;
 CREATE INDEX commands_node_seq ON commands(node_id, seq);
 "#,
+    // Bounded repeats (issue 29, items 2 and 3): how often the install id a code is bound to
+    // used it again, and the replaced tokens of a node found by node for pruning.
+    r#"
+ALTER TABLE join_codes ADD COLUMN repeats INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX replaced_tokens_node ON replaced_tokens(node_id, replaced_at);
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
 pub fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
+    crate::db::private_files(path)?;
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -199,8 +206,9 @@ fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, msg)
 }
 
-/// Refuses an inventory whose lists are over the protocol's limits. Its strings are cut when
-/// stored ([`bounded_inventory_json`]), not refused.
+/// Refuses an inventory whose lists or numbers are over the protocol's limits
+/// (`Inventory::check_ranges`). Its strings are cut when stored ([`bounded_inventory_json`]),
+/// not refused.
 fn validate_inventory(inv: &Inventory) -> Result<(), ApiError> {
     if inv.private.gpu_uuids.len() > limits::MAX_GPUS
         || inv.private.gpu_uuids.iter().any(|u| u.is_empty() || u.len() > MAX_ID_LEN)
@@ -213,7 +221,7 @@ fn validate_inventory(inv: &Inventory) -> Result<(), ApiError> {
     if inv.public.gpus.len() > limits::MAX_GPUS {
         return Err(invalid(format!("gpus: at most {}", limits::MAX_GPUS)));
     }
-    Ok(())
+    inv.check_ranges().map_err(invalid)
 }
 
 /// The inventory's JSON as stored, with every free-text field cut to
@@ -284,46 +292,125 @@ fn check_gpus_free(conn: &Connection, uuids: &[String], node_id: Option<&str>) -
     Ok(())
 }
 
+/// The join code's row, by the code's hash.
+struct CodeRow {
+    expires_at: i64,
+    used_at: Option<i64>,
+    /// The install id the code is bound to (by [`enroll`] or its first registration), hashed.
+    install_id_hash: Option<String>,
+    node_id: Option<String>,
+    repeats: i64,
+}
+
+fn code_row(conn: &Connection, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT expires_at, used_at, install_id_hash, node_id, repeats FROM join_codes WHERE code_hash = ?1",
+        )?
+        .query_row(params![code_hash], |r| {
+            Ok(CodeRow {
+                expires_at: r.get(0)?,
+                used_at: r.get(1)?,
+                install_id_hash: r.get(2)?,
+                node_id: r.get(3)?,
+                repeats: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+fn parse_code(raw: &str) -> Result<JoinCode, ApiError> {
+    JoinCode::parse(raw)
+        .map_err(|e| ApiError::new(ErrorCode::JoinCodeMalformed, format!("the join code {e}")))
+}
+
+fn code_unknown() -> ApiError {
+    ApiError::new(ErrorCode::JoinCodeUnknown, "this join code was never issued")
+}
+
+fn code_used() -> ApiError {
+    ApiError::new(ErrorCode::JoinCodeUsed, "this join code was already used")
+}
+
+fn code_expired() -> ApiError {
+    ApiError::new(ErrorCode::JoinCodeExpired, "this join code has expired")
+}
+
+/// Counts one more use of a code by the install id it is bound to; `join_code_used` past
+/// `limits::MAX_CODE_REPEATS`, so that repeating a code cannot grow the database without bound.
+fn count_repeat(conn: &Connection, code_hash: &str, row: &CodeRow) -> Result<(), ApiError> {
+    if row.repeats >= i64::from(limits::MAX_CODE_REPEATS) {
+        return Err(code_used());
+    }
+    conn.prepare_cached("UPDATE join_codes SET repeats = repeats + 1 WHERE code_hash = ?1")?
+        .execute(params![code_hash])?;
+    Ok(())
+}
+
+/// `POST /api/v1/agent/enroll`: binds an unused code to `install_id` (see
+/// [`gpum_protocol::EnrollRequest`]). The same install id may enroll again; any other gets
+/// `join_code_used`, and so does a registration with the code that lacks the install id.
+pub fn enroll(conn: &Connection, now: u64, req: &EnrollRequest) -> Result<EnrollResponse, ApiError> {
+    let code = parse_code(&req.join_code)?;
+    let id_hash = hash_secret(&normalize_install_id(&req.install_id)?);
+    let code_hash = hash_secret(&code.to_string());
+    let row = code_row(conn, &code_hash)?.ok_or_else(code_unknown)?;
+    let live = (now as i64) < row.expires_at;
+    match &row.install_id_hash {
+        None if row.used_at.is_some() => Err(code_used()),
+        None if !live => Err(code_expired()),
+        None => {
+            let expires_at = row.expires_at.max((now + ENROLL_GRACE_SECS) as i64);
+            conn.prepare_cached(
+                "UPDATE join_codes SET install_id_hash = ?1, expires_at = ?2 WHERE code_hash = ?3",
+            )?
+            .execute(params![id_hash, expires_at, code_hash])?;
+            Ok(EnrollResponse { expires_at: expires_at as u64 })
+        }
+        Some(stored) if digest_eq(stored, &id_hash) && live => {
+            count_repeat(conn, &code_hash, &row)?;
+            Ok(EnrollResponse { expires_at: row.expires_at as u64 })
+        }
+        Some(_) if row.used_at.is_none() && !live => Err(code_expired()),
+        Some(_) => Err(code_used()),
+    }
+}
+
 pub fn register(
     conn: &Connection,
     now: u64,
     req: &RegisterRequest,
     heartbeat_interval_secs: u64,
 ) -> Result<RegisterResponse, ApiError> {
-    let code = JoinCode::parse(&req.join_code)
-        .map_err(|e| ApiError::new(ErrorCode::JoinCodeMalformed, format!("the join code {e}")))?;
+    let code = parse_code(&req.join_code)?;
     validate_inventory(&req.inventory)?;
     let install_id_hash =
         req.install_id.as_deref().map(normalize_install_id).transpose()?.map(|i| hash_secret(&i));
     let code_hash = hash_secret(&code.to_string());
-    type Row = (i64, Option<i64>, Option<String>, Option<String>);
-    let row: Option<Row> = conn
-        .prepare_cached(
-            "SELECT expires_at, used_at, install_id_hash, node_id FROM join_codes WHERE code_hash = ?1",
-        )?
-        .query_row(params![code_hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?;
-    let used = || ApiError::new(ErrorCode::JoinCodeUsed, "this join code was already used");
-    match row {
-        None => return Err(ApiError::new(ErrorCode::JoinCodeUnknown, "this join code was never issued")),
-        Some((expires_at, Some(_), stored_id, node_id)) => {
-            // The same installation asking again (it never saw the first answer, or crashed
-            // before saving the token), within the code's lifetime: the same node, a new token.
-            return match (install_id_hash, stored_id, node_id) {
-                (Some(sent), Some(stored), Some(node_id))
-                    if (now as i64) < expires_at
-                        && digest_eq(&sent, &stored)
-                        && live_node(conn, &node_id).is_ok() =>
-                {
-                    register_again(conn, now, req, &node_id, heartbeat_interval_secs)
-                }
-                _ => Err(used()),
-            };
-        }
-        Some((expires_at, None, ..)) if now as i64 >= expires_at => {
-            return Err(ApiError::new(ErrorCode::JoinCodeExpired, "this join code has expired"));
-        }
-        Some(_) => {}
+    let row = code_row(conn, &code_hash)?.ok_or_else(code_unknown)?;
+    let live = (now as i64) < row.expires_at;
+    // Bound to an install id (enrolled, or registered with one): only that install id may use it.
+    let same_install = match (&install_id_hash, &row.install_id_hash) {
+        (Some(sent), Some(stored)) => digest_eq(sent, stored),
+        (_, None) => true,
+        (None, Some(_)) => false,
+    };
+    if row.used_at.is_some() {
+        // The same installation asking again (it never saw the first answer, or crashed
+        // before saving the token), within the code's lifetime: the same node, a new token.
+        return match (&install_id_hash, &row.install_id_hash, &row.node_id) {
+            (Some(_), Some(_), Some(node_id)) if live && same_install && live_node(conn, node_id).is_ok() => {
+                count_repeat(conn, &code_hash, &row)?;
+                register_again(conn, now, req, node_id, heartbeat_interval_secs)
+            }
+            _ => Err(code_used()),
+        };
+    }
+    if !same_install {
+        return Err(code_used());
+    }
+    if !live {
+        return Err(code_expired());
     }
     // A GPU belongs to one live node. The code is not consumed on this refusal, so the owner
     // can delete the old server and run the installer again with the same code.
@@ -785,6 +872,14 @@ pub fn rotate_token(conn: &Connection, now: u64, id: &str) -> Result<TokenRotate
         "INSERT OR REPLACE INTO replaced_tokens (token_hash, node_id, replaced_at) VALUES (?1, ?2, ?3)",
     )?
     .execute(params![old, id, now as i64])?;
+    // Only the newest replaced tokens are remembered (their agents are told `token_replaced`),
+    // so repeated rotations and re-registrations cannot grow the table without bound.
+    conn.prepare_cached(
+        "DELETE FROM replaced_tokens WHERE node_id = ?1 AND rowid NOT IN
+           (SELECT rowid FROM replaced_tokens WHERE node_id = ?1
+            ORDER BY replaced_at DESC, rowid DESC LIMIT ?2)",
+    )?
+    .execute(params![id, limits::MAX_REPLACED_TOKENS_PER_NODE as i64])?;
     conn.prepare_cached("UPDATE nodes SET token_hash = ?1 WHERE id = ?2")?
         .execute(params![hash_secret(&token), id])?;
     Ok(TokenRotated { node_token: token })

@@ -15,6 +15,8 @@ use sha2::{Digest, Sha256};
 
 pub const API_PREFIX: &str = "/api/v1";
 pub const PATH_REGISTER: &str = "/api/v1/agent/register";
+/// The installer's first call: binds a join code to its install id (issue 29, item 2).
+pub const PATH_ENROLL: &str = "/api/v1/agent/enroll";
 pub const PATH_HEARTBEAT: &str = "/api/v1/agent/heartbeat";
 pub const PATH_ADMIN_JOIN_CODES: &str = "/api/v1/admin/join-codes";
 pub const PATH_ADMIN_NODES: &str = "/api/v1/admin/nodes";
@@ -66,6 +68,23 @@ pub mod limits {
     pub const MAX_REMOVED_HISTORY_PER_NODE: usize = 256;
     /// Length of any free-text string field (names, messages, versions) the platform stores.
     pub const MAX_TEXT_LEN: usize = 1024;
+    // The numbers of an inventory (`Inventory::check_ranges`): far above any real machine, and
+    // low enough that no sum of them a page or a listing makes can overflow.
+    /// One GPU's memory, in MiB (16 TiB).
+    pub const MAX_VRAM_MIB: u64 = 16 << 20;
+    /// A machine's memory, in MiB (1 PiB).
+    pub const MAX_RAM_MIB: u64 = 1 << 30;
+    /// Free space for Docker's data root, in GiB (1 EiB).
+    pub const MAX_DISK_GIB: u64 = 1 << 30;
+    /// A machine's logical CPUs.
+    pub const MAX_CPU_CORES: u32 = 1 << 16;
+    /// Repeats of one join code by the install id it is bound to (enrollments and registrations
+    /// after the first of each); past it the code answers `join_code_used`. An interrupted install
+    /// is run again a few times, not thousands.
+    pub const MAX_CODE_REPEATS: u32 = 32;
+    /// Replaced tokens the platform remembers per node, the newest ones, so that their agents are
+    /// told `token_replaced`; an older one gets `unauthorized`.
+    pub const MAX_REPLACED_TOKENS_PER_NODE: usize = 16;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,6 +134,24 @@ impl Inventory {
         self.json_and_hash().1
     }
 
+    /// Whether its numbers are in range ([`limits::MAX_VRAM_MIB`], [`limits::MAX_RAM_MIB`],
+    /// [`limits::MAX_DISK_GIB`], [`limits::MAX_CPU_CORES`]); `Err` names the first one that is
+    /// not. The platform refuses an inventory that fails it (`invalid_request`), as it refuses
+    /// a list over its limit: a node's inventory is written by whoever holds a join code.
+    pub fn check_ranges(&self) -> Result<(), String> {
+        let p = &self.public;
+        let over =
+            |what: &str, v: u64, max: u64| (v > max).then(|| format!("{what}: at most {max}, got {v}"));
+        let first = p
+            .gpus
+            .iter()
+            .find_map(|g| over("gpus[].vram_mib", g.vram_mib, limits::MAX_VRAM_MIB))
+            .or_else(|| over("ram_mib", p.ram_mib, limits::MAX_RAM_MIB))
+            .or_else(|| over("disk_gib", p.disk_gib, limits::MAX_DISK_GIB))
+            .or_else(|| over("cpu_cores", p.cpu_cores.into(), limits::MAX_CPU_CORES.into()));
+        first.map_or(Ok(()), Err)
+    }
+
     /// The inventory's JSON and its [`Inventory::hash`], from one serialization (for a caller
     /// that stores both).
     pub fn json_and_hash(&self) -> (String, String) {
@@ -139,6 +176,29 @@ pub struct RegisterRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install_id: Option<String>,
 }
+
+/// `POST /api/v1/agent/enroll`: the installer's first call to the platform, before apt. It binds
+/// the join code to the install id, a 128-bit secret the installer keeps in a root-only 0600
+/// file; from then on the code registers only together with that install id. A code seen in a
+/// process list after this call is useless to anyone else. A repeat with the same install id is
+/// accepted (a re-run of an interrupted install), up to `limits::MAX_CODE_REPEATS` times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollRequest {
+    pub join_code: String,
+    /// 32 hexadecimal digits, as in [`RegisterRequest::install_id`].
+    pub install_id: String,
+}
+
+/// The answer to [`EnrollRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrollResponse {
+    /// Until when (Unix seconds) the bound code can register: the code's own expiry, or at
+    /// least `ENROLL_GRACE_SECS` after the enrollment, so that a long install never outlives it.
+    pub expires_at: u64,
+}
+
+/// The least time an enrolled code stays valid for its install id, whatever its own expiry.
+pub const ENROLL_GRACE_SECS: u64 = 6 * 3600;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterResponse {
@@ -375,6 +435,8 @@ pub enum ErrorCode {
     NotFound,
     /// 405
     MethodNotAllowed,
+    /// 429: too many wrong admin tokens from this address; wait `Retry-After` seconds.
+    TooManyRequests,
     /// 500
     Internal,
 }
@@ -392,6 +454,7 @@ impl ErrorCode {
             NodeDeleted => 410,
             NotFound => 404,
             MethodNotAllowed => 405,
+            TooManyRequests => 429,
             Internal => 500,
         }
     }
@@ -535,6 +598,29 @@ mod tests {
         assert!(!ErrorCode::Unauthorized.is_revocation());
         assert_eq!(ErrorCode::NodeDeleted.http_status(), 410);
         assert_eq!(ErrorCode::TokenReplaced.http_status(), 401);
+    }
+
+    /// Issue 29, item 12: two GPUs of `u64::MAX` MiB overflowed the dashboard's sum.
+    #[test]
+    fn inventory_numbers_have_ranges() {
+        let mut inv = Inventory::default();
+        let gpu = |vram_mib| GpuPublic { model: "GPU".into(), vram_mib };
+        inv.public.gpus = vec![gpu(limits::MAX_VRAM_MIB); limits::MAX_GPUS];
+        inv.public.ram_mib = limits::MAX_RAM_MIB;
+        inv.public.disk_gib = limits::MAX_DISK_GIB;
+        inv.public.cpu_cores = limits::MAX_CPU_CORES;
+        assert_eq!(inv.check_ranges(), Ok(()));
+        // The largest sum a page can make fits.
+        assert!(limits::MAX_VRAM_MIB.checked_mul(limits::MAX_GPUS as u64).is_some());
+        let refused = |f: &dyn Fn(&mut Inventory)| {
+            let mut i = inv.clone();
+            f(&mut i);
+            i.check_ranges().unwrap_err()
+        };
+        assert!(refused(&|i| i.public.gpus[1].vram_mib = u64::MAX).starts_with("gpus[].vram_mib"));
+        assert!(refused(&|i| i.public.ram_mib += 1).starts_with("ram_mib"));
+        assert!(refused(&|i| i.public.disk_gib = u64::MAX).starts_with("disk_gib"));
+        assert!(refused(&|i| i.public.cpu_cores = u32::MAX).starts_with("cpu_cores"));
     }
 
     #[test]

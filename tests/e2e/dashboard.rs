@@ -219,18 +219,11 @@ async fn the_owners_whole_path_from_sign_in_to_delete() {
     let code = b.text("#join-code").await;
     assert!(code.starts_with("GPUM-"), "{code}");
     let url = p.url();
-    assert_eq!(
-        b.text("#cmd-install").await,
-        format!("curl -fsSL {url}/install.sh | sudo bash -s -- --code {code}")
-    );
-    assert_eq!(
-        b.text("#cmd-dry-run").await,
-        format!("curl -fsSL {url}/install.sh | sudo bash -s -- --code {code} --dry-run")
-    );
-    assert_eq!(
-        b.text("#cmd-noexec").await,
-        format!("curl -fsSL {url}/install.sh | sudo env TMPDIR=/var/tmp bash -s -- --code {code}")
-    );
+    // The code is on a line ahead of the script, in no command line (issue 29).
+    let fetch = format!("{{ echo gpum_code={code}; curl -fsSL {url}/install.sh; }} |");
+    assert_eq!(b.text("#cmd-install").await, format!("{fetch} sudo bash -s --"));
+    assert_eq!(b.text("#cmd-dry-run").await, format!("{fetch} sudo bash -s -- --dry-run"));
+    assert_eq!(b.text("#cmd-noexec").await, format!("{fetch} sudo env TMPDIR=/var/tmp bash -s --"));
     assert!(b.has("button[data-copy='cmd-install']").await);
     assert_eq!(b.wait_attr("#join-state", "data-state", &["waiting"], LIVE).await, "waiting");
     let page_url = b.url().await;

@@ -18,6 +18,12 @@ use gpum_protocol::{
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::{Client, StatusCode};
 
+// Issue 29 (second hardening round): connection limits, and authentication and input checks.
+#[path = "platform_auth.rs"]
+mod auth;
+#[path = "platform_limits.rs"]
+mod conn_limits;
+
 fn inventory(uuid: &str) -> Inventory {
     let mut inv = Inventory::default();
     inv.public.cpu_model = "Test CPU".into();
@@ -567,7 +573,7 @@ fn sha256_hex(data: &[u8]) -> String {
 }
 
 fn dist_with_installer(dir: &Path, hash_ok: bool) {
-    let script = b"#!/bin/sh\necho \"dummy installer ran with: $*\"\necho \"from=$0\"\nexit 7\n";
+    let script = b"#!/bin/sh\necho \"dummy installer ran with: $*\"\necho \"from=$0\"\nread -r l || true\necho \"stdin=$l\"\nexit 7\n";
     std::fs::write(dir.join("gpum-install"), script).unwrap();
     let hash = if hash_ok { sha256_hex(script) } else { sha256_hex(b"something else") };
     std::fs::write(dir.join("gpum-install.sha256"), format!("{hash}  gpum-install\n")).unwrap();
@@ -663,6 +669,105 @@ async fn install_sh_passes_shellcheck_and_runs_a_verified_installer() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Issue 29, item 2: the dashboard's command sets the code as a shell variable on a line ahead
+/// of the script, and install.sh hands it to the installer on stdin: it is in no command line
+/// (neither bash's, nor the installer's).
+#[tokio::test]
+async fn install_sh_passes_the_dashboards_code_on_stdin_not_in_argv() {
+    let InstallSh { p, dist: _dist, work, script, .. } =
+        serve_install_sh(PlatformOpts::default(), true).await;
+    let code = JoinCode::generate().to_string();
+    // As tests/e2e/dashboard.rs reads them off the page.
+    let fetch = format!("curl -fsSL {}/install.sh", p.url());
+    let install = format!("{{ echo gpum_code={code}; {fetch}; }} | sudo bash -s --");
+    let dry_run = format!("{install} --dry-run");
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    // The command as the dashboard gives it, with `sudo` left out and the script read from
+    // the file fetched above instead of through curl.
+    for (cmd, args) in [(&install, ""), (&dry_run, " --dry-run")] {
+        let local = cmd.replace(&fetch, &format!("cat {}", script.display())).replace("sudo bash", "bash");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&local)
+            .env("TMPDIR", &tmp)
+            .env("CURL_CA_BUNDLE", p.ca_path().unwrap())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(7), "{local}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            stdout.contains(&format!("dummy installer ran with: --server {}{args}\n", p.url())),
+            "no code among the installer's arguments: {stdout}"
+        );
+        assert!(stdout.contains(&format!("stdin={code}\n")), "the code on the installer's stdin: {stdout}");
+    }
+}
+
+/// Issue 29, item 13: where only wget is installed, install.sh follows no redirect (as curl
+/// without `-L` follows none), so a redirect cannot lead it from https to http.
+#[test]
+fn install_sh_with_wget_follows_no_redirect() {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpListener;
+    let text = include_str!("../../platform/assets/install.sh");
+    // The redirect's target counts the connections it gets, and answers 404.
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target_port = target.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = reached.clone();
+    std::thread::spawn(move || {
+        for conn in target.incoming() {
+            let Ok(mut c) = conn else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = write!(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let redirector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = redirector.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in redirector.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = write!(
+                c,
+                "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{target_port}/dl/x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    let work = tempfile::tempdir().unwrap();
+    let script = work.path().join("install.sh");
+    std::fs::write(&script, text.replace("@GPUM_PLATFORM_URL@", &format!("http://127.0.0.1:{port}")))
+        .unwrap();
+    // A PATH with wget and the tools install.sh uses, but no curl.
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in ["sh", "mktemp", "head", "cut", "tr", "sha256sum", "chmod", "rm", "wget"] {
+        let found = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists());
+        let found =
+            found.unwrap_or_else(|| panic!("{tool} is not installed (tests/setup-deps.sh installs wget)"));
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let out = Command::new(bin.join("sh"))
+        .arg(&script)
+        .arg("--dry-run")
+        .env_clear()
+        .env("PATH", &bin)
+        .env("TMPDIR", &tmp)
+        .env("LANG", "C.UTF-8")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(20), "{stderr}");
+    assert!(stderr.contains("cannot download"), "{stderr}");
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0, "wget followed the redirect");
 }
 
 #[tokio::test]
@@ -838,6 +943,73 @@ async fn a_repeated_registration_with_the_same_install_id_gets_the_same_node() {
         register_with_id(&api, &p.join_code(), "GPU-z", "xyz").await.code(),
         ErrorCode::InvalidRequest
     );
+}
+
+async fn enroll(api: &Api, code: &str, install_id: &str) -> Ans {
+    let req = gpum_protocol::EnrollRequest { join_code: code.into(), install_id: install_id.into() };
+    api.post(gpum_protocol::PATH_ENROLL, None, &req).await
+}
+
+/// Issue 29, item 2: the installer's first call binds the code to its install id. A local user
+/// who read the code off a process list afterwards can neither enroll nor register with it,
+/// with or without an install id of their own; the installer itself can repeat both.
+#[tokio::test]
+async fn an_enrolled_code_is_useless_without_its_install_id() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let code = p.join_code();
+    let owner = "00112233445566778899aabbccddeeff";
+    let thief = "ffeeddccbbaa99887766554433221100";
+    let bound: gpum_protocol::EnrollResponse = enroll(&api, &code, owner).await.ok();
+    assert!(bound.expires_at > 0);
+    // The thief, at any point before the owner's registration.
+    assert_eq!(enroll(&api, &code, thief).await.code(), ErrorCode::JoinCodeUsed);
+    assert_eq!(register_with_id(&api, &code, "GPU-fake", thief).await.code(), ErrorCode::JoinCodeUsed);
+    assert_eq!(api.register(&code, "GPU-fake").await.code(), ErrorCode::JoinCodeUsed);
+    assert!(p.nodes().nodes.is_empty(), "no fake machine");
+    // The owner's install, run twice (interrupted), then registering.
+    let _: gpum_protocol::EnrollResponse = enroll(&api, &code, owner).await.ok();
+    let r: RegisterResponse = register_with_id(&api, &code, "GPU-a", owner).await.ok();
+    assert_eq!(p.nodes().nodes.len(), 1);
+    assert_eq!(p.nodes().nodes[0].id, r.node_id);
+    // Unknown, malformed and expired codes keep their own answers.
+    assert_eq!(
+        enroll(&api, "GPUM-7K3QD-M2X9P-4RT8V-H6W1N", owner).await.code(),
+        ErrorCode::JoinCodeMalformed
+    );
+    let unknown = JoinCode::generate().to_string();
+    assert_eq!(enroll(&api, &unknown, owner).await.code(), ErrorCode::JoinCodeUnknown);
+    assert_eq!(enroll(&api, &p.join_code(), "xyz").await.code(), ErrorCode::InvalidRequest);
+    let short = p.join_code_ttl("1m");
+    p.advance_clock(120);
+    assert_eq!(enroll(&api, &short, owner).await.code(), ErrorCode::JoinCodeExpired);
+}
+
+/// Issue 29, item 3: one code repeated by its own install id is bounded (repeats per code), and
+/// so are the replaced tokens a node's repeats and rotations leave behind.
+#[tokio::test]
+async fn repeating_a_code_cannot_grow_the_database_without_bound() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let code = p.join_code();
+    let id = "00112233445566778899aabbccddeeff";
+    let mut last: RegisterResponse = register_with_id(&api, &code, "GPU-a", id).await.ok();
+    let max = limits::MAX_CODE_REPEATS as usize;
+    for _ in 0..max {
+        last = register_with_id(&api, &code, "GPU-a", id).await.ok();
+    }
+    assert_eq!(register_with_id(&api, &code, "GPU-a", id).await.code(), ErrorCode::JoinCodeUsed);
+    assert_eq!(enroll(&api, &code, id).await.code(), ErrorCode::JoinCodeUsed);
+    // The newest token works; the newest replaced ones are still told `token_replaced`.
+    let _: HeartbeatResponse = api.heartbeat(&last.node_token, &beat(1)).await.ok();
+    for _ in 0..(2 * limits::MAX_REPLACED_TOKENS_PER_NODE) {
+        p.rotate_token(&last.node_id);
+    }
+    let db = rusqlite::Connection::open(p.db_path()).unwrap();
+    let kept: i64 = db
+        .query_row("SELECT COUNT(*) FROM replaced_tokens WHERE node_id = ?1", [&last.node_id], |r| r.get(0))
+        .unwrap();
+    assert_eq!(kept as usize, limits::MAX_REPLACED_TOKENS_PER_NODE, "replaced tokens kept per node");
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ pub enum Msg {
     SignIn,
     SignOut,
     WrongToken,
+    TooManyAttempts,
     StaleForm,
     StaleFormHelp,
     Back,
@@ -136,6 +137,10 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
         SignIn => ("Войти", "Sign in"),
         SignOut => ("Выйти", "Sign out"),
         WrongToken => ("Неверный токен администратора.", "Wrong admin token."),
+        TooManyAttempts => (
+            "Слишком много неверных токенов с вашего адреса. Повторите через {n} с.",
+            "Too many wrong tokens from your address. Try again in {n} s.",
+        ),
         StaleForm => ("Форма устарела", "This form is out of date"),
         StaleFormHelp => (
             "Запрос отклонён: в нём нет действующего ключа формы. Откройте страницу заново и повторите.",
@@ -429,6 +434,7 @@ mod tests {
             SignIn,
             SignOut,
             WrongToken,
+            TooManyAttempts,
             StaleForm,
             StaleFormHelp,
             Back,

@@ -9,6 +9,8 @@
 //! - **Sign-in** with the admin token through a form (never in a URL), compared as SHA-256
 //!   digests in constant time; it starts a server-side session ([`session`]) whose cookie is
 //!   `HttpOnly`, `SameSite=Strict`, `Path=/dashboard`, and `Secure` when the public URL is https.
+//!   Wrong tokens count against the client's address with the admin API's ([`throttle`]): past
+//!   five, the form answers 429 for a growing while.
 //! - **Every state-changing request is a POST with the session's CSRF token**, compared in
 //!   constant time; the sign-in form carries a token of its own (a double-submit cookie). A GET
 //!   changes nothing on the server (`?lang=` only sets the browser's language cookie).
@@ -26,6 +28,7 @@
 mod i18n;
 mod pages;
 mod session;
+pub mod throttle;
 
 use std::sync::Arc;
 
@@ -46,8 +49,9 @@ use sha2::{Digest, Sha256};
 use crate::error::ApiError;
 use crate::server::{AppState, read_body};
 use crate::store;
-use pages::{Ctx, JoinState};
+use pages::{Ctx, JoinState, LoginError};
 use session::{Session, Sessions, ct_eq};
+use throttle::{Door, Throttle};
 
 const SESSION_COOKIE: &str = "gpum_session";
 const LOGIN_COOKIE: &str = "gpum_login";
@@ -65,13 +69,15 @@ const TTL_CHOICES: [u64; 3] = [3600, 86_400, 604_800];
 pub struct Web {
     app: Arc<AppState>,
     sessions: Sessions,
+    /// Shared with the admin API's bearer check.
+    throttle: Arc<Throttle>,
 }
 
 type St = State<Arc<Web>>;
 
-/// The dashboard's routes, to merge into the platform's router.
-pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>) -> Router<S> {
-    let web = Arc::new(Web { app, sessions: Sessions::default() });
+/// The dashboard's routes, to merge into the platform's router; `throttle` is the admin API's.
+pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Arc<Throttle>) -> Router<S> {
+    let web = Arc::new(Web { app, sessions: Sessions::default(), throttle });
     Router::new()
         .route("/", get(|| async { Redirect::to("/dashboard") }))
         .route("/dashboard", get(servers))
@@ -217,12 +223,12 @@ async fn login_form(State(web): St, r: Req) -> Response {
     if r.session.is_some() {
         return Redirect::to("/dashboard").into_response();
     }
-    login_page(&web, &r, StatusCode::OK, false)
+    login_page(&web, &r, StatusCode::OK, None)
 }
 
-fn login_page(web: &Web, r: &Req, status: StatusCode, wrong: bool) -> Response {
+fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<LoginError>) -> Response {
     let token = session::random_hex();
-    let mut resp = page(status, pages::login(&r.ctx, &token, wrong));
+    let mut resp = page(status, pages::login(&r.ctx, &token, error));
     resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
     resp
 }
@@ -237,6 +243,14 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     let Some(want) = web.app.cfg.admin_token_hash else {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     };
+    // A blocked address is refused before its token is looked at, or even read.
+    let client = throttle::client_key(&req);
+    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+        let secs = throttle::retry_after(wait);
+        let mut resp = login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)));
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return resp;
+    }
     let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
     let bytes = match read_body(req, web.app.cfg.body_timeout).await {
         Ok(b) => b,
@@ -251,8 +265,10 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     }
     let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
-        return login_page(&web, &r, StatusCode::UNAUTHORIZED, true);
+        web.throttle.failed(client, Door::SignIn);
+        return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
     }
+    web.throttle.succeeded(client);
     let id = web.sessions.create(web.app.clock.now());
     let mut resp = Redirect::to("/dashboard").into_response();
     let h = resp.headers_mut();
@@ -290,12 +306,17 @@ struct ServersQuery {
     deleted: Option<String>,
 }
 
-async fn servers(State(web): St, r: Req, q: axum::extract::Query<ServersQuery>) -> Response {
+/// The query only adds a notice, so one that does not parse (`?deleted=a&deleted=b`) is ignored
+/// rather than answered with axum's plain-text 400.
+type LenientQuery<T> = Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>;
+
+async fn servers(State(web): St, r: Req, q: LenientQuery<ServersQuery>) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
+    let deleted = q.ok().and_then(|q| q.0.deleted);
     match nodes(&web).await {
-        Ok((list, now)) => page(StatusCode::OK, pages::servers(&r.ctx, &list, now, q.deleted.as_deref())),
+        Ok((list, now)) => page(StatusCode::OK, pages::servers(&r.ctx, &list, now, deleted.as_deref())),
         Err(e) => api_error(&r, e),
     }
 }
@@ -563,7 +584,8 @@ mod tests {
         let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
         assert_eq!(r.status(), StatusCode::OK);
         let page = text(r).await;
-        assert!(page.contains("curl -fsSL https://gpum.example/install.sh | sudo bash -s -- --code GPUM-"));
+        assert!(page.contains("{ echo gpum_code=GPUM-"));
+        assert!(page.contains("; curl -fsSL https://gpum.example/install.sh; } | sudo bash -s --"));
         assert!(page.contains("data-state=\"waiting\""));
         // Sign-out needs the key too, then ends the session.
         let r = call(&app, "POST", "/dashboard/logout", &cookie, "csrf=00").await;

@@ -163,12 +163,23 @@ pub fn disabled(ctx: &Ctx) -> Markup {
     layout(ctx, ctx.t(Msg::Title), html! { p #disabled { (ctx.t(Msg::Disabled)) } })
 }
 
-pub fn login(ctx: &Ctx, login_csrf: &str, wrong: bool) -> Markup {
+/// Why the sign-in form is shown again.
+pub enum LoginError {
+    WrongToken,
+    /// Too many wrong tokens from this address: try again in this many seconds.
+    TooMany(u64),
+}
+
+pub fn login(ctx: &Ctx, login_csrf: &str, error: Option<LoginError>) -> Markup {
+    let error = error.map(|e| match e {
+        LoginError::WrongToken => ctx.t(Msg::WrongToken).to_owned(),
+        LoginError::TooMany(secs) => fill(ctx.t(Msg::TooManyAttempts), &[("n", &secs.to_string())]),
+    });
     layout(
         ctx,
         ctx.t(Msg::SignInTitle),
         html! {
-            @if wrong { p.error #login-error { (ctx.t(Msg::WrongToken)) } }
+            @if let Some(e) = error { p.error #login-error { (e) } }
             form #login method="post" action="/dashboard/login" autocomplete="off" {
                 input type="hidden" name="csrf" value=(login_csrf);
                 p { (ctx.t(Msg::SignInHelp)) }
@@ -278,12 +289,18 @@ pub fn add(ctx: &Ctx) -> Markup {
 
 /// The install command for `public_url` and `code`, in its three variants: the install, the
 /// dry run, and the one for a `/tmp` mounted noexec (as the seed explains).
+///
+/// The code is on a line of its own ahead of the script, a shell variable that `install.sh`
+/// hands to the installer on stdin, so that it is in no process's command line: `echo` is a
+/// shell builtin, and `sudo`, `bash`, `curl` and `gpum-install` never see it in their arguments
+/// (a local user reading `/proc` would; issue 29). `--` ends bash's options, so that an owner
+/// may append `--dry-run` or another flag of the installer.
 pub fn commands(public_url: &str, code: &str) -> [String; 3] {
-    let fetch = format!("curl -fsSL {public_url}/install.sh |");
+    let fetch = format!("{{ echo gpum_code={code}; curl -fsSL {public_url}/install.sh; }} |");
     [
-        format!("{fetch} sudo bash -s -- --code {code}"),
-        format!("{fetch} sudo bash -s -- --code {code} --dry-run"),
-        format!("{fetch} sudo env TMPDIR=/var/tmp bash -s -- --code {code}"),
+        format!("{fetch} sudo bash -s --"),
+        format!("{fetch} sudo bash -s -- --dry-run"),
+        format!("{fetch} sudo env TMPDIR=/var/tmp bash -s --"),
     ]
 }
 
@@ -407,7 +424,9 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
     let gpus = gpu_summary(n, None).join(", ");
-    let vram: u64 = inv.public.gpus.iter().map(|g| g.vram_mib).sum();
+    // Saturating: the platform refuses out-of-range numbers (`Inventory::check_ranges`), but a
+    // database written before it did may still hold two GPUs of `u64::MAX` MiB.
+    let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
     html! {
         div #server data-live={ "/dashboard/servers/" (n.id) } {
             table.facts {
@@ -545,6 +564,40 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00");
         assert_eq!(utc(1_796_290_406), "2026-12-03 09:33");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00");
+    }
+
+    /// Issue 29, item 12: the sum of the GPUs' memory overflowed (a panic in a debug build).
+    #[test]
+    fn a_server_page_survives_numbers_at_their_extremes() {
+        let mut n = node("node-1");
+        n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: "G".into(), vram_mib: u64::MAX }; 2];
+        n.inventory.public.ram_mib = u64::MAX;
+        n.inventory.public.disk_gib = u64::MAX;
+        n.inventory.public.cpu_cores = u32::MAX;
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
+        assert!(server(&ctx, &n, u64::MAX).into_string().contains("2 × G"));
+        assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
+    }
+
+    fn node(id: &str) -> NodeSummary {
+        NodeSummary {
+            id: id.into(),
+            online: true,
+            verification: VerificationState::AwaitingCheck,
+            last_probe_output: None,
+            last_probe_reason: None,
+            last_heartbeat_at: Some(5),
+            registered_at: 1,
+            agent_version: "1".into(),
+            inventory: Default::default(),
+            last_metrics: None,
+            health: None,
+            last_seq: None,
+            managed_containers: vec![],
+            known_containers: vec![],
+            removed_containers: vec![],
+            commands: vec![],
+        }
     }
 
     #[test]

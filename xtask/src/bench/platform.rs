@@ -297,7 +297,8 @@ fn client(ca: Option<&Path>) -> Result<reqwest::Client> {
 
 fn bench(exe: &Path, baseline: &Path, dir: &Path, shape: Shape) -> Result<Vec<Run>> {
     let Shape { nodes, interval, secs, warmup } = shape;
-    let token = "b".repeat(64);
+    // Random-looking, as `serve` requires of an admin token (a loopback bench needs no secret).
+    let token = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned();
     std::fs::write(dir.join("admin-token"), &token)?;
     let certs = dir.join("certs");
     let st = Command::new(baseline).arg("cert").arg(&certs).status()?;
