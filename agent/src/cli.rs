@@ -123,13 +123,81 @@ pub enum Command {
 
 /// Logs go to stderr (journald under systemd), filtered by `GPUM_LOG` (default `info`).
 fn init_logging(host: &dyn Host) {
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = host.env(env::GPUM_LOG).filter(|s| !s.is_empty()).unwrap_or_else(|| "info".into());
-    let _ = tracing_subscriber::fmt()
+    let _ = log_subscriber(&filter, std::io::stderr).try_init();
+}
+
+/// The agent's log lines, written to `writer`: no colours, no target, and every field's value
+/// (the message included) printed through
+/// [`escape_controls`](gpum_common::text::escape_controls) ([`EscapedFields`]).
+pub fn log_subscriber<W>(filter: &str, writer: W) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(false)
         .with_target(false)
-        .try_init();
+        .fmt_fields(EscapedFields)
+        .finish()
+}
+
+/// The log lines' fields, laid out as tracing-subscriber's default (`message` first, then
+/// `name=value` separated by spaces, the `log.` metadata of `log` records left out), with each
+/// value escaped.
+///
+/// Log fields carry text the platform and the engine wrote: a node id, a probe image, a command
+/// id or kind, an engine's error, a pull's status. Printed raw, an escape sequence in one can
+/// clear an operator's terminal, retitle it or forge log lines when `journalctl` shows it (issue
+/// 29, item 7). Escaping here, where every field of every line is formatted, covers them all,
+/// whether a field is written with `%` (Display) or `?` (Debug).
+pub struct EscapedFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapedFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut v = FieldVisitor { writer, first: true, result: Ok(()) };
+        fields.record(&mut v);
+        v.result
+    }
+}
+
+struct FieldVisitor<'w> {
+    writer: tracing_subscriber::fmt::format::Writer<'w>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for FieldVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let name = field.name();
+        if self.result.is_err() || name.starts_with("log.") {
+            return;
+        }
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        let sep = if std::mem::take(&mut self.first) { "" } else { " " };
+        self.result = match name {
+            "message" => write!(self.writer, "{sep}"),
+            name => write!(self.writer, "{sep}{name}="),
+        }
+        .and_then(|()| write!(EscapingWriter(&mut self.writer), "{value:?}"));
+    }
+}
+
+/// Writes through to `W` with control characters escaped, chunk by chunk (escaping is per
+/// character, so where the chunks split does not matter); plain text passes as it is.
+struct EscapingWriter<'a, W>(&'a mut W);
+
+impl<W: std::fmt::Write> std::fmt::Write for EscapingWriter<'_, W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write_str(&gpum_common::text::escape_controls(s))
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -279,5 +347,60 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             println!("gpum-agent {}", env!("CARGO_PKG_VERSION"));
             Ok(exit::OK)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    /// A writer that keeps what the subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> tracing_subscriber::fmt::MakeWriter<'w> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'w self) -> Buf {
+            self.clone()
+        }
+    }
+
+    /// Issue 29, item 7: text from the platform in a log field, written with `%` or `?`, and in
+    /// the message itself, reaches the log with its control characters escaped.
+    #[test]
+    fn log_lines_escape_control_characters_in_every_field() {
+        let buf = Buf::default();
+        let sub = super::log_subscriber("info", buf.clone());
+        let image = "evil\x1b]0;owned\x07@sha256:\x1b[2J";
+        let id = String::from("cmd\r\nFAKE: agent stopped\u{9b}31m");
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(image = %image, "probe image set by the platform");
+            tracing::warn!(id = ?id, kind = %"x\u{202e}y", "refused an unknown command");
+            tracing::info!("pull: {}", "Downloading\x1b[1A");
+            tracing::info!(count = 3u64, ok = true, "plain fields stay plain");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(!out.contains('\u{202e}'), "{out:?}");
+        assert!(lines[0].contains("image=evil\\x1b]0;owned\\x07@sha256:\\x1b[2J"), "{}", lines[0]);
+        assert!(lines[0].contains("probe image set by the platform"), "{}", lines[0]);
+        // Debug already escapes a string's controls; its backslashes are doubled once more, so
+        // that no value can spell an escape that was not there.
+        assert!(lines[1].contains(r#"id="cmd\\r\\nFAKE: agent stopped\\u{9b}31m""#), "{}", lines[1]);
+        assert!(lines[1].contains("kind=x\\u{202e}y"), "{}", lines[1]);
+        assert!(lines[2].ends_with("pull: Downloading\\x1b[1A"), "{}", lines[2]);
+        assert!(lines[3].ends_with("plain fields stay plain count=3 ok=true"), "{}", lines[3]);
     }
 }

@@ -14,7 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gpum_host::{Host, env};
+use gpum_host::Host;
+#[cfg(any(test, feature = "test-knobs"))]
+use gpum_host::env;
 use gpum_protocol::{
     GpuMetrics, GpuPublic, Inventory, Metrics, NvmlState, PrivateInventory, PublicInventory,
 };
@@ -143,15 +145,19 @@ pub struct Gatherer {
 /// while it is missing, os-release): five minutes at the default interval.
 pub const SLOW_FACTS_EVERY: u64 = 30;
 
-/// The NVML library to load: `GPUM_NVML_LIB`, else the versioned name the driver installs
-/// (`libnvidia-ml.so.1`), the same one the installer's audit loads. nvml-wrapper's default is
-/// the unversioned `libnvidia-ml.so`, which only the driver's development package provides: an
-/// agent using it saw no GPU on a machine whose audit had just found one (found in the test
-/// host: the node registered without GPUs).
+/// The NVML library to load: the versioned name the driver installs (`libnvidia-ml.so.1`), the
+/// same one the installer's audit loads. nvml-wrapper's default is the unversioned
+/// `libnvidia-ml.so`, which only the driver's development package provides: an agent using it
+/// saw no GPU on a machine whose audit had just found one (found in the test host: the node
+/// registered without GPUs). Only a `test-knobs` build (and the unit tests) reads
+/// `GPUM_NVML_LIB`, which names another library; a release build never reads it (issue 29).
 pub fn nvml_lib(host: &dyn Host) -> String {
-    host.env(env::GPUM_NVML_LIB)
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| gpum_preflight::gpu::DEFAULT_NVML_LIB.to_string())
+    #[cfg(any(test, feature = "test-knobs"))]
+    if let Some(lib) = host.env(env::GPUM_NVML_LIB).filter(|s| !s.is_empty()) {
+        return lib;
+    }
+    let _ = host;
+    gpum_preflight::gpu::DEFAULT_NVML_LIB.to_string()
 }
 
 impl Gatherer {

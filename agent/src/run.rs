@@ -45,6 +45,7 @@ use crate::client::{
     Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew, is_refused_body,
 };
 use crate::config::{Config, Paths};
+use crate::docker::ledger::{self, ProbeImages, ProbeLedger};
 use crate::docker::{Docker, DockerError, probe, reconcile, watch};
 use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch, Outbox, Refusal};
@@ -52,7 +53,7 @@ use crate::secret::Token;
 
 /// Exit code after a `restart` command: neither 0 (a clean stop) nor 78 (stopped for good), so
 /// it is visible in `systemctl status`; `Restart=always` restarts on it.
-pub const EXIT_RESTART: i32 = 75;
+pub const EXIT_RESTART: i32 = gpum_common::exit::RESTART;
 /// How long a step in flight may run after SIGTERM before the agent exits anyway. Well below
 /// systemd's default 90 s and the 10 s the owner's guide promises.
 pub const STOP_GRACE: Duration = Duration::from_secs(8);
@@ -67,6 +68,9 @@ const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// Even when nothing changes, `state.json` is rewritten this often, so `status` shows a recent
 /// last heartbeat without a disk write per heartbeat.
 const STATE_REFRESH: Duration = Duration::from_secs(30);
+/// The most `recheck` commands waiting for a rate-limited probe; one more is answered at once
+/// (the probe is due anyway), so that a platform cannot grow the list.
+const MAX_WAITING_RECHECKS: usize = limits::MAX_COMMANDS_PER_RESPONSE;
 
 /// The Docker socket: the config's, else `DOCKER_HOST` when it is a `unix://` URL, else the
 /// default.
@@ -90,13 +94,22 @@ enum Event {
     /// The heartbeat step finished.
     Step(Box<StepOutput>),
     /// A probe finished.
-    Probe(ProbeReport),
+    Probe(Box<ProbeDone>),
+    /// A probe the rate limit held back may start now.
+    ProbeDue,
     /// A removal round finished.
     Removed(Vec<RemovedContainer>),
     /// SIGTERM or SIGINT.
     Signal(&'static str),
     /// The grace after a signal ran out.
     StopDeadline,
+}
+
+/// What a probe task brings back: its report, and the probe images after it (`None` when it
+/// could not reach the engine).
+struct ProbeDone {
+    report: ProbeReport,
+    images: Option<ProbeImages>,
 }
 
 /// What a heartbeat step takes with it.
@@ -238,6 +251,14 @@ struct Agent {
     probed_image: Option<String>,
     probe_wanted: bool,
     probe_running: bool,
+    /// When probes started and which images the agent pulled (`probes.json`), and the least
+    /// time between two starts ([`ledger::MIN_GAP`]).
+    ledger: ProbeLedger,
+    probe_gap: Duration,
+    /// When a probe the rate limit held back may start.
+    probe_at: Option<tokio::time::Instant>,
+    /// The `recheck` commands answered when the next probe starts.
+    rechecks: Vec<String>,
     /// Results waiting for an answered heartbeat, sent within the protocol's limits.
     outbox: Outbox,
     /// The commands already answered (kept in `commands.json`).
@@ -303,6 +324,16 @@ impl Agent {
             cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
         );
         let answered = Answered::load(host.as_ref(), &state_dir);
+        let ledger = ProbeLedger::load(host.as_ref(), &state_dir);
+        // TEST ONLY: a shorter gap between probes, so that an end-to-end test can watch a
+        // held-back probe run (`test-knobs` builds; the hourly cap stays).
+        #[cfg(feature = "test-knobs")]
+        let probe_gap = host
+            .env(env::GPUM_TEST_PROBE_GAP_SECS)
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(ledger::MIN_GAP, Duration::from_secs);
+        #[cfg(not(feature = "test-knobs"))]
+        let probe_gap = ledger::MIN_GAP;
         Agent {
             gatherer: Some(Box::new(Gatherer::new(host.clone()))),
             host,
@@ -328,6 +359,10 @@ impl Agent {
             probed_image: None,
             probe_wanted: true,
             probe_running: false,
+            ledger,
+            probe_gap,
+            probe_at: None,
+            rechecks: Vec::new(),
             outbox: Outbox::default(),
             answered,
             known_truncated: false,
@@ -391,7 +426,7 @@ impl Agent {
         // panic in it ends the agent (release builds abort on panic anyway), and systemd
         // restarts it.
         let mut step_task: Option<std::pin::Pin<Box<dyn Future<Output = Box<StepOutput>> + Send>>> = None;
-        let mut probe_task: Option<JoinHandle<ProbeReport>> = None;
+        let mut probe_task: Option<JoinHandle<ProbeDone>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
         // The heartbeat's own clock: one wake-up per beat (see `alarm`).
         let alarm = crate::alarm::Alarm::new();
@@ -400,6 +435,7 @@ impl Agent {
         let mut restart = Restart::No;
 
         loop {
+            let probe_at = self.probe_at;
             let ev = tokio::select! {
                 biased;
                 Some(name) = signals.recv() => Event::Signal(name),
@@ -412,9 +448,12 @@ impl Agent {
                     probe_task = None;
                     self.probe_running = false;
                     match r {
-                        Ok(rep) => Event::Probe(rep),
+                        Ok(done) => Event::Probe(Box::new(done)),
                         Err(e) => { error!(error = %e, "probe task failed"); continue; }
                     }
+                }
+                _ = until(probe_at), if probe_at.is_some() && probe_task.is_none() && stop_deadline.is_none() => {
+                    Event::ProbeDue
                 }
                 r = join(&mut removal_task), if removal_task.is_some() => {
                     removal_task = None;
@@ -483,7 +522,18 @@ impl Agent {
                         probe_task = self.maybe_start_probe();
                     }
                 }
-                Event::Probe(rep) => {
+                Event::ProbeDue => {
+                    self.probe_at = None;
+                    probe_task = self.maybe_start_probe();
+                }
+                Event::Probe(done) => {
+                    let ProbeDone { report: rep, images } = *done;
+                    if let Some(images) = images
+                        && images != self.ledger.images
+                    {
+                        self.ledger.images = images;
+                        self.save_ledger();
+                    }
                     info!(state = ?rep.state, reason = ?rep.reason, "GPU probe finished");
                     self.state.verification = Some(verification_text(rep.state).into());
                     self.outbox.set_probe(rep);
@@ -698,31 +748,38 @@ impl Agent {
             newly.push(c.id.clone());
             let result = match CommandKind::parse(&c.kind) {
                 Some(CommandKind::Recheck) => {
-                    info!(id = %c.id, "command recheck: running the GPU probe again");
+                    info!(id = %c.id, "command recheck: the GPU probe runs again, within the rate limit");
                     self.probe_wanted = true;
-                    let msg = if self.probe_image.is_some() {
-                        "probe scheduled"
+                    let answer =
+                        |msg: &str| Some(CommandResult { id: c.id.clone(), ok: true, message: msg.into() });
+                    if self.probe_image.is_none() {
+                        answer("no probe image is set; the check waits for one")
+                    } else if self.rechecks.len() < MAX_WAITING_RECHECKS {
+                        // Answered when the probe starts, which the rate limit may hold back.
+                        self.rechecks.push(c.id.clone());
+                        None
                     } else {
-                        "no probe image is set; the check waits for one"
-                    };
-                    CommandResult { id: c.id.clone(), ok: true, message: msg.into() }
+                        answer("a probe is due already; it runs when the rate limit allows")
+                    }
                 }
                 Some(CommandKind::Restart) => {
                     info!(id = %c.id, "command restart: exiting so that systemd starts the agent again");
                     self.restart_requested = true;
-                    CommandResult { id: c.id.clone(), ok: true, message: "restarting".into() }
+                    Some(CommandResult { id: c.id.clone(), ok: true, message: "restarting".into() })
                 }
                 None => {
                     let kind = crate::client::truncate(&c.kind, 64);
                     warn!(id = %c.id, kind = %kind, "refused an unknown command");
-                    CommandResult {
+                    Some(CommandResult {
                         id: c.id.clone(),
                         ok: false,
                         message: format!("unknown command {kind:?}: refused"),
-                    }
+                    })
                 }
             };
-            self.outbox.push_result(result);
+            if let Some(result) = result {
+                self.outbox.push_result(result);
+            }
         }
         if left > 0 {
             warn!(
@@ -757,10 +814,16 @@ impl Agent {
     }
 
     /// Starts the GPU probe when one is due: after the first answered heartbeat, after a change
-    /// of the probe-relevant facts or of the image, or on `recheck`. Without an image no probe
-    /// runs (awaiting check); without Docker it waits for Docker.
-    fn maybe_start_probe(&mut self) -> Option<JoinHandle<ProbeReport>> {
-        let image = self.probe_image.clone()?;
+    /// of the probe-relevant facts or of the image, or on `recheck`, within the rate limit
+    /// ([`ledger`]: a probe due inside the window sets [`Agent::probe_at`] and starts then).
+    /// Without an image no probe runs (awaiting check); without Docker it waits for Docker. The
+    /// waiting `recheck` commands are answered when the probe starts.
+    fn maybe_start_probe(&mut self) -> Option<JoinHandle<ProbeDone>> {
+        let Some(image) = self.probe_image.clone() else {
+            self.probe_at = None;
+            self.answer_rechecks("no probe image is set; the check waits for one");
+            return None;
+        };
         if self.probe_running {
             return None;
         }
@@ -769,6 +832,24 @@ impl Agent {
         if !(self.probe_wanted || changed) {
             return None;
         }
+        let now = crate::state::unix(self.host.now());
+        if let Some(at) = self.ledger.next_start(now, self.probe_gap) {
+            let wait = Duration::from_secs(at.saturating_sub(now));
+            if self.probe_at.is_none() {
+                info!(
+                    in_secs = wait.as_secs(),
+                    gap_secs = self.probe_gap.as_secs(),
+                    per_hour = ledger::MAX_PER_HOUR,
+                    "a GPU probe is due; it waits for the rate limit"
+                );
+            }
+            self.probe_at = Some(tokio::time::Instant::now() + wait);
+            return None;
+        }
+        self.probe_at = None;
+        self.ledger.started(now);
+        self.save_ledger();
+        self.answer_rechecks("probe started");
         self.probe_wanted = false;
         self.probed_key = self.probe_key.clone();
         self.probed_image = Some(image.clone());
@@ -777,22 +858,43 @@ impl Agent {
         let docker = self.docker.clone();
         let registries = self.cfg.probe_registries.clone();
         let socket_error = self.docker_error.clone();
-        let now = crate::state::unix(self.host.now());
+        let mut images = self.ledger.images.clone();
         Some(tokio::spawn(async move {
             match docker {
-                Some(d) => probe::run_probe(&d, &image, probe::DEFAULT_TIMEOUT, &registries).await,
+                Some(d) => {
+                    let spec =
+                        probe::ProbeSpec::new(&image, probe::DEFAULT_TIMEOUT).with_registries(&registries);
+                    let out = ledger::probe_and_tidy(&d, &spec, &mut images).await;
+                    ProbeDone { report: out.report, images: Some(images) }
+                }
                 // Without an engine the GPU cannot be shown to work in a container: that is the
                 // honest result. When Docker comes back its version changes the probe-relevant
                 // facts, and the probe runs again.
-                None => ProbeReport {
-                    state: VerificationState::Failed,
-                    reason: Some(ProbeFailure::DockerUnavailable),
-                    output: socket_error.unwrap_or_else(|| "Docker is not available".into()),
-                    finished_at: now,
-                    image,
+                None => ProbeDone {
+                    report: ProbeReport {
+                        state: VerificationState::Failed,
+                        reason: Some(ProbeFailure::DockerUnavailable),
+                        output: socket_error.unwrap_or_else(|| "Docker is not available".into()),
+                        finished_at: now,
+                        image,
+                    },
+                    images: None,
                 },
             }
         }))
+    }
+
+    /// Answers every waiting `recheck` with `message`.
+    fn answer_rechecks(&mut self, message: &str) {
+        for id in std::mem::take(&mut self.rechecks) {
+            self.outbox.push_result(CommandResult { id, ok: true, message: message.into() });
+        }
+    }
+
+    fn save_ledger(&mut self) {
+        if let Err(e) = self.ledger.save(self.host.as_ref(), &self.state_dir) {
+            warn!(error = %e, dir = %self.state_dir.display(), "could not write the probe ledger");
+        }
     }
 
     fn stop_revoked(&mut self, code: ErrorCode, e: &CallError) -> i32 {
@@ -895,6 +997,15 @@ fn signals() -> std::io::Result<tokio::sync::mpsc::Receiver<&'static str>> {
 async fn poll_step<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     match slot.as_mut() {
         Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`; pending forever when there is none. The timer is made only when the branch
+/// is polled, not on each of the loop's wake-ups.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

@@ -2,12 +2,17 @@
 //!
 //! This is the one fact not gathered through [`gpum_host::Host`]: NVML is a vendor library
 //! loaded into the process (`dlopen`), and it changes nothing. [`GpuProbe`] lets unit tests
-//! supply the answer and lets `GPUM_NVML_LIB` point the real probe at another library (the
-//! simulated NVML under `tests/`).
+//! supply the answer. The real probe loads [`DEFAULT_NVML_LIB`] by name, as the dynamic loader
+//! finds it; only a build with the `test-knobs` feature (the installer's turns it on) lets
+//! `GPUM_NVML_LIB` point it at another library (the simulated NVML under `tests/`). In a release
+//! build the variable is never read: a library named there would run its constructors inside
+//! the installer, as root (issue 29, item 8).
 
 use std::ffi::OsStr;
 
-use gpum_host::{Host, env};
+use gpum_host::Host;
+#[cfg(any(test, feature = "test-knobs"))]
+use gpum_host::env;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
@@ -18,7 +23,8 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 /// What NVML said, with the failure states told apart because each has a different fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GpuFacts {
-    /// `dlopen` failed: no driver userspace installed (or `GPUM_NVML_LIB` is wrong).
+    /// `dlopen` failed: no driver userspace installed (or, in a test build, `GPUM_NVML_LIB` is
+    /// wrong).
     LibraryMissing {
         lib: String,
         detail: String,
@@ -62,10 +68,21 @@ impl GpuProbe for GpuFacts {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NvmlProbe;
 
+/// The library [`NvmlProbe`] loads: [`DEFAULT_NVML_LIB`]. With the `test-knobs` feature (and in
+/// this crate's unit tests) a non-empty `GPUM_NVML_LIB` names another one; without it the
+/// variable is not read at all.
+pub fn nvml_lib(host: &dyn Host) -> String {
+    #[cfg(any(test, feature = "test-knobs"))]
+    if let Some(lib) = host.env(env::GPUM_NVML_LIB).filter(|s| !s.is_empty()) {
+        return lib;
+    }
+    let _ = host;
+    DEFAULT_NVML_LIB.to_string()
+}
+
 impl GpuProbe for NvmlProbe {
     fn probe(&self, host: &dyn Host) -> GpuFacts {
-        let lib =
-            host.env(env::GPUM_NVML_LIB).filter(|s| !s.is_empty()).unwrap_or_else(|| DEFAULT_NVML_LIB.into());
+        let lib = nvml_lib(host);
         let nvml = match Nvml::builder().lib_path(OsStr::new(&lib)).init() {
             Ok(n) => n,
             Err(e) => return classify(&lib, e),

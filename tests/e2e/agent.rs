@@ -346,7 +346,11 @@ fn recheck_reruns_the_probe_unknown_commands_are_refused_restart_exits() {
     };
     assert_eq!(mode(&n.config()), 0o600);
     p.set_probe_image(&image);
-    let mut a = Agent::start(&n);
+    // Probes at most every 2 s (a test-knobs setting; 60 s by default): the recheck below may
+    // be held back by the rate limit, and is answered when its probe starts.
+    let mut cmd = Command::new(bin("gpum-agent"));
+    cmd.env("GPUM_TEST_PROBE_GAP_SECS", "2");
+    let mut a = Agent::start_with(&n, cmd, "debug");
     let probes = |a: &Agent| a.log().matches("running the GPU probe").count();
 
     // The first probe runs after the first answered heartbeat.
@@ -796,6 +800,14 @@ struct StubState {
     results: std::collections::HashMap<String, u32>,
     /// A result id whose presence makes the stub refuse the whole body with 400.
     poison: Option<String>,
+    /// The probe image every answer names.
+    probe_image: Option<String>,
+    /// Whether every answer also carries a `recheck` never handed over before (its id holds
+    /// control characters, as a hostile platform's could).
+    fresh_recheck: bool,
+    /// How many fresh rechecks were handed over, and each accepted result's message.
+    rechecks_sent: u32,
+    messages: std::collections::HashMap<String, String>,
     accepted: u32,
     refused: u32,
     /// The largest number of results one heartbeat carried.
@@ -863,6 +875,14 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         .as_array()
         .map(|a| a.iter().filter_map(|r| r["id"].as_str().map(String::from)).collect())
         .unwrap_or_default();
+    let messages: Vec<(String, String)> = req["command_results"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| Some((r["id"].as_str()?.to_string(), r["message"].as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut g = st.lock().unwrap();
     g.max_results = g.max_results.max(ids.len());
     let too_many = ids.len() > gpum_protocol::limits::MAX_COMMAND_RESULTS;
@@ -876,6 +896,12 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         for id in ids {
             *g.results.entry(id).or_default() += 1;
         }
+        g.messages.extend(messages);
+        if g.fresh_recheck {
+            g.rechecks_sent += 1;
+            let id = format!("recheck-\x1b[2J\x07-{}", g.rechecks_sent);
+            g.commands.push((id, "recheck".into()));
+        }
         let commands: Vec<serde_json::Value> = g
             .commands
             .iter()
@@ -886,7 +912,7 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
             "heartbeat_interval_secs": 1,
             "commands": commands,
             "known_containers": [],
-            "probe_image": null,
+            "probe_image": g.probe_image,
         });
         ("200 OK", "application/json", answer.to_string())
     };
@@ -979,4 +1005,80 @@ fn a_restart_handed_over_again_after_the_restart_is_not_obeyed_twice() {
     wait_until(LONG, "heartbeats after the restart", || stub.with(|s| s.accepted >= accepted + 3));
     assert!(b.running(), "obeyed the same restart again: {}", b.log());
     assert_eq!(stub.with(|s| s.results.get("cmd-restart").copied()), Some(1));
+}
+
+/// Issue 29, items 4 and 7: a platform that puts a new `recheck` in every answer, at a 1 s
+/// interval, made the agent start 146 probes in 24 s (each probe's report went out 200 ms after
+/// it, and the answer held the next `recheck`). Now one probe starts, the rest wait for the rate
+/// limit (one a minute), and a restart does not reset it. The command ids and the probe image
+/// hold terminal escapes: the agent's log carries none of them raw. (No engine here: each probe
+/// ends at once as `docker_unavailable`, the fastest a probe can be.)
+#[test]
+fn a_recheck_in_every_answer_starts_no_more_probes_than_the_rate_limit() {
+    let image = "gpum-test/busybox\x1b]0;owned\x07@sha256:\x1b[2J";
+    let stub = StubPlatform::start(StubState {
+        probe_image: Some(image.into()),
+        fresh_recheck: true,
+        ..Default::default()
+    });
+    let n = stub.node();
+    let probes = |a: &Agent| a.log().matches("running the GPU probe").count();
+    let mut a = Agent::start(&n);
+    wait_until(LONG, "six answers with a recheck each", || stub.with(|s| s.accepted >= 6));
+    assert!(a.running(), "{}", a.log());
+    assert_eq!(probes(&a), 1, "one probe, the rest held back: {}", a.log());
+    assert!(a.log().contains("it waits for the rate limit"), "{}", a.log());
+    // The first recheck came with the first answer and was answered when its probe started; the
+    // later ones wait for the next probe, answered then (not lost, not answered early).
+    stub.with(|s| {
+        let first = "recheck-\x1b[2J\x07-1";
+        assert_eq!(s.messages.get(first).map(String::as_str), Some("probe started"), "{:?}", s.messages);
+        assert_eq!(s.results.len(), 1, "only the first recheck is answered yet: {:?}", s.results);
+    });
+    // A restart keeps the limit: the agent that starts again probes no sooner.
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(a.wait_exit(LONG).and_then(|s| s.code()), Some(0));
+    let first_log = a.log();
+    let mut b = Agent::start(&n);
+    let accepted = stub.with(|s| s.accepted);
+    wait_until(LONG, "three more answers", || stub.with(|s| s.accepted >= accepted + 3));
+    assert!(b.running(), "{}", b.log());
+    assert_eq!(probes(&b), 0, "the limit survived the restart: {}", b.log());
+    assert!(b.log().contains("it waits for the rate limit"), "{}", b.log());
+    assert!(n.state().join("probes.json").exists());
+    b.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(b.wait_exit(LONG).and_then(|s| s.code()), Some(0));
+    let second_log = b.log();
+    // With a 2 s gap (a test-knobs setting; the hour's cap stays), a recheck that arrives
+    // while the limit holds the probe back is answered when that probe starts.
+    let mut cmd = Command::new(bin("gpum-agent"));
+    cmd.env("GPUM_TEST_PROBE_GAP_SECS", "2");
+    let c = Agent::start_with(&n, cmd, "debug");
+    let sent_before = stub.with(|s| s.rechecks_sent);
+    let answered_by_c = |s: &StubState| {
+        let mut v: Vec<(u32, String)> = s
+            .messages
+            .iter()
+            .filter_map(|(id, m)| Some((id.rsplit('-').next()?.parse::<u32>().ok()?, m.clone())))
+            .filter(|(k, _)| *k > sent_before)
+            .collect();
+        v.sort();
+        v
+    };
+    wait_until(LONG, "a held-back recheck answered when its probe started", || {
+        stub.with(|s| answered_by_c(s).len() >= 2)
+    });
+    let answered = stub.with(answered_by_c);
+    assert!(answered.iter().all(|(_, m)| m == "probe started"), "{answered:?}");
+    assert!(c.log().contains("it waits for the rate limit"), "{}", c.log());
+    // Item 7: the platform's text in the log lines is escaped, never raw.
+    for log in [first_log, second_log, c.log()] {
+        assert!(log.contains("probe image set by the platform"), "{log}");
+        assert!(log.contains("command recheck"), "{log}");
+        assert!(
+            !log.contains('\x1b') && !log.contains('\x07'),
+            "a raw control character in the log: {log:?}"
+        );
+        assert!(log.contains("\\x1b]0;owned\\x07@sha256:\\x1b[2J"), "{log}");
+    }
 }

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpum_agent::config::default_registries;
+use gpum_agent::docker::ledger::{self, ProbeImages};
 use gpum_agent::docker::probe::{self, ProbeSpec};
 use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
 use gpum_agent::docker::watch::Watch;
@@ -137,7 +138,8 @@ fn assert_hardened(c: &probe::ProbeContainer) {
     assert_eq!(c.labels.get("gpum.probe").map(String::as_str), Some("true"));
     assert_eq!(c.labels.get("gpum.probe.run").map(String::as_str), Some(probe::run_id()));
     assert!(c.name.starts_with("gpum-probe-"), "{}", c.name);
-    assert_eq!(c.entrypoint, ["nvidia-smi"], "the agent's entrypoint, not the image's");
+    assert_eq!(c.entrypoint, [probe::PROBE_COMMAND], "the agent's entrypoint, by path, not the image's");
+    assert_eq!(probe::PROBE_COMMAND, "/usr/bin/nvidia-smi", "where the NVIDIA toolkit mounts it");
     assert!(c.cmd.is_empty(), "no command from the image: {:?}", c.cmd);
     assert_eq!(c.healthcheck, ["NONE"], "the image's healthcheck never runs");
     assert_eq!(c.cap_drop, ["ALL"]);
@@ -147,6 +149,8 @@ fn assert_hardened(c: &probe::ProbeContainer) {
     assert_eq!(c.pids_limit, Some(probe::PIDS_LIMIT));
     assert_eq!(c.memory, Some(probe::MEMORY_LIMIT_BYTES));
     assert!(c.env.iter().any(|e| e == "LD_PRELOAD="), "{:?}", c.env);
+    let paths: Vec<&String> = c.env.iter().filter(|e| e.starts_with("PATH=")).collect();
+    assert_eq!(paths, [&format!("PATH={}", probe::PROBE_PATH)], "the agent's PATH only: {:?}", c.env);
     assert!(c.image_id.starts_with("sha256:"), "created by image id: {}", c.image_id);
 }
 
@@ -359,6 +363,345 @@ async fn the_images_entrypoint_command_and_preload_never_run() {
     assert!(out.report.output.contains("Tesla T4 (SIMULATED)"), "{}", out.report.output);
     assert_eq!(out.report.state, VerificationState::Verified);
     assert!(out.removed && scope.names().is_empty());
+}
+
+/// A simulated toolkit's `nvidia-smi` in `dir`: the simulation of `tests/sim/nvidia-smi` with
+/// the machine's state fixed to `scenario`, as the real toolkit's binary describes the machine
+/// whatever the image's environment says.
+fn simulated_toolkit(dir: &Path, scenario: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("nvidia-smi-{scenario}"));
+    let script = format!(
+        "#!/bin/sh\n# gpum tests: the simulated toolkit's nvidia-smi, machine state {scenario}\nset -- {scenario}\n{}",
+        images::SIM_NVIDIA_SMI
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Issue 29, item 4: an image with its own `nvidia-smi`, both in `/usr/local/bin` (first on the
+/// image's default `PATH`, where a bare `nvidia-smi` was found) and in `/usr/bin` (where the
+/// toolkit mounts the host's), each printing a success, cannot make the probe "verified". The
+/// agent runs `/usr/bin/nvidia-smi` by path with its own `PATH`, and the toolkit's binary
+/// (simulated here, mounted read-only where the real toolkit mounts it) covers the image's.
+/// With the simulated GPU failing, the probe fails; with it working, the output is the
+/// toolkit's, not the image's. Before the fix the first probe came back verified with the
+/// image's text.
+#[tokio::test]
+async fn an_images_own_nvidia_smi_cannot_fake_a_verified_probe() {
+    let test = "probe_fake_smi";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let fake = "#!/bin/sh\necho 'FAKE-SMI | NVIDIA-SMI 550.54.15  Driver Version: 550.54.15 | Tesla T4 (SIMULATED)'\nexit 0\n";
+    let tag = images::with_files(
+        "fake-smi",
+        &[
+            ("/usr/local/bin/nvidia-smi", fake),
+            ("/usr/local/sbin/nvidia-smi", fake),
+            ("/usr/bin/nvidia-smi", fake),
+        ],
+    )
+    .expect("image");
+    let image = images::pinned(&tag).unwrap();
+    // The image's own binaries do what they claim, when run by their owner.
+    let own = docker(&["run", "--rm", "--network", "none", &tag, "nvidia-smi"]);
+    assert!(own.contains("FAKE-SMI"), "{own}");
+    let d = scope.docker();
+    let dir = tempfile::tempdir().unwrap();
+    for (scenario, want) in [("fail", Some(ProbeFailure::NvidiaSmiFailed)), ("ok", None)] {
+        let spec = ProbeSpec::simulation_without_gpu_request(&image, Duration::from_secs(20))
+            .with_simulated_toolkit(&simulated_toolkit(dir.path(), scenario));
+        let out = probe::run_probe_with(&d, &spec).await;
+        assert!(
+            !out.report.output.contains("FAKE-SMI"),
+            "{scenario}: the image's program ran: {:?}",
+            out.report
+        );
+        let c = out.container.clone().expect("a probe container was created");
+        assert_hardened(&c);
+        assert_eq!(out.report.reason, want, "{scenario}: {:?}", out.report);
+        match want {
+            Some(_) => {
+                assert_eq!(out.report.state, VerificationState::Failed);
+                assert!(
+                    out.report.output.contains("couldn't communicate with the NVIDIA driver"),
+                    "{}",
+                    out.report.output
+                );
+            }
+            None => {
+                assert_eq!(out.report.state, VerificationState::Verified);
+                assert!(out.report.output.contains("| NVIDIA-SMI 535.183.01"), "{}", out.report.output);
+            }
+        }
+        assert!(out.removed && !exists("container", &c.id));
+    }
+    assert!(scope.names().is_empty());
+}
+
+/// A registry on loopback (the engine treats `127.0.0.0/8` as an insecure registry, so plain
+/// HTTP is enough), serving images made here through the reads of the Registry HTTP API v2
+/// that a pull by digest makes: `/v2/`, a manifest by digest, a blob by digest. Nothing leaves
+/// the machine. Blobs go out in 64 KiB pieces with a short pause, as over a network, and the
+/// bytes sent of each are counted.
+struct Registry {
+    port: u16,
+    state: std::sync::Arc<std::sync::Mutex<RegistryState>>,
+    /// The repository namespace of this registry's images, unique per test.
+    ns: String,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    /// Content by digest: `(content type, bytes)`.
+    content: HashMap<String, (String, Vec<u8>)>,
+    /// Bytes written per blob digest.
+    sent: HashMap<String, usize>,
+}
+
+impl Registry {
+    fn start(test: &str) -> Registry {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(RegistryState::default()));
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || Registry::serve(s, &st));
+            }
+        });
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let ns = format!("gpum-test/{}{}x{nanos:x}", test.replace(['_', '-'], ""), std::process::id());
+        Registry { port, state, ns }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Adds an image `name` of one gzipped layer holding `payload` at `/payload`; returns its
+    /// reference pinned by the manifest's digest.
+    fn add_image(&self, name: &str, payload: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = |b: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(b)));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("payload"), payload).unwrap();
+        let tar = Command::new("tar")
+            .args(["-C"])
+            .arg(dir.path())
+            .args(["--owner=0", "--group=0", "--mtime=@0", "-cf", "-", "payload"])
+            .output()
+            .unwrap();
+        assert!(tar.status.success());
+        std::fs::write(dir.path().join("layer.tar"), &tar.stdout).unwrap();
+        let gz = Command::new("gzip").args(["-n", "-c"]).arg(dir.path().join("layer.tar")).output().unwrap();
+        assert!(gz.status.success());
+        let layer = gz.stdout;
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [digest(&tar.stdout)]},
+            "history": [{"created_by": "gpum tests/e2e/docker.rs"}],
+        })
+        .to_string()
+        .into_bytes();
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": config.len(), "digest": digest(&config)},
+            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": layer.len(), "digest": digest(&layer)}],
+        })
+        .to_string()
+        .into_bytes();
+        let m = digest(&manifest);
+        let mut st = self.state.lock().unwrap();
+        st.content.insert(digest(&config), ("application/octet-stream".into(), config));
+        st.content.insert(digest(&layer), ("application/octet-stream".into(), layer));
+        st.content
+            .insert(m.clone(), ("application/vnd.docker.distribution.manifest.v2+json".into(), manifest));
+        format!("{}/{}/{name}@{m}", self.host(), self.ns)
+    }
+
+    /// The bytes sent of `reference`'s one layer so far, and the layer's size.
+    fn layer_sent(&self, reference: &str) -> (usize, usize) {
+        let st = self.state.lock().unwrap();
+        let m = reference.rsplit('@').next().unwrap();
+        let manifest: serde_json::Value = serde_json::from_slice(&st.content[m].1).unwrap();
+        let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+        (st.sent.get(layer).copied().unwrap_or(0), st.content[layer].1.len())
+    }
+
+    fn serve(s: std::net::TcpStream, st: &std::sync::Mutex<RegistryState>) {
+        use std::io::{BufRead, Write};
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut request = String::new();
+        // A TLS hello (the engine tries https first) is not a request line: the connection closes.
+        if r.read_line(&mut request).is_err() {
+            return;
+        }
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        let mut parts = request.split_whitespace();
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let found = if path == "/v2/" {
+            Some(("application/json".to_string(), b"{}".to_vec(), None))
+        } else {
+            let digest = path.rsplit('/').next().unwrap_or("");
+            let blob = path.contains("/blobs/");
+            st.lock()
+                .unwrap()
+                .content
+                .get(digest)
+                .map(|(t, b)| (t.clone(), b.clone(), blob.then(|| digest.to_string())))
+        };
+        let mut s = s;
+        let Some((ctype, body, blob)) = found else {
+            let page = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nDocker-Distribution-API-Version: registry/2.0\r\nConnection: close\r\n\r\n",
+                page.len()
+            );
+            let _ = s.write_all(page);
+            return;
+        };
+        let digest = blob.clone().unwrap_or_else(|| path.rsplit('/').next().unwrap_or("").to_string());
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nDocker-Content-Digest: {digest}\r\nDocker-Distribution-API-Version: registry/2.0\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        if s.write_all(head.as_bytes()).is_err() || method == "HEAD" {
+            return;
+        }
+        for chunk in body.chunks(64 * 1024) {
+            if s.write_all(chunk).is_err() {
+                return;
+            }
+            if let Some(d) = &blob {
+                *st.lock().unwrap().sent.entry(d.clone()).or_default() += chunk.len();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// Removes the images a test pulled from its registry, whatever the outcome.
+struct PulledGuard(Vec<String>);
+
+impl Drop for PulledGuard {
+    fn drop(&mut self) {
+        for r in &self.0 {
+            let _ = Command::new("docker").args(["rmi", r]).output();
+        }
+    }
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut b).unwrap();
+    b
+}
+
+/// Issue 29, item 4: a probe image over the size cap is not kept. Here the cap is 1 MiB and the
+/// image's one layer about 8 MiB (random bytes, which gzip cannot shrink): the pull is stopped
+/// as the engine announces the layer's size, what it left is removed, and the probe fails as
+/// `image_pull_failed` with a fixed text. Before the fix the whole image was pulled and kept.
+#[tokio::test]
+async fn a_probe_image_over_the_size_cap_is_removed() {
+    let test = "probe_cap";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let reg = Registry::start(test);
+    let big = reg.add_image("big", &random_bytes(8 * 1024 * 1024));
+    let _guard = PulledGuard(vec![big.clone()]);
+    let cap = 1024 * 1024;
+    let spec = ProbeSpec::new(&big, Duration::from_secs(20))
+        .with_registries(&[reg.host()])
+        .with_max_image_bytes(cap);
+    let out = probe::run_probe_with(&scope.docker(), &spec).await;
+    assert!(out.pulled, "{:?}", out.report);
+    assert_eq!(out.report.reason, Some(ProbeFailure::ImagePullFailed), "{:?}", out.report);
+    assert_eq!(out.report.output, probe::image_too_large_output(cap));
+    assert!(out.container.is_none() && out.image_id.is_none() && out.pulled_reference.is_none());
+    // The engine announced the layer's size as it began: the pull stopped long before the end.
+    let (sent, size) = reg.layer_sent(&big);
+    assert!(sent < size, "the whole layer was downloaded ({sent} of {size} bytes)");
+    // Whether the pull stopped mid-way or the image landed first, nothing of it stays, even
+    // after the engine had time to finish a pull it did not cancel.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!exists("image", &big), "the oversized probe image is still on the machine");
+    // A small image from the same registry passes the same cap.
+    let small = reg.add_image("small", &random_bytes(4096));
+    let _guard2 = PulledGuard(vec![small.clone()]);
+    let spec = ProbeSpec::new(&small, Duration::from_secs(20))
+        .with_registries(&[reg.host()])
+        .with_max_image_bytes(cap);
+    let out = probe::run_probe_with(&scope.docker(), &spec).await;
+    assert!(out.pulled && out.pulled_reference.as_deref() == Some(small.as_str()), "{:?}", out);
+    assert!(exists("image", &small));
+    assert!(scope.names().is_empty());
+}
+
+/// Issue 29, item 4: the agent keeps at most the current and the previous probe image of those
+/// it pulled itself. Older ones it pulled are removed (by the reference it pulled); an image the
+/// owner pulled is never removed, nor one that any container uses (it goes once unused). Each
+/// probe here is the production one (`--gpus all`, refused by this engine after the pull), through
+/// the same call the service makes after every probe. Before the fix no image was ever removed.
+#[tokio::test]
+async fn old_probe_images_the_agent_pulled_are_removed_and_no_other() {
+    let test = "probe_retain";
+    if docker_or_skip(test).is_none() {
+        return;
+    }
+    let scope = Scope::new(test);
+    let reg = Registry::start(test);
+    let [a, b, c, owners] = ["a", "b", "c", "owners"].map(|n| reg.add_image(n, &random_bytes(4096)));
+    let _guard = PulledGuard(vec![a.clone(), b.clone(), c.clone(), owners.clone()]);
+    // The owner pulled this one: it is on the machine before any probe asks for it.
+    docker(&["pull", "-q", &owners]);
+    let d = scope.docker();
+    let mut images = ProbeImages::default();
+    let mut probe = async |image: &str| {
+        let spec = ProbeSpec::new(image, Duration::from_secs(20)).with_registries(&[reg.host()]);
+        let out = ledger::probe_and_tidy(&d, &spec, &mut images).await;
+        assert!(out.image_id.is_some(), "{image}: {:?}", out.report);
+        out.pulled
+    };
+    let on_machine = |r: &str| exists("image", r);
+
+    assert!(probe(&a).await && probe(&b).await, "pulled by the agent");
+    assert!(on_machine(&a) && on_machine(&b), "the current and the previous stay");
+    assert!(!probe(&owners).await, "already on the machine: not pulled");
+    assert!(!on_machine(&a), "older than the previous probe image, pulled by the agent: removed");
+    assert!(on_machine(&b) && on_machine(&owners));
+    // An owner's container (no gpum label) uses `b`: it stays while that container exists.
+    let user = scope.container_from(&format!("{}-user", scope.value), &b, &[], false);
+    assert!(probe(&c).await);
+    assert!(on_machine(&b), "an image a container uses is never removed");
+    docker(&["rm", &user]);
+    assert!(probe(&a).await, "pulled again, since it was removed");
+    assert!(!on_machine(&b), "unused now, and older than the previous: removed");
+    assert!(on_machine(&owners), "the owner pulled it: never removed");
+    assert!(on_machine(&c) && on_machine(&a));
+    assert_eq!(
+        images.pulled.iter().map(|p| p.reference.as_str()).collect::<Vec<_>>(),
+        [c.as_str(), a.as_str()]
+    );
+    assert!(scope.names().is_empty(), "{:?}", scope.names());
 }
 
 #[tokio::test]

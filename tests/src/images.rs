@@ -12,7 +12,9 @@
 //! suites hand it for a local image: `gpum-test/busybox@<image id>`. An imported image has no
 //! repository digest, so the agent resolves that reference by image id (as it does for an image
 //! loaded with `docker load` on the test host). [`custom`] adds Dockerfile instructions (a
-//! `LABEL`, an `ENTRYPOINT`) to the plain image, for tests of what the agent must not trust.
+//! `LABEL`, an `ENTRYPOINT`) to the plain image, and [`with_files`] files of its own (an
+//! `nvidia-smi` that lies), for tests of what the agent must not trust. [`SIM_NVIDIA_SMI`] is
+//! the simulated `nvidia-smi` itself, for a test's simulated toolkit to mount.
 //!
 //! Images are cached by tag. The tag carries [`IMAGE_VERSION`] and a hash of the simulation
 //! script, so editing the script rebuilds; an absent tag is rebuilt (checked once per process). Tests run in parallel
@@ -21,7 +23,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
@@ -37,6 +39,8 @@ pub const REPO: &str = "gpum-test/busybox";
 pub const SCENARIOS: [&str; 6] = ["ok", "fail", "unknown_error", "mismatch", "hang", "flood"];
 
 const SIM_SCRIPT: &str = include_str!("../sim/nvidia-smi");
+/// The simulated `nvidia-smi` (`tests/sim/nvidia-smi`).
+pub const SIM_NVIDIA_SMI: &str = SIM_SCRIPT;
 const BUSYBOX: &str = "/bin/busybox";
 
 /// `gpum-test/busybox:<version>`: busybox plus the simulated `nvidia-smi` (scenario `ok`).
@@ -67,6 +71,31 @@ pub fn custom(name: &str, changes: &[&str]) -> Result<String> {
     let mut all = vec!["ENV GPUM_SIM_NVIDIA_SMI=ok".to_string()];
     all.extend(changes.iter().map(|c| c.to_string()));
     ensure(&tag, &all)?;
+    Ok(tag)
+}
+
+/// `gpum-test/busybox:<version>-f-<name>-<hash>`: the plain image with `files` added or
+/// replaced, each `(path in the image, contents)` and executable, and no scenario in its
+/// environment: for tests of what an image may carry (its own `nvidia-smi`, say). The tag holds
+/// a hash of the files, so other contents under the same `name` build another image.
+pub fn with_files(name: &str, files: &[(&str, &str)]) -> Result<String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        bail!("image variant name {name:?}: letters, digits and dashes only");
+    }
+    let mut h: u32 = 0x811c9dc5;
+    for (path, text) in files {
+        for b in path.bytes().chain([0]).chain(text.bytes()).chain([0]) {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x01000193);
+        }
+    }
+    let tag = format!("{REPO}:{}-f-{name}-{h:08x}", version());
+    let files: Vec<(String, String)> = files.iter().map(|(p, t)| (p.to_string(), t.to_string())).collect();
+    if READY.lock().unwrap_or_else(|e| e.into_inner()).contains(&tag) {
+        return Ok(tag);
+    }
+    build_if_absent(&tag, &[], &files)?;
+    READY.lock().unwrap_or_else(|e| e.into_inner()).insert(tag.clone());
     Ok(tag)
 }
 
@@ -109,12 +138,12 @@ fn ensure(tag: &str, changes: &[String]) -> Result<()> {
     if READY.lock().unwrap_or_else(|e| e.into_inner()).contains(tag) {
         return Ok(());
     }
-    build_if_absent(tag, changes)?;
+    build_if_absent(tag, changes, &[])?;
     READY.lock().unwrap_or_else(|e| e.into_inner()).insert(tag.to_string());
     Ok(())
 }
 
-fn build_if_absent(tag: &str, changes: &[String]) -> Result<()> {
+fn build_if_absent(tag: &str, changes: &[String], files: &[(String, String)]) -> Result<()> {
     if image_exists(tag) {
         return Ok(());
     }
@@ -130,7 +159,7 @@ fn build_if_absent(tag: &str, changes: &[String]) -> Result<()> {
     }
     let dir = tempfile::tempdir()?;
     let tar = dir.path().join("rootfs.tar");
-    build_rootfs(&dir.path().join("rootfs"))?;
+    build_rootfs(&dir.path().join("rootfs"), files)?;
     run(Command::new("tar")
         .arg("-C")
         .arg(dir.path().join("rootfs"))
@@ -147,7 +176,7 @@ fn build_if_absent(tag: &str, changes: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn build_rootfs(root: &Path) -> Result<()> {
+fn build_rootfs(root: &Path, files: &[(String, String)]) -> Result<()> {
     for d in ["bin", "usr/bin", "etc", "tmp", "proc", "sys", "dev"] {
         fs::create_dir_all(root.join(d))?;
     }
@@ -162,10 +191,17 @@ fn build_rootfs(root: &Path) -> Result<()> {
     }
     let smi = root.join("usr/bin/nvidia-smi");
     fs::write(&smi, SIM_SCRIPT)?;
-    use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&smi, fs::Permissions::from_mode(0o755))?;
     fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
     fs::write(root.join("etc/group"), "root:x:0:\n")?;
+    for (path, text) in files {
+        let at = root.join(path.trim_start_matches('/'));
+        if let Some(parent) = at.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&at, text)?;
+        fs::set_permissions(&at, fs::Permissions::from_mode(0o755))?;
+    }
     Ok(())
 }
 

@@ -48,8 +48,7 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
-    /// verify, or all (all but instructions, which agent includes, and hot-text, which writes
-    /// agent/hot-text.ld from a callgrind run of the agent).
+    /// sizes, verify, or all (all but instructions, which agent includes).
     Bench {
         #[arg(default_value = "all")]
         which: String,
@@ -164,7 +163,21 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         env.extend([("GPUM_DIST_DIR", dist_env.as_str()), ("GPUM_REQUIRE_DIST", "1")]);
     }
     let suites = util::cargo_env(&args, &env);
-    let suites = dist_result.and(suites);
+    // The installer's tests over the simulated NVML library need its `test-knobs` (only such a
+    // build reads `GPUM_NVML_LIB`); the workspace run above proves the default build ignores it.
+    let knobs = util::cargo(&[
+        "nextest",
+        "run",
+        "-p",
+        "gpum-install",
+        "--locked",
+        "--no-fail-fast",
+        "--features",
+        "gpum-install/test-knobs",
+        "--test",
+        "cli",
+    ]);
+    let suites = dist_result.and(suites).and(knobs);
     if no_e2e {
         return suites;
     }

@@ -22,6 +22,7 @@
 //! `test-knobs` feature (and in unit tests); release builds lack it.
 
 pub mod image;
+pub mod ledger;
 pub mod probe;
 pub mod reconcile;
 pub mod watch;

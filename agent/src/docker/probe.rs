@@ -8,10 +8,17 @@
 //!   (`image_not_pinned`, `registry_not_accepted`) and nothing is pulled. A local image counts
 //!   when its `RepoDigests` hold the reference, or when its id is the digest (an image loaded
 //!   with `docker load` has no repository digest). Otherwise it is pulled by digest and
-//!   checked again. The container is created from the image *id*.
-//! - **What runs** is the agent's entrypoint, [`PROBE_COMMAND`] with no arguments: the image's
-//!   entrypoint, command and healthcheck never run. [`PROBE_ENV`] empties `LD_PRELOAD` and
-//!   `LD_AUDIT` over the image's environment.
+//!   checked again. The container is created from the image *id*. A pull stops, and what it
+//!   brought is removed, once the image is larger than [`MAX_IMAGE_BYTES`] (see
+//!   [`ProbeSpec::max_image_bytes`]).
+//! - **What runs** is the agent's entrypoint, [`PROBE_COMMAND`] (`/usr/bin/nvidia-smi`, by its
+//!   absolute path) with no arguments: the image's entrypoint, command and healthcheck never run.
+//!   That path is where the NVIDIA Container Toolkit mounts the host's `nvidia-smi` into a
+//!   container that asks for GPUs, over whatever file the image has there; a bare `nvidia-smi`
+//!   would be looked up through the image's `PATH`, and an image with its own
+//!   `/usr/local/bin/nvidia-smi` could print a success of its own (issue 29, item 4).
+//!   [`PROBE_ENV`] sets `PATH` to [`PROBE_PATH`] and empties `LD_PRELOAD` and `LD_AUDIT` over the
+//!   image's environment.
 //! - **What it may do**: every capability dropped, `no-new-privileges`, a read-only root
 //!   filesystem, [`PIDS_LIMIT`] processes, [`MEMORY_LIMIT_BYTES`] of memory, network `none`, not
 //!   privileged. It asks for all GPUs (`DeviceRequest { Driver: "", Count: -1, Capabilities:
@@ -22,9 +29,11 @@
 //! [`run_probe`] starts it, waits at most the given timeout, reads its output, and force-removes
 //! it with its anonymous volumes in every outcome: success, failure, start refused, timeout. If
 //! the agent dies mid-probe, [`cleanup_leftovers`] removes the container at the next start.
-//! Images are never removed. A pull failure is reported to the platform as its class
-//! (`image_pull_failed`) with a fixed text: the engine's words, which can quote an internal
-//! service's reply and address, stay in this machine's log.
+//! The only images ever removed are probe images the agent pulled itself ([`super::ledger`]: an
+//! image over the size cap at once, others once they are neither the current nor the previous
+//! probe image). A pull failure is reported to the platform as its class (`image_pull_failed`)
+//! with a fixed text: the engine's words, which can quote an internal service's reply and
+//! address, stay in this machine's log.
 //!
 //! The result is a [`ProbeReport`]: verified, or failed with a [`ProbeFailure`] chosen by the
 //! pure classifiers [`classify_start_error`] and [`classify_output`], and the output truncated to
@@ -40,6 +49,9 @@
 //! through [`run_probe`], which always builds [`ProbeSpec::new`] and so always asks for all
 //! GPUs; no configuration, environment variable or platform answer can reach the other
 //! constructor; the simulation probe is hardened and checked exactly like the production one.
+//! Without the toolkit nothing is mounted over `/usr/bin/nvidia-smi`; a `test-knobs` build can
+//! add [`ProbeSpec::with_simulated_toolkit`], which bind-mounts a simulated `nvidia-smi` there
+//! read-only, as the toolkit does (`tests/sim/toolkit/` does the same in the test host).
 //! [`run_probe_with`] also returns what the engine said about the container before it started
 //! ([`ProbeContainer`]), so tests can check its network mode, labels, entrypoint, limits and
 //! volumes against the engine rather than against our own request.
@@ -48,13 +60,14 @@
 //! the heartbeat loop.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bollard::container::{
     Config, CreateContainerOptions, LogsOptions, RemoveContainerOptions, WaitContainerOptions,
 };
-use bollard::image::CreateImageOptions;
+use bollard::image::{CreateImageOptions, RemoveImageOptions};
 use bollard::models::{DeviceRequest, HealthConfig, HostConfig};
 use futures_util::StreamExt;
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, ProbeReport, VerificationState};
@@ -68,9 +81,19 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The only repository namespace a probe without a GPU request may use (see the module docs).
 pub const SIMULATION_IMAGE_PREFIX: &str = "gpum-test/";
-/// What the probe runs: the container's entrypoint, set by the agent, with no arguments. The
-/// image's own entrypoint and command never run.
-pub const PROBE_COMMAND: &str = "nvidia-smi";
+/// Where the NVIDIA Container Toolkit mounts the host's `nvidia-smi` into a container that asks
+/// for GPUs, over any file of that name the image has: libnvidia-container puts the driver's
+/// utilities in `/usr/bin`, and a CDI spec mounts the host's `/usr/bin/nvidia-smi` at the same
+/// path.
+pub const TOOLKIT_NVIDIA_SMI: &str = "/usr/bin/nvidia-smi";
+/// What the probe runs: the container's entrypoint, set by the agent, with no arguments: the
+/// toolkit's `nvidia-smi`, by its absolute path. The image's own entrypoint and command never
+/// run, and a bare name would be looked up through the image's `PATH`, where its own
+/// `/usr/local/bin/nvidia-smi` comes first.
+pub const PROBE_COMMAND: &str = TOOLKIT_NVIDIA_SMI;
+/// The `PATH` the probe runs with, over the image's (`nvidia-smi` itself needs none; a program it
+/// starts finds only the toolkit's and the image's system directories).
+pub const PROBE_PATH: &str = "/usr/bin:/bin";
 /// The most processes the probe container may hold (`nvidia-smi` needs a handful).
 pub const PIDS_LIMIT: i64 = 64;
 /// The probe container's memory limit, swap included.
@@ -78,8 +101,14 @@ pub const MEMORY_LIMIT_BYTES: i64 = 256 * 1024 * 1024;
 /// Environment the agent sets in the probe, overriding the image's: the dynamic loader's
 /// injection variables are emptied, so that an image's `LD_PRELOAD` reaches neither
 /// `nvidia-smi` nor a container hook that inherits the container's environment (the way of
-/// CVE-2025-23266 on NVIDIA Container Toolkit 1.17.7 and older; the audit refuses those too).
-pub const PROBE_ENV: [&str; 2] = ["LD_PRELOAD=", "LD_AUDIT="];
+/// CVE-2025-23266 on NVIDIA Container Toolkit 1.17.7 and older; the audit refuses those too), and
+/// `PATH` is the agent's [`PROBE_PATH`].
+pub const PROBE_ENV: [&str; 3] = ["LD_PRELOAD=", "LD_AUDIT=", "PATH=/usr/bin:/bin"];
+/// The largest probe image the agent keeps: what a pull may announce (the layers' sizes as the
+/// engine reports them while downloading) and what the pulled image may take on disk. The probe
+/// needs nothing of its own (`nvidia-smi` comes from the toolkit); NVIDIA's CUDA base images are
+/// about 250 MB. A larger image is removed and the probe fails as `image_pull_failed`.
+pub const MAX_IMAGE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// The only output a refused or failed pull reports: the engine's own words may quote an
 /// internal service's reply and its address, and go no further than this machine's log.
 pub const PULL_FAILED_OUTPUT: &str = "pulling the probe image failed (details are in the agent's log)";
@@ -98,6 +127,10 @@ pub struct ProbeSpec {
     timeout: Duration,
     pull_timeout: Duration,
     request_gpus: bool,
+    max_image_bytes: u64,
+    /// A simulated `nvidia-smi` on this machine, bind-mounted read-only at [`TOOLKIT_NVIDIA_SMI`]
+    /// (simulation probes of a `test-knobs` build only).
+    simulated_toolkit: Option<PathBuf>,
 }
 
 impl ProbeSpec {
@@ -112,6 +145,8 @@ impl ProbeSpec {
             timeout,
             pull_timeout: DEFAULT_PULL_TIMEOUT,
             request_gpus: true,
+            max_image_bytes: MAX_IMAGE_BYTES,
+            simulated_toolkit: None,
         }
     }
 
@@ -136,6 +171,31 @@ impl ProbeSpec {
     pub fn with_pull_timeout(mut self, d: Duration) -> Self {
         self.pull_timeout = d;
         self
+    }
+
+    /// Lowers the image size cap (default [`MAX_IMAGE_BYTES`]), so that tests can pull an image
+    /// over it without pulling gigabytes. `test-knobs` builds only.
+    #[cfg(any(test, feature = "test-knobs"))]
+    #[doc(hidden)]
+    pub fn with_max_image_bytes(mut self, bytes: u64) -> Self {
+        self.max_image_bytes = bytes;
+        self
+    }
+
+    /// Mounts `nvidia_smi` (a file on the engine's machine) read-only at [`TOOLKIT_NVIDIA_SMI`], as the
+    /// NVIDIA Container Toolkit mounts the host's over whatever the image has there. Only for a
+    /// probe without a GPU request (panics otherwise), in `test-knobs` builds.
+    #[cfg(any(test, feature = "test-knobs"))]
+    #[doc(hidden)]
+    pub fn with_simulated_toolkit(mut self, nvidia_smi: &std::path::Path) -> Self {
+        assert!(!self.request_gpus, "only a probe without a GPU request gets the simulated toolkit");
+        self.simulated_toolkit = Some(nvidia_smi.to_path_buf());
+        self
+    }
+
+    /// The largest image this probe keeps (see [`MAX_IMAGE_BYTES`]).
+    pub fn max_image_bytes(&self) -> u64 {
+        self.max_image_bytes
     }
 
     pub fn image(&self) -> &str {
@@ -191,6 +251,11 @@ pub struct ProbeOutcome {
     pub removed: bool,
     /// Whether the engine was asked to pull.
     pub pulled: bool,
+    /// The id of the image the probe ran (or was to run), once the engine had it.
+    pub image_id: Option<String>,
+    /// The reference this probe pulled the image by, when it pulled it and the image stayed:
+    /// what [`super::ledger`] records as the agent's own.
+    pub pulled_reference: Option<String>,
 }
 
 /// Runs the production probe: `nvidia-smi` in `image` with all GPUs, no network, removed after;
@@ -211,6 +276,8 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         container: None,
         removed: false,
         pulled,
+        image_id: None,
+        pulled_reference: None,
     };
     // The reference first, before the engine is asked anything: a refused image is never pulled.
     let image = match PinnedImage::parse(&spec.image)
@@ -234,6 +301,12 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         Ok(x) => x,
         Err((reason, msg, pulled)) => return fail(reason, msg, pulled),
     };
+    let pulled_reference = pulled.then(|| image.to_string());
+    let fail = |reason, output: String| ProbeOutcome {
+        image_id: Some(image_id.clone()),
+        pulled_reference: pulled_reference.clone(),
+        ..fail(reason, output, pulled)
+    };
 
     let name = format!("{PROBE_NAME_PREFIX}{:016x}", rand::random::<u64>());
     let device_requests = spec.request_gpus.then(|| {
@@ -244,6 +317,9 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
             ..Default::default()
         }]
     });
+    // What the toolkit does for a GPU container, done by the simulation for one without.
+    let binds =
+        spec.simulated_toolkit.as_ref().map(|p| vec![format!("{}:{TOOLKIT_NVIDIA_SMI}:ro", p.display())]);
     let config = Config {
         // By id: what was checked is what runs, whatever a tag or digest points to meanwhile.
         image: Some(image_id.clone()),
@@ -257,6 +333,7 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
             device_requests,
+            binds,
             auto_remove: Some(false),
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".to_string()]),
@@ -278,7 +355,7 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
             Err(e) => {
                 let (reason, msg) = classify_engine_error(&e);
                 tracing::warn!(image = %spec.image, error = %msg, "the probe container could not be created");
-                return fail(reason, msg, pulled);
+                return fail(reason, msg);
             }
         };
     tracing::info!(container = %name, id = %id, image = %spec.image, image_id = %image_id, gpus = spec.request_gpus, "probe started");
@@ -298,7 +375,14 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
     let removed = remove_probe(api, &id).await;
     let rep = report(spec, reason, &output);
     tracing::info!(container = %name, id = %id, state = ?rep.state, reason = ?rep.reason, removed, "probe finished");
-    ProbeOutcome { report: rep, container: Some(container), removed, pulled }
+    ProbeOutcome {
+        report: rep,
+        container: Some(container),
+        removed,
+        pulled,
+        image_id: Some(image_id),
+        pulled_reference,
+    }
 }
 
 /// Removes every probe container (`gpum.probe=true` and `gpum.probe.run` set on the container,
@@ -368,6 +452,15 @@ async fn local_image(api: &bollard::Docker, image: &PinnedImage) -> Result<Optio
 /// The id of the image to run: the local one, else pulled by digest (progress in the logs) and
 /// checked again. Errors carry whether a pull was attempted. A pull failure is reported as its
 /// class only; the engine's words go to this machine's log.
+///
+/// The size cap ([`ProbeSpec::max_image_bytes`]): while the pull runs, the sizes the engine
+/// reports for the layers it downloads are added up, and the pull is dropped (the engine cancels
+/// it with the request) as soon as they exceed the cap; once pulled, the image's size on disk is
+/// checked too. Either way what the pull left under this reference is removed (only the
+/// reference the agent pulled: an image the machine holds under another name stays) and the
+/// probe fails as `image_pull_failed` with [`image_too_large_output`]. The engine's API cannot
+/// say an image's size before the pull (its distribution endpoint gives the manifest's size
+/// only), so the bound is what one pull may download before it is stopped.
 async fn ensure_image(
     docker: &Docker,
     spec: &ProbeSpec,
@@ -384,18 +477,28 @@ async fn ensure_image(
     if let Some(id) = local_image(api, image).await.map_err(|e| engine_failed(e, false))? {
         return Ok((id, false));
     }
+    let cap = spec.max_image_bytes;
+    let too_large = || (ProbeFailure::ImagePullFailed, image_too_large_output(cap), true);
     tracing::info!(image = %image, "pulling the probe image");
     let opts = CreateImageOptions { from_image: image.to_string(), ..Default::default() };
     let pull = async {
         let mut stream = api.create_image(Some(opts), None, None);
         let mut last_log = Instant::now();
+        let mut layers = LayerSizes::default();
         while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| e.to_string())?;
+            let info = item.map_err(|e| Pull::Failed(e.to_string()))?;
             if let Some(err) = info.error {
-                return Err(err);
+                return Err(Pull::Failed(err));
             }
             let status = info.status.unwrap_or_default();
             let layer = info.id.unwrap_or_default();
+            if let Some(d) = &info.progress_detail
+                && status == "Downloading"
+                && layers.saw(&layer, d.current, d.total) > cap
+            {
+                // Dropping the stream closes the request, and the engine cancels the pull.
+                return Err(Pull::TooLarge(layers.total()));
+            }
             // Byte-level progress arrives many times a second; log it every few seconds and
             // every other status (layer done, digest, finished) as it comes.
             if status == "Downloading" || status == "Extracting" {
@@ -411,12 +514,18 @@ async fn ensure_image(
     };
     match tokio::time::timeout(spec.pull_timeout, pull).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
+        Ok(Err(Pull::Failed(e))) => {
             tracing::warn!(image = %image, error = %e, "pulling the probe image failed");
             return Err((ProbeFailure::ImagePullFailed, PULL_FAILED_OUTPUT.to_string(), true));
         }
+        Ok(Err(Pull::TooLarge(bytes))) => {
+            tracing::warn!(image = %image, announced_bytes = bytes, cap_bytes = cap, "the probe image is larger than the agent accepts; pull stopped");
+            remove_pulled(api, image).await;
+            return Err(too_large());
+        }
         Err(_) => {
             tracing::warn!(image = %image, secs = spec.pull_timeout.as_secs(), "pulling the probe image took too long");
+            remove_pulled(api, image).await;
             return Err((
                 ProbeFailure::ImagePullFailed,
                 format!("pulling the probe image took longer than {}s", spec.pull_timeout.as_secs()),
@@ -424,14 +533,75 @@ async fn ensure_image(
             ));
         }
     }
+    let size =
+        match timed(async { api.inspect_image(&image.to_string()).await.map_err(DockerError::from) }).await {
+            Ok(i) => i.size.map(|s| u64::try_from(s).unwrap_or(0)),
+            Err(_) => None,
+        };
+    if let Some(size) = size.filter(|s| *s > cap) {
+        tracing::warn!(image = %image, size_bytes = size, cap_bytes = cap, "the pulled probe image is larger than the agent accepts; removing it");
+        remove_pulled(api, image).await;
+        return Err(too_large());
+    }
     match local_image(api, image).await.map_err(|e| engine_failed(e, true))? {
         Some(id) => {
-            tracing::info!(image = %image, id = %id, "probe image pulled");
+            tracing::info!(image = %image, id = %id, size_bytes = size.unwrap_or(0), "probe image pulled");
             Ok((id, true))
         }
         None => {
             tracing::warn!(image = %image, "the engine pulled, but holds no image with that digest");
             Err((ProbeFailure::ImagePullFailed, PULL_FAILED_OUTPUT.to_string(), true))
+        }
+    }
+}
+
+/// How a pull went wrong.
+enum Pull {
+    /// The engine's words (they stay in this machine's log).
+    Failed(String),
+    /// The layers announced more than the cap: the sum so far.
+    TooLarge(u64),
+}
+
+/// The sizes of the layers a pull downloads, as its progress reports them: per layer the larger
+/// of its announced total and what has arrived (a registry that announces no size is still
+/// bounded by what it sends).
+#[derive(Debug, Default)]
+struct LayerSizes(HashMap<String, u64>);
+
+impl LayerSizes {
+    /// Records one progress report of `layer`; returns the sum over all layers.
+    fn saw(&mut self, layer: &str, current: Option<i64>, total: Option<i64>) -> u64 {
+        let bytes = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+        let seen = bytes(current).max(bytes(total));
+        let entry = self.0.entry(layer.to_string()).or_default();
+        *entry = (*entry).max(seen);
+        self.total()
+    }
+
+    fn total(&self) -> u64 {
+        self.0.values().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+}
+
+/// The fixed text a probe reports when its image is over the cap.
+pub fn image_too_large_output(cap: u64) -> String {
+    format!("the probe image is larger than this agent accepts ({} MiB); it was removed", cap / (1024 * 1024))
+}
+
+/// Removes the reference `image` that this agent's pull just added, if it is there: not forced,
+/// so an image a container uses stays, and by reference, so the same image under another name
+/// stays as well.
+async fn remove_pulled(api: &bollard::Docker, image: &PinnedImage) {
+    let opts = RemoveImageOptions { force: false, noprune: false };
+    let reference = image.to_string();
+    match timed(async { api.remove_image(&reference, Some(opts), None).await.map_err(DockerError::from) })
+        .await
+    {
+        Ok(_) => tracing::info!(image = %image, "removed the probe image the agent pulled"),
+        Err(DockerError::NotFound(_)) => {}
+        Err(e) => {
+            tracing::warn!(image = %image, error = %e, "could not remove the probe image the agent pulled")
         }
     }
 }
@@ -675,6 +845,34 @@ mod tests {
         let own = format!("registry.lan:5000/x@sha256:{hex}");
         let spec = ProbeSpec::new(&own, DEFAULT_TIMEOUT).with_registries(&["registry.lan:5000".to_string()]);
         assert_eq!(run_probe_with(&d, &spec).await.report.reason, Some(ProbeFailure::DockerUnavailable));
+    }
+
+    #[test]
+    fn a_pull_is_bounded_by_what_its_layers_announce() {
+        let mut l = LayerSizes::default();
+        assert_eq!(l.saw("a", Some(10), Some(100)), 100);
+        assert_eq!(l.saw("a", Some(60), Some(100)), 100, "a layer counts once");
+        // A registry that announces no size is bounded by what it sent.
+        assert_eq!(l.saw("b", Some(30), None), 130);
+        assert_eq!(l.saw("b", Some(70), None), 170);
+        assert_eq!(l.saw("c", Some(-5), Some(i64::MAX)), 170 + i64::MAX as u64, "no wrap, no negative");
+        assert_eq!(l.saw("d", None, Some(i64::MAX)), u64::MAX, "the sum saturates");
+        assert!(image_too_large_output(MAX_IMAGE_BYTES).contains("2048 MiB"));
+    }
+
+    #[test]
+    fn the_probe_runs_the_toolkits_nvidia_smi_by_path_with_the_agents_path() {
+        assert_eq!(PROBE_COMMAND, TOOLKIT_NVIDIA_SMI);
+        assert!(PROBE_COMMAND.starts_with('/'), "a bare name is looked up through the image's PATH");
+        assert!(PROBE_ENV.contains(&format!("PATH={PROBE_PATH}").as_str()), "{PROBE_ENV:?}");
+        let sim = ProbeSpec::simulation_without_gpu_request("gpum-test/busybox:1-ok", DEFAULT_TIMEOUT)
+            .with_simulated_toolkit(std::path::Path::new("/tmp/nvidia-smi"));
+        assert!(sim.simulated_toolkit.is_some());
+        let r = std::panic::catch_unwind(|| {
+            ProbeSpec::new("nvidia/cuda@sha256:0", DEFAULT_TIMEOUT)
+                .with_simulated_toolkit(std::path::Path::new("/tmp/nvidia-smi"))
+        });
+        assert!(r.is_err(), "a production probe gets the real toolkit only");
     }
 
     #[test]
