@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use gpum_host::http::{
@@ -153,13 +152,13 @@ impl Platform {
     }
 
     /// One heartbeat: the request's JSON, the call, the answer decoded. Its future is boxed
-    /// (small to hold in the step's) and polled through [`Measured`].
+    /// (small to hold in the step's).
     pub fn heartbeat<'a>(
         &'a self,
         token: &'a Token,
         req: &'a HeartbeatRequest,
-    ) -> Measured<impl Future<Output = Result<Answer<HeartbeatResponse>, CallError>> + 'a> {
-        Measured(Box::pin(self.heartbeat_call(token, req)))
+    ) -> Pin<Box<impl Future<Output = Result<Answer<HeartbeatResponse>, CallError>> + 'a>> {
+        Box::pin(self.heartbeat_call(token, req))
     }
 
     async fn heartbeat_call(
@@ -242,23 +241,7 @@ fn answer<Resp: DeserializeOwned>(
     Err(CallError::Foreign { status, content_type: truncate(content_type, 60) })
 }
 
-/// A boxed future whose `poll` is never inlined, so that the instruction profile (`cargo xtask
-/// bench agent`) can name what the heartbeat's HTTP call costs: without it the call's state
-/// machine is inlined into the step's and has no name of its own.
-pub struct Measured<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for Measured<F> {
-    type Output = F::Output;
-
-    #[inline(never)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-/// A request's JSON. Its own function, never inlined, so that the instruction profile
-/// (`cargo xtask bench agent`) can name what serialization costs.
-#[inline(never)]
+/// A request's JSON.
 fn encode<Req: Serialize>(body: &Req) -> Result<Vec<u8>, CallError> {
     serde_json::to_vec(body).map_err(|e| CallError::Decode(e.to_string()))
 }

@@ -24,5 +24,6 @@ pub mod secret;
 pub mod smoke;
 pub mod state;
 pub mod status;
+pub mod text;
 pub mod uninstall;
 pub mod unit;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpum_common::agent_state::{AgentState, Connection, StopReason};
 use gpum_common::text::escape_controls;
-use gpum_common::{Failure, Lang, Text, text};
+use gpum_common::{Failure, Lang};
 use gpum_host::Host;
 
 use crate::config::Paths;
@@ -18,12 +18,8 @@ use crate::config::Paths;
 /// The localized sentence for a stop: what happened, then what to do.
 pub fn stop_message(reason: StopReason, lang: Lang) -> String {
     match reason {
-        StopReason::Revoked => {
-            format!("{}. {}", text(Text::StoppedRevoked, lang), text(Text::StoppedRevokedNext, lang))
-        }
-        StopReason::ConfigError => {
-            format!("{}. {}", text(Text::StoppedConfig, lang), text(Text::StoppedConfigNext, lang))
-        }
+        StopReason::Revoked => Failure::StoppedRevoked.message(lang),
+        StopReason::ConfigError => Failure::StoppedConfig(String::new()).message(lang),
     }
 }
 

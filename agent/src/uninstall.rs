@@ -20,10 +20,12 @@ use std::path::Path;
 
 use gpum_common::agent_state::{CONFIG_DIR, DEFAULT_STATE_DIR, INSTALL_DIR, SERVICE_NAME, UNIT_PATH};
 use gpum_common::text::escape_controls;
+use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang, exit};
 use gpum_host::{Cmd, Host};
 
 use crate::docker::{Docker, DockerError, LABEL_MANAGED, MANAGED, PROBE};
+use crate::text::Msg;
 
 /// Where systemd keeps its runtime state; present exactly when systemd is PID 1.
 const SYSTEMD_RUNTIME_DIR: &str = "/run/systemd/system";
@@ -49,22 +51,11 @@ pub async fn run(host: &dyn Host, yes: bool, docker: Result<Docker, DockerError>
         if !host.stdin_is_tty() {
             return gpum_common::report(&Failure::UninstallNotConfirmed, lang);
         }
-        let prompt = if lang == Lang::Ru {
-            "Удалить службу gpum-agent, её файлы и контейнеры с метками gpum.managed=true и gpum.probe=true? Docker, драйверы и образы останутся"
-        } else {
-            "Remove the gpum-agent service, its files and the containers labelled gpum.managed=true and gpum.probe=true? Docker, drivers and images stay"
-        };
+        let prompt = Msg::UninstallPrompt.text(lang);
         match dialoguer::Confirm::new().with_prompt(prompt).default(false).interact() {
             Ok(true) => {}
             Ok(false) => {
-                println!(
-                    "{}",
-                    if lang == Lang::Ru {
-                        "Ничего не удалено."
-                    } else {
-                        "Nothing was removed."
-                    }
-                );
+                println!("{}", Msg::UninstallDeclined.text(lang));
                 return exit::OK;
             }
             Err(_) => return gpum_common::report(&Failure::UninstallNotConfirmed, lang),
@@ -77,7 +68,6 @@ pub async fn run(host: &dyn Host, yes: bool, docker: Result<Docker, DockerError>
 
 /// Removes everything gpum owns. Never fails as a whole: see [`Uninstalled::errors`].
 pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, lang: Lang) -> Uninstalled {
-    let ru = lang == Lang::Ru;
     let mut u = Uninstalled::default();
     let systemd = host.is_dir(Path::new(SYSTEMD_RUNTIME_DIR));
 
@@ -86,21 +76,17 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
         let stop = systemctl(host, &["stop", SERVICE_NAME]);
         let disable = systemctl(host, &["disable", SERVICE_NAME]);
         match (stop, disable) {
-            (Ok(()), Ok(())) => u.removed.push(format!("service {SERVICE_NAME} (stopped, disabled)")),
+            (Ok(()), Ok(())) => {
+                u.removed.push(fill(Msg::UninstallServiceRemoved.text(lang), &[("name", SERVICE_NAME)]))
+            }
             // A unit that was never installed cannot be stopped; that is not a failure.
-            _ if !host.exists(Path::new(UNIT_PATH)) => u.notes.push(if ru {
-                "службы gpum-agent нет".to_string()
-            } else {
-                "no gpum-agent service".to_string()
-            }),
+            _ if !host.exists(Path::new(UNIT_PATH)) => {
+                u.notes.push(Msg::UninstallNoService.text(lang).into())
+            }
             (a, b) => u.errors.extend([a.err(), b.err()].into_iter().flatten()),
         }
     } else {
-        u.notes.push(if ru {
-            "systemd не запущен: останавливать службу не нужно".to_string()
-        } else {
-            "systemd is not running: there is no service to stop".to_string()
-        });
+        u.notes.push(Msg::UninstallNoSystemd.text(lang).into());
     }
 
     // 2. The containers.
@@ -109,14 +95,14 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
             for (mark, volumes) in [(MANAGED, false), (PROBE, true)] {
                 let label = mark.label;
                 match d.remove_all_marked(mark, volumes).await {
-                    Ok(names) => {
-                        u.removed.extend(names.into_iter().map(|n| format!("container {n} ({label}=true)")))
-                    }
-                    Err(e) => u.errors.push(docker_left(label, &e, ru)),
+                    Ok(names) => u.removed.extend(names.into_iter().map(|n| {
+                        fill(Msg::UninstallContainerRemoved.text(lang), &[("name", &n), ("label", label)])
+                    })),
+                    Err(e) => u.errors.push(docker_left(label, &e, lang)),
                 }
             }
         }
-        Err(e) => u.errors.push(docker_left(LABEL_MANAGED, &e, ru)),
+        Err(e) => u.errors.push(docker_left(LABEL_MANAGED, &e, lang)),
     }
 
     // 3. The unit and the directories.
@@ -157,50 +143,29 @@ fn systemctl(host: &dyn Host, args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn docker_left(label: &str, e: &DockerError, ru: bool) -> String {
-    if ru {
-        format!(
-            "контейнеры с меткой {label}=true не удалены ({e}); когда Docker заработает, удалите их: \
-             docker rm -f $(docker ps -aq --filter label={label}=true) (сначала проверьте список: \
-             контейнеры, получившие метку от своего образа, принадлежат не gpum)"
-        )
-    } else {
-        format!(
-            "containers labelled {label}=true were not removed ({e}); once Docker runs, remove them with \
-             docker rm -f $(docker ps -aq --filter label={label}=true) (check the list first: a container \
-             that got the label from its image is not gpum's)"
-        )
-    }
+fn docker_left(label: &str, e: &DockerError, lang: Lang) -> String {
+    fill(Msg::UninstallContainersLeft.text(lang), &[("label", label), ("error", &e.to_string())])
 }
 
 /// The summary printed at the end.
 pub fn render(u: &Uninstalled, lang: Lang) -> String {
-    let ru = lang == Lang::Ru;
     let mut s = String::new();
     if u.removed.is_empty() {
-        s.push_str(if ru {
-            "Удалять нечего: gpum-agent не найден.\n"
-        } else {
-            "Nothing to remove: gpum-agent was not found.\n"
-        });
+        s.push_str(&format!("{}\n", Msg::UninstallNothingFound.text(lang)));
     } else {
-        s.push_str(if ru { "Удалено:\n" } else { "Removed:\n" });
+        s.push_str(&format!("{}\n", Msg::UninstallRemoved.text(lang)));
         // Container names and the engine's errors are someone else's text: escaped.
         for r in &u.removed {
             s.push_str(&format!("  - {}\n", escape_controls(r)));
         }
     }
     for n in &u.notes {
-        s.push_str(&format!("{} {}\n", if ru { "Примечание:" } else { "Note:" }, escape_controls(n)));
+        s.push_str(&format!("{} {}\n", Msg::UninstallNote.text(lang), escape_controls(n)));
     }
     for e in &u.errors {
-        s.push_str(&format!("{} {}\n", if ru { "Не удалось:" } else { "Failed:" }, escape_controls(e)));
+        s.push_str(&format!("{} {}\n", Msg::UninstallFailed.text(lang), escape_controls(e)));
     }
-    s.push_str(if ru {
-        "Docker, драйверы и образы оставлены на месте."
-    } else {
-        "Docker, the drivers and the images were left in place."
-    });
+    s.push_str(Msg::UninstallLeftInPlace.text(lang));
     s
 }
 
@@ -270,6 +235,47 @@ mod tests {
             text.contains("Удалено:")
                 && text.contains("/etc/gpum-agent")
                 && text.contains("образы оставлены")
+        );
+    }
+
+    #[tokio::test]
+    async fn in_russian_every_line_is_russian() {
+        let h = FakeHost::new()
+            .dir(SYSTEMD_RUNTIME_DIR)
+            .file(UNIT_PATH, "[Unit]")
+            .command("systemctl stop gpum-agent", ok())
+            .command("systemctl disable gpum-agent", ok())
+            .command("systemctl daemon-reload", ok());
+        let u = uninstall(&h, no_docker(), Lang::Ru).await;
+        assert_eq!(u.removed[0], "служба gpum-agent (остановлена, отключена)");
+        assert!(
+            u.errors[0].starts_with("контейнеры с меткой gpum.managed=true не удалены ("),
+            "{:?}",
+            u.errors
+        );
+        let text = render(&u, Lang::Ru);
+        assert!(text.starts_with("Удалено:\n  - служба gpum-agent"), "{text}");
+        assert!(text.contains("\nНе удалось: контейнеры с меткой"), "{text}");
+    }
+
+    #[test]
+    fn the_hint_for_containers_left_names_the_command() {
+        let e = DockerError::Unavailable("gone {label}".into());
+        assert_eq!(
+            docker_left("gpum.probe", &e, Lang::En),
+            format!(
+                "containers labelled gpum.probe=true were not removed ({e}); once Docker runs, remove them with \
+                 docker rm -f $(docker ps -aq --filter label=gpum.probe=true) (check the list first: a container \
+                 that got the label from its image is not gpum's)"
+            )
+        );
+        assert_eq!(
+            docker_left("gpum.probe", &e, Lang::Ru),
+            format!(
+                "контейнеры с меткой gpum.probe=true не удалены ({e}); когда Docker заработает, удалите их: \
+                 docker rm -f $(docker ps -aq --filter label=gpum.probe=true) (сначала проверьте список: \
+                 контейнеры, получившие метку от своего образа, принадлежат не gpum)"
+            )
         );
     }
 

@@ -5,7 +5,8 @@
 //! message as printed, with `‹…›` where a detail goes) and the exit codes that come without a
 //! message of their own ([`OUTCOMES`]: success, `smoke`'s codes, the agent's restart). `cargo
 //! xtask docs` writes the table into the guides; `tests/e2e/guides.rs` fails when a guide's
-//! table differs from this one.
+//! table differs from this one. [`exit_code_summary`] is the same rows, shorter, for a
+//! program's `--help`.
 
 use crate::{Failure, Lang, exit};
 
@@ -21,8 +22,8 @@ pub struct Outcome {
     pub what: (&'static str, &'static str),
 }
 
-/// The exit codes that are not a [`Failure`]. The agent's restart code is `gpum_agent::run::
-/// EXIT_RESTART`; the guide test checks it equals [`exit::RESTART`].
+/// The exit codes that are not a [`Failure`]. The agent's restart code,
+/// `gpum_agent::run::EXIT_RESTART`, is [`exit::RESTART`].
 pub const OUTCOMES: &[Outcome] = &[
     Outcome {
         code: exit::OK,
@@ -87,36 +88,6 @@ pub const OUTCOMES: &[Outcome] = &[
     },
 ];
 
-/// Who prints a failure, for the table.
-fn who(f: &Failure) -> (&'static str, &'static str) {
-    use Failure::*;
-    match f {
-        Other(_) => ("любая программа gpum", "any gpum program"),
-        UnknownParameter(_)
-        | NotRoot
-        | NoSystemd
-        | GpuNotInContainer
-        | ServiceFailed
-        | SetupFailed(_)
-        | RestartNotConfirmed(_) => ("gpum-install", "gpum-install"),
-        PreflightFailed(_) => ("gpum-install, также с --dry-run", "gpum-install, also with --dry-run"),
-        Usage(_) => (
-            "gpum-install, gpum-agent register и configure",
-            "gpum-install, gpum-agent register and configure",
-        ),
-        NoJoinCode | BadJoinCode | JoinCodeRejected | GpuAlreadyRegistered => {
-            ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register")
-        }
-        AgentNoExec | Download(_) => ("install.sh, gpum-install", "install.sh, gpum-install"),
-        StatusNeedsRoot => ("gpum-agent status", "gpum-agent status"),
-        UninstallNeedsRoot | UninstallNotConfirmed => ("gpum-agent uninstall", "gpum-agent uninstall"),
-        StoppedRevoked | StoppedConfig(_) => (
-            "служба gpum-agent; текст показывает gpum-agent status",
-            "the gpum-agent service; gpum-agent status shows the text",
-        ),
-    }
-}
-
 fn pick(texts: (&'static str, &'static str), lang: Lang) -> &'static str {
     if lang == Lang::Ru { texts.0 } else { texts.1 }
 }
@@ -133,7 +104,7 @@ pub fn exit_code_table(lang: Lang) -> String {
         .iter()
         .map(|f| {
             let msg = f.with_placeholder(lang).message(lang);
-            (f.code(), pick(who(f), lang).to_owned(), cell(&msg))
+            (f.code(), f.who(lang).to_owned(), cell(&msg))
         })
         .collect();
     rows.extend(
@@ -149,6 +120,49 @@ pub fn exit_code_table(lang: Lang) -> String {
     let mut s = format!("{head}\n|---|---|---|\n");
     for (code, who, text) in rows {
         s.push_str(&format!("| {code} | {} | {text} |\n", cell(&who)));
+    }
+    s
+}
+
+/// Whether a row's "who" (English) names `program`: one of its comma- or semicolon-separated
+/// parts is `program`, or starts with it and a space (`gpum-agent status`); "any gpum program"
+/// names every program.
+fn names_program(who: &str, program: &str) -> bool {
+    who.starts_with("any ")
+        || who
+            .split([',', ';'])
+            .map(str::trim)
+            .any(|p| p == program || p.strip_prefix(program).is_some_and(|rest| rest.starts_with(' ')))
+}
+
+/// A message's first sentence, without its full stop.
+fn first_sentence(s: &str) -> &str {
+    let end = [s.find(". "), s.find('\n')].into_iter().flatten().min().unwrap_or(s.len());
+    s[..end].trim_end_matches('.')
+}
+
+/// The exit codes `program` ends with, for its `--help`, in `lang`: a title line, then per code
+/// the first sentence of each message (`‹…›` where a detail goes) and of each outcome without a
+/// message, one per line, from the same rows as [`exit_code_table`].
+pub fn exit_code_summary(program: &str, lang: Lang) -> String {
+    let mut rows: Vec<(i32, String)> = Failure::ALL
+        .iter()
+        .filter(|f| names_program(f.who(Lang::En), program))
+        .map(|f| (f.code(), first_sentence(&f.with_placeholder(lang).message(lang)).to_owned()))
+        .collect();
+    rows.extend(
+        OUTCOMES
+            .iter()
+            .filter(|o| names_program(o.who.1, program))
+            .map(|o| (o.code, first_sentence(pick(o.what, lang)).to_owned())),
+    );
+    rows.sort_by_key(|r| r.0);
+    let mut s = pick(("Коды выхода:", "Exit codes:"), lang).to_owned();
+    let mut last = None;
+    for (code, text) in rows {
+        let shown = if last == Some(code) { String::new() } else { code.to_string() };
+        last = Some(code);
+        s.push_str(&format!("\n  {shown:<4}{text}"));
     }
     s
 }
@@ -180,7 +194,7 @@ mod tests {
             assert_eq!(t.lines().count(), 2 + Failure::ALL.len() + OUTCOMES.len(), "{t}");
             for f in Failure::ALL {
                 let msg = cell(&f.with_placeholder(lang).message(lang));
-                let row = format!("| {} | {} | {msg} |", f.code(), cell(pick(who(f), lang)));
+                let row = format!("| {} | {} | {msg} |", f.code(), cell(f.who(lang)));
                 assert!(t.contains(&row), "{f:?} missing: {row}\n{t}");
             }
             // Sorted by code.
@@ -190,6 +204,30 @@ mod tests {
         }
         assert!(exit_code_table(Lang::Ru).contains("‹параметр›"));
         assert!(exit_code_table(Lang::En).contains("| Unknown parameter: ‹parameter›. Copy"));
+    }
+
+    #[test]
+    fn the_help_summary_lists_every_code_the_program_ends_with() {
+        let en = exit_code_summary("gpum-install", Lang::En);
+        for f in Failure::ALL {
+            let line = first_sentence(&f.with_placeholder(Lang::En).message(Lang::En)).to_owned();
+            let printed = names_program(f.who(Lang::En), "gpum-install");
+            assert_eq!(en.contains(&line), printed, "{f:?}: {line}\n{en}");
+        }
+        assert!(
+            en.starts_with("Exit codes:\n  0   installed; with --dry-run: the machine is ready\n"),
+            "{en}"
+        );
+        assert!(en.contains("\n  1   Error: ‹what happened›\n"), "{en}");
+        assert!(en.contains("\n  2   Unknown parameter: ‹parameter›\n      Invalid command line"), "{en}");
+        assert!(!en.contains("uninstall") && !en.contains("78"), "{en}");
+        let ru = exit_code_summary("gpum-install", Lang::Ru);
+        assert!(ru.starts_with("Коды выхода:\n  0   установка завершена;"), "{ru}");
+        assert!(ru.contains("\n  13  Установщик нужно запускать от имени root\n"), "{ru}");
+        assert_eq!(ru.lines().count(), en.lines().count());
+        assert!(names_program("gpum-agent status", "gpum-agent"));
+        assert!(!names_program("gpum-agent status", "gpum-agent status-x"));
+        assert!(!names_program("the gpum-agent service", "gpum-install"));
     }
 
     #[test]

@@ -1,19 +1,22 @@
 //! What gpum says to people, and with which exit code.
 //!
 //! [`Failure`] is the one enum that maps every failure of the installer and the agent CLI to
-//! its exit code ([`Failure::code`]) and its message ([`Failure::message`]). The Russian texts
+//! its exit code ([`Failure::code`]) and its message ([`Failure::message`]), generated from one
+//! table with one row per failure (`msg.rs`). The Russian texts
 //! follow the owner's guide (`shared/seeds/003_…txt`) word for word; each says what to do next.
 //! Binaries call [`report`] once, at the end. [`guide`] renders all of it as the owner's
-//! guides' table of messages and exit codes.
+//! guides' table of messages and exit codes. Every other text a crate prints is in its own
+//! [`texts!`] table ([`texts`]).
 
 pub mod agent_state;
 pub mod guide;
 mod lang;
 mod msg;
 pub mod text;
+pub mod texts;
 
 pub use lang::{Lang, detect_lang};
-pub use msg::{Failure, Text, text};
+pub use msg::{Failure, FailureKind};
 
 /// The documented exit codes, in one place.
 pub mod exit {
@@ -35,9 +38,8 @@ pub mod exit {
     pub const GPU_NOT_IN_CONTAINER: i32 = 31;
     pub const JOIN_CODE: i32 = 40;
     pub const SERVICE: i32 = 50;
-    /// `gpum-agent run` after a `restart` command (`gpum_agent::run::EXIT_RESTART`, which the
-    /// guide test checks against this): neither 0 nor 78, so systemd's `Restart=always` starts
-    /// it again.
+    /// `gpum-agent run` after a `restart` command (`gpum_agent::run::EXIT_RESTART` is this):
+    /// neither 0 nor 78, so systemd's `Restart=always` starts it again.
     pub const RESTART: i32 = 75;
     /// sysexits' EX_CONFIG: the agent stopped for good; systemd must not restart it.
     pub const STOPPED_FOR_GOOD: i32 = 78;

@@ -1,402 +1,306 @@
-//! The messages. Russian wording is the seed's; English says the same thing.
+//! The failures: one table, one row per failure. Russian wording is the seed's; English says the
+//! same thing.
+//!
+//! Each row of [`failures!`] gives a variant (the kind, with the detail it carries and, for a
+//! detail, the placeholder the guides show in its place), its exit code, who prints it, and its
+//! message in Russian and in English. Everything else is generated from the rows: the enum,
+//! [`Failure::ALL`], [`Failure::kind`], [`Failure::code`], [`Failure::who`],
+//! [`Failure::with_placeholder`], [`Failure::message`], and from those the owner's guides'
+//! table ([`crate::guide`]) and `gpum-install --help`'s exit codes. Adding a failure is adding
+//! a row. The compiler checks the row: a message names a detail that is not there (a `format!`
+//! error), a detail the messages never show (an unused variable), a detail without its
+//! placeholder.
 
 use crate::Lang;
 use crate::exit;
 
-/// Every failure a user can see from `gpum-install` or the `gpum-agent` CLI.
+/// How a variant's detail is shown in its message, and what stands for it in the guides.
+trait Detail: Sized {
+    /// The detail as the message prints it.
+    fn show(&self) -> String;
+    /// The detail that prints as `text` (the guides' `‹…›`).
+    fn placeholder(text: String) -> Self;
+}
+
+impl Detail for String {
+    fn show(&self) -> String {
+        self.clone()
+    }
+    fn placeholder(text: String) -> Self {
+        text
+    }
+}
+
+/// A list (the failed checks, the containers): comma-separated.
+impl Detail for Vec<String> {
+    fn show(&self) -> String {
+        self.join(", ")
+    }
+    fn placeholder(text: String) -> Self {
+        vec![text]
+    }
+}
+
+/// A detail shown in parentheses after what comes before it, or nothing when empty.
+fn aside(s: &String) -> String {
+    if s.is_empty() { String::new() } else { format!(" ({s})") }
+}
+
+/// The table's syntax, one row per failure:
 ///
-/// Variants carry the detail that makes the message actionable (which parameter, which
-/// checks failed, why a download was refused).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// «Неизвестный параметр» (2).
-    UnknownParameter(String),
-    /// Any other malformed command line (2); the text is clap's.
-    Usage(String),
-    /// «Не указан код подключения» (2).
-    NoJoinCode,
-    /// «Код подключения выглядит неверно» (2).
-    BadJoinCode,
-    /// «Установщик нужно запускать от имени root» (13).
-    NotRoot,
-    /// «На этой машине не запущен systemd» (14).
-    NoSystemd,
-    /// «Проверка машины не пройдена» (10), with the ids of the failed checks.
-    PreflightFailed(Vec<String>),
-    /// «Не удалось запустить скачанный агент» (10).
-    AgentNoExec,
-    /// «Не удалось скачать или проверить агент» (20), with the reason.
-    Download(String),
-    /// «Видеокарта не видна внутри контейнера» (31).
-    GpuNotInContainer,
-    /// «Код подключения недействителен, истёк или уже использован» (40).
-    JoinCodeRejected,
-    /// «Эта видеокарта уже зарегистрирована на другом сервере» (40).
-    GpuAlreadyRegistered,
-    /// «Служба не запустилась» (50).
-    ServiceFailed,
-    /// «Для чтения состояния агента нужны права root (sudo)» (13).
-    StatusNeedsRoot,
-    /// «Агент остановлен: сервер удалён или токен заменён» (78).
-    StoppedRevoked,
-    /// «Агент остановлен: ошибка конфигурации» (78), with what is wrong.
-    StoppedConfig(String),
-    /// `gpum-agent uninstall` without root (13).
-    UninstallNeedsRoot,
-    /// `gpum-agent uninstall` without `--yes` and without a terminal to ask on (2).
-    UninstallNotConfirmed,
-    /// Anything unexpected (1), with the error.
-    Other(String),
-    /// apt, or applying Docker's settings, failed during the install (30), with the tool's own
-    /// last lines.
-    SetupFailed(String),
+/// ```text
+/// /// docs
+/// Variant(detail: Type [as show_fn], ("плейсхолдер", "placeholder")) {
+///     code: exit::X, who: ("кто", "who"), ru: "… {detail} …", en: "… {detail} …",
+/// }
+/// ```
+///
+/// or `Variant { … }` for a failure without a detail. `Type` is `String` or `Vec<String>`
+/// ([`Detail`]); `show_fn` replaces [`Detail::show`] for that row.
+macro_rules! failures {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $( ($field:ident : $ty:ty $(as $show:path)?, ($ph_ru:literal, $ph_en:literal)) )? {
+            code: $code:expr,
+            who: ($who_ru:literal, $who_en:literal),
+            ru: $ru:literal,
+            en: $en:literal $(,)?
+        }
+    )*) => {
+        /// Every failure a user can see from `gpum-install` or the `gpum-agent` CLI.
+        ///
+        /// Variants carry the detail that makes the message actionable (which parameter, which
+        /// checks failed, why a download was refused).
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Failure {
+            $( $(#[$doc])* $var $( ($ty) )?, )*
+        }
+
+        /// A [`Failure`]'s variant without its detail; `kind as usize` is its row.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum FailureKind {
+            $( $var, )*
+        }
+
+        impl Failure {
+            /// Every variant once, in the table's order (exit-code order), with empty details:
+            /// what the owner's guides' table is made of ([`crate::guide`]).
+            pub const ALL: &'static [Failure] = &[ $( Failure::$var $( (<$ty>::new()) )?, )* ];
+
+            /// The variant without its detail.
+            pub const fn kind(&self) -> FailureKind {
+                match self {
+                    $( Failure::$var { .. } => FailureKind::$var, )*
+                }
+            }
+
+            /// The variant's index in [`Failure::ALL`].
+            pub const fn ordinal(&self) -> usize {
+                self.kind() as usize
+            }
+
+            /// The exit code.
+            pub const fn code(&self) -> i32 {
+                match self {
+                    $( Failure::$var { .. } => $code, )*
+                }
+            }
+
+            /// Who prints it, for the guides' table.
+            pub const fn who(&self, lang: Lang) -> &'static str {
+                match (self, lang) {
+                    $(
+                        (Failure::$var { .. }, Lang::Ru) => $who_ru,
+                        (Failure::$var { .. }, Lang::En) => $who_en,
+                    )*
+                }
+            }
+
+            /// The same variant with its detail replaced by a placeholder that names it, in
+            /// `lang` (`‹параметр›`, `‹parameter›`): how the guides quote a message whose detail
+            /// varies.
+            pub fn with_placeholder(&self, lang: Lang) -> Failure {
+                #[allow(unused_variables)]
+                let ph = |ru: &str, en: &str| format!("‹{}›", match lang { Lang::Ru => ru, Lang::En => en });
+                match self {
+                    $(
+                        Failure::$var { .. } => Failure::$var $( (
+                            <$ty as Detail>::placeholder(ph($ph_ru, $ph_en))
+                        ) )?,
+                    )*
+                }
+            }
+
+            /// The full message: what happened, then what to do.
+            pub fn message(&self, lang: Lang) -> String {
+                match self {
+                    $(
+                        Failure::$var $( ($field) )? => {
+                            $( let $field = failures!(@show $field $(, $show)?); )?
+                            match lang {
+                                Lang::Ru => format!($ru),
+                                Lang::En => format!($en),
+                            }
+                        }
+                    )*
+                }
+            }
+        }
+    };
+    (@show $field:ident) => { Detail::show($field) };
+    (@show $field:ident, $show:path) => { $show($field) };
+}
+
+failures! {
+    /// Anything unexpected, with the error.
+    Other(e: String, ("что случилось", "what happened")) {
+        code: exit::OTHER,
+        who: ("любая программа gpum", "any gpum program"),
+        ru: "Ошибка: {e}",
+        en: "Error: {e}",
+    }
+    /// «Неизвестный параметр».
+    UnknownParameter(p: String, ("параметр", "parameter")) {
+        code: exit::USAGE,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Неизвестный параметр: {p}. Скопируйте команду из личного кабинета целиком или посмотрите --help.",
+        en: "Unknown parameter: {p}. Copy the command from your dashboard in full, or see --help.",
+    }
+    /// Any other malformed command line; the text is clap's.
+    Usage(detail: String, ("что не так", "what is wrong")) {
+        code: exit::USAGE,
+        who: ("gpum-install, gpum-agent register и configure", "gpum-install, gpum-agent register and configure"),
+        ru: "Неверные параметры команды: {detail}\nПосмотрите --help.",
+        en: "Invalid command line: {detail}\nSee --help.",
+    }
+    /// «Не указан код подключения».
+    NoJoinCode {
+        code: exit::USAGE,
+        who: ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register"),
+        ru: "Не указан код подключения. Скопируйте команду из личного кабинета целиком, вместе с кодом (--code).",
+        en: "No join code given. Copy the command from your dashboard in full, with its code (--code).",
+    }
+    /// «Код подключения выглядит неверно».
+    BadJoinCode {
+        code: exit::USAGE,
+        who: ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register"),
+        ru: "Код подключения выглядит неверно. Скопируйте команду из личного кабинета целиком, вместе с кодом.",
+        en: "The join code looks wrong. Copy the command from your dashboard in full, with its code.",
+    }
     /// Docker must restart, which stops the named containers (they have no restart policy), and
-    /// nobody confirmed it: no `--yes` and no terminal to ask on, or the owner said no (2).
-    RestartNotConfirmed(Vec<String>),
-}
-
-impl Failure {
-    /// Every variant once, in exit-code order, with empty details: what the owner's guides'
-    /// table is made of ([`crate::guide`]). [`Failure::ordinal`] names every variant in a
-    /// `match`, so a new variant does not compile until it has its place; the constant check
-    /// below the `impl` proves that `ALL[i]` is the variant with ordinal `i`.
-    pub const ALL: &'static [Failure] = &[
-        Failure::Other(String::new()),
-        Failure::UnknownParameter(String::new()),
-        Failure::Usage(String::new()),
-        Failure::NoJoinCode,
-        Failure::BadJoinCode,
-        Failure::RestartNotConfirmed(Vec::new()),
-        Failure::UninstallNotConfirmed,
-        Failure::PreflightFailed(Vec::new()),
-        Failure::AgentNoExec,
-        Failure::NotRoot,
-        Failure::StatusNeedsRoot,
-        Failure::UninstallNeedsRoot,
-        Failure::NoSystemd,
-        Failure::Download(String::new()),
-        Failure::SetupFailed(String::new()),
-        Failure::GpuNotInContainer,
-        Failure::JoinCodeRejected,
-        Failure::GpuAlreadyRegistered,
-        Failure::ServiceFailed,
-        Failure::StoppedRevoked,
-        Failure::StoppedConfig(String::new()),
-    ];
-
-    /// The variant's index in [`Failure::ALL`]. Exhaustive on purpose: see there.
-    pub const fn ordinal(&self) -> usize {
-        use Failure::*;
-        match self {
-            Other(_) => 0,
-            UnknownParameter(_) => 1,
-            Usage(_) => 2,
-            NoJoinCode => 3,
-            BadJoinCode => 4,
-            RestartNotConfirmed(_) => 5,
-            UninstallNotConfirmed => 6,
-            PreflightFailed(_) => 7,
-            AgentNoExec => 8,
-            NotRoot => 9,
-            StatusNeedsRoot => 10,
-            UninstallNeedsRoot => 11,
-            NoSystemd => 12,
-            Download(_) => 13,
-            SetupFailed(_) => 14,
-            GpuNotInContainer => 15,
-            JoinCodeRejected => 16,
-            GpuAlreadyRegistered => 17,
-            ServiceFailed => 18,
-            StoppedRevoked => 19,
-            StoppedConfig(_) => 20,
-        }
+    /// nobody confirmed it: no `--yes` and no terminal to ask on, or the owner said no.
+    RestartNotConfirmed(names: Vec<String>, ("контейнеры", "containers")) {
+        code: exit::USAGE,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Docker нужно перезапустить, и при этом остановятся контейнеры без политики автозапуска: {names}. Подтверждения нет (нет терминала или ответ «нет»), поэтому больше ничего не изменено. Остановите их сами или запустите установщик снова с --yes.",
+        en: "Docker must restart, which stops these containers that have no restart policy: {names}. It was not confirmed (no terminal, or the answer was no), so nothing more was changed. Stop them yourself, or run the installer again with --yes.",
     }
-
-    /// The same variant with its detail replaced by a placeholder that names it, in `lang`
-    /// (`‹параметр›`, `‹parameter›`): how the guides quote a message whose detail varies.
-    pub fn with_placeholder(&self, lang: Lang) -> Failure {
-        use Failure::*;
-        let ph = |ru: &str, en: &str| format!("‹{}›", if lang == Lang::Ru { ru } else { en });
-        match self {
-            UnknownParameter(_) => UnknownParameter(ph("параметр", "parameter")),
-            Usage(_) => Usage(ph("что не так", "what is wrong")),
-            PreflightFailed(_) => PreflightFailed(vec![ph("проверки", "checks")]),
-            Download(_) => Download(ph("причина", "reason")),
-            StoppedConfig(_) => StoppedConfig(ph("что не так", "what is wrong")),
-            Other(_) => Other(ph("что случилось", "what happened")),
-            SetupFailed(_) => {
-                SetupFailed(ph("последние строки apt или Docker", "the last lines of apt or Docker"))
-            }
-            RestartNotConfirmed(_) => RestartNotConfirmed(vec![ph("контейнеры", "containers")]),
-            NoJoinCode
-            | BadJoinCode
-            | NotRoot
-            | NoSystemd
-            | AgentNoExec
-            | GpuNotInContainer
-            | JoinCodeRejected
-            | GpuAlreadyRegistered
-            | ServiceFailed
-            | StatusNeedsRoot
-            | StoppedRevoked
-            | UninstallNeedsRoot
-            | UninstallNotConfirmed => self.clone(),
-        }
+    /// `gpum-agent uninstall` without `--yes` and without a terminal to ask on.
+    UninstallNotConfirmed {
+        code: exit::USAGE,
+        who: ("gpum-agent uninstall", "gpum-agent uninstall"),
+        ru: "Удаление не подтверждено, а спросить негде (нет терминала). Ничего не удалено. Чтобы удалить, добавьте --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes",
+        en: "The uninstall was not confirmed and there is no terminal to ask on. Nothing was removed. To remove, add --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes",
     }
-
-    pub fn code(&self) -> i32 {
-        use Failure::*;
-        match self {
-            UnknownParameter(_) | Usage(_) | NoJoinCode | BadJoinCode | UninstallNotConfirmed => exit::USAGE,
-            NotRoot | StatusNeedsRoot | UninstallNeedsRoot => exit::NOT_ROOT,
-            NoSystemd => exit::NO_SYSTEMD,
-            PreflightFailed(_) | AgentNoExec => exit::PREFLIGHT,
-            Download(_) => exit::DOWNLOAD,
-            GpuNotInContainer => exit::GPU_NOT_IN_CONTAINER,
-            JoinCodeRejected | GpuAlreadyRegistered => exit::JOIN_CODE,
-            ServiceFailed => exit::SERVICE,
-            StoppedRevoked | StoppedConfig(_) => exit::STOPPED_FOR_GOOD,
-            Other(_) => exit::OTHER,
-            SetupFailed(_) => exit::SETUP,
-            RestartNotConfirmed(_) => exit::USAGE,
-        }
+    /// «Проверка машины не пройдена», with the ids of the failed checks.
+    PreflightFailed(ids: Vec<String>, ("проверки", "checks")) {
+        code: exit::PREFLIGHT,
+        who: ("gpum-install, также с --dry-run", "gpum-install, also with --dry-run"),
+        ru: "Проверка машины не пройдена ({ids}). Исправьте отмеченное выше и запустите установщик снова.",
+        en: "The machine check failed ({ids}). Fix what is marked above and run the installer again.",
     }
-
-    /// The full message: what happened, then what to do.
-    pub fn message(&self, lang: Lang) -> String {
-        use Failure::*;
-        let ru = lang == Lang::Ru;
-        match self {
-            UnknownParameter(p) => {
-                if ru {
-                    format!(
-                        "Неизвестный параметр: {p}. Скопируйте команду из личного кабинета целиком или посмотрите --help."
-                    )
-                } else {
-                    format!(
-                        "Unknown parameter: {p}. Copy the command from your dashboard in full, or see --help."
-                    )
-                }
-            }
-            Usage(detail) => {
-                if ru {
-                    format!("Неверные параметры команды: {detail}\nПосмотрите --help.")
-                } else {
-                    format!("Invalid command line: {detail}\nSee --help.")
-                }
-            }
-            NoJoinCode => {
-                if ru {
-                    "Не указан код подключения. Скопируйте команду из личного кабинета целиком, вместе с кодом (--code).".into()
-                } else {
-                    "No join code given. Copy the command from your dashboard in full, with its code (--code).".into()
-                }
-            }
-            BadJoinCode => {
-                if ru {
-                    "Код подключения выглядит неверно. Скопируйте команду из личного кабинета целиком, вместе с кодом.".into()
-                } else {
-                    "The join code looks wrong. Copy the command from your dashboard in full, with its code."
-                        .into()
-                }
-            }
-            NotRoot => {
-                if ru {
-                    "Установщик нужно запускать от имени root. Повторите команду с sudo.".into()
-                } else {
-                    "The installer must run as root. Repeat the command with sudo.".into()
-                }
-            }
-            NoSystemd => {
-                if ru {
-                    "На этой машине не запущен systemd. Контейнеры, WSL и системы без systemd не поддерживаются.".into()
-                } else {
-                    "systemd is not running on this machine. Containers, WSL and systems without systemd are not supported.".into()
-                }
-            }
-            PreflightFailed(ids) => {
-                if ru {
-                    format!(
-                        "Проверка машины не пройдена ({}). Исправьте отмеченное выше и запустите установщик снова.",
-                        ids.join(", ")
-                    )
-                } else {
-                    format!(
-                        "The machine check failed ({}). Fix what is marked above and run the installer again.",
-                        ids.join(", ")
-                    )
-                }
-            }
-            AgentNoExec => {
-                if ru {
-                    "Не удалось запустить скачанный агент. Скорее всего, /tmp смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash.".into()
-                } else {
-                    "Could not run the downloaded agent. Most likely /tmp is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash.".into()
-                }
-            }
-            Download(why) => {
-                if ru {
-                    format!(
-                        "Не удалось скачать или проверить агент: {why}. Повторите попытку; если ошибка повторяется, напишите нам."
-                    )
-                } else {
-                    format!(
-                        "Could not download or verify the agent: {why}. Try again; if it keeps failing, contact us."
-                    )
-                }
-            }
-            GpuNotInContainer => {
-                if ru {
-                    "Видеокарта не видна внутри контейнера. Проверьте nvidia-smi на машине, затем выполните sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker.".into()
-                } else {
-                    "The GPU is not visible inside a container. Check nvidia-smi on the machine, then run sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker.".into()
-                }
-            }
-            JoinCodeRejected => {
-                if ru {
-                    "Код подключения недействителен, истёк или уже использован. Создайте новый код в личном кабинете.".into()
-                } else {
-                    "The join code is invalid, expired or already used. Create a new code in your dashboard."
-                        .into()
-                }
-            }
-            GpuAlreadyRegistered => {
-                if ru {
-                    "Эта видеокарта уже зарегистрирована на другом сервере. Удалите тот сервер в личном кабинете и запустите установщик снова.".into()
-                } else {
-                    "This GPU is already registered to another server. Delete that server in your dashboard and run the installer again.".into()
-                }
-            }
-            ServiceFailed => {
-                if ru {
-                    "Служба не запустилась. Посмотрите journalctl -u gpum-agent -n 50 и sudo /opt/gpum-agent/gpum-agent status.".into()
-                } else {
-                    "The service did not start. See journalctl -u gpum-agent -n 50 and sudo /opt/gpum-agent/gpum-agent status.".into()
-                }
-            }
-            StatusNeedsRoot => {
-                if ru {
-                    "Для чтения состояния агента нужны права root (sudo). Запустите команду через sudo."
-                        .into()
-                } else {
-                    "Reading the agent's state needs root (sudo). Run the command with sudo.".into()
-                }
-            }
-            // What `gpum-agent status` shows after the service stopped for good (exit 78).
-            StoppedRevoked => {
-                format!("{}. {}", text(Text::StoppedRevoked, lang), text(Text::StoppedRevokedNext, lang))
-            }
-            StoppedConfig(why) if why.is_empty() => {
-                format!("{}. {}", text(Text::StoppedConfig, lang), text(Text::StoppedConfigNext, lang))
-            }
-            StoppedConfig(why) => {
-                format!(
-                    "{} ({why}). {}",
-                    text(Text::StoppedConfig, lang),
-                    text(Text::StoppedConfigNext, lang)
-                )
-            }
-            UninstallNeedsRoot => {
-                if ru {
-                    "Для удаления агента нужны права root. Запустите: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-                } else {
-                    "Removing the agent needs root. Run: sudo /opt/gpum-agent/gpum-agent uninstall --yes"
-                        .into()
-                }
-            }
-            UninstallNotConfirmed => {
-                if ru {
-                    "Удаление не подтверждено, а спросить негде (нет терминала). Ничего не удалено. Чтобы удалить, добавьте --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-                } else {
-                    "The uninstall was not confirmed and there is no terminal to ask on. Nothing was removed. To remove, add --yes: sudo /opt/gpum-agent/gpum-agent uninstall --yes".into()
-                }
-            }
-            Other(e) => {
-                if ru {
-                    format!("Ошибка: {e}")
-                } else {
-                    format!("Error: {e}")
-                }
-            }
-            SetupFailed(why) => {
-                if ru {
-                    format!(
-                        "Не удалось установить или настроить Docker и NVIDIA Container Toolkit: {why}\nИсправьте причину и запустите установщик снова: уже сделанное он пропустит."
-                    )
-                } else {
-                    format!(
-                        "Could not install or configure Docker and the NVIDIA Container Toolkit: {why}\nFix the cause and run the installer again: it skips what is already done."
-                    )
-                }
-            }
-            RestartNotConfirmed(names) => {
-                let names = names.join(", ");
-                if ru {
-                    format!(
-                        "Docker нужно перезапустить, и при этом остановятся контейнеры без политики автозапуска: {names}. Подтверждения нет (нет терминала или ответ «нет»), поэтому больше ничего не изменено. Остановите их сами или запустите установщик снова с --yes."
-                    )
-                } else {
-                    format!(
-                        "Docker must restart, which stops these containers that have no restart policy: {names}. It was not confirmed (no terminal, or the answer was no), so nothing more was changed. Stop them yourself, or run the installer again with --yes."
-                    )
-                }
-            }
-        }
+    /// «Не удалось запустить скачанный агент».
+    AgentNoExec {
+        code: exit::PREFLIGHT,
+        who: ("install.sh, gpum-install", "install.sh, gpum-install"),
+        ru: "Не удалось запустить скачанный агент. Скорее всего, /tmp смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash.",
+        en: "Could not run the downloaded agent. Most likely /tmp is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash.",
     }
-}
-
-// `Failure::ALL[i]` is the variant whose ordinal is `i`: none missing between, none twice.
-const _: () = {
-    let mut i = 0;
-    while i < Failure::ALL.len() {
-        assert!(Failure::ALL[i].ordinal() == i, "Failure::ALL is out of step with Failure::ordinal");
-        i += 1;
+    /// «Установщик нужно запускать от имени root».
+    NotRoot {
+        code: exit::NOT_ROOT,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Установщик нужно запускать от имени root. Повторите команду с sudo.",
+        en: "The installer must run as root. Repeat the command with sudo.",
     }
-};
-
-/// Short texts shared by more than one binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Text {
-    /// Why the agent stopped for good after a `node_deleted`/`token_replaced` answer.
-    StoppedRevoked,
-    /// Why the agent stopped for good after a bad configuration.
-    StoppedConfig,
-    /// The next step after either stop.
-    StoppedRevokedNext,
-    StoppedConfigNext,
-}
-
-pub fn text(t: Text, lang: Lang) -> &'static str {
-    let ru = lang == Lang::Ru;
-    match t {
-        Text::StoppedRevoked => {
-            if ru {
-                "Агент остановлен: сервер удалён или токен заменён"
-            } else {
-                "Agent stopped: server deleted or token replaced"
-            }
-        }
-        Text::StoppedConfig => {
-            if ru {
-                "Агент остановлен: ошибка конфигурации"
-            } else {
-                "Agent stopped: configuration error"
-            }
-        }
-        Text::StoppedRevokedNext => {
-            if ru {
-                "Создайте новый код и запустите установщик."
-            } else {
-                "Create a new join code and run the installer."
-            }
-        }
-        Text::StoppedConfigNext => {
-            if ru {
-                "Проверьте /etc/gpum-agent/config.toml или запустите установщик с новым кодом."
-            } else {
-                "Check /etc/gpum-agent/config.toml or run the installer with a new code."
-            }
-        }
+    /// «Для чтения состояния агента нужны права root (sudo)».
+    StatusNeedsRoot {
+        code: exit::NOT_ROOT,
+        who: ("gpum-agent status", "gpum-agent status"),
+        ru: "Для чтения состояния агента нужны права root (sudo). Запустите команду через sudo.",
+        en: "Reading the agent's state needs root (sudo). Run the command with sudo.",
+    }
+    /// `gpum-agent uninstall` without root.
+    UninstallNeedsRoot {
+        code: exit::NOT_ROOT,
+        who: ("gpum-agent uninstall", "gpum-agent uninstall"),
+        ru: "Для удаления агента нужны права root. Запустите: sudo /opt/gpum-agent/gpum-agent uninstall --yes",
+        en: "Removing the agent needs root. Run: sudo /opt/gpum-agent/gpum-agent uninstall --yes",
+    }
+    /// «На этой машине не запущен systemd».
+    NoSystemd {
+        code: exit::NO_SYSTEMD,
+        who: ("gpum-install", "gpum-install"),
+        ru: "На этой машине не запущен systemd. Контейнеры, WSL и системы без systemd не поддерживаются.",
+        en: "systemd is not running on this machine. Containers, WSL and systems without systemd are not supported.",
+    }
+    /// «Не удалось скачать или проверить агент», with the reason.
+    Download(why: String, ("причина", "reason")) {
+        code: exit::DOWNLOAD,
+        who: ("install.sh, gpum-install", "install.sh, gpum-install"),
+        ru: "Не удалось скачать или проверить агент: {why}. Повторите попытку; если ошибка повторяется, напишите нам.",
+        en: "Could not download or verify the agent: {why}. Try again; if it keeps failing, contact us.",
+    }
+    /// apt, or applying Docker's settings, failed during the install, with the tool's own last
+    /// lines.
+    SetupFailed(why: String, ("последние строки apt или Docker", "the last lines of apt or Docker")) {
+        code: exit::SETUP,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Не удалось установить или настроить Docker и NVIDIA Container Toolkit: {why}\nИсправьте причину и запустите установщик снова: уже сделанное он пропустит.",
+        en: "Could not install or configure Docker and the NVIDIA Container Toolkit: {why}\nFix the cause and run the installer again: it skips what is already done.",
+    }
+    /// «Видеокарта не видна внутри контейнера».
+    GpuNotInContainer {
+        code: exit::GPU_NOT_IN_CONTAINER,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Видеокарта не видна внутри контейнера. Проверьте nvidia-smi на машине, затем выполните sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker.",
+        en: "The GPU is not visible inside a container. Check nvidia-smi on the machine, then run sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker.",
+    }
+    /// «Код подключения недействителен, истёк или уже использован».
+    JoinCodeRejected {
+        code: exit::JOIN_CODE,
+        who: ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register"),
+        ru: "Код подключения недействителен, истёк или уже использован. Создайте новый код в личном кабинете.",
+        en: "The join code is invalid, expired or already used. Create a new code in your dashboard.",
+    }
+    /// «Эта видеокарта уже зарегистрирована на другом сервере».
+    GpuAlreadyRegistered {
+        code: exit::JOIN_CODE,
+        who: ("gpum-install, gpum-agent register", "gpum-install, gpum-agent register"),
+        ru: "Эта видеокарта уже зарегистрирована на другом сервере. Удалите тот сервер в личном кабинете и запустите установщик снова.",
+        en: "This GPU is already registered to another server. Delete that server in your dashboard and run the installer again.",
+    }
+    /// «Служба не запустилась».
+    ServiceFailed {
+        code: exit::SERVICE,
+        who: ("gpum-install", "gpum-install"),
+        ru: "Служба не запустилась. Посмотрите journalctl -u gpum-agent -n 50 и sudo /opt/gpum-agent/gpum-agent status.",
+        en: "The service did not start. See journalctl -u gpum-agent -n 50 and sudo /opt/gpum-agent/gpum-agent status.",
+    }
+    /// «Агент остановлен: сервер удалён или токен заменён»: the service stopped for good after a
+    /// `node_deleted`/`token_replaced` answer; `gpum-agent status` shows it.
+    StoppedRevoked {
+        code: exit::STOPPED_FOR_GOOD,
+        who: ("служба gpum-agent; текст показывает gpum-agent status", "the gpum-agent service; gpum-agent status shows the text"),
+        ru: "Агент остановлен: сервер удалён или токен заменён. Создайте новый код и запустите установщик.",
+        en: "Agent stopped: server deleted or token replaced. Create a new join code and run the installer.",
+    }
+    /// «Агент остановлен: ошибка конфигурации», with what is wrong (empty: not known).
+    StoppedConfig(why: String as aside, ("что не так", "what is wrong")) {
+        code: exit::STOPPED_FOR_GOOD,
+        who: ("служба gpum-agent; текст показывает gpum-agent status", "the gpum-agent service; gpum-agent status shows the text"),
+        ru: "Агент остановлен: ошибка конфигурации{why}. Проверьте /etc/gpum-agent/config.toml или запустите установщик с новым кодом.",
+        en: "Agent stopped: configuration error{why}. Check /etc/gpum-agent/config.toml or run the installer with a new code.",
     }
 }
 
@@ -404,31 +308,9 @@ pub fn text(t: Text, lang: Lang) -> &'static str {
 mod tests {
     use super::*;
 
+    /// Every variant, its detail filled (with the placeholder, so no detail is empty).
     fn all() -> Vec<Failure> {
-        use Failure::*;
-        vec![
-            UnknownParameter("--x".into()),
-            Usage("u".into()),
-            NoJoinCode,
-            BadJoinCode,
-            NotRoot,
-            NoSystemd,
-            PreflightFailed(vec!["disk".into()]),
-            AgentNoExec,
-            Download("sha256 mismatch".into()),
-            GpuNotInContainer,
-            JoinCodeRejected,
-            GpuAlreadyRegistered,
-            ServiceFailed,
-            StatusNeedsRoot,
-            StoppedRevoked,
-            StoppedConfig("missing".into()),
-            UninstallNeedsRoot,
-            UninstallNotConfirmed,
-            Other("x".into()),
-            SetupFailed("apt-get install failed".into()),
-            RestartNotConfirmed(vec!["web".into()]),
-        ]
+        Failure::ALL.iter().map(|f| f.with_placeholder(Lang::En)).collect()
     }
 
     #[test]
@@ -481,15 +363,41 @@ mod tests {
     }
 
     #[test]
-    fn all_holds_every_variant_once() {
-        let mut seen: Vec<usize> = all().iter().map(Failure::ordinal).collect();
-        seen.sort();
-        assert_eq!(seen, (0..Failure::ALL.len()).collect::<Vec<_>>());
-        for f in all() {
+    fn all_is_every_kind_once_in_order() {
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            assert_eq!(f.ordinal(), i, "{f:?}");
             let ph = f.with_placeholder(Lang::Ru);
-            assert_eq!(ph.ordinal(), f.ordinal());
-            assert_eq!(ph.code(), f.code());
-            assert_eq!(Failure::ALL[f.ordinal()].code(), f.code());
+            assert_eq!((ph.kind(), ph.code()), (f.kind(), f.code()));
+        }
+        // Sorted by exit code, as the guides list them.
+        assert!(Failure::ALL.windows(2).all(|w| w[0].code() <= w[1].code()));
+    }
+
+    #[test]
+    fn details_are_shown_and_placeholders_name_them() {
+        use Failure::*;
+        let f = PreflightFailed(vec!["disk".into(), "gpu".into()]);
+        assert_eq!(
+            f.message(Lang::En),
+            "The machine check failed (disk, gpu). Fix what is marked above and run the installer again."
+        );
+        assert_eq!(
+            UnknownParameter("--x".into()).with_placeholder(Lang::Ru),
+            UnknownParameter("‹параметр›".into())
+        );
+        assert_eq!(
+            RestartNotConfirmed(vec![]).with_placeholder(Lang::En),
+            RestartNotConfirmed(vec!["‹containers›".into()])
+        );
+        assert_eq!(NotRoot.with_placeholder(Lang::En), NotRoot);
+        // Every detail a variant carries appears in its message, in both languages.
+        for lang in [Lang::Ru, Lang::En] {
+            for f in Failure::ALL {
+                let ph = f.with_placeholder(lang);
+                if ph != *f {
+                    assert!(ph.message(lang).contains('‹'), "{f:?}: {}", ph.message(lang));
+                }
+            }
         }
     }
 
@@ -504,6 +412,10 @@ mod tests {
             StoppedConfig("missing token".into()).message(Lang::En),
             "Agent stopped: configuration error (missing token). Check /etc/gpum-agent/config.toml or run the installer with a new code."
         );
+        assert_eq!(
+            StoppedConfig(String::new()).message(Lang::Ru),
+            "Агент остановлен: ошибка конфигурации. Проверьте /etc/gpum-agent/config.toml или запустите установщик с новым кодом."
+        );
     }
 
     #[test]
@@ -512,7 +424,9 @@ mod tests {
             let (ru, en) = (f.message(Lang::Ru), f.message(Lang::En));
             assert!(!ru.is_empty() && !en.is_empty());
             assert_ne!(ru, en, "{f:?}");
-            assert!(en.is_ascii(), "English text must not leak Russian: {en}");
+            let bare = en.replace(['‹', '›'], "");
+            assert!(bare.is_ascii(), "English text must not leak Russian: {en}");
+            assert!(!f.who(Lang::Ru).is_empty() && f.who(Lang::En).is_ascii(), "{f:?}");
         }
     }
 }

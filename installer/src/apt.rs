@@ -6,11 +6,13 @@
 use std::path::PathBuf;
 
 use gpum_common::Lang;
+use gpum_common::texts::fill;
 use gpum_preflight::Finding;
 use gpum_repo_keys::pinned::Repo;
 use gpum_repo_keys::sources;
 
 use crate::plan::{Plan, Step};
+use crate::text::{Msg, t};
 
 pub const APT_SOURCES: &str = "apt_sources";
 
@@ -29,7 +31,6 @@ pub fn planned_repos(plan: &Plan, all: &[Repo]) -> Vec<Repo> {
 /// Fails when apt would refuse to work after gpum's sources are written (a conflicting
 /// `Signed-By`), warns about duplicates, passes otherwise.
 pub fn check(files: &[(PathBuf, String)], repos: &[Repo], lang: Lang) -> Finding {
-    let ru = lang == Lang::Ru;
     let found: Vec<_> = repos.iter().flat_map(|r| sources::conflicts(files, r)).collect();
     let list = found.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
     if found.iter().any(|c| c.is_fatal()) {
@@ -38,54 +39,20 @@ pub fn check(files: &[(PathBuf, String)], repos: &[Repo], lang: Lang) -> Finding
         let files = files.join(" ");
         Finding::fail(
             APT_SOURCES,
-            if ru {
-                format!(
-                    "существующие источники apt конфликтуют с теми, что добавит установщик (apt перестанет работать): {list}"
-                )
-            } else {
-                format!(
-                    "existing apt sources clash with the ones the installer adds (apt would stop working): {list}"
-                )
-            },
-            Some(if ru {
-                format!("уберите эти записи (например, sudo rm {files}) и запустите установщик снова")
-            } else {
-                format!("remove those entries (for example sudo rm {files}) and run the installer again")
-            }),
+            fill(t(Msg::AptSourcesClash, lang), &[("list", &list)]),
+            Some(fill(t(Msg::AptSourcesClashFix, lang), &[("files", &files)])),
         )
     } else if !found.is_empty() {
         Finding::warn(
             APT_SOURCES,
-            if ru {
-                format!("репозиторий уже подключён в другом файле: {list}")
-            } else {
-                format!("a repository is already configured elsewhere: {list}")
-            },
-            Some(if ru {
-                "лишние записи можно удалить".into()
-            } else {
-                "the extra entries can be removed".into()
-            }),
+            fill(t(Msg::AptSourcesElsewhere, lang), &[("list", &list)]),
+            Some(t(Msg::AptSourcesElsewhereFix, lang).into()),
         )
     } else if repos.is_empty() {
-        Finding::pass(
-            APT_SOURCES,
-            if ru {
-                "новые репозитории не нужны".into()
-            } else {
-                "no repository needs to be added".into()
-            },
-        )
+        Finding::pass(APT_SOURCES, t(Msg::AptSourcesNoneToAdd, lang).into())
     } else {
         let ids = repos.iter().map(|r| r.id).collect::<Vec<_>>().join(", ");
-        Finding::pass(
-            APT_SOURCES,
-            if ru {
-                format!("нет конфликтов с добавляемыми репозиториями ({ids})")
-            } else {
-                format!("no clash with the repositories to add ({ids})")
-            },
-        )
+        Finding::pass(APT_SOURCES, fill(t(Msg::AptSourcesNoClash, lang), &[("ids", &ids)]))
     }
 }
 

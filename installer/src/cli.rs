@@ -12,11 +12,7 @@ use gpum_common::{Failure, Lang};
     name = "gpum-install",
     version,
     about = "Installs the gpum agent on a GPU machine. With --dry-run, only audits the machine and changes nothing.",
-    after_help = "Exit codes: 0 ok (with --dry-run: ready), 1 unexpected error, 2 usage, join code format, or a \
-                  Docker restart not confirmed, 10 machine check failed or the downloaded agent cannot run, 13 not root, \
-                  14 no systemd, 20 download or verification failed, 30 apt or Docker setup failed, 31 GPU not visible \
-                  in a container, 40 join code refused or GPU registered elsewhere, 50 the service did not start. \
-                  Every flag also reads an environment variable: see docs/install.md."
+    after_help = after_help()
 )]
 pub struct Cli {
     /// Audit the machine and print what the install would do; change nothing. Needs no root
@@ -54,6 +50,16 @@ pub struct Cli {
     /// Message language (default: $GPUM_LANG, else LC_ALL / LC_MESSAGES / LANG).
     #[arg(long, value_name = "ru|en", value_parser = ["ru", "en"])]
     pub lang: Option<String>,
+}
+
+/// `--help`'s closing text: the exit codes, derived from `gpum-common`'s failure table (the same
+/// rows as the owner's guides), then where the environment variables are. In English, as is the
+/// rest of clap's help.
+fn after_help() -> String {
+    format!(
+        "{}\n\nEvery flag also reads an environment variable: see docs/install.md.",
+        gpum_common::guide::exit_code_summary("gpum-install", Lang::En)
+    )
 }
 
 /// The clap definition, for the man page and shell completions `cargo xtask dist` generates.
@@ -150,6 +156,22 @@ mod tests {
         for f in ["--help", "-h", "--version", "-V"] {
             assert!(matches!(parse(&a(&[f])), Parsed::Print(_)), "{f}");
         }
+    }
+
+    #[test]
+    fn help_lists_the_exit_codes_from_the_failure_table() {
+        let Parsed::Print(help) = parse(&a(&["--help"])) else { panic!() };
+        for f in Failure::ALL.iter().filter(|f| f.who(Lang::En).contains("gpum-install")) {
+            let msg = f.with_placeholder(Lang::En).message(Lang::En);
+            let first = msg.split(['.', '\n']).next().unwrap();
+            assert!(help.contains(first), "{f:?}: {first}\n{help}");
+            assert!(help.contains(&format!("\n  {:<4}", f.code())), "{f:?}\n{help}");
+        }
+        assert!(help.contains("  1   Error: ‹what happened›"), "{help}");
+        assert!(
+            help.ends_with("Every flag also reads an environment variable: see docs/install.md.\n"),
+            "{help:?}"
+        );
     }
 
     #[test]

@@ -1,64 +1,12 @@
 //! Every line `gpum-install` prints besides the checks (their texts are preflight's) and the
-//! failures (gpum-common's `Failure`): one table, Russian and English side by side. `{name}`
-//! placeholders are filled by the caller.
+//! failures (gpum-common's `Failure`): one [`gpum_common::texts!`] table, Russian and English
+//! side by side. `{name}` holes are filled by the caller.
 
 use gpum_common::Lang;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Msg {
-    StepDownload,
-    StepAddRepo,
-    StepAptUpdate,
-    StepInstall,
-    StepConfigureDocker,
-    StepReloadDocker,
-    StepRestartDocker,
-    StepRestartDockerStops,
-    StepRegister,
-    StepWrite,
-    StepStart,
-    StepGpuCheck,
-    FileAgentBinary,
-    FileAgentUnit,
-    FileAgentProxy,
-    FileAgentProxyEnv,
-    FileAgentCa,
-    Done,
-    Skipped,
-    Failed,
-    KeysVerified,
-    AlreadyPresent,
-    Unchanged,
-    BackupAt,
-    LockWait,
-    AptSlow,
-    ConfirmRestart,
-    RestartConfirmed,
-    NodeRegistered,
-    AgentOnline,
-    AwaitingCheck,
-    CheckStillRunning,
-    Verified,
-    WaitingForCheck,
-    SummaryTitle,
-    SummaryInstalled,
-    SummaryChanged,
-    SummaryLeftAlone,
-    SummaryNext,
-    SummaryNothing,
-    LeftDocker,
-    LeftToolkit,
-    LeftContainers,
-    LeftDaemonJson,
-    NextStatus,
-    NextDashboard,
-    ToolkitUpgraded,
-}
-
-/// The text of `m` in `lang`.
-pub fn t(m: Msg, lang: Lang) -> &'static str {
-    use Msg::*;
-    let (ru, en) = match m {
+gpum_common::texts! {
+    /// A line the installer prints.
+    pub enum Msg {
         StepDownload => (
             "скачать агент {url}, проверить подпись (имя, версия, SHA-256) и пробно запустить",
             "download the agent {url}, verify its signature (name, version, SHA-256) and test-run it",
@@ -67,9 +15,10 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
             "добавить репозиторий {id}: {repo}; ключ {key_url}, принимается только отпечаток {fprs}; файлы {files}",
             "add repository {id}: {repo}; key {key_url}, accepted only with fingerprint {fprs}; files {files}",
         ),
-        StepAptUpdate => {
-            ("обновить списки пакетов (apt-get update)", "refresh package lists (apt-get update)")
-        }
+        StepAptUpdate => (
+            "обновить списки пакетов (apt-get update)",
+            "refresh package lists (apt-get update)",
+        ),
         StepInstall => ("установить пакеты: {packages}", "install packages: {packages}"),
         StepConfigureDocker => (
             "настройки Docker {path}: добавить среду nvidia, остальное сохранить (с резервной копией)",
@@ -96,9 +45,10 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
             "включить и (пере)запустить службу {name}, дождаться первого ответа платформы (до {secs} с)",
             "enable and (re)start the {name} service, wait for the platform's first answer (up to {secs} s)",
         ),
-        StepGpuCheck => {
-            ("дождаться проверки видеокарты внутри контейнера", "wait for the GPU check inside a container")
-        }
+        StepGpuCheck => (
+            "дождаться проверки видеокарты внутри контейнера",
+            "wait for the GPU check inside a container",
+        ),
         FileAgentBinary => ("программа агента", "the agent program"),
         FileAgentUnit => ("служба systemd", "the systemd unit"),
         FileAgentProxy => (
@@ -173,8 +123,31 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
             "установщик обновит его из репозитория NVIDIA",
             "the installer upgrades it from NVIDIA's repository",
         ),
-    };
-    if lang == Lang::Ru { ru } else { en }
+        // The `apt_sources` check (`crate::apt`).
+        AptSourcesClash => (
+            "существующие источники apt конфликтуют с теми, что добавит установщик (apt перестанет работать): {list}",
+            "existing apt sources clash with the ones the installer adds (apt would stop working): {list}",
+        ),
+        AptSourcesClashFix => (
+            "уберите эти записи (например, sudo rm {files}) и запустите установщик снова",
+            "remove those entries (for example sudo rm {files}) and run the installer again",
+        ),
+        AptSourcesElsewhere => (
+            "репозиторий уже подключён в другом файле: {list}",
+            "a repository is already configured elsewhere: {list}",
+        ),
+        AptSourcesElsewhereFix => ("лишние записи можно удалить", "the extra entries can be removed"),
+        AptSourcesNoneToAdd => ("новые репозитории не нужны", "no repository needs to be added"),
+        AptSourcesNoClash => (
+            "нет конфликтов с добавляемыми репозиториями ({ids})",
+            "no clash with the repositories to add ({ids})",
+        ),
+    }
+}
+
+/// The text of `m` in `lang`.
+pub fn t(m: Msg, lang: Lang) -> &'static str {
+    m.text(lang)
 }
 
 /// Names for a message line, with terminal control characters escaped (they come from Docker).
@@ -187,63 +160,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_match_between_languages() {
-        use Msg::*;
-        let all = [
-            StepDownload,
-            StepAddRepo,
-            StepAptUpdate,
-            StepInstall,
-            StepConfigureDocker,
-            StepReloadDocker,
-            StepRestartDocker,
-            StepRestartDockerStops,
-            StepRegister,
-            StepWrite,
-            StepStart,
-            StepGpuCheck,
-            FileAgentBinary,
-            FileAgentUnit,
-            FileAgentProxy,
-            FileAgentProxyEnv,
-            FileAgentCa,
-            KeysVerified,
-            AlreadyPresent,
-            Unchanged,
-            BackupAt,
-            LockWait,
-            AptSlow,
-            ConfirmRestart,
-            RestartConfirmed,
-            NodeRegistered,
-            AgentOnline,
-            AwaitingCheck,
-            CheckStillRunning,
-            Verified,
-            WaitingForCheck,
-            SummaryTitle,
-            SummaryInstalled,
-            SummaryChanged,
-            SummaryLeftAlone,
-            SummaryNext,
-            SummaryNothing,
-            LeftDocker,
-            LeftToolkit,
-            LeftContainers,
-            LeftDaemonJson,
-            NextStatus,
-            NextDashboard,
-        ];
-        let holes = |s: &str| {
-            let mut v: Vec<String> =
-                s.split('{').skip(1).filter_map(|p| p.split_once('}')).map(|(h, _)| h.to_string()).collect();
-            v.sort();
-            v
-        };
-        for m in all {
-            let (ru, en) = (t(m, Lang::Ru), t(m, Lang::En));
-            assert_eq!(holes(ru), holes(en), "{m:?}");
-            assert!(en.is_ascii() || en.contains('…'), "{m:?}: {en}");
+    fn every_row_has_both_languages_with_the_same_holes() {
+        assert!(Msg::ALL.contains(&Msg::ToolkitUpgraded) && Msg::ALL.contains(&Msg::Done));
+        for m in Msg::ALL {
+            let (ru, en) = (t(*m, Lang::Ru), t(*m, Lang::En));
+            if let Err(e) = gpum_common::texts::check(ru, en) {
+                panic!("{m:?}: {e}");
+            }
         }
     }
 }

@@ -6,11 +6,8 @@
 mod agent;
 pub mod cost;
 mod dryrun;
-mod floor;
-pub(crate) mod hot;
 mod platform;
 mod sizes;
-mod touch;
 mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,8 +106,7 @@ pub fn run(which: &str, quick: bool, json: bool) -> Result<()> {
     let mut rows = Vec::new();
     for (name, f) in BENCHES {
         // `instructions` is part of `agent`; alone, it is the quick way to the figure.
-        // `hot-text` writes `agent/hot-text.ld`: only when asked for by name.
-        if (all && !["instructions", "hot-text"].contains(name)) || which == *name {
+        if (all && *name != "instructions") || which == *name {
             say!("== bench {name} ==");
             rows.extend(f(quick)?);
             ran = true;
@@ -165,7 +161,6 @@ type BenchFn = fn(bool) -> Result<Vec<Row>>;
 const BENCHES: &[(&str, BenchFn)] = &[
     ("agent", agent::run),
     ("dryrun", dryrun::run),
-    ("hot-text", hot::run),
     ("instructions", cost::run),
     ("platform", platform::run),
     ("sizes", sizes::run),

@@ -1,0 +1,60 @@
+//! Every line the `gpum-agent` CLI prints besides gpum-common's `Failure`s: one
+//! [`gpum_common::texts!`] table, Russian and English side by side. `{name}` holes are filled
+//! with [`gpum_common::texts::fill`].
+
+gpum_common::texts! {
+    /// A line the agent's CLI prints.
+    pub enum Msg {
+        // `uninstall`.
+        UninstallPrompt => (
+            "Удалить службу gpum-agent, её файлы и контейнеры с метками gpum.managed=true и gpum.probe=true? Docker, драйверы и образы останутся",
+            "Remove the gpum-agent service, its files and the containers labelled gpum.managed=true and gpum.probe=true? Docker, drivers and images stay",
+        ),
+        UninstallDeclined => ("Ничего не удалено.", "Nothing was removed."),
+        UninstallServiceRemoved => (
+            "служба {name} (остановлена, отключена)",
+            "service {name} (stopped, disabled)",
+        ),
+        UninstallContainerRemoved => ("контейнер {name} ({label}=true)", "container {name} ({label}=true)"),
+        UninstallNoService => ("службы gpum-agent нет", "no gpum-agent service"),
+        UninstallNoSystemd => (
+            "systemd не запущен: останавливать службу не нужно",
+            "systemd is not running: there is no service to stop",
+        ),
+        UninstallContainersLeft => (
+            "контейнеры с меткой {label}=true не удалены ({error}); когда Docker заработает, удалите их: \
+             docker rm -f $(docker ps -aq --filter label={label}=true) (сначала проверьте список: \
+             контейнеры, получившие метку от своего образа, принадлежат не gpum)",
+            "containers labelled {label}=true were not removed ({error}); once Docker runs, remove them with \
+             docker rm -f $(docker ps -aq --filter label={label}=true) (check the list first: a container \
+             that got the label from its image is not gpum's)",
+        ),
+        UninstallNothingFound => (
+            "Удалять нечего: gpum-agent не найден.",
+            "Nothing to remove: gpum-agent was not found.",
+        ),
+        UninstallRemoved => ("Удалено:", "Removed:"),
+        UninstallNote => ("Примечание:", "Note:"),
+        UninstallFailed => ("Не удалось:", "Failed:"),
+        UninstallLeftInPlace => (
+            "Docker, драйверы и образы оставлены на месте.",
+            "Docker, the drivers and the images were left in place.",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpum_common::Lang;
+
+    use super::*;
+
+    #[test]
+    fn every_row_has_both_languages_with_the_same_holes() {
+        for m in Msg::ALL {
+            if let Err(e) = gpum_common::texts::check(m.text(Lang::Ru), m.text(Lang::En)) {
+                panic!("{m:?}: {e}");
+            }
+        }
+    }
+}
