@@ -4,7 +4,8 @@
 //! meets them: [`config`] (the 0600 file with the token, wrapped in [`secret::Token`]),
 //! [`inventory`] (NVML, sysinfo, `/proc`, os-release; the CPU load from [`cpu`]), [`client`]
 //! (HTTPS to the platform and the one decision of which failures are final), [`backoff`] (how
-//! to retry), [`run`] (the event loop), [`state`] (`state.json` for `status`), and [`docker`]
+//! to retry), [`core`] (the service's rules, without I/O), [`run`] (the event loop that routes
+//! them), [`state`] (`state.json` for `status`), and [`docker`]
 //! (probe and reconciler).
 //! `docs/agent.md` is the user's view; ARCHITECTURE.md lists what the agent never does.
 
@@ -13,6 +14,7 @@ pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod core;
 pub mod cpu;
 pub mod docker;
 pub mod doctor;

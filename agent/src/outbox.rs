@@ -183,13 +183,21 @@ impl Answered {
 
     /// Records `ids` as answered and saves the log when it changed.
     pub fn record(&mut self, host: &dyn Host, ids: impl IntoIterator<Item = String>) -> std::io::Result<()> {
+        if self.insert_all(ids) { self.save(host) } else { Ok(()) }
+    }
+
+    /// Records `ids` as answered, in memory; returns whether the log changed (then it is to be
+    /// saved with [`Answered::save`]).
+    pub fn insert_all(&mut self, ids: impl IntoIterator<Item = String>) -> bool {
         let mut changed = false;
         for id in ids {
             changed |= self.insert(id);
         }
-        if !changed {
-            return Ok(());
-        }
+        changed
+    }
+
+    /// Writes the log to `commands.json` (0600, atomically).
+    pub fn save(&self, host: &dyn Host) -> std::io::Result<()> {
         let json = serde_json::to_vec(&self.order).expect("ids serialize");
         host.write_atomic(&self.path, &json, 0o600)
     }

@@ -6,10 +6,16 @@
 //! the heartbeat timer, the heartbeat step finishing, a probe finishing, a removal finishing,
 //! and SIGTERM/SIGINT.
 //!
-//! A heartbeat *step* runs as its own task: list the managed containers, gather inventory and
-//! metrics, POST the heartbeat. The loop applies its answer: interval, commands, the known
-//! containers (to the reconciler), the probe image. Failures go through
-//! [`crate::client::classify`] (whether) and [`crate::backoff::Backoff`] (how); only a
+//! This module only routes: it hands each event to [`crate::core::Core`], which holds every
+//! rule of the service (the lifecycle, commands, the interval, the known list, probe
+//! scheduling, when `state.json` is written) without I/O, and carries out the [`Action`]s it
+//! returns: it spawns the probe and the removals, sends the heartbeat, writes the files and
+//! exits. What stays here is how the facts are gathered: the Docker client, the engine's event
+//! stream and the managed containers' last listing, the inventory gatherer.
+//!
+//! A heartbeat *step* runs as its own future: list the managed containers, gather inventory and
+//! metrics, POST the heartbeat. Its outcome goes back to the core ([`BeatDone`]). Failures go
+//! through [`crate::client::classify`] (whether) and [`crate::backoff::Backoff`] (how); only a
 //! revocation ends the loop, with exit 78 and the reason in `state.json`. The agent logs state
 //! transitions (connected -> unreachable -> connected), not every failure.
 //!
@@ -21,17 +27,15 @@
 //! The agent never removes anything when it stops for good: containers stay, as the owner's
 //! guide says.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
+use gpum_common::agent_state::{Connection, StopReason, Stopped};
 use gpum_common::exit;
 use gpum_host::{Host, env};
 use gpum_protocol::{
-    CommandKind, CommandResult, DEFAULT_HEARTBEAT_INTERVAL_SECS, ErrorCode, Health, HeartbeatRequest,
-    HeartbeatResponse, ProbeFailure, ProbeReport, RemovedContainer, VerificationState, limits,
+    Health, HeartbeatRequest, ProbeFailure, ProbeReport, RemovedContainer, VerificationState, limits,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -40,37 +44,20 @@ use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
 use tracing::{debug, error, info, trace, warn};
 
-use crate::backoff::{Backoff, jittered};
-use crate::client::{
-    Answer, CallError, Platform, REQUEST_TIMEOUT, Verdict, classify, clock_skew, is_refused_body,
-};
+use crate::client::{Platform, REQUEST_TIMEOUT};
 use crate::config::{Config, Paths};
-use crate::docker::ledger::{self, ProbeImages, ProbeLedger};
+use crate::core::{Action, Beat, BeatDone, Core, Event, Now, ProbeDone, ProbeStart, Settings};
+use crate::docker::ledger::{self, ProbeLedger};
 use crate::docker::{Docker, DockerError, probe, reconcile, watch};
 use crate::inventory::Gatherer;
-use crate::outbox::{Answered, Batch, Outbox, Refusal};
+use crate::outbox::{Answered, Batch};
 use crate::secret::Token;
 
-/// Exit code after a `restart` command: neither 0 (a clean stop) nor 78 (stopped for good), so
-/// it is visible in `systemctl status`; `Restart=always` restarts on it.
-pub const EXIT_RESTART: i32 = gpum_common::exit::RESTART;
-/// How long a step in flight may run after SIGTERM before the agent exits anyway. Well below
-/// systemd's default 90 s and the 10 s the owner's guide promises.
-pub const STOP_GRACE: Duration = Duration::from_secs(8);
+pub use crate::core::{EXIT_RESTART, STOP_GRACE, verification_text};
+
 /// The longest a Docker call inside a heartbeat step may take; a hung engine must not hold up
 /// heartbeats.
 pub const DOCKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
-/// The longest command id the agent answers (the platform's own ids are short).
-const MAX_COMMAND_ID_LEN: usize = 128;
-/// Interval bounds, whatever the platform says.
-const MIN_INTERVAL: Duration = Duration::from_secs(1);
-const MAX_INTERVAL: Duration = Duration::from_secs(3600);
-/// Even when nothing changes, `state.json` is rewritten this often, so `status` shows a recent
-/// last heartbeat without a disk write per heartbeat.
-const STATE_REFRESH: Duration = Duration::from_secs(30);
-/// The most `recheck` commands waiting for a rate-limited probe; one more is answered at once
-/// (the probe is due anyway), so that a platform cannot grow the list.
-const MAX_WAITING_RECHECKS: usize = limits::MAX_COMMANDS_PER_RESPONSE;
 
 /// The Docker socket: the config's, else `DOCKER_HOST` when it is a `unix://` URL, else the
 /// default.
@@ -85,31 +72,6 @@ pub fn docker_socket(host: &dyn Host, configured: Option<&Path>) -> Option<PathB
 pub async fn docker_version(host: &dyn Host, configured: Option<&Path>) -> Option<String> {
     let d = Docker::connect(docker_socket(host, configured).as_deref()).ok()?;
     tokio::time::timeout(DOCKER_STEP_TIMEOUT, d.version()).await.ok()?.ok()
-}
-
-/// Every input of the loop.
-enum Event {
-    /// Time for a heartbeat.
-    Tick,
-    /// The heartbeat step finished.
-    Step(Box<StepOutput>),
-    /// A probe finished.
-    Probe(Box<ProbeDone>),
-    /// A probe the rate limit held back may start now.
-    ProbeDue,
-    /// A removal round finished.
-    Removed(Vec<RemovedContainer>),
-    /// SIGTERM or SIGINT.
-    Signal(&'static str),
-    /// The grace after a signal ran out.
-    StopDeadline,
-}
-
-/// What a probe task brings back: its report, and the probe images after it (`None` when it
-/// could not reach the engine).
-struct ProbeDone {
-    report: ProbeReport,
-    images: Option<ProbeImages>,
 }
 
 /// What a heartbeat step takes with it.
@@ -128,17 +90,15 @@ struct StepInput {
     unchanged: Option<Vec<reconcile::ManagedContainer>>,
 }
 
-/// What it brings back. The gatherer travels back to the loop, and so does the request, so
-/// that on failure its pending results are sent again.
+/// What it brings back: the gatherer travels back to the loop, and the outcome goes to the
+/// core (with what the request carried, so that on failure its pending results are sent
+/// again).
 struct StepOutput {
     gatherer: Box<Gatherer>,
-    req: HeartbeatRequest,
-    probe_key: String,
-    managed: Vec<reconcile::ManagedContainer>,
-    /// Whether `managed` was listed in this step (not reused).
+    /// Whether the managed containers were listed in this step (not reused).
     listed: bool,
     docker_version: Option<String>,
-    result: Result<Answer<HeartbeatResponse>, CallError>,
+    done: Box<BeatDone>,
 }
 
 ///
@@ -146,7 +106,7 @@ struct StepOutput {
 /// that this step's own future stays small and is not copied whole on every spawn and poll,
 /// and the output is boxed for the same reason (it was a third of the agent's instructions per
 /// heartbeat, in `memcpy`; see `cargo xtask bench agent`).
-async fn step(mut s: StepInput) -> Box<StepOutput> {
+async fn step(mut s: StepInput) -> StepOutput {
     let mut docker_version = s.docker_version.take();
     let mut managed = Vec::new();
     let listed_now = s.unchanged.is_none();
@@ -211,18 +171,24 @@ async fn step(mut s: StepInput) -> Box<StepOutput> {
     );
     let result = s.platform.heartbeat(&s.token, &s.req).await;
     let listed = listed_now && s.req.health.docker_ok;
-    Box::new(StepOutput {
-        gatherer: s.gatherer,
-        req: s.req,
+    let req = &mut s.req;
+    let done = Box::new(BeatDone {
+        seq: req.seq,
+        carried: carried(req),
+        inventory_sent: req.inventory.is_some(),
+        inventory_hash: std::mem::take(&mut req.inventory_hash),
         probe_key,
+        docker_connected: s.docker.is_some(),
+        docker_ok: req.health.docker_ok,
+        docker_error: req.health.docker_error.take(),
         managed,
-        listed,
-        docker_version,
         result,
-    })
+    });
+    StepOutput { gatherer: s.gatherer, listed, docker_version, done }
 }
 
-/// The loop's state.
+/// The loop's I/O: the platform, Docker, the gatherer and the state directory; the rules are
+/// the [`Core`]'s.
 struct Agent {
     host: Arc<dyn Host>,
     state_dir: PathBuf,
@@ -237,40 +203,7 @@ struct Agent {
     watch: Option<watch::Watch>,
     listed: Option<(Vec<reconcile::ManagedContainer>, Instant)>,
     gatherer: Option<Box<Gatherer>>,
-    state: AgentState,
-    last_written: Option<(AgentState, Instant)>,
-    rng: StdRng,
-    seq: u64,
-    interval: Duration,
-    backoff: Backoff,
-    accepted_hash: Option<String>,
-    /// The probe-relevant facts of the last answered step, and those the last probe ran on.
-    probe_key: Option<String>,
-    probed_key: Option<String>,
-    probe_image: Option<String>,
-    probed_image: Option<String>,
-    probe_wanted: bool,
-    probe_running: bool,
-    /// When probes started and which images the agent pulled (`probes.json`), and the least
-    /// time between two starts ([`ledger::MIN_GAP`]).
-    ledger: ProbeLedger,
-    probe_gap: Duration,
-    /// When a probe the rate limit held back may start.
-    probe_at: Option<tokio::time::Instant>,
-    /// The `recheck` commands answered when the next probe starts.
-    rechecks: Vec<String>,
-    /// Results waiting for an answered heartbeat, sent within the protocol's limits.
-    outbox: Outbox,
-    /// The commands already answered (kept in `commands.json`).
-    answered: Answered,
-    /// Whether the last answer's known list was as long as the platform may send (so possibly
-    /// cut): the reconciler then removes nothing.
-    known_truncated: bool,
-    reconciler: reconcile::Reconciler,
-    skew: Option<i64>,
-    /// A `restart` command arrived; it is acknowledged with one more heartbeat, then the agent
-    /// exits with [`EXIT_RESTART`].
-    restart_requested: bool,
+    core: Core,
 }
 
 /// Runs the service until it stops; returns the exit code.
@@ -310,19 +243,7 @@ fn stop_config(host: &dyn Host, state_dir: &Path, cfg: Option<&Config>, detail: 
 
 impl Agent {
     fn new(host: Arc<dyn Host>, state_dir: PathBuf, cfg: Config, platform: Platform) -> Agent {
-        let interval = Duration::from_secs(DEFAULT_HEARTBEAT_INTERVAL_SECS);
         let docker_socket = docker_socket(host.as_ref(), cfg.docker_socket.as_deref());
-        let state = AgentState {
-            node_id: Some(cfg.node_id.clone()),
-            server: Some(cfg.server.clone()),
-            connection: Connection::Connecting,
-            verification: Some(verification_text(VerificationState::AwaitingCheck).into()),
-            ..Default::default()
-        };
-        let reconciler = reconcile::Reconciler::new(
-            reconcile::MIN_BEATS,
-            cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
-        );
         let answered = Answered::load(host.as_ref(), &state_dir);
         let ledger = ProbeLedger::load(host.as_ref(), &state_dir);
         // TEST ONLY: a shorter gap between probes, so that an end-to-end test can watch a
@@ -334,6 +255,16 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
+        let core = Core::new(Settings {
+            node_id: cfg.node_id.clone(),
+            server: cfg.server.clone(),
+            answered,
+            ledger,
+            probe_gap,
+            reconcile_min_age: cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
+            rng: StdRng::from_entropy(),
+            now: Instant::now(),
+        });
         Agent {
             gatherer: Some(Box::new(Gatherer::new(host.clone()))),
             host,
@@ -346,29 +277,7 @@ impl Agent {
             docker_version: None,
             watch: None,
             listed: None,
-            state,
-            last_written: None,
-            rng: StdRng::from_entropy(),
-            seq: 0,
-            interval,
-            backoff: Backoff::for_interval(interval),
-            accepted_hash: None,
-            probe_key: None,
-            probed_key: None,
-            probe_image: None,
-            probed_image: None,
-            probe_wanted: true,
-            probe_running: false,
-            ledger,
-            probe_gap,
-            probe_at: None,
-            rechecks: Vec::new(),
-            outbox: Outbox::default(),
-            answered,
-            known_truncated: false,
-            reconciler,
-            skew: None,
-            restart_requested: false,
+            core,
         }
     }
 
@@ -417,7 +326,6 @@ impl Agent {
                 }
             });
         }
-        self.write_state(true);
 
         // The tasks in flight are locals, one variable each, so that each `select!` branch
         // borrows only its own.
@@ -425,153 +333,101 @@ impl Agent {
         // a spawned task cost an allocation, a queue and a wake-up of this task each beat. A
         // panic in it ends the agent (release builds abort on panic anyway), and systemd
         // restarts it.
-        let mut step_task: Option<std::pin::Pin<Box<dyn Future<Output = Box<StepOutput>> + Send>>> = None;
+        let mut step_task: Option<std::pin::Pin<Box<dyn Future<Output = StepOutput> + Send>>> = None;
         let mut probe_task: Option<JoinHandle<ProbeDone>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
         // The heartbeat's own clock: one wake-up per beat (see `alarm`).
         let alarm = crate::alarm::Alarm::new();
-        let mut next_beat = tokio::time::Instant::now();
-        let mut stop_deadline: Option<tokio::time::Instant> = None;
-        let mut restart = Restart::No;
+        let mut actions = Vec::new();
+        let mut ev = Event::Start;
 
         loop {
-            let probe_at = self.probe_at;
-            let ev = tokio::select! {
+            let now = Now { wall: self.host.now(), mono: Instant::now() };
+            self.core.handle(now, ev, &mut actions);
+            for action in actions.drain(..) {
+                match action {
+                    Action::Heartbeat(b) => step_task = Some(Box::pin(step(self.step_input(b)))),
+                    Action::StartProbe(p) => probe_task = Some(self.start_probe(p)),
+                    Action::Remove(doomed) => {
+                        if let Some(d) = self.docker.clone() {
+                            removal_task = Some(tokio::spawn(remove_all(d, doomed)));
+                        }
+                    }
+                    Action::SaveAnswered => {
+                        if let Err(e) = self.core.answered().save(self.host.as_ref()) {
+                            warn!(error = %e, "could not record the answered commands");
+                        }
+                    }
+                    Action::SaveLedger => {
+                        if let Err(e) = self.core.ledger().save(self.host.as_ref(), &self.state_dir) {
+                            warn!(error = %e, dir = %self.state_dir.display(), "could not write the probe ledger");
+                        }
+                    }
+                    Action::WriteState => self.write_state(now.mono),
+                    Action::Abort => {
+                        abort(&mut probe_task);
+                        abort(&mut removal_task);
+                    }
+                    Action::Exit(code) => return code,
+                }
+            }
+
+            let (beat_at, probe_at, stop_at) =
+                (self.core.beat_at(), self.core.probe_at(), self.core.stop_deadline());
+            ev = tokio::select! {
                 biased;
                 Some(name) = signals.recv() => Event::Signal(name),
-                _ = sleep_until(stop_deadline.unwrap_or(next_beat)), if stop_deadline.is_some() => Event::StopDeadline,
+                _ = until(stop_at), if stop_at.is_some() => Event::StopDeadline,
                 out = poll_step(&mut step_task), if step_task.is_some() => {
                     step_task = None;
-                    Event::Step(out)
+                    Event::Beat(self.step_back(out))
                 }
                 r = join(&mut probe_task), if probe_task.is_some() => {
                     probe_task = None;
-                    self.probe_running = false;
                     match r {
-                        Ok(done) => Event::Probe(Box::new(done)),
-                        Err(e) => { error!(error = %e, "probe task failed"); continue; }
+                        Ok(done) => Event::ProbeDone(Box::new(done)),
+                        Err(e) => {
+                            error!(error = %e, "probe task failed");
+                            Event::ProbeLost
+                        }
                     }
                 }
-                _ = until(probe_at), if probe_at.is_some() && probe_task.is_none() && stop_deadline.is_none() => {
-                    Event::ProbeDue
-                }
+                _ = until(probe_at), if probe_at.is_some() => Event::ProbeDue,
                 r = join(&mut removal_task), if removal_task.is_some() => {
                     removal_task = None;
-                    Event::Removed(r.unwrap_or_default())
-                }
-                _ = alarm.until(next_beat), if step_task.is_none() && stop_deadline.is_none() => Event::Tick,
-            };
-
-            match ev {
-                Event::Signal(name) => {
-                    if stop_deadline.is_some() {
-                        info!(signal = name, "second signal; quitting now");
-                        return exit::OK;
-                    }
-                    info!(signal = name, "stopping: finishing the current step");
-                    // A probe killed here leaves a container that `cleanup_leftovers` removes at
-                    // the next start; a removal killed here is retried by the reconciler.
-                    abort(&mut probe_task);
-                    abort(&mut removal_task);
-                    if step_task.is_none() {
-                        return exit::OK;
-                    }
-                    stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
-                }
-                Event::StopDeadline => {
-                    warn!("the heartbeat in flight did not finish in time; exiting anyway");
-                    return exit::OK;
-                }
-                Event::Tick => {
-                    self.connect_docker();
-                    step_task = Some(Box::pin(step(self.step_input())));
-                }
-                Event::Step(out) => {
-                    let (delay, doomed) = match self.on_step(out) {
-                        Ok(x) => x,
-                        Err(code) => {
-                            abort(&mut probe_task);
-                            abort(&mut removal_task);
-                            return code;
-                        }
-                    };
-                    if stop_deadline.is_some() {
-                        return exit::OK;
-                    }
-                    match restart {
-                        // The acknowledgement went out (or could not): exit, systemd restarts.
-                        Restart::Acking => {
-                            info!("restarting on the platform's command");
-                            return EXIT_RESTART;
-                        }
-                        Restart::No if self.restart_requested => {
-                            restart = Restart::Acking;
-                            next_beat = tokio::time::Instant::now();
-                            continue;
-                        }
-                        Restart::No => {}
-                    }
-                    next_beat = tokio::time::Instant::now() + delay;
-                    if removal_task.is_none()
-                        && !doomed.is_empty()
-                        && let Some(d) = self.docker.clone()
-                    {
-                        removal_task = Some(tokio::spawn(remove_all(d, doomed)));
-                    }
-                    if probe_task.is_none() {
-                        probe_task = self.maybe_start_probe();
-                    }
-                }
-                Event::ProbeDue => {
-                    self.probe_at = None;
-                    probe_task = self.maybe_start_probe();
-                }
-                Event::Probe(done) => {
-                    let ProbeDone { report: rep, images } = *done;
-                    if let Some(images) = images
-                        && images != self.ledger.images
-                    {
-                        self.ledger.images = images;
-                        self.save_ledger();
-                    }
-                    info!(state = ?rep.state, reason = ?rep.reason, "GPU probe finished");
-                    self.state.verification = Some(verification_text(rep.state).into());
-                    self.outbox.set_probe(rep);
-                    self.write_state(false);
-                    // Report it soon rather than a whole interval later.
-                    next_beat = next_beat.min(tokio::time::Instant::now() + Duration::from_millis(200));
-                }
-                Event::Removed(list) => {
                     // The agent changed the set itself: list again at the next heartbeat rather
                     // than rely on the engine's events arriving first.
                     if let Some(w) = &self.watch {
                         w.set_stale();
                     }
-                    self.outbox.push_removed(list)
+                    Event::Removed(r.unwrap_or_default())
                 }
-            }
+                _ = alarm.until(tokio::time::Instant::from_std(beat_at.unwrap_or(now.mono))), if beat_at.is_some() => {
+                    self.connect_docker();
+                    Event::Tick
+                }
+            };
         }
     }
 
-    fn step_input(&mut self) -> StepInput {
-        self.seq += 1;
-        let batch = self.outbox.take();
+    fn step_input(&mut self, b: Beat) -> StepInput {
+        let Beat { seq, batch, clock_skew, accepted_hash } = b;
         let req = HeartbeatRequest {
-            seq: self.seq,
+            seq,
             probe: batch.probe,
             removed_containers: batch.removed,
             command_results: batch.results,
             health: Health {
                 docker_ok: false,
                 docker_error: if self.docker.is_none() { self.docker_error.clone() } else { None },
-                clock_skew_secs: self.skew,
+                clock_skew_secs: clock_skew,
                 ..Default::default()
             },
             ..Default::default()
         };
         // The engine's version changes only with an upgrade, which restarts the engine (the
         // listing fails, so the cache is dropped); asking every few minutes catches the rest.
-        let refresh_docker_version = self.seq.is_multiple_of(crate::inventory::SLOW_FACTS_EVERY);
+        let refresh_docker_version = seq.is_multiple_of(crate::inventory::SLOW_FACTS_EVERY);
         // The stale mark is cleared before the list is taken, so a change during the list marks
         // it again for the next heartbeat.
         let stale = self.watch.as_ref().is_none_or(watch::Watch::take_stale);
@@ -588,278 +444,34 @@ impl Agent {
             docker: self.docker.clone(),
             gatherer: self.gatherer.take().expect("the gatherer is home between steps"),
             req,
-            accepted_hash: self.accepted_hash.clone(),
+            accepted_hash,
         }
     }
 
-    /// Applies a finished step: `Ok((delay until the next heartbeat, containers to remove))`, or
-    /// `Err(exit code)` when the agent stops for good.
-    fn on_step(
-        &mut self,
-        mut out: Box<StepOutput>,
-    ) -> Result<(Duration, Vec<reconcile::ManagedContainer>), i32> {
-        self.gatherer = Some(out.gatherer);
-        self.docker_version = out.docker_version.take();
-        let now = self.host.now();
-        let docker_ok = out.req.health.docker_ok;
-        // Log transitions only; a missing socket was already logged when connecting failed.
-        let logged_before = self.state.docker_ok.is_some() || self.docker.is_some();
-        if logged_before && Some(docker_ok) != self.state.docker_ok {
-            match &out.req.health.docker_error {
-                None => info!("Docker engine answers"),
-                Some(e) => {
-                    warn!(error = %e, "Docker engine does not answer; the agent keeps running and reports it")
-                }
-            }
-        }
-        self.state.docker_ok = Some(docker_ok);
-        if out.listed {
-            self.listed = Some((out.managed.clone(), Instant::now()));
-        } else if !docker_ok {
+    /// Takes the gatherer back and keeps the managed containers' listing for the next steps;
+    /// returns the outcome for the core.
+    fn step_back(&mut self, out: StepOutput) -> Box<BeatDone> {
+        let StepOutput { gatherer, listed, docker_version, done } = out;
+        self.gatherer = Some(gatherer);
+        self.docker_version = docker_version;
+        if listed {
+            self.listed = Some((done.managed.clone(), Instant::now()));
+        } else if !done.docker_ok {
             self.listed = None;
             if let Some(w) = &self.watch {
                 w.set_stale();
             }
         }
-        match out.result {
-            Ok(ans) => {
-                if self.state.connection != Connection::Connected {
-                    if self.backoff.failures() > 0 {
-                        info!(failed_attempts = self.backoff.failures(), "platform reachable again");
-                    } else {
-                        info!("connected to the platform");
-                    }
-                }
-                self.backoff.reset();
-                let resp = ans.body;
-                let skew = clock_skew(now, ans.server_date);
-                if skew.is_some() && self.skew.is_none() {
-                    warn!(skew_secs = skew, "this machine's clock differs from the platform's; reporting it");
-                }
-                self.skew = skew;
-                if out.req.inventory.is_some() {
-                    if self.accepted_hash.is_some() {
-                        info!("inventory changed; sent it in full");
-                    }
-                    self.accepted_hash = Some(out.req.inventory_hash.clone());
-                }
-                // Only what this heartbeat carried is delivered; a probe that finished while it
-                // was in flight is still pending.
-                self.outbox.delivered(&carried(&mut out.req));
-                if self.probe_key.as_deref() != Some(out.probe_key.as_str()) {
-                    if self.probe_key.is_some() {
-                        info!("hardware or software changed; the GPU probe runs again");
-                    }
-                    self.probe_key = Some(out.probe_key.clone());
-                }
-                let doomed = self.apply_answer(&resp, &out.managed);
-                self.state.connection = Connection::Connected;
-                self.state.last_heartbeat_at = Some(crate::state::unix(now));
-                self.state.last_error = None;
-                self.state.clock_skew_secs = self.skew;
-                self.write_state(false);
-                debug!(seq = out.req.seq, bytes = ans.sent_bytes, "heartbeat answered");
-                Ok((jittered(self.interval, &mut self.rng), doomed))
-            }
-            Err(e) => {
-                let batch = carried(&mut out.req);
-                if let Verdict::StopForGood(code) = classify(&e) {
-                    return Err(self.stop_revoked(code, &e));
-                }
-                if is_refused_body(&e) {
-                    // The same body would be refused again: carry less, or drop what was refused.
-                    match self.outbox.refused(batch) {
-                        Refusal::Shrunk { results_cap, removed_cap } => {
-                            warn!(error = %e, results_cap, removed_cap, "the platform refused the heartbeat's body; sending less")
-                        }
-                        Refusal::Dropped(b) => warn!(
-                            error = %e,
-                            results = ?b.results.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
-                            removed = b.removed.len(),
-                            probe = b.probe.is_some(),
-                            "the platform refused the heartbeat's body again; dropped what it carried"
-                        ),
-                        Refusal::NothingToTrim => {}
-                    }
-                } else {
-                    // Undelivered results go out with the next heartbeat, first.
-                    self.outbox.failed(batch);
-                }
-                let delay = self.backoff.fail(&mut self.rng);
-                if self.backoff.failures() == 1 {
-                    warn!(error = %e, "heartbeat failed; retrying with backoff (further failures are logged at debug level)");
-                } else {
-                    debug!(error = %e, failures = self.backoff.failures(), delay_ms = delay.as_millis() as u64, "heartbeat failed");
-                }
-                self.state.connection = Connection::Unreachable;
-                self.state.last_error = Some(e.to_string());
-                self.write_state(false);
-                Ok((delay, Vec::new()))
-            }
-        }
+        done
     }
 
-    /// Applies the platform's answer; returns the managed containers to remove now.
-    fn apply_answer(
-        &mut self,
-        resp: &HeartbeatResponse,
-        managed: &[reconcile::ManagedContainer],
-    ) -> Vec<reconcile::ManagedContainer> {
-        let secs = if resp.heartbeat_interval_secs == 0 {
-            DEFAULT_HEARTBEAT_INTERVAL_SECS
-        } else {
-            resp.heartbeat_interval_secs
-        };
-        let interval = Duration::from_secs(secs).clamp(MIN_INTERVAL, MAX_INTERVAL);
-        if interval != self.interval {
-            info!(secs = interval.as_secs(), "heartbeat interval set by the platform");
-            self.interval = interval;
-            self.backoff.set_cap(interval);
-        }
-        if resp.probe_image != self.probe_image {
-            match &resp.probe_image {
-                Some(img) => info!(image = %img, "probe image set by the platform"),
-                None => info!("no probe image: the GPU check waits («Ожидает проверки»)"),
-            }
-            self.probe_image = resp.probe_image.clone();
-        }
-        if self.probe_image.is_none() && !self.probe_running {
-            self.state.verification = Some(verification_text(VerificationState::AwaitingCheck).into());
-        }
-        // At most one answer's worth of new commands is taken; the rest, still unanswered, come
-        // again. Commands already answered are skipped first, so that a platform that hands
-        // them over again cannot hide the new ones behind them.
-        let mut newly: Vec<String> = Vec::new();
-        let mut left = 0usize;
-        for c in &resp.commands {
-            // Answered once, never run or answered again (a still undelivered answer stays queued).
-            if self.answered.contains(&c.id) || newly.contains(&c.id) || self.outbox.has_result(&c.id) {
-                debug!(id = %c.id, "command already answered");
-                continue;
-            }
-            if c.id.is_empty() || c.id.len() > MAX_COMMAND_ID_LEN {
-                warn!(len = c.id.len(), "ignored a command whose id is empty or too long to answer");
-                continue;
-            }
-            if newly.len() >= limits::MAX_COMMANDS_PER_RESPONSE {
-                left += 1;
-                continue;
-            }
-            newly.push(c.id.clone());
-            let result = match CommandKind::parse(&c.kind) {
-                Some(CommandKind::Recheck) => {
-                    info!(id = %c.id, "command recheck: the GPU probe runs again, within the rate limit");
-                    self.probe_wanted = true;
-                    let answer =
-                        |msg: &str| Some(CommandResult { id: c.id.clone(), ok: true, message: msg.into() });
-                    if self.probe_image.is_none() {
-                        answer("no probe image is set; the check waits for one")
-                    } else if self.rechecks.len() < MAX_WAITING_RECHECKS {
-                        // Answered when the probe starts, which the rate limit may hold back.
-                        self.rechecks.push(c.id.clone());
-                        None
-                    } else {
-                        answer("a probe is due already; it runs when the rate limit allows")
-                    }
-                }
-                Some(CommandKind::Restart) => {
-                    info!(id = %c.id, "command restart: exiting so that systemd starts the agent again");
-                    self.restart_requested = true;
-                    Some(CommandResult { id: c.id.clone(), ok: true, message: "restarting".into() })
-                }
-                None => {
-                    let kind = crate::client::truncate(&c.kind, 64);
-                    warn!(id = %c.id, kind = %kind, "refused an unknown command");
-                    Some(CommandResult {
-                        id: c.id.clone(),
-                        ok: false,
-                        message: format!("unknown command {kind:?}: refused"),
-                    })
-                }
-            };
-            if let Some(result) = result {
-                self.outbox.push_result(result);
-            }
-        }
-        if left > 0 {
-            warn!(
-                left,
-                limit = limits::MAX_COMMANDS_PER_RESPONSE,
-                "the platform handed over more commands than one answer may carry; the rest wait"
-            );
-        }
-        // Recorded before a `restart` exits, so that the same command after the restart is not
-        // obeyed again.
-        if let Err(e) = self.answered.record(self.host.as_ref(), newly) {
-            warn!(error = %e, "could not record the answered commands");
-        }
-        // Reconcile only against an answer the platform actually gave (this one), and only with
-        // a listing that succeeded: a failed listing is no evidence either way.
-        let truncated = resp.known_containers.len() >= limits::MAX_KNOWN_CONTAINERS;
-        if truncated && !self.known_truncated {
-            warn!(
-                count = resp.known_containers.len(),
-                "the platform's list of known containers may be cut at the protocol's limit; removing nothing while it is"
-            );
-        }
-        self.known_truncated = truncated;
-        if truncated {
-            return Vec::new();
-        }
-        if self.docker.is_some() && self.state.docker_ok == Some(true) {
-            let known: HashSet<String> = resp.known_containers.iter().cloned().collect();
-            return self.reconciler.decide(managed, &known, Instant::now());
-        }
-        Vec::new()
-    }
-
-    /// Starts the GPU probe when one is due: after the first answered heartbeat, after a change
-    /// of the probe-relevant facts or of the image, or on `recheck`, within the rate limit
-    /// ([`ledger`]: a probe due inside the window sets [`Agent::probe_at`] and starts then).
-    /// Without an image no probe runs (awaiting check); without Docker it waits for Docker. The
-    /// waiting `recheck` commands are answered when the probe starts.
-    fn maybe_start_probe(&mut self) -> Option<JoinHandle<ProbeDone>> {
-        let Some(image) = self.probe_image.clone() else {
-            self.probe_at = None;
-            self.answer_rechecks("no probe image is set; the check waits for one");
-            return None;
-        };
-        if self.probe_running {
-            return None;
-        }
-        let changed =
-            self.probe_key != self.probed_key || self.probed_image.as_deref() != Some(image.as_str());
-        if !(self.probe_wanted || changed) {
-            return None;
-        }
-        let now = crate::state::unix(self.host.now());
-        if let Some(at) = self.ledger.next_start(now, self.probe_gap) {
-            let wait = Duration::from_secs(at.saturating_sub(now));
-            if self.probe_at.is_none() {
-                info!(
-                    in_secs = wait.as_secs(),
-                    gap_secs = self.probe_gap.as_secs(),
-                    per_hour = ledger::MAX_PER_HOUR,
-                    "a GPU probe is due; it waits for the rate limit"
-                );
-            }
-            self.probe_at = Some(tokio::time::Instant::now() + wait);
-            return None;
-        }
-        self.probe_at = None;
-        self.ledger.started(now);
-        self.save_ledger();
-        self.answer_rechecks("probe started");
-        self.probe_wanted = false;
-        self.probed_key = self.probe_key.clone();
-        self.probed_image = Some(image.clone());
-        self.probe_running = true;
-        info!(image = %image, "running the GPU probe");
+    /// Spawns the GPU probe the core started.
+    fn start_probe(&mut self, p: ProbeStart) -> JoinHandle<ProbeDone> {
+        let ProbeStart { image, now, mut images } = p;
         let docker = self.docker.clone();
         let registries = self.cfg.probe_registries.clone();
         let socket_error = self.docker_error.clone();
-        let mut images = self.ledger.images.clone();
-        Some(tokio::spawn(async move {
+        tokio::spawn(async move {
             match docker {
                 Some(d) => {
                     let spec =
@@ -881,49 +493,13 @@ impl Agent {
                     images: None,
                 },
             }
-        }))
+        })
     }
 
-    /// Answers every waiting `recheck` with `message`.
-    fn answer_rechecks(&mut self, message: &str) {
-        for id in std::mem::take(&mut self.rechecks) {
-            self.outbox.push_result(CommandResult { id, ok: true, message: message.into() });
-        }
-    }
-
-    fn save_ledger(&mut self) {
-        if let Err(e) = self.ledger.save(self.host.as_ref(), &self.state_dir) {
-            warn!(error = %e, dir = %self.state_dir.display(), "could not write the probe ledger");
-        }
-    }
-
-    fn stop_revoked(&mut self, code: ErrorCode, e: &CallError) -> i32 {
-        error!(code = ?code, error = %e, "the platform revoked this node (server deleted or token replaced); stopping for good. Containers are left in place");
-        self.state.connection = Connection::Stopped;
-        self.state.stopped = Some(Stopped {
-            reason: StopReason::Revoked,
-            detail: serde_json::to_value(code)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
-            at: crate::state::unix(self.host.now()),
-        });
-        self.write_state(true);
-        exit::STOPPED_FOR_GOOD
-    }
-
-    /// Writes `state.json` when it changed, or when the last write is older than
-    /// [`STATE_REFRESH`]; `force` writes regardless.
-    fn write_state(&mut self, force: bool) {
-        let due = match &self.last_written {
-            None => true,
-            Some((prev, at)) => at.elapsed() >= STATE_REFRESH || !same_but_times(prev, &self.state),
-        };
-        if !(force || due) {
-            return;
-        }
-        match crate::state::write(self.host.as_ref(), &self.state_dir, &mut self.state) {
-            Ok(()) => self.last_written = Some((self.state.clone(), Instant::now())),
+    /// Writes `state.json` as the core asked ([`Action::WriteState`]).
+    fn write_state(&mut self, now: Instant) {
+        match crate::state::write(self.host.as_ref(), &self.state_dir, self.core.state_mut()) {
+            Ok(()) => self.core.state_written(now),
             Err(e) => warn!(error = %e, dir = %self.state_dir.display(), "could not write the state file"),
         }
     }
@@ -936,39 +512,6 @@ fn carried(req: &mut HeartbeatRequest) -> Batch {
         removed: std::mem::take(&mut req.removed_containers),
         probe: req.probe.clone(),
     }
-}
-
-/// Whether two states differ only in their timestamps (the heartbeat's and the write's). It
-/// runs every heartbeat, so it compares in place rather than cloning; the destructuring makes a
-/// new field a compile error here until it is compared.
-fn same_but_times(a: &AgentState, b: &AgentState) -> bool {
-    let AgentState {
-        node_id,
-        server,
-        connection,
-        last_heartbeat_at: _,
-        verification,
-        last_error,
-        clock_skew_secs,
-        docker_ok,
-        stopped,
-        updated_at: _,
-    } = a;
-    *node_id == b.node_id
-        && *server == b.server
-        && *connection == b.connection
-        && *verification == b.verification
-        && *last_error == b.last_error
-        && *clock_skew_secs == b.clock_skew_secs
-        && *docker_ok == b.docker_ok
-        && *stopped == b.stopped
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Restart {
-    No,
-    /// The heartbeat carrying the acknowledgement is on its way.
-    Acking,
 }
 
 /// SIGTERM and SIGINT, each by name, from a task of their own. The loop polls this channel's
@@ -1003,9 +546,9 @@ async fn poll_step<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
 
 /// Sleeps until `at`; pending forever when there is none. The timer is made only when the branch
 /// is polled, not on each of the loop's wake-ups.
-async fn until(at: Option<tokio::time::Instant>) {
+async fn until(at: Option<Instant>) {
     match at {
-        Some(t) => sleep_until(t).await,
+        Some(t) => sleep_until(tokio::time::Instant::from_std(t)).await,
         None => std::future::pending().await,
     }
 }
@@ -1037,38 +580,4 @@ async fn remove_all(d: Arc<Docker>, doomed: Vec<reconcile::ManagedContainer>) ->
         }
     }
     removed
-}
-
-/// The verification state as `state.json` spells it.
-pub fn verification_text(v: VerificationState) -> &'static str {
-    match v {
-        VerificationState::AwaitingCheck => "awaiting_check",
-        VerificationState::Verified => "verified",
-        VerificationState::Failed => "failed",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_timestamps_do_not_count_as_a_change() {
-        let a = AgentState {
-            node_id: Some("n".into()),
-            connection: Connection::Connected,
-            last_heartbeat_at: Some(10),
-            updated_at: 10,
-            ..Default::default()
-        };
-        let mut b = a.clone();
-        b.last_heartbeat_at = Some(20);
-        b.updated_at = 21;
-        assert!(same_but_times(&a, &b));
-        b.connection = Connection::Unreachable;
-        assert!(!same_but_times(&a, &b));
-        let mut c = a.clone();
-        c.last_error = Some("timeout".into());
-        assert!(!same_but_times(&a, &c));
-    }
 }

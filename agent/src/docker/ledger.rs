@@ -6,10 +6,10 @@
 //! the facts or of the image, a `recheck`, a restart). A platform that put `recheck` in every
 //! answer at a 1 s interval made the agent start 146 probes in 24 s (issue 29, item 4): each
 //! probe's report is sent 200 ms after it ends, and the answer held the next `recheck`. A probe
-//! that is due inside the window waits for it ([`crate::run`] sets a timer); it is deferred, not
-//! lost. The start times are kept on disk, so a `restart` does not reset the limit. They are
-//! wall-clock seconds: a start that lies in the future (the clock was set back) counts as now,
-//! so a clock set back delays the next probe by at most [`MIN_GAP`].
+//! that is due inside the window waits for it ([`crate::core::Probes`] sets a timer); it is
+//! deferred, not lost. The start times are kept on disk, so a `restart` does not reset the limit.
+//! They are wall-clock seconds: a start that lies in the future (the clock was set back) counts
+//! as now, so a clock set back delays the next probe by at most [`MIN_GAP`].
 //!
 //! **The probe images** ([`ProbeImages`]): the image ids of the last two probes (the current one
 //! and the previous one), and the references of the images the agent pulled itself and has not
