@@ -22,7 +22,7 @@ pub fn planned_repos(plan: &Plan, all: &[Repo]) -> Vec<Repo> {
         .filter(|r| {
             plan.steps
                 .iter()
-                .any(|s| matches!(s, Step::AddRepository { id, uri, .. } if id == r.id && uri == r.uri))
+                .any(|s| matches!(s, Step::AddRepository(a) if a.repo.id == r.id && a.repo.uri == r.uri))
         })
         .copied()
         .collect()

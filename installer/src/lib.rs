@@ -63,7 +63,7 @@ impl Audit {
             repos,
             docker: dockerd::gather(host, &facts),
             proxy: proxy_vars(host),
-            ca_file: !opts.extra_roots_pem.is_empty(),
+            ca_pem: opts.extra_roots_pem.first().cloned(),
         };
         let plan = plan::plan(&facts, &input);
         let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
@@ -286,7 +286,7 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     }
     let result = apply::NetFetcher::new(h, &aopts).and_then(|fetcher| {
         let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
-        apply::install(host.clone(), &audit, audit.repos.clone(), &fetcher, &aopts, &mut rep)
+        apply::install(host.clone(), &audit, &fetcher, &aopts, &mut rep)
     });
     match result {
         Ok(summary) => {

@@ -11,7 +11,8 @@ use gpum_repo_keys::pinned::{self, Distro, Repo};
 use serde::Serialize;
 
 /// One thing the install does, in the order it runs. The dry run prints these; the install
-/// executes the same value ([`crate::apply`]) and never does anything that is not here.
+/// executes the same value ([`crate::apply`]) and never does anything that is not here. Each
+/// step carries the typed values it executes; the dry run's text and JSON are read from them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Step {
@@ -19,18 +20,9 @@ pub enum Step {
     /// (name, version, SHA-256), and test-run it from `$TMPDIR`. Together with the repository
     /// keys, this is verified before anything on the machine changes.
     DownloadAgent { url: String },
-    /// Download the key from `key_url`, refuse it unless its primary fingerprint is one of
-    /// `fingerprints`, write it to `keyring`, and write the deb822 source to `sources`.
-    AddRepository {
-        id: String,
-        uri: String,
-        suite: String,
-        components: Vec<String>,
-        key_url: String,
-        fingerprints: Vec<String>,
-        keyring: String,
-        sources: String,
-    },
+    /// Download the repository's key, refuse it unless its primary fingerprint is pinned, write
+    /// it to the keyring, and write the deb822 source.
+    AddRepository(AddRepo),
     /// `apt-get update` (with the new sources).
     AptUpdate,
     /// `apt-get install` of packages that are missing (or too old).
@@ -46,14 +38,79 @@ pub enum Step {
     /// Register with the join code and write the agent's config (0600) with its token (and,
     /// with `--ca-file`, the name of the CA's copy, [`Purpose::AgentCa`]).
     Register { server: String, config: String },
-    /// Write a file (created with `mode` from the first byte); skipped when identical. The
-    /// agent's binary is the verified download, hashed again as it is installed.
-    WriteFile { path: String, mode: String, purpose: Purpose },
+    /// Write `content` to `path` (created with `mode` from the first byte); skipped when
+    /// identical. The JSON shows the mode in octal (`"0644"`) and never the content.
+    WriteFile {
+        path: String,
+        #[serde(serialize_with = "octal")]
+        mode: u32,
+        purpose: Purpose,
+        #[serde(skip)]
+        content: Content,
+    },
     /// `systemctl daemon-reload`, `enable`, `restart NAME`, then wait up to `wait_secs` for its
     /// first accepted heartbeat.
     StartAgent { name: String, wait_secs: u64 },
-    /// Wait for the agent's first GPU-in-a-container result.
-    GpuCheck,
+    /// Wait up to `wait_secs` for the agent's first GPU-in-a-container result (not in the JSON).
+    GpuCheck {
+        #[serde(skip)]
+        wait_secs: u64,
+    },
+}
+
+/// A repository to add, and the OS codename its suite defaults to. The JSON shows it flat:
+/// `id`, `uri`, `suite`, `components`, `key_url`, `fingerprints`, `keyring`, `sources`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddRepo {
+    pub repo: Repo,
+    pub codename: String,
+}
+
+impl AddRepo {
+    /// The deb822 `Suites:` value.
+    pub fn suite(&self) -> &str {
+        self.repo.suite.unwrap_or(&self.codename)
+    }
+}
+
+impl Serialize for AddRepo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let r = &self.repo;
+        let mut st = s.serialize_struct("AddRepo", 8)?;
+        st.serialize_field("id", r.id)?;
+        st.serialize_field("uri", r.uri)?;
+        st.serialize_field("suite", self.suite())?;
+        st.serialize_field("components", r.components)?;
+        st.serialize_field("key_url", r.key_url)?;
+        st.serialize_field("fingerprints", r.fingerprints)?;
+        st.serialize_field("keyring", &r.keyring_path())?;
+        st.serialize_field("sources", &r.sources_path())?;
+        st.end()
+    }
+}
+
+fn octal<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{mode:04o}"))
+}
+
+/// What a [`Step::WriteFile`] writes.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Content {
+    /// The agent the first step downloaded and verified, hashed again as it is installed.
+    VerifiedAgent,
+    /// These bytes (the unit, the drop-in, the proxy's values, the CA's copy).
+    Bytes(Vec<u8>),
+}
+
+/// Never the bytes: the proxy's values may carry a password.
+impl std::fmt::Debug for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Content::VerifiedAgent => f.write_str("VerifiedAgent"),
+            Content::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+        }
+    }
 }
 
 /// Why a file is written.
@@ -76,7 +133,7 @@ impl Step {
     pub fn checkpoint(&self) -> String {
         match self {
             Step::DownloadAgent { .. } => "download_agent".into(),
-            Step::AddRepository { id, .. } => format!("add_repository_{id}"),
+            Step::AddRepository(a) => format!("add_repository_{}", a.repo.id),
             Step::AptUpdate => "apt_update".into(),
             Step::InstallPackages { .. } => "install_packages".into(),
             Step::ConfigureDocker { .. } => "configure_docker".into(),
@@ -89,7 +146,7 @@ impl Step {
             Step::WriteFile { purpose: Purpose::AgentProxyEnv, .. } => "write_agent_proxy_env".into(),
             Step::WriteFile { purpose: Purpose::AgentCa, .. } => "write_agent_ca".into(),
             Step::StartAgent { .. } => "start_agent".into(),
-            Step::GpuCheck => "gpu_check".into(),
+            Step::GpuCheck { .. } => "gpu_check".into(),
         }
     }
 }
@@ -124,8 +181,8 @@ pub struct PlanInput {
     pub docker: crate::dockerd::DockerRuntimeFacts,
     /// `HTTPS_PROXY`/`NO_PROXY`… as the installer got them.
     pub proxy: Vec<(String, String)>,
-    /// Whether `--ca-file` was given: the install copies it for the agent.
-    pub ca_file: bool,
+    /// `--ca-file`'s bytes, when given: the install copies them for the agent.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 /// The distribution whose repositories to use, from os-release.
@@ -137,21 +194,8 @@ pub fn distro(f: &Facts) -> Option<Distro> {
     }
 }
 
-fn add_repo(r: &Repo, codename: &str) -> Step {
-    Step::AddRepository {
-        id: r.id.into(),
-        uri: r.uri.into(),
-        suite: r.suite.unwrap_or(codename).into(),
-        components: r.components.iter().map(|c| c.to_string()).collect(),
-        key_url: r.key_url.into(),
-        fingerprints: r.fingerprints.iter().map(|f| f.to_string()).collect(),
-        keyring: r.keyring_path(),
-        sources: r.sources_path(),
-    }
-}
-
-fn write(path: &str, mode: u32, purpose: Purpose) -> Step {
-    Step::WriteFile { path: path.into(), mode: format!("{mode:04o}"), purpose }
+fn write(path: &str, mode: u32, purpose: Purpose, content: Content) -> Step {
+    Step::WriteFile { path: path.into(), mode, purpose, content }
 }
 
 /// The drop-in that names the file with the installer's proxy variables for the service.
@@ -162,6 +206,8 @@ pub const PROXY_ENV: &str = gpum_agent::unit::PROXY_ENV;
 pub const AGENT_CA: &str = gpum_agent::config::INSTALLED_CA;
 /// How long the service has to send its first accepted heartbeat (the seed's exit 50).
 pub const START_WAIT_SECS: u64 = 60;
+/// How long the GPU check may take: the first probe pulls its image.
+pub const GPU_WAIT_SECS: u64 = 600;
 
 /// The plan for this machine. Docker and the toolkit are installed only when missing (the
 /// toolkit also when older than the first release without a known container escape); Docker's
@@ -177,11 +223,11 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     if let Some([docker, toolkit]) = input.repos.or_else(|| distro(f).map(pinned::repos_for)) {
         let mut packages: Vec<String> = Vec::new();
         if need_docker {
-            steps.push(add_repo(&docker, &codename));
+            steps.push(Step::AddRepository(AddRepo { repo: docker, codename: codename.clone() }));
             packages.extend(docker.packages.iter().map(|p| p.to_string()));
         }
         if need_toolkit {
-            steps.push(add_repo(&toolkit, &codename));
+            steps.push(Step::AddRepository(AddRepo { repo: toolkit, codename: codename.clone() }));
             packages.extend(toolkit.packages.iter().map(|p| p.to_string()));
         }
         if !packages.is_empty() {
@@ -202,20 +248,24 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     } else if !has_runtime || input.docker.engine_lacks_runtime {
         steps.push(Step::ReloadDocker);
     }
-    if input.ca_file {
+    if let Some(pem) = &input.ca_pem {
         // Before registration, which reaches the platform through it and names it in the config.
-        steps.push(write(AGENT_CA, 0o644, Purpose::AgentCa));
+        steps.push(write(AGENT_CA, 0o644, Purpose::AgentCa, Content::Bytes(pem.clone())));
     }
     steps.push(Step::Register { server, config: agent_state::DEFAULT_CONFIG.into() });
-    steps.push(write(&format!("{}/gpum-agent", agent_state::INSTALL_DIR), 0o755, Purpose::AgentBinary));
-    steps.push(write(agent_state::UNIT_PATH, 0o644, Purpose::AgentUnit));
+    let bin = format!("{}/gpum-agent", agent_state::INSTALL_DIR);
+    steps.push(write(&bin, 0o755, Purpose::AgentBinary, Content::VerifiedAgent));
+    let unit = gpum_agent::unit::UNIT.as_bytes().to_vec();
+    steps.push(write(agent_state::UNIT_PATH, 0o644, Purpose::AgentUnit, Content::Bytes(unit)));
     if !input.proxy.is_empty() {
         // The values first: the drop-in never names a file that is not there yet.
-        steps.push(write(PROXY_ENV, 0o600, Purpose::AgentProxyEnv));
-        steps.push(write(PROXY_DROP_IN, 0o644, Purpose::AgentProxy));
+        let values = gpum_agent::unit::proxy_env(&input.proxy).into_bytes();
+        steps.push(write(PROXY_ENV, 0o600, Purpose::AgentProxyEnv, Content::Bytes(values)));
+        let drop_in = gpum_agent::unit::proxy_drop_in().into_bytes();
+        steps.push(write(PROXY_DROP_IN, 0o644, Purpose::AgentProxy, Content::Bytes(drop_in)));
     }
     steps.push(Step::StartAgent { name: agent_state::SERVICE_NAME.into(), wait_secs: START_WAIT_SECS });
-    steps.push(Step::GpuCheck);
+    steps.push(Step::GpuCheck { wait_secs: GPU_WAIT_SECS });
     Plan { steps }
 }
 
@@ -239,16 +289,20 @@ impl Step {
         let tr = |m: Msg| t(m, lang);
         match self {
             Step::DownloadAgent { url } => tr(Msg::StepDownload).replace("{url}", url),
-            Step::AddRepository { id, uri, suite, components, key_url, fingerprints, keyring, sources } => {
-                let fprs = fingerprints.iter().map(|f| spaced_fpr(f)).collect::<Vec<_>>().join(", ");
-                let comps =
-                    if components.is_empty() { String::new() } else { format!(" {}", components.join(" ")) };
+            Step::AddRepository(a) => {
+                let r = &a.repo;
+                let fprs = r.fingerprints.iter().map(|f| spaced_fpr(f)).collect::<Vec<_>>().join(", ");
+                let comps = if r.components.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", r.components.join(" "))
+                };
                 tr(Msg::StepAddRepo)
-                    .replace("{id}", id)
-                    .replace("{repo}", &format!("{uri} {suite}{comps}"))
-                    .replace("{key_url}", key_url)
+                    .replace("{id}", r.id)
+                    .replace("{repo}", &format!("{} {}{comps}", r.uri, a.suite()))
+                    .replace("{key_url}", r.key_url)
                     .replace("{fprs}", &fprs)
-                    .replace("{files}", &format!("{keyring}, {sources}"))
+                    .replace("{files}", &format!("{}, {}", r.keyring_path(), r.sources_path()))
             }
             Step::AptUpdate => tr(Msg::StepAptUpdate).into(),
             Step::InstallPackages { packages } => {
@@ -263,7 +317,7 @@ impl Step {
             Step::Register { server, config } => {
                 tr(Msg::StepRegister).replace("{server}", server).replace("{config}", config)
             }
-            Step::WriteFile { path, mode, purpose } => {
+            Step::WriteFile { path, mode, purpose, .. } => {
                 let what = match purpose {
                     Purpose::AgentBinary => Msg::FileAgentBinary,
                     Purpose::AgentUnit => Msg::FileAgentUnit,
@@ -271,12 +325,15 @@ impl Step {
                     Purpose::AgentProxyEnv => Msg::FileAgentProxyEnv,
                     Purpose::AgentCa => Msg::FileAgentCa,
                 };
-                tr(Msg::StepWrite).replace("{path}", path).replace("{mode}", mode).replace("{what}", tr(what))
+                tr(Msg::StepWrite)
+                    .replace("{path}", path)
+                    .replace("{mode}", &format!("{mode:04o}"))
+                    .replace("{what}", tr(what))
             }
             Step::StartAgent { name, wait_secs } => {
                 tr(Msg::StepStart).replace("{name}", name).replace("{secs}", &wait_secs.to_string())
             }
-            Step::GpuCheck => tr(Msg::StepGpuCheck).into(),
+            Step::GpuCheck { .. } => tr(Msg::StepGpuCheck).into(),
         }
     }
 }

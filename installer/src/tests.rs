@@ -135,9 +135,9 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         a.plan
             .steps
             .iter()
-            .any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-nvidia-container-toolkit"))
+            .any(|s| matches!(s, Step::AddRepository(r) if r.repo.id == "gpum-nvidia-container-toolkit"))
     );
-    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository { id, .. } if id == "gpum-docker")));
+    assert!(!a.plan.steps.iter().any(|s| matches!(s, Step::AddRepository(r) if r.repo.id == "gpum-docker")));
     // Docker and the toolkit present, only the runtime missing: a reload is enough.
     let h = fresh_ubuntu()
         .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
@@ -346,4 +346,75 @@ fn a_conflicting_docker_list_fails_apt_sources() {
     let apt = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "apt_sources").unwrap();
     assert_eq!(apt["status"], "fail");
     assert_eq!(v["ready"], false);
+}
+
+/// Issue 30, part 2: each step carries the values the install executes (the proxy's values in
+/// the file's content, the mode as a number, the repository itself, the GPU check's wait),
+/// while the JSON keeps its documented shape and neither it nor `Debug` shows a content.
+#[test]
+fn each_step_carries_what_the_install_executes_and_the_json_keeps_its_shape() {
+    use crate::plan::{Content, Purpose};
+    let secret = "http://user:hunter2@proxy.example:3128";
+    let h = fresh_ubuntu().env_var("HTTPS_PROXY", secret);
+    let a = audit(&h);
+    let file = |p: Purpose| {
+        a.plan
+            .steps
+            .iter()
+            .find_map(|s| match s {
+                Step::WriteFile { purpose, mode, content, .. } if *purpose == p => {
+                    Some((*mode, content.clone()))
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    let values = gpum_agent::unit::proxy_env(&[("HTTPS_PROXY".into(), secret.into())]);
+    assert_eq!(file(Purpose::AgentProxyEnv), (0o600, Content::Bytes(values.into_bytes())));
+    assert_eq!(file(Purpose::AgentUnit), (0o644, Content::Bytes(gpum_agent::unit::UNIT.as_bytes().to_vec())));
+    assert_eq!(file(Purpose::AgentBinary), (0o755, Content::VerifiedAgent));
+    let repos: Vec<(&str, &str)> = a
+        .plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::AddRepository(r) => Some((r.repo.id, r.codename.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(repos, [("gpum-docker", "jammy"), ("gpum-nvidia-container-toolkit", "jammy")]);
+    assert_eq!(a.plan.steps.last(), Some(&Step::GpuCheck { wait_secs: crate::plan::GPU_WAIT_SECS }));
+
+    assert!(!format!("{:?}", a.plan).contains("hunter2"), "Debug never shows a file's content");
+    let v = serde_json::to_value(&a.plan).unwrap();
+    assert!(!v.to_string().contains("hunter2"), "{v}");
+    let keys = |s: &Value| {
+        let mut k: Vec<String> = s.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    for s in v.as_array().unwrap() {
+        let want: &[&str] = match s["action"].as_str().unwrap() {
+            "write_file" => &["action", "mode", "path", "purpose"],
+            "add_repository" => &[
+                "action",
+                "components",
+                "fingerprints",
+                "id",
+                "key_url",
+                "keyring",
+                "sources",
+                "suite",
+                "uri",
+            ],
+            "gpu_check" => &["action"],
+            _ => continue,
+        };
+        assert_eq!(keys(s), want, "{s}");
+    }
+    let env = v.as_array().unwrap().iter().find(|s| s["purpose"] == "agent_proxy_env").unwrap();
+    assert_eq!(env["mode"], "0600");
+    let toolkit = &v[2];
+    assert_eq!(toolkit["suite"], "/");
+    assert_eq!(toolkit["components"], serde_json::json!([]));
 }

@@ -1,0 +1,243 @@
+//! The steps after the first: each looks at the machine again and skips what is done.
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use gpum_common::agent_state;
+use gpum_common::{Failure, Lang};
+use gpum_host::{Cmd, Host, Output};
+use gpum_preflight::facts::LockFacts;
+use gpum_repo_keys::keys;
+use gpum_repo_keys::sources;
+
+use super::fetch::Verified;
+use super::{Outcome, Reporter, Run, TAIL_LINES, agent_ca_file};
+use crate::daemon_json::{self, Merged};
+use crate::plan::{Content, Step};
+use crate::text::{Msg, t};
+
+pub(super) fn tail(o: &Output) -> String {
+    let text = format!("{}\n{}", o.stdout_str(), String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let from = lines.len().saturating_sub(TAIL_LINES);
+    lines[from..].join("\n")
+}
+
+/// Runs `cmd`; a failure to start or a non-zero exit is `SetupFailed` with the tool's last lines.
+pub(super) fn must(host: &dyn Host, cmd: &Cmd) -> Result<Output, Failure> {
+    match host.run(cmd) {
+        Ok(o) if o.success() => Ok(o),
+        Ok(o) => Err(Failure::SetupFailed(format!("{} (exit {:?}):\n{}", cmd.display(), o.code, tail(&o)))),
+        Err(e) => Err(Failure::SetupFailed(format!("{}: {e}", cmd.display()))),
+    }
+}
+
+/// apt, non-interactive, waiting for a held dpkg lock instead of failing at once.
+fn apt(args: &[&str]) -> Cmd {
+    Cmd::new("env")
+        .args([
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "-o",
+            "DPkg::Lock::Timeout=600",
+            "-o",
+            "Acquire::Retries=3",
+        ])
+        .args(args.iter().copied())
+}
+
+/// dpkg's name for the machine's architecture.
+fn dpkg_arch(uname_m: &str) -> &str {
+    match uname_m {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+impl Run<'_> {
+    pub(super) fn lang(&self) -> Lang {
+        self.opts.lang
+    }
+
+    /// Every step after the first, which is [`Run::download`].
+    pub(super) fn exec(
+        &mut self,
+        step: &Step,
+        verified: &Verified,
+        rep: &mut Reporter,
+    ) -> Result<Outcome, Failure> {
+        let host = self.host.clone();
+        let h = host.as_ref();
+        let lang = self.lang();
+        match step {
+            Step::DownloadAgent { .. } => {
+                Err(Failure::Other("the download is the plan's first step, and only that".into()))
+            }
+            Step::AddRepository(add) => {
+                let (repo, codename) = (&add.repo, add.codename.as_str());
+                let vk = verified.key(repo)?;
+                let (keyring, src) = (repo.keyring_path(), repo.sources_path());
+                let text = sources::render(repo, codename, dpkg_arch(&h.arch()));
+                let same = h.read(Path::new(&keyring)).ok() == Some(vk.keyring_bytes())
+                    && h.read_to_string(Path::new(&src)).ok().as_deref() == Some(&text);
+                if same {
+                    return Ok(Outcome::Skipped(t(Msg::AlreadyPresent, lang).into()));
+                }
+                keys::write_keyring(h, repo, vk)
+                    .map_err(|e| Failure::SetupFailed(format!("{keyring}: {e}")))?;
+                sources::write_source(h, repo, codename, dpkg_arch(&h.arch()))
+                    .map_err(|e| Failure::SetupFailed(format!("{src}: {e}")))?;
+                self.summary.changed.push(format!("{keyring}, {src}"));
+                Ok(Outcome::Done(None))
+            }
+            Step::AptUpdate => {
+                self.lock_note(rep);
+                must(h, &apt(&["update"]))?;
+                Ok(Outcome::Done(None))
+            }
+            Step::InstallPackages { packages } => {
+                self.lock_note(rep);
+                rep.note(t(Msg::AptSlow, lang));
+                let mut args = vec![
+                    "install",
+                    "-y",
+                    "--no-install-recommends",
+                    "-o",
+                    "Dpkg::Options::=--force-confdef",
+                    "-o",
+                    "Dpkg::Options::=--force-confold",
+                ];
+                args.extend(packages.iter().map(String::as_str));
+                must(h, &apt(&args))?;
+                self.summary.installed.extend(packages.iter().cloned());
+                Ok(Outcome::Done(None))
+            }
+            Step::ConfigureDocker { path } => self.configure_docker(Path::new(path)),
+            Step::ReloadDocker => {
+                must(h, &Cmd::new("systemctl").args(["reload", "docker"]))?;
+                self.wait_for_runtime()?;
+                self.summary.changed.push("docker: reloaded".into());
+                Ok(Outcome::Done(None))
+            }
+            Step::RestartDocker { .. } => {
+                must(h, &Cmd::new("systemctl").args(["restart", "docker"]))?;
+                self.wait_for_engine()?;
+                self.summary.changed.push("docker: restarted".into());
+                Ok(Outcome::Done(None))
+            }
+            Step::Register { server, config } => self.register(server, Path::new(config)),
+            Step::WriteFile { path, mode, content, .. } => {
+                let agent;
+                let data = match content {
+                    Content::VerifiedAgent => {
+                        agent = self.verified_agent(verified)?;
+                        &agent
+                    }
+                    Content::Bytes(b) => b,
+                };
+                self.write_file(Path::new(path), data, *mode)
+            }
+            Step::StartAgent { name, wait_secs } => self.start(name, *wait_secs),
+            Step::GpuCheck { wait_secs } => self.gpu_check(*wait_secs, rep),
+        }
+    }
+
+    fn lock_note(&self, rep: &mut Reporter) {
+        if let LockFacts::Held { path, pid } = &self.facts.dpkg_lock
+            && self.host.lock_holder(path).ok().flatten().is_some()
+        {
+            rep.note(
+                &t(Msg::LockWait, self.lang())
+                    .replace("{pid}", &pid.to_string())
+                    .replace("{path}", &path.display().to_string()),
+            );
+        }
+    }
+
+    fn configure_docker(&mut self, path: &Path) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        let old = match h.read_to_string(path) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Failure::SetupFailed(format!("{}: {e}", path.display()))),
+        };
+        let new = daemon_json::add_nvidia_runtime(old.as_deref()).map_err(|e| {
+            Failure::SetupFailed(format!("{}: {e}; the file was left as it is", path.display()))
+        })?;
+        let Merged::Changed(text) = new else {
+            return Ok(Outcome::Skipped(t(Msg::AlreadyPresent, self.lang()).into()));
+        };
+        let io = |e: std::io::Error| Failure::SetupFailed(format!("{}: {e}", path.display()));
+        let mut detail = None;
+        if let Some(old) = &old {
+            let secs = h.now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let backup = PathBuf::from(format!("{}.gpum-backup-{secs}", path.display()));
+            h.write_atomic(&backup, old.as_bytes(), 0o644).map_err(io)?;
+            detail = Some(t(Msg::BackupAt, self.lang()).replace("{path}", &backup.display().to_string()));
+            self.summary.changed.push(format!("{} ({})", path.display(), backup.display()));
+        } else {
+            self.summary.changed.push(path.display().to_string());
+        }
+        if let Some(dir) = path.parent() {
+            h.create_dir_all(dir, 0o755).map_err(io)?;
+        }
+        h.write_atomic(path, text.as_bytes(), 0o644).map_err(io)?;
+        Ok(Outcome::Done(detail))
+    }
+
+    fn register(&mut self, server: &str, config: &Path) -> Result<Outcome, Failure> {
+        let host = self.host.clone();
+        let h = host.as_ref();
+        let io = |p: &Path, e: std::io::Error| Failure::Other(format!("{}: {e}", p.display()));
+        for d in [agent_state::CONFIG_DIR, agent_state::DEFAULT_STATE_DIR] {
+            h.create_dir_all(Path::new(d), 0o700).map_err(|e| io(Path::new(d), e))?;
+        }
+        let install_id = crate::install_id(h)?;
+        let opts = gpum_agent::register::RegisterOptions {
+            server: server.to_string(),
+            config_path: config.to_path_buf(),
+            state_dir: PathBuf::from(agent_state::DEFAULT_STATE_DIR),
+            ca_file: agent_ca_file(self.plan, self.opts),
+            docker_socket: None,
+            probe_registries: self.opts.probe_registries.clone(),
+            install_id: Some(install_id),
+        };
+        let r = self.rt.block_on(gpum_agent::register::register(host.clone(), &opts, &self.opts.code))?;
+        self.summary.node_id = r.node_id.clone();
+        self.summary.changed.push(format!("{} (0600)", config.display()));
+        let detail = t(Msg::NodeRegistered, self.lang()).replace("{node}", &r.node_id);
+        self.node = Some(r);
+        Ok(Outcome::Done(Some(detail)))
+    }
+
+    fn write_file(&mut self, path: &Path, data: &[u8], mode: u32) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        if h.read(path).ok().as_deref() == Some(data) {
+            return Ok(Outcome::Skipped(t(Msg::Unchanged, self.lang()).into()));
+        }
+        let io = |e: std::io::Error| Failure::Other(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent() {
+            // The config directory is root's alone, whichever step makes it first.
+            let dmode = if dir == Path::new(agent_state::CONFIG_DIR) { 0o700 } else { 0o755 };
+            h.create_dir_all(dir, dmode).map_err(io)?;
+        }
+        h.write_atomic(path, data, mode).map_err(io)?;
+        self.summary.changed.push(path.display().to_string());
+        Ok(Outcome::Done(None))
+    }
+
+    pub(super) fn left_alone(&mut self) {
+        let lang = self.lang();
+        if self.facts.docker.present() {
+            self.summary.left_alone.push(t(Msg::LeftDocker, lang).into());
+        }
+        if self.facts.toolkit.present() && !crate::dockerd::toolkit_too_old(self.facts) {
+            self.summary.left_alone.push(t(Msg::LeftToolkit, lang).into());
+        }
+        if self.facts.docker.daemon_json.is_some() {
+            self.summary.left_alone.push(t(Msg::LeftDaemonJson, lang).into());
+        }
+        self.summary.left_alone.push(t(Msg::LeftContainers, lang).into());
+    }
+}

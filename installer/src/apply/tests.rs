@@ -1,0 +1,406 @@
+//! `install` over `FakeHost`, with a fetcher that serves the vendors' real (pinned) keys
+//! from the repository's copies and a stand-in agent: a failure at each step stops there,
+//! with its exit code, and nothing after it runs or is written. The steps after
+//! registration need a real platform: the test host runs them (`cargo xtask e2e`).
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpum_common::{Failure, Lang};
+use gpum_host::fake::FakeHost;
+use gpum_host::{Cmd, Host, Output};
+use gpum_repo_keys::keys::{self, VerifiedKey};
+use gpum_repo_keys::pinned::Repo;
+
+use super::fetch::hex_sha256;
+use super::*;
+use crate::download;
+use crate::tests_support::*;
+
+struct Offline {
+    agent_runs: bool,
+    bad_key: bool,
+}
+
+impl Fetcher for Offline {
+    fn repo_key(&self, host: &dyn Host, repo: &Repo) -> Result<VerifiedKey, Failure> {
+        if self.bad_key {
+            return Err(Failure::Download(format!("{}: fingerprint not pinned", repo.key_url)));
+        }
+        keys::verify_repo_key(repo.key_copy, repo, host.now()).map_err(|e| Failure::Download(e.to_string()))
+    }
+    fn agent(
+        &self,
+        host: &dyn Host,
+        _w: &download::Wanted,
+        dest: &Path,
+    ) -> Result<download::Fetched, Failure> {
+        host.write_atomic(dest, AGENT, 0o700).map_err(|e| Failure::Download(e.to_string()))?;
+        Ok(download::Fetched { path: dest.to_path_buf(), version: "0.1.0".into(), sha256: hex_sha256(AGENT) })
+    }
+    fn test_run(&self, _h: &dyn Host, _p: &Path) -> Result<(), Failure> {
+        if self.agent_runs { Ok(()) } else { Err(Failure::AgentNoExec) }
+    }
+}
+
+/// The stand-in agent's bytes; its "signed" SHA-256 is theirs.
+const AGENT: &[u8] = b"agent";
+
+const APT_UPDATE: &str =
+    "env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update";
+
+fn opts() -> Options {
+    Options {
+        code: gpum_protocol::joincode::JoinCode::generate().to_string(),
+        // Nothing listens on port 9: registration fails without a platform.
+        server: "http://127.0.0.1:9".into(),
+        ca_file: None,
+        yes: false,
+        allow_downgrade: false,
+        probe_registries: None,
+        lang: Lang::En,
+    }
+}
+
+fn go(h: &FakeHost, f: &Offline, o: &Options) -> (Result<Summary, Failure>, String) {
+    let host: Arc<dyn Host> = Arc::new(h.clone());
+    let gpu = t4();
+    let audit = crate::Audit::run(
+        h,
+        &gpu,
+        &gpum_preflight::GatherOptions {
+            offline: true,
+            server: Some(o.server.clone()),
+            ..Default::default()
+        },
+        Lang::En,
+    );
+    assert!(audit.ready(), "{:?}", audit.findings);
+    let mut out = Vec::new();
+    let r = {
+        let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
+        install(host, &audit, f, o, &mut rep)
+    };
+    (r, String::from_utf8(out).unwrap())
+}
+
+fn ran(h: &FakeHost) -> Vec<String> {
+    h.ran().iter().map(|c| c.display()).filter(|c| !c.starts_with("systemctl show")).collect()
+}
+
+#[test]
+fn a_noexec_tmpdir_or_a_bad_key_stops_before_anything_changes() {
+    for (f, code) in [
+        (Offline { agent_runs: false, bad_key: false }, 10),
+        (Offline { agent_runs: true, bad_key: true }, 20),
+    ] {
+        let h = fresh_debian();
+        let (r, out) = go(&h, &f, &opts());
+        assert_eq!(r.unwrap_err().code(), code, "{out}");
+        assert!(ran(&h).is_empty(), "{:?}", ran(&h));
+        let written: Vec<_> = h.writes().into_iter().filter(|p| !p.starts_with("/tmp")).collect();
+        assert!(written.is_empty(), "only the download directory may be touched: {written:?}");
+    }
+}
+
+#[test]
+fn an_apt_failure_is_exit_30_with_apts_own_lines_and_nothing_after_it_runs() {
+    let h = fresh_debian().command(
+        APT_UPDATE,
+        Ok(Output {
+            code: Some(100),
+            stdout: b"Hit:1 http://x bookworm InRelease\n".to_vec(),
+            stderr: b"E: The repository 'http://x bookworm Release' is not signed.\n".to_vec(),
+        }),
+    );
+    let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    let f = r.unwrap_err();
+    assert_eq!(f.code(), 30);
+    assert!(f.message(Lang::En).contains("is not signed"), "{}", f.message(Lang::En));
+    assert!(out.contains("[FAIL] 4. refresh package lists"), "{out}");
+    assert_eq!(ran(&h), [APT_UPDATE], "nothing past the failure");
+    // The keys and sources were written, with the pinned keys.
+    assert!(h.exists(Path::new("/etc/apt/keyrings/gpum-docker.gpg")));
+    assert!(
+        h.read_to_string(Path::new("/etc/apt/sources.list.d/gpum-docker.sources"))
+            .unwrap()
+            .contains("Signed-By: /etc/apt/keyrings/gpum-docker.gpg")
+    );
+    assert!(!h.exists(Path::new("/etc/docker/daemon.json")));
+}
+
+#[test]
+fn an_invalid_daemon_json_is_never_overwritten() {
+    // Docker present with the toolkit: the plan merges daemon.json and reloads. The file
+    // turned invalid after the audit (the gate refuses an invalid one up front).
+    let h = configured_debian();
+    let audit_then_break = |h: &FakeHost| h.clone().file("/etc/docker/daemon.json", "{\"log-driver\": ");
+    let host_after = audit_then_break(&h);
+    let host: Arc<dyn Host> = Arc::new(host_after.clone());
+    let gpu = t4();
+    let audit = crate::Audit::run(
+        &h,
+        &gpu,
+        &gpum_preflight::GatherOptions { offline: true, server: Some(opts().server), ..Default::default() },
+        Lang::En,
+    );
+    let mut out = Vec::new();
+    let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
+    let f =
+        install(host, &audit, &Offline { agent_runs: true, bad_key: false }, &opts(), &mut rep).unwrap_err();
+    assert_eq!(f.code(), 30);
+    assert!(f.message(Lang::En).contains("/etc/docker/daemon.json"));
+    assert_eq!(host_after.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap(), "{\"log-driver\": ");
+    assert!(ran(&host_after).is_empty(), "no reload after a refused merge: {:?}", ran(&host_after));
+}
+
+#[test]
+fn a_merge_keeps_the_owners_keys_backs_up_and_reloads_then_registration_failure_is_reported() {
+    let h = configured_debian()
+        .command("systemctl reload docker", Ok(Output { code: Some(0), ..Default::default() }))
+        .unix_http(
+            gpum_preflight::facts::DEFAULT_DOCKER_SOCKET,
+            "/info",
+            "HTTP/1.0 200 OK\r\n\r\n{\"Runtimes\":{\"runc\":{},\"nvidia\":{}}}",
+        );
+    let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    // No platform listens: registration fails after the machine is ready.
+    let f = r.unwrap_err();
+    assert_eq!(f.code(), 1, "{out}");
+    assert!(out.contains("[ ok ] 2. Docker settings"), "{out}");
+    assert!(out.contains("[ ok ] 3. reload Docker's settings"), "{out}");
+    assert!(out.contains("[FAIL] 4. register"), "{out}");
+    let new = h.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap();
+    assert!(new.find("log-opts").unwrap() < new.find("runtimes").unwrap(), "{new}");
+    let backups: Vec<_> =
+        h.writes().into_iter().filter(|p| p.to_string_lossy().contains("daemon.json.gpum-backup-")).collect();
+    assert_eq!(backups.len(), 1);
+    assert_eq!(h.read_to_string(&backups[0]).unwrap(), OWNER_DAEMON_JSON);
+    assert_eq!(ran(&h), ["systemctl reload docker"], "nothing after the failed registration ran");
+    assert!(!h.exists(Path::new("/opt/gpum-agent/gpum-agent")));
+    assert!(!h.exists(Path::new("/etc/gpum-agent/config.toml")));
+    // The install id was kept for the re-run.
+    assert_eq!(h.read_to_string(Path::new(INSTALL_ID)).unwrap().trim().len(), 32);
+}
+
+#[test]
+fn a_restart_that_stops_containers_needs_a_yes() {
+    let h = docker_without_toolkit_running("web");
+    // No terminal, no --yes: refused before anything, with the container named.
+    let (r, _) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    assert_eq!(r.unwrap_err(), Failure::RestartNotConfirmed(vec!["web".into()]));
+    assert!(ran(&h).is_empty() && h.writes().is_empty());
+    // A terminal that says no: the same.
+    let mut h2 = docker_without_toolkit_running("web");
+    h2.answer = Some(false);
+    assert_eq!(go(&h2, &Offline { agent_runs: true, bad_key: false }, &opts()).0.unwrap_err().code(), 2);
+    assert!(h2.writes().is_empty());
+    // --yes goes on (and stops at the first command the fake does not know).
+    let h3 = docker_without_toolkit_running("web");
+    let (r, out) = go(&h3, &Offline { agent_runs: true, bad_key: false }, &Options { yes: true, ..opts() });
+    assert_eq!(r.unwrap_err().code(), 30, "{out}");
+    assert_eq!(ran(&h3), [APT_UPDATE]);
+}
+
+/// A host that is `inner`, with its own environment, and that runs `hook` before each
+/// command: what another process does to the machine while apt runs.
+struct During<H> {
+    inner: H,
+    env: Vec<(String, String)>,
+    hook: Hook<H>,
+}
+
+type Hook<H> = Box<dyn Fn(&H, &Cmd) + Send + Sync>;
+
+impl<H: Host> Host for During<H> {
+    fn run(&self, cmd: &Cmd) -> std::io::Result<Output> {
+        (self.hook)(&self.inner, cmd);
+        self.inner.run(cmd)
+    }
+    fn read(&self, p: &Path) -> std::io::Result<Vec<u8>> {
+        self.inner.read(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.inner.exists(p)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        self.inner.is_dir(p)
+    }
+    fn read_dir(&self, p: &Path) -> std::io::Result<Vec<PathBuf>> {
+        self.inner.read_dir(p)
+    }
+    fn write_atomic(&self, p: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+        self.inner.write_atomic(p, data, mode)
+    }
+    fn create_dir_all(&self, p: &Path, mode: u32) -> std::io::Result<()> {
+        self.inner.create_dir_all(p, mode)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(p)
+    }
+    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_dir_all(p)
+    }
+    fn space(&self, p: &Path) -> std::io::Result<gpum_host::FsSpace> {
+        self.inner.space(p)
+    }
+    fn env(&self, key: &str) -> Option<String> {
+        self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).or_else(|| self.inner.env(key))
+    }
+    fn euid(&self) -> u32 {
+        self.inner.euid()
+    }
+    fn now(&self) -> std::time::SystemTime {
+        self.inner.now()
+    }
+    fn arch(&self) -> String {
+        self.inner.arch()
+    }
+    fn stdin_is_tty(&self) -> bool {
+        self.inner.stdin_is_tty()
+    }
+    fn sleep(&self, d: Duration) {
+        self.inner.sleep(d)
+    }
+    fn create_partial(&self, dest: &Path, mode: u32) -> std::io::Result<Box<dyn gpum_host::PartialFile>> {
+        self.inner.create_partial(dest, mode)
+    }
+    fn create_dir_exclusive(&self, p: &Path, mode: u32) -> std::io::Result<()> {
+        self.inner.create_dir_exclusive(p, mode)
+    }
+    fn lstat(&self, p: &Path) -> std::io::Result<gpum_host::FileStat> {
+        self.inner.lstat(p)
+    }
+}
+
+/// The audit of `h` (with `--ca-file`'s bytes `ca`), its plan cut down to the steps `keep`
+/// names by checkpoint: the steps after registration, without a platform.
+fn audit_keeping(h: &FakeHost, ca: Option<&[u8]>, keep: &[&str]) -> crate::Audit {
+    let mut audit = crate::Audit::run(
+        h,
+        &t4(),
+        &gpum_preflight::GatherOptions {
+            offline: true,
+            server: Some(opts().server),
+            extra_roots_pem: ca.map(<[u8]>::to_vec).into_iter().collect(),
+        },
+        Lang::En,
+    );
+    assert!(audit.ready(), "{:?}", audit.findings);
+    audit.plan.steps.retain(|s| keep.contains(&s.checkpoint().as_str()));
+    let left: Vec<String> = audit.plan.steps.iter().map(Step::checkpoint).collect();
+    assert_eq!(left, keep, "the plan has these steps, in this order");
+    audit
+}
+
+fn install_on(host: Arc<dyn Host>, audit: &crate::Audit, o: &Options) -> (Result<Summary, Failure>, String) {
+    let mut out = Vec::new();
+    let f = Offline { agent_runs: true, bad_key: false };
+    let r = install(host, audit, &f, o, &mut Reporter { out: &mut out, json: false, lang: Lang::En });
+    (r, String::from_utf8(out).unwrap())
+}
+
+/// Issue 29, item 5: the agent is verified in the first step and installed minutes later,
+/// after apt. Bytes swapped in the work directory in between (here: while apt runs) are
+/// refused with exit 20, and nothing is installed; the same run without the swap installs
+/// exactly the verified bytes.
+#[test]
+fn an_agent_changed_after_verification_is_refused_and_nothing_is_installed() {
+    let bin = Path::new("/opt/gpum-agent/gpum-agent");
+    let keep = ["download_agent", "apt_update", "write_agent_binary"];
+    for swap in [true, false] {
+        let h = fresh_debian().command(APT_UPDATE, Ok(Output { code: Some(0), ..Default::default() }));
+        let audit = audit_keeping(&h, None, &keep);
+        let host = During {
+            inner: h.clone(),
+            env: Vec::new(),
+            hook: Box::new(move |inner: &FakeHost, cmd: &Cmd| {
+                if !swap || cmd.display() != APT_UPDATE {
+                    return;
+                }
+                let work = inner.read_dir(Path::new("/tmp")).unwrap();
+                let [dir] = work.as_slice() else { panic!("one work directory: {work:?}") };
+                inner.write_atomic(&dir.join("gpum-agent"), b"#!/bin/sh\nevil\n", 0o700).unwrap();
+            }),
+        };
+        let (r, out) = install_on(Arc::new(host), &audit, &opts());
+        if swap {
+            let f = r.unwrap_err();
+            assert_eq!(f.code(), 20, "{out}");
+            let msg = f.message(Lang::En);
+            assert!(
+                msg.contains("changed after it was verified") && msg.contains(&hex_sha256(AGENT)),
+                "{msg}"
+            );
+            assert!(out.contains("[FAIL] 3."), "{out}");
+            assert!(!h.exists(bin), "nothing installed");
+            assert!(!h.writes().iter().any(|p| p.starts_with("/opt")), "{:?}", h.writes());
+        } else {
+            r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+            assert_eq!(h.read(bin).unwrap(), AGENT);
+        }
+    }
+}
+
+/// Issues 29, items 9 and 10, on a real filesystem (a scratch root): the proxy's values
+/// are in a 0600 file that the drop-in only names, the drop-in holds no credential; the CA
+/// is copied into the config directory (0700) as a 0644 file of the installing user, and the
+/// config names the copy. A re-run with the same proxy and CA changes nothing.
+#[test]
+#[allow(clippy::disallowed_methods)]
+fn proxy_values_and_the_ca_are_the_services_own_files_with_their_modes() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = tempfile::tempdir().unwrap();
+    let real = gpum_host::RealHost::with_root(root.path());
+    let tmp = real.map(Path::new("/tmp"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    std::fs::create_dir_all(real.map(Path::new("/home/owner"))).unwrap();
+    std::fs::write(real.map(Path::new("/home/owner/ca.pem")), pem).unwrap();
+    let secret = "http://user:pa$$w0rd@proxy.example:3128";
+    let env = vec![
+        ("HTTPS_PROXY".to_string(), secret.to_string()),
+        ("NO_PROXY".to_string(), "localhost".to_string()),
+    ];
+
+    let fake = fresh_debian().env_var("HTTPS_PROXY", secret).env_var("NO_PROXY", "localhost");
+    let keep = ["download_agent", "write_agent_ca", "write_agent_proxy_env", "write_agent_proxy"];
+    let audit = audit_keeping(&fake, Some(pem), &keep);
+    let o = Options { ca_file: Some(PathBuf::from("/home/owner/ca.pem")), ..opts() };
+    // Registration reaches the platform through the copy, and writes it into the config.
+    assert_eq!(agent_ca_file(&audit.plan, &o), Some(PathBuf::from("/etc/gpum-agent/ca.pem")));
+    assert_eq!(agent_ca_file(&audit.plan, &opts()), None);
+
+    let host = || -> Arc<dyn Host> {
+        Arc::new(During {
+            inner: real.clone(),
+            env: env.clone(),
+            hook: Box::new(|_: &gpum_host::RealHost, _: &Cmd| {}),
+        })
+    };
+    let (r, out) = install_on(host(), &audit, &o);
+    r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+    let euid = nix::unistd::geteuid().as_raw();
+    let meta = |p: &str| {
+        let m = std::fs::symlink_metadata(real.map(Path::new(p))).unwrap();
+        (m.uid(), m.mode() & 0o7777)
+    };
+    let read = |p: &str| std::fs::read_to_string(real.map(Path::new(p))).unwrap();
+    assert_eq!(meta("/etc/gpum-agent"), (euid, 0o700));
+    assert_eq!(meta("/etc/gpum-agent/ca.pem"), (euid, 0o644));
+    assert_eq!(read("/etc/gpum-agent/ca.pem").as_bytes(), pem);
+    assert_eq!(meta("/etc/gpum-agent/proxy.env"), (euid, 0o600));
+    let values = read("/etc/gpum-agent/proxy.env");
+    assert!(values.contains(r#"HTTPS_PROXY="http://user:pa\$\$w0rd@proxy.example:3128""#), "{values}");
+    assert!(values.contains(r#"NO_PROXY="localhost""#), "{values}");
+    let drop_in = read(crate::plan::PROXY_DROP_IN);
+    assert!(!drop_in.contains("w0rd") && !drop_in.contains("Environment="), "{drop_in}");
+    assert!(drop_in.contains("EnvironmentFile=-/etc/gpum-agent/proxy.env"), "{drop_in}");
+    assert_eq!(meta(crate::plan::PROXY_DROP_IN).1, 0o644);
+
+    // Again, with the same proxy and CA: every file is left as it is.
+    let (r, out) = install_on(host(), &audit, &o);
+    r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
+    assert_eq!(out.matches("[skip]").count(), 3, "{out}");
+}
