@@ -2,7 +2,7 @@
 //! build runs with `GPUM_NVML_LIB` naming a library whose constructor writes a marker file: a
 //! build without the `test-knobs` feature (a release build) must never load it; a build with
 //! it (the suites' build, where tests/Cargo.toml turns it on) does, which shows the marker would
-//! tell. Skipped without a C compiler.
+//! tell.
 #![allow(clippy::disallowed_methods)]
 
 use std::io::Read;
@@ -10,22 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A shared library whose constructor writes "loaded" to `$GPUM_TEST_MARKER`, or `None` without
-/// a C compiler.
-fn build_marker_lib(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("marker.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <stdlib.h>\n\
-         __attribute__((constructor)) static void gpum_marker(void) {\n\
-         const char *p = getenv(\"GPUM_TEST_MARKER\");\n\
-         FILE *f = p ? fopen(p, \"w\") : NULL;\n\
-         if (f) { fputs(\"loaded\\n\", f); fclose(f); }\n}\n",
-    )
-    .unwrap();
+/// `tests/fixtures/load-marker.c` built into `dir`. gcc is one of the tests' dependencies
+/// (tests/setup-deps.sh), so its absence fails the test rather than skipping it.
+fn build_marker_lib(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/load-marker.c");
     let out = dir.join("libmarker.so");
-    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().ok()?;
-    st.success().then_some(out)
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc, to build the marker library (tests/setup-deps.sh installs gcc)");
+    assert!(st.success(), "cc {}: {st}", src.display());
+    out
 }
 
 #[test]
@@ -33,10 +30,7 @@ fn gpum_nvml_lib_is_read_only_by_a_test_knobs_build() {
     let dir = std::env::temp_dir().join(format!("gpum-agent-nvml-knob-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let Some(lib) = build_marker_lib(&dir) else {
-        eprintln!("SKIP: no C compiler to build the marker library");
-        return;
-    };
+    let lib = build_marker_lib(&dir);
     // A node whose platform does not answer (nothing listens on port 1 of loopback): the
     // agent loads NVML for its inventory as it starts, before the first heartbeat.
     std::fs::write(

@@ -309,10 +309,7 @@ fn nvml_library_override_is_reported_as_missing() {
 #[test]
 fn gpum_nvml_lib_is_ignored_without_test_knobs() {
     let dir = tempfile_dir("gpum-nvml-knob");
-    let Some(lib) = build_marker_lib(&dir) else {
-        eprintln!("SKIP: no C compiler to build the marker library");
-        return;
-    };
+    let lib = build_marker_lib(&dir);
     let marker = dir.join("constructor-ran");
     let mut c = install(&["--dry-run", "--offline", "--json"]);
     c.env("GPUM_NVML_LIB", &lib).env("GPUM_TEST_MARKER", &marker);
@@ -341,22 +338,19 @@ fn tempfile_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A shared library whose constructor writes "loaded" to `$GPUM_TEST_MARKER` (it has no NVML
-/// symbol: loading it is all it can show), or `None` without a C compiler.
-fn build_marker_lib(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("marker.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <stdlib.h>\n\
-         __attribute__((constructor)) static void gpum_marker(void) {\n\
-         const char *p = getenv(\"GPUM_TEST_MARKER\");\n\
-         FILE *f = p ? fopen(p, \"w\") : NULL;\n\
-         if (f) { fputs(\"loaded\\n\", f); fclose(f); }\n}\n",
-    )
-    .unwrap();
+/// `tests/fixtures/load-marker.c` built into `dir`. gcc is one of the tests' dependencies
+/// (tests/setup-deps.sh), so its absence fails the test rather than skipping it.
+fn build_marker_lib(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/load-marker.c");
     let out = dir.join("libmarker.so");
-    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().ok()?;
-    st.success().then_some(out)
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc, to build the marker library (tests/setup-deps.sh installs gcc)");
+    assert!(st.success(), "cc {}: {st}", src.display());
+    out
 }
 
 /// Builds the NVML simulation (`tests/sim/nvml/libnvidia-ml-sim.c`, the only simulated layer)

@@ -604,21 +604,10 @@ mod tests {
     fn node_text_is_escaped_everywhere() {
         let evil = "<script>alert(1)</script>\"onmouseover=alert(2) x='";
         let mut n = NodeSummary {
-            id: "node-1".into(),
-            online: true,
             verification: VerificationState::Failed,
             last_probe_output: Some(evil.into()),
             last_probe_reason: Some(gpum_protocol::ProbeFailure::NvmlUnknownError),
-            last_heartbeat_at: Some(5),
-            registered_at: 1,
             agent_version: evil.into(),
-            inventory: Default::default(),
-            last_metrics: None,
-            health: None,
-            last_seq: None,
-            managed_containers: vec![],
-            known_containers: vec![],
-            removed_containers: vec![],
             commands: vec![gpum_protocol::CommandStatus {
                 id: "c".into(),
                 kind: evil.into(),
@@ -630,6 +619,7 @@ mod tests {
                     message: evil.into(),
                 }),
             }],
+            ..node("node-1")
         };
         n.inventory.private.hostname = evil.into();
         n.inventory.private.gpu_uuids = vec![evil.into()];
