@@ -8,11 +8,13 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use gpum_common::text::Escaped;
+use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang, detect_lang, exit};
 use gpum_host::{Host, RealHost, env};
 
 use crate::config::Paths;
 use crate::register::{self, RegisterOptions};
+use crate::text::Msg;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -269,21 +271,9 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             let opts = reg_opts(&state, server, ca_file, docker_socket, probe_registries)?;
             let code = first_stdin_line();
             let r = runtime().block_on(register::register(host, &opts, &code))?;
-            println!(
-                "{}",
-                match lang {
-                    Lang::Ru => format!(
-                        "Сервер зарегистрирован: {}. Настройки записаны в {}.",
-                        Escaped(&r.node_id),
-                        Escaped(&opts.config_path.display().to_string())
-                    ),
-                    Lang::En => format!(
-                        "Registered as node {}. The config is in {}.",
-                        Escaped(&r.node_id),
-                        Escaped(&opts.config_path.display().to_string())
-                    ),
-                }
-            );
+            let node = Escaped(&r.node_id).to_string();
+            let config = Escaped(&opts.config_path.display().to_string()).to_string();
+            println!("{}", fill(Msg::Registered.text(lang), &[("node", &node), ("config", &config)]));
             Ok(exit::OK)
         }
         Command::Configure { state, server, node_id, ca_file, docker_socket, probe_registries } => {
@@ -302,10 +292,12 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             let paths = Paths::resolve(state.state.as_deref());
             let hs = runtime().block_on(crate::smoke::handshake(host, &paths));
             // The detail can quote the platform's (or a proxy's) words: escaped.
+            let detail = Escaped(&hs.detail).to_string();
             if hs.code == exit::OK {
-                println!("ok: {}", Escaped(&hs.detail));
+                println!("{}", fill(Msg::SmokeOk.text(lang), &[("detail", &detail)]));
             } else {
-                eprintln!("smoke failed (exit {}): {}", hs.code, Escaped(&hs.detail));
+                let code = hs.code.to_string();
+                eprintln!("{}", fill(Msg::SmokeFailed.text(lang), &[("code", &code), ("detail", &detail)]));
             }
             Ok(hs.code)
         }

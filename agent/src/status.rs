@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use gpum_common::agent_state::{AgentState, Connection, StopReason};
 use gpum_common::text::escape_controls;
+use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang};
 use gpum_host::Host;
 
 use crate::config::Paths;
+use crate::text::Msg;
 
 /// The localized sentence for a stop: what happened, then what to do.
 pub fn stop_message(reason: StopReason, lang: Lang) -> String {
@@ -49,54 +51,60 @@ pub fn render_json(st: Option<&AgentState>, lang: Lang) -> String {
     serde_json::to_string_pretty(&v).expect("json")
 }
 
-fn ago(now: u64, then: u64) -> String {
-    let d = Duration::from_secs(now.saturating_sub(then));
-    format!(
-        "{} ({} s ago)",
-        httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(then)),
-        d.as_secs()
-    )
+fn ago(now: u64, then: u64, lang: Lang) -> String {
+    let date = httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(then));
+    let secs = now.saturating_sub(then).to_string();
+    fill(Msg::StatusAgo.text(lang), &[("date", &date), ("secs", &secs)])
 }
 
 /// The text form.
 pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
     let Some(s) = st else {
-        return match lang {
-            Lang::Ru => "Агент ещё не запускался: состояния нет. Зарегистрируйте его установщиком.\n".into(),
-            Lang::En => {
-                "The agent has not run yet: there is no state. Register it with the installer.\n".into()
-            }
-        };
+        return format!("{}\n", Msg::StatusNeverRan.text(lang));
     };
+    let t = |m: Msg| m.text(lang);
     let mut out = String::new();
     // Every value may hold text from elsewhere (the platform's node id and error messages, a
     // hand-edited state file): control characters are printed escaped.
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16}{}\n", escape_controls(&v)));
-    line("node:", s.node_id.clone().unwrap_or_else(|| "-".into()));
-    line("server:", s.server.clone().unwrap_or_else(|| "-".into()));
+    let mut line = |k: Msg, v: String| out.push_str(&format!("{:<16}{}\n", t(k), escape_controls(&v)));
+    line(Msg::StatusNode, s.node_id.clone().unwrap_or_else(|| "-".into()));
+    line(Msg::StatusServer, s.server.clone().unwrap_or_else(|| "-".into()));
     let conn = match s.connection {
-        Connection::Connecting => "connecting",
-        Connection::Connected => "connected",
-        Connection::Unreachable => "unreachable (retrying)",
-        Connection::Stopped => "stopped",
+        Connection::Connecting => Msg::StatusConnecting,
+        Connection::Connected => Msg::StatusConnected,
+        Connection::Unreachable => Msg::StatusUnreachable,
+        Connection::Stopped => Msg::StatusStoppedValue,
     };
-    line("connection:", conn.into());
-    line("last heartbeat:", s.last_heartbeat_at.map(|t| ago(now, t)).unwrap_or_else(|| "never".into()));
-    line("verification:", s.verification.clone().unwrap_or_else(|| "awaiting_check".into()));
+    line(Msg::StatusConnection, t(conn).into());
+    line(
+        Msg::StatusLastHeartbeat,
+        s.last_heartbeat_at.map(|at| ago(now, at, lang)).unwrap_or_else(|| t(Msg::StatusNever).into()),
+    );
+    // The state file holds `verification_text`'s words; anything else is shown as it is.
+    let verification = match s.verification.as_deref().unwrap_or("awaiting_check") {
+        "awaiting_check" => t(Msg::StatusAwaitingCheck).into(),
+        "verified" => t(Msg::StatusVerified).into(),
+        "failed" => t(Msg::StatusCheckFailed).into(),
+        other => other.to_string(),
+    };
+    line(Msg::StatusVerification, verification);
     if let Some(ok) = s.docker_ok {
-        line("docker:", if ok { "ok".into() } else { "unavailable".into() });
+        line(
+            Msg::StatusDocker,
+            t(if ok { Msg::StatusDockerOk } else { Msg::StatusDockerUnavailable }).into(),
+        );
     }
     if let Some(sk) = s.clock_skew_secs {
-        line("clock skew:", format!("{sk:+} s (this machine minus the platform; check NTP)"));
+        line(Msg::StatusClockSkew, fill(t(Msg::StatusSkew), &[("skew", &format!("{sk:+}"))]));
     }
     if let Some(e) = &s.last_error {
-        line("last error:", e.clone());
+        line(Msg::StatusLastError, e.clone());
     }
     if let Some(stop) = &s.stopped {
-        line(
-            "stopped:",
-            format!("{} ({}, {})", stop_message(stop.reason, lang), stop.detail, ago(now, stop.at)),
-        );
+        let message = stop_message(stop.reason, lang);
+        let values =
+            [("message", message.as_str()), ("detail", &stop.detail), ("ago", &ago(now, stop.at, lang))];
+        line(Msg::StatusStopped, fill(t(Msg::StatusStop), &values));
     }
     out
 }
@@ -127,9 +135,12 @@ mod tests {
         };
         let ru = render_text(Some(&st), 160, Lang::Ru);
         assert!(ru.contains("Агент остановлен: сервер удалён или токен заменён"), "{ru}");
-        assert!(ru.contains("node_deleted") && ru.contains("60 s ago"));
+        assert!(ru.contains("node_deleted") && ru.contains("60 с назад"), "{ru}");
+        assert!(ru.contains("соединение:     остановлен\n"), "{ru}");
         let en = render_text(Some(&st), 160, Lang::En);
         assert!(en.contains("Agent stopped: server deleted or token replaced"));
+        assert!(en.contains("node_deleted") && en.contains("60 s ago"), "{en}");
+        assert!(en.contains("connection:     stopped\n"), "{en}");
         let j: serde_json::Value = serde_json::from_str(&render_json(Some(&st), Lang::Ru)).unwrap();
         assert_eq!(j["stopped"]["reason"], "revoked");
         assert!(j["stop_message"].as_str().unwrap().starts_with("Агент остановлен"));
@@ -139,6 +150,26 @@ mod tests {
         };
         assert!(render_text(Some(&cfg), 2, Lang::Ru).contains("Агент остановлен: ошибка конфигурации"));
         assert!(render_text(None, 0, Lang::En).contains("has not run"));
+    }
+
+    /// Each label leaves at least one space before its value, in both languages.
+    #[test]
+    fn labels_line_up() {
+        use Msg::*;
+        let labels = [
+            StatusNode,
+            StatusServer,
+            StatusConnection,
+            StatusLastHeartbeat,
+            StatusVerification,
+            StatusDocker,
+            StatusClockSkew,
+            StatusLastError,
+            StatusStopped,
+        ];
+        for (m, lang) in labels.iter().flat_map(|m| [(m, Lang::Ru), (m, Lang::En)]) {
+            assert!(m.text(lang).chars().count() < 16, "{m:?} {lang:?}");
+        }
     }
 
     #[test]

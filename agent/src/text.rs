@@ -1,6 +1,6 @@
-//! Every line the `gpum-agent` CLI prints besides gpum-common's `Failure`s: one
-//! [`gpum_common::texts!`] table, Russian and English side by side. `{name}` holes are filled
-//! with [`gpum_common::texts::fill`].
+//! Every line the `gpum-agent` CLI prints besides gpum-common's `Failure`s (`uninstall`,
+//! `register`, `smoke`, `status`): one [`gpum_common::texts!`] table, Russian and English side
+//! by side. `{name}` holes are filled with [`gpum_common::texts::fill`].
 
 gpum_common::texts! {
     /// A line the agent's CLI prints.
@@ -40,6 +40,46 @@ gpum_common::texts! {
             "Docker, драйверы и образы оставлены на месте.",
             "Docker, the drivers and the images were left in place.",
         ),
+        // `register` and `smoke`.
+        Registered => (
+            "Сервер зарегистрирован: {node}. Настройки записаны в {config}.",
+            "Registered as node {node}. The config is in {config}.",
+        ),
+        SmokeOk => ("ok: {detail}", "ok: {detail}"),
+        SmokeFailed => (
+            "проверка связи не прошла (код {code}): {detail}",
+            "smoke failed (exit {code}): {detail}",
+        ),
+        // `status`: each label is at most 15 characters, so that the values line up.
+        StatusNeverRan => (
+            "Агент ещё не запускался: состояния нет. Зарегистрируйте его установщиком.",
+            "The agent has not run yet: there is no state. Register it with the installer.",
+        ),
+        StatusNode => ("сервер:", "node:"),
+        StatusServer => ("платформа:", "server:"),
+        StatusConnection => ("соединение:", "connection:"),
+        StatusLastHeartbeat => ("был на связи:", "last heartbeat:"),
+        StatusVerification => ("проверка:", "verification:"),
+        StatusDocker => ("Docker:", "docker:"),
+        StatusClockSkew => ("разница часов:", "clock skew:"),
+        StatusLastError => ("ошибка:", "last error:"),
+        StatusStopped => ("остановлен:", "stopped:"),
+        StatusConnecting => ("подключается", "connecting"),
+        StatusConnected => ("подключён", "connected"),
+        StatusUnreachable => ("платформа недоступна (повторяет попытки)", "unreachable (retrying)"),
+        StatusStoppedValue => ("остановлен", "stopped"),
+        StatusNever => ("ещё не было", "never"),
+        StatusAwaitingCheck => ("ожидает проверки", "awaiting_check"),
+        StatusVerified => ("оборудование проверено", "verified"),
+        StatusCheckFailed => ("проверка не пройдена", "failed"),
+        StatusDockerOk => ("работает", "ok"),
+        StatusDockerUnavailable => ("недоступен", "unavailable"),
+        StatusAgo => ("{date} ({secs} с назад)", "{date} ({secs} s ago)"),
+        StatusSkew => (
+            "{skew} с (часы этой машины минус часы платформы; проверьте NTP)",
+            "{skew} s (this machine minus the platform; check NTP)",
+        ),
+        StatusStop => ("{message} ({detail}, {ago})", "{message} ({detail}, {ago})"),
     }
 }
 

@@ -52,13 +52,14 @@ pub async fn run(host: &dyn Host, yes: bool, docker: Result<Docker, DockerError>
             return gpum_common::report(&Failure::UninstallNotConfirmed, lang);
         }
         let prompt = Msg::UninstallPrompt.text(lang);
-        match dialoguer::Confirm::new().with_prompt(prompt).default(false).interact() {
-            Ok(true) => {}
-            Ok(false) => {
+        // The question defaults to "no"; no terminal to ask on is no confirmation.
+        match host.confirm(prompt) {
+            Ok(Some(true)) => {}
+            Ok(Some(false)) => {
                 println!("{}", Msg::UninstallDeclined.text(lang));
                 return exit::OK;
             }
-            Err(_) => return gpum_common::report(&Failure::UninstallNotConfirmed, lang),
+            Ok(None) | Err(_) => return gpum_common::report(&Failure::UninstallNotConfirmed, lang),
         }
     }
     let done = uninstall(host, docker.as_ref().map_err(Clone::clone), lang).await;

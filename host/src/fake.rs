@@ -1,7 +1,11 @@
 //! An in-memory machine for unit tests: files, command answers, env, uid, clock.
 //!
 //! It records every command it was asked to run and every write, so a test can assert that a
-//! dry run wrote nothing and ran only read-only probes.
+//! dry run wrote nothing and ran only read-only probes. It keeps each written file's mode and
+//! change time, so [`FakeHost::tree`] is the whole file tree as a real machine would show it.
+//!
+//! Commands do nothing but answer: what a command would change on a real machine is up to the
+//! test (an answer, or a host that wraps this one).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -25,8 +29,53 @@ struct State {
     unix_http: BTreeMap<(PathBuf, String), Vec<u8>>,
     /// What `lstat` reports where a test or `create_dir_exclusive` said so.
     stats: BTreeMap<PathBuf, FileStat>,
+    /// The permission bits each file or directory was written with (`write_atomic`, a
+    /// partial file's commit, `create_dir_all`'s last directory); [`FakeHost::tree`] and
+    /// `lstat` report them.
+    modes: BTreeMap<PathBuf, u32>,
+    /// When each path last changed ([`Host::changed`]): set by every write, or by a test.
+    ctimes: BTreeMap<PathBuf, SystemTime>,
     /// What [`Host::monotonic`] reads; a test moves it with [`FakeHost::advance`].
     monotonic: Duration,
+}
+
+impl State {
+    /// What `lstat` reports for `path`; see [`FakeHost::stat`].
+    fn stat(&self, path: &Path) -> Option<FileStat> {
+        let mode = |default| self.modes.get(path).copied().unwrap_or(default);
+        if let Some(s) = self.stats.get(path) {
+            Some(*s)
+        } else if self.dirs.iter().any(|d| d == path) {
+            Some(FileStat { kind: FileKind::Dir, uid: 0, mode: mode(0o755) })
+        } else if self.files.contains_key(path) {
+            Some(FileStat { kind: FileKind::File, uid: 0, mode: mode(0o644) })
+        } else if self.files.keys().chain(&self.dirs).chain(self.stats.keys()).any(|p| p.starts_with(path)) {
+            // A directory above a known path, as `/var` is above `/var/tmp`.
+            Some(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
+        } else {
+            None
+        }
+    }
+
+    /// A write of `path` with `mode` at `now`.
+    fn wrote(&mut self, path: &Path, mode: u32, now: SystemTime) {
+        self.writes.push(path.to_path_buf());
+        self.modes.insert(path.to_path_buf(), mode);
+        self.ctimes.insert(path.to_path_buf(), now);
+    }
+
+    /// `path` and everything under it are gone.
+    fn forget(&mut self, path: &Path) {
+        self.modes.retain(|p, _| !p.starts_with(path));
+        self.ctimes.retain(|p, _| !p.starts_with(path));
+    }
+}
+
+/// One entry of [`FakeHost::tree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir { mode: u32 },
+    File { mode: u32, data: Vec<u8> },
 }
 
 /// See the module docs.
@@ -126,7 +175,8 @@ impl FakeHost {
     }
     /// What [`Host::lstat`] reports for `path` (a symlink, another user's directory…). The
     /// path then exists. Without it, a known directory, or a directory above any known path,
-    /// is root's 0755, and a file root's 0644.
+    /// is root's, with the mode it was written with or 0755, and a file root's, with the mode it
+    /// was written with or 0644.
     pub fn stat(self, path: impl Into<PathBuf>, st: FileStat) -> Self {
         let path = path.into();
         let mut state = self.st.lock().unwrap();
@@ -135,6 +185,13 @@ impl FakeHost {
         }
         state.stats.insert(path, st);
         drop(state);
+        self
+    }
+    /// When `path` last changed, as [`Host::changed`] reports it. Without it, a file the test
+    /// put there changed at the epoch (long before anything ran), and one written since at
+    /// [`FakeHost::now`].
+    pub fn changed_at(self, path: impl Into<PathBuf>, at: SystemTime) -> Self {
+        self.st.lock().unwrap().ctimes.insert(path.into(), at);
         self
     }
     /// Moves the monotonic clock ([`Host::monotonic`]) on by `d`; it starts at 1,000 s.
@@ -155,6 +212,15 @@ impl FakeHost {
     pub fn writes(&self) -> Vec<PathBuf> {
         self.st.lock().unwrap().writes.clone()
     }
+    /// The whole file tree: every directory and file with its mode, and each file's contents.
+    pub fn tree(&self) -> BTreeMap<PathBuf, Node> {
+        let st = self.st.lock().unwrap();
+        let mode = |p: &Path| st.stat(p).map_or(0, |s| s.mode);
+        let dirs = st.dirs.iter().map(|d| (d.clone(), Node::Dir { mode: mode(d) }));
+        let files =
+            st.files.iter().map(|(p, data)| (p.clone(), Node::File { mode: mode(p), data: data.clone() }));
+        dirs.chain(files).collect()
+    }
 }
 
 impl Host for FakeHost {
@@ -174,6 +240,16 @@ impl Host for FakeHost {
             .cloned()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
     }
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        crate::utf8(self.read(path)?)
+    }
+    fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
+        // Nothing to keep open: each read is the file as it is now, as a kernel file's is.
+        self.read(path)
+    }
+    fn hostname(&self) -> io::Result<String> {
+        crate::hostname_file(self)
+    }
     fn exists(&self, path: &Path) -> bool {
         let st = self.st.lock().unwrap();
         st.files.contains_key(path) || st.dirs.iter().any(|d| d == path) || st.stats.contains_key(path)
@@ -192,21 +268,26 @@ impl Host for FakeHost {
         v.dedup();
         Ok(v)
     }
-    fn write_atomic(&self, path: &Path, data: &[u8], _mode: u32) -> io::Result<()> {
+    fn write_atomic(&self, path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
-        st.writes.push(path.to_path_buf());
+        st.wrote(path, mode, self.now);
         st.files.insert(path.to_path_buf(), data.to_vec());
         Ok(())
     }
-    fn create_dir_all(&self, path: &Path, _mode: u32) -> io::Result<()> {
+    fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
-        st.writes.push(path.to_path_buf());
-        st.dirs.push(path.to_path_buf());
+        // As on the real host, the mode is (re)applied to the last directory only.
+        st.wrote(path, mode, self.now);
+        if !st.dirs.iter().any(|d| d == path) {
+            st.dirs.push(path.to_path_buf());
+        }
         Ok(())
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
         st.writes.push(path.to_path_buf());
+        st.modes.remove(path);
+        st.ctimes.remove(path);
         st.files
             .remove(path)
             .map(|_| ())
@@ -218,6 +299,7 @@ impl Host for FakeHost {
         st.files.retain(|p, _| !p.starts_with(path));
         st.dirs.retain(|p| !p.starts_with(path));
         st.stats.retain(|p, _| !p.starts_with(path));
+        st.forget(path);
         Ok(())
     }
     fn space(&self, path: &Path) -> io::Result<FsSpace> {
@@ -245,6 +327,14 @@ impl Host for FakeHost {
     fn confirm(&self, _prompt: &str) -> io::Result<Option<bool>> {
         Ok(self.answer)
     }
+    fn changed(&self, path: &Path) -> io::Result<SystemTime> {
+        let st = self.st.lock().unwrap();
+        match st.ctimes.get(path) {
+            Some(t) => Ok(*t),
+            None if st.stat(path).is_some() => Ok(SystemTime::UNIX_EPOCH),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string())),
+        }
+    }
     fn sleep(&self, _d: Duration) {}
     fn stdin_is_tty(&self) -> bool {
         self.tty
@@ -252,8 +342,14 @@ impl Host for FakeHost {
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
         Ok(self.st.lock().unwrap().locks.get(path).copied())
     }
-    fn create_partial(&self, dest: &Path, _mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
-        Ok(Box::new(FakePartial { st: Arc::clone(&self.st), dest: dest.to_path_buf(), data: Vec::new() }))
+    fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
+        Ok(Box::new(FakePartial {
+            st: Arc::clone(&self.st),
+            dest: dest.to_path_buf(),
+            mode,
+            now: self.now,
+            data: Vec::new(),
+        }))
     }
     fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()> {
         if self.exists(path) {
@@ -263,25 +359,14 @@ impl Host for FakeHost {
             return Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()));
         }
         let mut st = self.st.lock().unwrap();
-        st.writes.push(path.to_path_buf());
+        st.wrote(path, mode, self.now);
         st.dirs.push(path.to_path_buf());
         st.stats.insert(path.to_path_buf(), FileStat { kind: FileKind::Dir, uid: self.euid, mode });
         Ok(())
     }
     fn lstat(&self, path: &Path) -> io::Result<FileStat> {
         let st = self.st.lock().unwrap();
-        if let Some(s) = st.stats.get(path) {
-            Ok(*s)
-        } else if st.dirs.iter().any(|d| d == path) {
-            Ok(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
-        } else if st.files.contains_key(path) {
-            Ok(FileStat { kind: FileKind::File, uid: 0, mode: 0o644 })
-        } else if st.files.keys().chain(&st.dirs).chain(st.stats.keys()).any(|p| p.starts_with(path)) {
-            // A directory above a known path, as `/var` is above `/var/tmp`.
-            Ok(FileStat { kind: FileKind::Dir, uid: 0, mode: 0o755 })
-        } else {
-            Err(io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
-        }
+        st.stat(path).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
     }
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
         let raw = self.st.lock().unwrap().unix_http.get(&(socket.to_path_buf(), path.to_string())).cloned();
@@ -296,6 +381,8 @@ impl Host for FakeHost {
 struct FakePartial {
     st: Arc<Mutex<State>>,
     dest: PathBuf,
+    mode: u32,
+    now: SystemTime,
     data: Vec<u8>,
 }
 
@@ -306,7 +393,7 @@ impl crate::PartialFile for FakePartial {
     }
     fn commit(self: Box<Self>) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
-        st.writes.push(self.dest.clone());
+        st.wrote(&self.dest, self.mode, self.now);
         st.files.insert(self.dest.clone(), self.data);
         Ok(())
     }

@@ -95,24 +95,20 @@ pub trait Host: Send + Sync {
     /// executable); a non-zero exit is `Ok` with that code.
     fn run(&self, cmd: &Cmd) -> io::Result<Output>;
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
-    fn read_to_string(&self, path: &Path) -> io::Result<String> {
-        let b = self.read(path)?;
-        String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
+    /// [`Host::read`] as UTF-8 text ([`utf8`]).
+    fn read_to_string(&self, path: &Path) -> io::Result<String>;
     /// Reads a file that the kernel makes anew at each read and that is read again and again
     /// (`/proc/meminfo` and `/proc/stat` at every heartbeat). The real host keeps it open after
     /// the first read and reads it from the start with `pread`: one system call when the file
     /// fits its buffer, and no path walk, where [`Host::read`] takes six. Not for ordinary files:
-    /// a file replaced on disk would still be read through the old handle.
-    fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.read(path)
-    }
+    /// a file replaced on disk would still be read through the old handle. The fake host reads
+    /// its file.
+    fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// The machine's name in its UTS namespace, as `/proc/sys/kernel/hostname` gives it
     /// (trimmed). The real host asks `uname(2)`, one system call where the file's read takes two
-    /// and costs ten times more; any other host reads the file.
-    fn hostname(&self) -> io::Result<String> {
-        hostname_file(self)
-    }
+    /// and costs ten times more; the fake host and a scratch root read the file
+    /// ([`hostname_file`]).
+    fn hostname(&self) -> io::Result<String>;
     fn exists(&self, path: &Path) -> bool;
     fn is_dir(&self, path: &Path) -> bool;
     /// Entries of a directory, as absolute target paths, sorted.
@@ -131,74 +127,48 @@ pub trait Host: Send + Sync {
     fn now(&self) -> SystemTime;
     /// Time since boot on `CLOCK_MONOTONIC`: it never steps back and, like the kernel's CPU
     /// time counters, it stops while the machine is suspended. The real host reads it from the
-    /// vDSO, without a system call.
-    fn monotonic(&self) -> std::time::Duration {
-        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map(std::time::Duration::from)
-            .unwrap_or_default()
-    }
+    /// vDSO, without a system call; the fake host's moves only with `FakeHost::advance`.
+    fn monotonic(&self) -> std::time::Duration;
     /// `uname -m` of the machine.
     fn arch(&self) -> String;
     fn stdin_is_tty(&self) -> bool;
 
     /// Asks a yes/no question on the controlling terminal (`/dev/tty`), which works even when
-    /// stdin is the piped install script (`curl … | sudo bash`). `Ok(None)` when there is no
-    /// terminal to ask on; the caller then decides without asking (it never assumes "yes").
-    fn confirm(&self, prompt: &str) -> io::Result<Option<bool>> {
-        let _ = prompt;
-        Ok(None)
-    }
+    /// stdin is the piped install script (`curl … | sudo bash`); the answer defaults to "no".
+    /// `Ok(None)` when there is no terminal to ask on; the caller then decides without asking
+    /// (it never assumes "yes"). The only way gpum asks a question.
+    fn confirm(&self, prompt: &str) -> io::Result<Option<bool>>;
 
     /// When `path`'s inode last changed (ctime): for an installed program, when it was installed,
     /// since dpkg keeps the package's mtime but cannot keep the ctime.
-    fn changed(&self, path: &Path) -> io::Result<SystemTime> {
-        let _ = path;
-        Err(io::Error::new(io::ErrorKind::Unsupported, "changed"))
-    }
+    fn changed(&self, path: &Path) -> io::Result<SystemTime>;
 
     /// Waits. The fake host returns at once, so tests of polling loops take no time.
-    fn sleep(&self, d: std::time::Duration) {
-        std::thread::sleep(d)
-    }
+    fn sleep(&self, d: std::time::Duration);
 
     /// Read-only probe of a POSIX (`fcntl`) lock, the kind dpkg and apt take on
     /// `/var/lib/dpkg/lock*`: the pid of a process holding a lock on `path` that would conflict
     /// with a write lock, `Ok(None)` when none does. Takes no lock and changes nothing.
-    fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
-        let _ = path;
-        Err(io::Error::new(io::ErrorKind::Unsupported, "lock_holder"))
-    }
+    fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>>;
 
     /// Starts writing `dest` through a partial file beside it, created O_EXCL with `mode`.
     /// Bytes go to disk as they arrive; [`PartialFile::commit`] fsyncs and renames the partial
     /// file onto `dest`; dropping it uncommitted deletes it. So a download can be hashed while it
     /// is written, and be in place only after every check has passed.
-    fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn PartialFile>> {
-        let _ = (dest, mode);
-        Err(io::Error::new(io::ErrorKind::Unsupported, "create_partial"))
-    }
+    fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn PartialFile>>;
 
     /// Creates the directory `path` with `mode` (re-applied, so the umask cannot narrow it),
     /// failing with `AlreadyExists` when anything is there already, a symlink included: a
     /// directory someone else prepared is never adopted. The parent must exist.
-    fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()> {
-        let _ = (path, mode);
-        Err(io::Error::new(io::ErrorKind::Unsupported, "create_dir_exclusive"))
-    }
+    fn create_dir_exclusive(&self, path: &Path, mode: u32) -> io::Result<()>;
 
     /// What `path` itself is (`lstat`: a symlink is reported as one, not followed): its kind,
     /// owner and permission bits.
-    fn lstat(&self, path: &Path) -> io::Result<FileStat> {
-        let _ = path;
-        Err(io::Error::new(io::ErrorKind::Unsupported, "lstat"))
-    }
+    fn lstat(&self, path: &Path) -> io::Result<FileStat>;
 
     /// One `GET` over a Unix socket (the Docker Engine API), HTTP/1.0 so the body ends at EOF.
     /// Bounded by a short timeout so a hung daemon cannot hang the caller.
-    fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse> {
-        let _ = (socket, path);
-        Err(io::Error::new(io::ErrorKind::Unsupported, "unix_http_get"))
-    }
+    fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse>;
 }
 
 /// What [`Host::lstat`] reports.
@@ -278,8 +248,12 @@ pub enum HttpError {
 
 /// The hostname as `/proc/sys/kernel/hostname` gives it, trimmed: [`Host::hostname`] where no
 /// system call answers for the machine.
-pub(crate) fn hostname_file<H: Host + ?Sized>(host: &H) -> io::Result<String> {
-    let b = host.read_kept(Path::new("/proc/sys/kernel/hostname"))?;
-    let s = String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    Ok(s.trim().to_string())
+pub fn hostname_file<H: Host + ?Sized>(host: &H) -> io::Result<String> {
+    Ok(utf8(host.read_kept(Path::new("/proc/sys/kernel/hostname"))?)?.trim().to_string())
+}
+
+/// A file's bytes as text, for [`Host::read_to_string`]: bytes that are not UTF-8 are
+/// `InvalidData`.
+pub fn utf8(b: Vec<u8>) -> io::Result<String> {
+    String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }

@@ -112,6 +112,10 @@ impl Host for RealHost {
         Ok(v)
     }
 
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        crate::utf8(self.read(path)?)
+    }
+
     fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         let i = match kept.iter().position(|k| k.path.as_os_str() == path.as_os_str()) {
@@ -192,6 +196,16 @@ impl Host for RealHost {
 
     fn now(&self) -> SystemTime {
         SystemTime::now()
+    }
+
+    fn monotonic(&self) -> std::time::Duration {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(std::time::Duration::from)
+            .unwrap_or_default()
+    }
+
+    fn sleep(&self, d: std::time::Duration) {
+        std::thread::sleep(d)
     }
 
     fn arch(&self) -> String {

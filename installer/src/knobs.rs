@@ -13,20 +13,24 @@
 //! - lower the disk check's minimum (`min_free_gb`), since the test host's data root is on
 //!   whatever disk the CI machine has.
 //!
-//! Without the feature every function here answers "no knob": the pinned repositories, the
-//! compiled-in release key, no crash. A test (`tests/e2e/testhost` and the unit test below)
-//! proves that a build without the feature ignores the file.
+//! The file is read once, into [`Knobs`], at the program's entry point ([`crate::run`]), and
+//! the struct is passed down. Without the feature [`Knobs`] holds nothing and answers "no
+//! knob": the pinned repositories, the compiled-in release key, checkpoints that go on. A test
+//! (`tests/e2e/testhost` and the unit test below) proves that a build without the feature
+//! ignores the file.
+
+use std::ops::ControlFlow;
 
 use gpum_host::Host;
 use gpum_repo_keys::pinned::{self, Distro, Repo};
+
+use crate::apply::Checkpoints;
 
 /// Where the knobs live on a test host.
 pub const KNOBS_FILE: &str = "/etc/gpum-test/installer.json";
 
 #[cfg(feature = "test-knobs")]
 mod imp {
-    use std::path::Path;
-
     use serde::Deserialize;
 
     use super::*;
@@ -41,8 +45,9 @@ mod imp {
         pub fingerprints: Vec<String>,
     }
 
+    /// The file, as written.
     #[derive(Debug, Deserialize, Default)]
-    pub struct Knobs {
+    pub struct File {
         #[serde(default)]
         pub repos: Option<Repos>,
         #[serde(default)]
@@ -61,10 +66,10 @@ mod imp {
         pub nvidia: RepoOverride,
     }
 
-    pub fn load(host: &dyn Host) -> Knobs {
-        match host.read(Path::new(KNOBS_FILE)) {
+    pub fn load(host: &dyn Host) -> File {
+        match host.read(std::path::Path::new(KNOBS_FILE)) {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| panic!("{KNOBS_FILE}: {e}")),
-            Err(_) => Knobs::default(),
+            Err(_) => File::default(),
         }
     }
 
@@ -88,53 +93,82 @@ mod imp {
     }
 }
 
-/// The repositories to add on `distro`: the pinned ones, or the test host's with the feature.
-pub fn repos_for(host: &dyn Host, distro: Distro) -> [Repo; 2] {
-    let pinned = pinned::repos_for(distro);
+/// What the installer may be told by a test host, loaded once at the program's entry point
+/// ([`crate::run`]) and passed down. Without the feature it holds nothing and every answer is
+/// the release one: the pinned repositories, the compiled-in release key, the check's own disk
+/// minimum, and checkpoints that go straight on.
+#[derive(Debug, Default)]
+pub struct Knobs {
     #[cfg(feature = "test-knobs")]
-    if let Some(r) = imp::load(host).repos {
-        return [imp::apply(pinned[0], &r.docker), imp::apply(pinned[1], &r.nvidia)];
-    }
-    let _ = host;
-    pinned
+    file: imp::File,
 }
 
-/// An armored release key and its pinned fingerprint that replace the compiled-in ones
-/// (feature only).
-pub fn release_key(host: &dyn Host) -> Option<(Vec<u8>, String)> {
-    #[cfg(feature = "test-knobs")]
-    {
-        let k = imp::load(host);
-        if let (Some(p), Some(f)) = (k.release_key, k.release_fingerprint) {
-            let key = host.read(std::path::Path::new(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
-            return Some((key, f));
+impl Knobs {
+    /// The release values: what every build without the feature has, and what a unit test gets.
+    pub fn release() -> Knobs {
+        Knobs::default()
+    }
+
+    /// Reads [`KNOBS_FILE`] through the seam (so a scratch root works too) with the feature;
+    /// without it, reads nothing and is [`Knobs::release`].
+    pub fn load(host: &dyn Host) -> Knobs {
+        #[cfg(feature = "test-knobs")]
+        return Knobs { file: imp::load(host) };
+        #[cfg(not(feature = "test-knobs"))]
+        {
+            let _ = host;
+            Knobs::release()
         }
     }
-    let _ = host;
-    None
+
+    /// The repositories to add on `distro`: the pinned ones, or the test host's.
+    pub fn repos_for(&self, distro: Distro) -> [Repo; 2] {
+        let pinned = pinned::repos_for(distro);
+        #[cfg(feature = "test-knobs")]
+        if let Some(r) = &self.file.repos {
+            return [imp::apply(pinned[0], &r.docker), imp::apply(pinned[1], &r.nvidia)];
+        }
+        pinned
+    }
+
+    /// An armored release key (read from the file the knobs name) and its pinned fingerprint,
+    /// which replace the compiled-in ones; `None`: the compiled-in ones.
+    pub fn release_key(&self, host: &dyn Host) -> Option<(Vec<u8>, String)> {
+        #[cfg(feature = "test-knobs")]
+        if let (Some(p), Some(f)) = (&self.file.release_key, &self.file.release_fingerprint) {
+            let key = host.read(std::path::Path::new(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            return Some((key, f.clone()));
+        }
+        let _ = host;
+        None
+    }
+
+    /// The disk check's minimum, in bytes, when the knobs lower it: a test host's Docker data
+    /// root sits on whatever disk the CI machine has, so its scenarios set a small minimum and
+    /// prove the check with a data root smaller still.
+    pub fn min_free_bytes(&self) -> Option<u64> {
+        #[cfg(feature = "test-knobs")]
+        if let Some(gb) = self.file.min_free_gb {
+            return Some(gb * 1_000_000_000);
+        }
+        None
+    }
 }
 
-/// Called at each named checkpoint of the install; with the feature and a matching `crash_at`,
-/// the process dies there as a power cut would (SIGKILL: no cleanup, no destructor).
-pub fn checkpoint(host: &dyn Host, name: &str) {
-    #[cfg(feature = "test-knobs")]
-    if imp::load(host).crash_at.as_deref() == Some(name) {
-        eprintln!("gpum-install: TEST crash at checkpoint {name}");
-        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+/// The install's checkpoints as the binary has them: with the feature and a matching
+/// `crash_at`, the process dies there as a power cut would (SIGKILL: no cleanup, no destructor;
+/// the test host's `crash-rerun` expects exit 137 and `checkpoint NAME` on stderr). Otherwise
+/// the install goes on.
+impl Checkpoints for Knobs {
+    fn reached(&self, name: &str) -> ControlFlow<()> {
+        #[cfg(feature = "test-knobs")]
+        if self.file.crash_at.as_deref() == Some(name) {
+            eprintln!("gpum-install: TEST crash at checkpoint {name}");
+            let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = name;
+        ControlFlow::Continue(())
     }
-    let _ = (host, name);
-}
-
-/// The disk check's minimum, in bytes, when the knobs lower it (feature only): a test host's
-/// Docker data root sits on whatever disk the CI machine has, so its scenarios set a small
-/// minimum and prove the check with a data root smaller still.
-pub fn min_free_bytes(host: &dyn Host) -> Option<u64> {
-    #[cfg(feature = "test-knobs")]
-    if let Some(gb) = imp::load(host).min_free_gb {
-        return Some(gb * 1_000_000_000);
-    }
-    let _ = host;
-    None
 }
 
 /// Whether this build has the knobs, for `--version` and the tests.
@@ -153,7 +187,7 @@ mod tests {
             "nvidia": {"uri": "http://127.0.0.1:8088/nvidia", "suite": "/", "components": [],
                        "key_url": "http://127.0.0.1:8088/nvidia.asc", "fingerprints": ["BBBB"]}}}"#;
         let h = FakeHost::new().file(KNOBS_FILE, file);
-        let [d, n] = repos_for(&h, Distro::Debian);
+        let [d, n] = Knobs::load(&h).repos_for(Distro::Debian);
         if ENABLED {
             assert_eq!(d.uri, "http://127.0.0.1:8088/docker");
             assert_eq!(d.fingerprints, ["AAAA"]);
@@ -167,6 +201,19 @@ mod tests {
             );
         }
         let h = FakeHost::new().file(KNOBS_FILE, r#"{"min_free_gb": 5}"#);
-        assert_eq!(min_free_bytes(&h), ENABLED.then_some(5_000_000_000));
+        assert_eq!(Knobs::load(&h).min_free_bytes(), ENABLED.then_some(5_000_000_000));
+        // Loaded once: a file changed later is not read again.
+        let k = Knobs::load(&h);
+        let _ = h.remove_file(std::path::Path::new(KNOBS_FILE));
+        assert_eq!(k.min_free_bytes(), ENABLED.then_some(5_000_000_000));
+        assert_eq!(Knobs::release().min_free_bytes(), None, "the release values lower nothing");
+        assert_eq!(Knobs::release().repos_for(Distro::Debian), pinned::repos_for(Distro::Debian));
+    }
+
+    #[test]
+    fn a_crash_at_another_checkpoint_goes_on() {
+        let h = FakeHost::new().file(KNOBS_FILE, r#"{"crash_at": "gpu_check"}"#);
+        assert_eq!(Knobs::load(&h).reached("apt_update"), ControlFlow::Continue(()));
+        assert_eq!(Knobs::release().reached("gpu_check"), ControlFlow::Continue(()));
     }
 }

@@ -47,17 +47,23 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Gathers (read-only) and checks. The `apt_sources` check joins the preflight checks here,
-    /// before `platform`, because it depends on the plan.
+    /// [`Audit::with_knobs`] with the release values ([`knobs::Knobs::release`]).
     pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, opts: &GatherOptions, lang: Lang) -> Audit {
+        Self::with_knobs(host, gpu, opts, lang, &knobs::Knobs::release())
+    }
+
+    /// Gathers (read-only) and checks. The `apt_sources` check joins the preflight checks here,
+    /// before `platform`, because it depends on the plan. `knobs` may lower the disk minimum and
+    /// replace the repositories (`test-knobs` only).
+    pub fn with_knobs(
+        host: &dyn Host,
+        gpu: &dyn GpuProbe,
+        opts: &GatherOptions,
+        lang: Lang,
+        knobs: &knobs::Knobs,
+    ) -> Audit {
         let facts = gpum_preflight::gather(host, opts, gpu);
-        let mut findings = gpum_preflight::run_all(&facts, lang);
-        if let Some(min) = knobs::min_free_bytes(host) {
-            for f in findings.iter_mut().filter(|f| f.id == gpum_preflight::checks::DISK) {
-                *f = gpum_preflight::checks::disk_with_min(&facts, lang, min);
-            }
-        }
-        let repos = plan::distro(&facts).map(|d| knobs::repos_for(host, d));
+        let repos = plan::distro(&facts).map(|d| knobs.repos_for(d));
         let input = plan::PlanInput {
             server: opts.server.clone(),
             repos,
@@ -66,6 +72,13 @@ impl Audit {
             ca_pem: opts.extra_roots_pem.first().cloned(),
         };
         let plan = plan::plan(&facts, &input);
+        // The checks know what the install will do: a toolkit with a known container escape is
+        // a warning when the plan upgrades it.
+        let cx = gpum_preflight::Context {
+            min_free_bytes: knobs.min_free_bytes().unwrap_or(gpum_preflight::checks::MIN_FREE_BYTES),
+            toolkit_will_be_upgraded: plan.installs_toolkit(),
+        };
+        let mut findings = gpum_preflight::checks::run(&facts, &cx, lang);
         let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
         let planned = apt::planned_repos(&plan, &all);
         let files =
@@ -74,17 +87,6 @@ impl Audit {
         let at =
             findings.iter().position(|f| f.id == gpum_preflight::checks::PLATFORM).unwrap_or(findings.len());
         findings.insert(at, apt_finding);
-        // A toolkit with a known container escape fails the audit, but the install upgrades it
-        // from NVIDIA's repository: for the install it is a warning with that fix.
-        let upgrades = plan.steps.iter().any(|s| {
-            matches!(s, plan::Step::InstallPackages { packages } if packages.iter().any(|p| p == gpum_preflight::facts::TOOLKIT_PACKAGE))
-        });
-        if facts.toolkit.vulnerable && upgrades {
-            for f in findings.iter_mut().filter(|f| f.id == gpum_preflight::checks::NVIDIA_TOOLKIT) {
-                f.status = gpum_preflight::Status::Warn;
-                f.fix = Some(text::t(text::Msg::ToolkitUpgraded, lang).into());
-            }
-        }
         Audit { facts, findings, plan, repos: all }
     }
 
@@ -159,9 +161,7 @@ fn enroll(h: &dyn Host, opts: &apply::Options) -> Result<(), Failure> {
 
 fn fail(io: &mut Io, f: &Failure, lang: Lang, json: bool) -> i32 {
     if json {
-        let ev = serde_json::json!({"event": "exit", "code": f.code(), "message": f.message(lang)});
-        let _ = writeln!(io.stdout, "{ev}");
-        let _ = io.stdout.flush();
+        report::Events::new(io.stdout).failed(f, lang);
     }
     let _ = writeln!(io.stderr, "{}", f.message(lang));
     f.code()
@@ -191,6 +191,8 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         }
         cli::Parsed::Fail(f) => return fail(io, &f, lang, false),
     };
+    // The test host's knobs (`test-knobs` builds only), read once and passed down.
+    let knobs = knobs::Knobs::load(h);
     let json = cli.json;
     let server = flag_or_env(h, cli.server.clone(), env::GPUM_SERVER);
     let ca_file = flag_or_env(h, cli.ca_file.clone(), env::GPUM_CA_FILE).map(PathBuf::from);
@@ -214,12 +216,10 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         {
             return fail(io, &Failure::BadJoinCode, lang, false);
         }
-        let audit = Audit::run(h, gpu, &opts, lang);
+        let audit = Audit::with_knobs(h, gpu, &opts, lang, &knobs);
         let ready = audit.ready();
         if cli.json {
-            let r = report::JsonReport { checks: &audit.findings, plan: &audit.plan, ready };
-            let _ = serde_json::to_writer(&mut *io.stdout, &r);
-            let _ = writeln!(io.stdout);
+            let _ = report::JsonReport { checks: &audit.findings, plan: &audit.plan, ready }.write(io.stdout);
         } else {
             let _ = report::write_dry_run(io.stdout, &audit.findings, &audit.plan, ready, lang);
             if !ready {
@@ -249,12 +249,11 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     let Some(server) = server else {
         return fail(io, &Failure::Usage("--server is required to install".into()), lang, json);
     };
-    let audit = Audit::run(h, gpu, &opts, lang);
+    let audit = Audit::with_knobs(h, gpu, &opts, lang, &knobs);
     if json {
+        let mut events = report::Events::new(io.stdout);
         for f in &audit.findings {
-            let _ =
-                serde_json::to_writer(&mut *io.stdout, &serde_json::json!({"event": "check", "check": f}));
-            let _ = writeln!(io.stdout);
+            events.check(f);
         }
     } else {
         let _ = report::write_checks(io.stdout, &audit.findings, lang);
@@ -284,15 +283,14 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     if let Err(f) = enroll(h, &aopts) {
         return fail(io, &f, lang, json);
     }
-    let result = apply::NetFetcher::new(h, &aopts).and_then(|fetcher| {
+    let result = apply::NetFetcher::new(h, &knobs, &aopts).and_then(|fetcher| {
         let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };
-        apply::install(host.clone(), &audit, &fetcher, &aopts, &mut rep)
+        apply::install(host.clone(), &audit, &fetcher, &knobs, &aopts, &mut rep)
     });
     match result {
         Ok(summary) => {
             if json {
-                let ev = serde_json::json!({"event": "exit", "code": exit::OK, "summary": summary});
-                let _ = writeln!(io.stdout, "{ev}");
+                report::Events::new(io.stdout).finished(&summary);
             } else {
                 let _ = apply::write_summary(io.stdout, &summary, lang);
             }

@@ -158,6 +158,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether the install installs (or upgrades) the NVIDIA Container Toolkit.
+    pub fn installs_toolkit(&self) -> bool {
+        self.steps.iter().any(|s| {
+            matches!(s, Step::InstallPackages { packages }
+                if packages.iter().any(|p| p == gpum_preflight::facts::TOOLKIT_PACKAGE))
+        })
+    }
+
     /// The containers a Docker restart would stop (empty when there is no restart).
     pub fn stops(&self) -> &[String] {
         self.steps

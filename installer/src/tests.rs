@@ -1,7 +1,6 @@
 //! `run` over `FakeHost`: the dry run changes nothing, the gate keeps its order, the join code
 //! comes from the documented places, and `--json` has the documented shape.
 
-use gpum_common::agent_state;
 use gpum_host::fake::FakeHost;
 use gpum_preflight::facts::*;
 use gpum_preflight::gpu::GpuFacts;
@@ -9,7 +8,7 @@ use gpum_protocol::joincode::JoinCode;
 use serde_json::Value;
 
 use crate::plan::Step;
-use crate::tests_support::{fixture, t4};
+use crate::tests_support::{LANGS, configured_debian, docker_without_toolkit_running, fixture, lang_arg, t4};
 use crate::{Io, join_code, run};
 
 /// A fresh Ubuntu 22.04 GPU machine: no Docker, no toolkit, systemd, root.
@@ -58,51 +57,61 @@ fn valid_code() -> String {
     c
 }
 
+/// The dry run on `h` in every language, as committed snapshots (`src/snapshots/`): the human
+/// report with its exit code and stderr, and the `--json` object (checks and plan). Returns the
+/// human runs, in [`LANGS`] order.
+fn snapshot_dry_run(name: &str, h: &FakeHost, gpu: &GpuFacts) -> Vec<Ran> {
+    let mut human = Vec::new();
+    for lang in LANGS {
+        let l = lang_arg(lang);
+        let r = go(h, gpu, &["--dry-run", "--offline", "--lang", l], "");
+        let shown = format!("exit {}\n--- stdout\n{}--- stderr\n{}", r.code, r.out, r.err);
+        insta::assert_snapshot!(format!("{name}_{l}_report"), shown);
+        let j = go(h, gpu, &["--dry-run", "--offline", "--json", "--lang", l], "");
+        assert_eq!(j.code, r.code, "--json exits as the human report does");
+        assert!(j.err.is_empty(), "--json keeps stderr quiet: {}", j.err);
+        assert_eq!(j.out.lines().count(), 1, "one object on one line");
+        let v: Value = serde_json::from_str(&j.out).unwrap();
+        assert_eq!(v["ready"], r.code == 0);
+        insta::assert_json_snapshot!(format!("{name}_{l}_json"), v);
+        human.push(r);
+    }
+    assert!(h.writes().is_empty(), "{:?}", h.writes());
+    assert!(h.ran().iter().all(|c| READ_ONLY_COMMANDS.iter().any(|p| c.display().starts_with(p))));
+    human
+}
+
+/// A fresh machine: ready, and the plan installs everything (Docker's and NVIDIA's repositories
+/// with their pinned fingerprints, the packages, a restart that stops nothing, the agent).
 #[test]
 fn dry_run_on_a_fresh_machine_is_ready_writes_nothing_and_plans_everything() {
-    let h = fresh_ubuntu();
-    let r = go(&h, &t4(), &["--dry-run", "--offline", "--json"], "");
-    assert_eq!(r.code, 0, "{}{}", r.out, r.err);
-    assert!(h.writes().is_empty());
-    assert!(h.ran().iter().all(|c| READ_ONLY_COMMANDS.iter().any(|p| c.display().starts_with(p))));
-    let v: Value = serde_json::from_str(&r.out).unwrap();
-    assert_eq!(v["ready"], true);
-    let checks = v["checks"].as_array().unwrap();
-    for c in checks {
-        assert!(c["id"].is_string() && c["status"].is_string() && c["message"].is_string());
-        assert!(c.get("fix").is_some(), "fix is present, null when none");
-    }
-    let ids: Vec<&str> = checks.iter().map(|c| c["id"].as_str().unwrap()).collect();
-    assert_eq!(ids.last(), Some(&"platform"));
-    assert!(ids.contains(&"apt_sources"));
-    let plan = v["plan"].as_array().unwrap();
-    let actions: Vec<&str> = plan.iter().map(|s| s["action"].as_str().unwrap()).collect();
-    assert_eq!(
-        actions,
-        [
-            "download_agent",
-            "add_repository",
-            "add_repository",
-            "apt_update",
-            "install_packages",
-            "configure_docker",
-            "restart_docker",
-            "register",
-            "write_file",
-            "write_file",
-            "start_agent",
-            "gpu_check"
-        ]
-    );
-    assert_eq!(plan[1]["fingerprints"][0], "9DC858229FC7DD38854AE2D88D81803C0EBFCD88");
-    assert_eq!(plan[1]["suite"], "jammy");
-    assert_eq!(plan[1]["uri"], "https://download.docker.com/linux/ubuntu");
-    assert_eq!(plan[2]["keyring"], "/etc/apt/keyrings/gpum-nvidia-container-toolkit.gpg");
-    let pk: Vec<&str> = plan[4]["packages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
-    assert!(pk.contains(&"docker-ce") && pk.contains(&"nvidia-container-toolkit"));
-    // Fresh Docker: the restart stops nothing.
-    assert_eq!(plan[6]["stops"], serde_json::json!([]));
-    assert_eq!(plan[7]["config"], agent_state::DEFAULT_CONFIG);
+    let runs = snapshot_dry_run("fresh_ubuntu", &fresh_ubuntu(), &t4());
+    assert!(runs.iter().all(|r| r.code == 0));
+}
+
+/// Docker and a safe toolkit, the runtime missing from the owner's daemon.json: merge, reload.
+#[test]
+fn dry_run_snapshot_docker_and_toolkit_without_the_runtime() {
+    snapshot_dry_run("configured_debian", &configured_debian(), &t4());
+}
+
+/// Docker running a container without a restart policy, no toolkit: the restart names it.
+#[test]
+fn dry_run_snapshot_a_restart_that_stops_a_container() {
+    snapshot_dry_run("docker_running_web", &docker_without_toolkit_running("web"), &t4());
+}
+
+/// A toolkit with a known container escape that the install upgrades: the check warns with the
+/// installer's fix (the check's context), and the plan upgrades it and restarts Docker.
+#[test]
+fn dry_run_snapshot_a_vulnerable_toolkit_the_install_upgrades() {
+    let h = fresh_ubuntu()
+        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+        .file("/usr/bin/docker", "")
+        .file("/usr/bin/nvidia-ctk", "")
+        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
+    let runs = snapshot_dry_run("vulnerable_toolkit", &h, &t4());
+    assert!(runs.iter().all(|r| r.code == 0), "a toolkit the install upgrades does not fail the audit");
 }
 
 #[test]
@@ -227,24 +236,29 @@ fn dry_run_plans_the_ca_copy_and_a_0600_file_for_the_proxy_values() {
     assert!(h.writes().is_empty());
 }
 
+/// Not root: the report still lists every check and the plan, then fails with exit 10 and the
+/// failed checks named on stderr, in the locale's language; `--lang` wins over the locale.
 #[test]
 fn dry_run_human_report_in_both_languages_and_exit_10_when_not_ready() {
     let h = fresh_ubuntu().with_euid(1000);
-    let r = go(&h, &t4(), &["--dry-run", "--offline"], "");
-    assert_eq!(r.code, 10);
-    assert!(r.out.contains("[FAIL] root:"), "{}", r.out);
-    assert!(r.out.contains("The install would:"));
-    assert!(r.out.contains("9DC8 5822 9FC7 DD38 854A  E2D8 8D81 803C 0EBF CD88"));
-    assert!(r.err.contains("The machine check failed (root)"), "{}", r.err);
-    let h = fresh_ubuntu().with_euid(1000).env_var("LANG", "ru_RU.UTF-8");
-    let r = go(&h, &t4(), &["--dry-run", "--offline"], "");
-    assert_eq!(r.code, 10);
-    assert!(r.out.contains("Установка сделает:"));
-    assert!(r.err.starts_with("Проверка машины не пройдена (root)"), "{}", r.err);
-    // --lang wins over the locale.
-    let r = go(&h, &t4(), &["--dry-run", "--offline", "--lang", "en"], "");
-    assert!(r.out.contains("The install would:"));
-    assert!(h.writes().is_empty());
+    let runs = snapshot_dry_run("not_root", &h, &t4());
+    assert!(runs.iter().all(|r| r.code == 10));
+    let by_locale = |h: &FakeHost, args: &[&str]| go(h, &t4(), args, "");
+    let ru = fresh_ubuntu().with_euid(1000).env_var("LANG", "ru_RU.UTF-8");
+    let r = by_locale(&ru, &["--dry-run", "--offline"]);
+    let want = |lang| &runs[LANGS.iter().position(|l| *l == lang).unwrap()];
+    assert_eq!(
+        (r.code, &r.out, &r.err),
+        (10, &want(gpum_common::Lang::Ru).out, &want(gpum_common::Lang::Ru).err)
+    );
+    let r = by_locale(&ru, &["--dry-run", "--offline", "--lang", "en"]);
+    assert_eq!(
+        (r.code, &r.out, &r.err),
+        (10, &want(gpum_common::Lang::En).out, &want(gpum_common::Lang::En).err)
+    );
+    let r = by_locale(&h, &["--dry-run", "--offline"]);
+    assert_eq!(r.out, want(gpum_common::Lang::En).out, "no locale: English");
+    assert!(ru.writes().is_empty());
 }
 
 #[test]

@@ -1,8 +1,24 @@
 //! Machines for the unit tests of the audit and the install.
 
+use gpum_common::Lang;
 use gpum_host::fake::FakeHost;
 use gpum_preflight::facts::*;
 use gpum_preflight::gpu::GpuFacts;
+
+/// Every language, for the tests that go through each. `Lang` has no `ALL` of its own: the
+/// `match` below stops compiling when a language is added, so this list cannot fall behind.
+pub const LANGS: [Lang; 2] = [Lang::Ru, Lang::En];
+const _: () = match Lang::En {
+    Lang::Ru | Lang::En => (),
+};
+
+/// `--lang`'s value for `lang`.
+pub fn lang_arg(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Ru => "ru",
+        Lang::En => "en",
+    }
+}
 
 pub fn t4() -> GpuFacts {
     GpuFacts::Ok { driver: "550.127.05".into(), gpus: vec!["Tesla T4".into()] }

@@ -7,6 +7,17 @@ use gpum_common::Lang;
 gpum_common::texts! {
     /// A line the installer prints.
     pub enum Msg {
+        // The dry run's human report (`crate::report`).
+        ReportTitle => (
+            "Проверка машины (--dry-run: ничего не изменяется)",
+            "Machine check (--dry-run: nothing is changed)",
+        ),
+        ReportFix => ("что сделать", "fix"),
+        ReportPlan => ("Установка сделает:", "The install would:"),
+        ReportReady => (
+            "Машина готова к установке. Запустите команду из личного кабинета без --dry-run.",
+            "The machine is ready. Run the command from your dashboard without --dry-run.",
+        ),
         StepDownload => (
             "скачать агент {url}, проверить подпись (имя, версия, SHA-256) и пробно запустить",
             "download the agent {url}, verify its signature (name, version, SHA-256) and test-run it",
@@ -119,10 +130,6 @@ gpum_common::texts! {
             "the agent's state: sudo /opt/gpum-agent/gpum-agent status; its log: journalctl -u gpum-agent -n 50",
         ),
         NextDashboard => ("сервер {node} виден в личном кабинете", "server {node} is in your dashboard"),
-        ToolkitUpgraded => (
-            "установщик обновит его из репозитория NVIDIA",
-            "the installer upgrades it from NVIDIA's repository",
-        ),
         // The `apt_sources` check (`crate::apt`).
         AptSourcesClash => (
             "существующие источники apt конфликтуют с теми, что добавит установщик (apt перестанет работать): {list}",
@@ -161,7 +168,7 @@ mod tests {
 
     #[test]
     fn every_row_has_both_languages_with_the_same_holes() {
-        assert!(Msg::ALL.contains(&Msg::ToolkitUpgraded) && Msg::ALL.contains(&Msg::Done));
+        assert!(Msg::ALL.contains(&Msg::ReportReady) && Msg::ALL.contains(&Msg::Done));
         for m in Msg::ALL {
             let (ru, en) = (t(*m, Lang::Ru), t(*m, Lang::En));
             if let Err(e) = gpum_common::texts::check(ru, en) {

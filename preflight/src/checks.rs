@@ -49,18 +49,42 @@ macro_rules! tr {
     };
 }
 
-/// Runs every check, in [`ALL`] order.
+/// What the checks need to know besides the facts: what the caller will do after them. The
+/// checks read it and produce the right findings themselves; nobody patches a finding later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Context {
+    /// The free space Docker's data root needs: [`MIN_FREE_BYTES`], lowered only by the
+    /// installer's test knobs (a test host's data root lives on whatever disk CI has).
+    pub min_free_bytes: u64,
+    /// The install that follows upgrades the toolkit from NVIDIA's repository, so a toolkit
+    /// with a known container escape is a warning with that fix instead of a failure.
+    pub toolkit_will_be_upgraded: bool,
+}
+
+/// No install follows (the agent's `doctor`): the real minimum, nothing upgraded.
+impl Default for Context {
+    fn default() -> Self {
+        Context { min_free_bytes: MIN_FREE_BYTES, toolkit_will_be_upgraded: false }
+    }
+}
+
+/// Runs every check with the default [`Context`] (no install follows), in [`ALL`] order.
 pub fn run_all(f: &Facts, lang: Lang) -> Vec<Finding> {
+    run(f, &Context::default(), lang)
+}
+
+/// Runs every check in `cx`, in [`ALL`] order.
+pub fn run(f: &Facts, cx: &Context, lang: Lang) -> Vec<Finding> {
     vec![
         root(f, lang),
         systemd(f, lang),
         os(f, lang),
         arch(f, lang),
         tmp_exec(f, lang),
-        disk(f, lang),
+        disk(f, cx, lang),
         nvidia_driver(f, lang),
         docker(f, lang),
-        nvidia_toolkit(f, lang),
+        nvidia_toolkit(f, cx, lang),
         dpkg_lock(f, lang),
         existing_install(f, lang),
         platform(f, lang),
@@ -230,13 +254,9 @@ pub fn gb(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / 1e9)
 }
 
-pub fn disk(f: &Facts, lang: Lang) -> Finding {
-    disk_with_min(f, lang, MIN_FREE_BYTES)
-}
-
-/// [`disk`] against another minimum: only the installer's test knobs (a test host's data root
-/// lives on whatever disk the CI machine has) pass one.
-pub fn disk_with_min(f: &Facts, lang: Lang, min_free: u64) -> Finding {
+/// Free space at Docker's data root against `cx.min_free_bytes`.
+pub fn disk(f: &Facts, cx: &Context, lang: Lang) -> Finding {
+    let min_free = cx.min_free_bytes;
     let root = f.disk.data_root.display().to_string();
     let probed = f.disk.probed.display().to_string();
     let need = gb(min_free);
@@ -441,7 +461,9 @@ pub fn docker(f: &Facts, lang: Lang) -> Finding {
     }
 }
 
-pub fn nvidia_toolkit(f: &Facts, lang: Lang) -> Finding {
+/// The toolkit's presence, version and runtime; a vulnerable one fails unless `cx` says the
+/// install upgrades it.
+pub fn nvidia_toolkit(f: &Facts, cx: &Context, lang: Lang) -> Finding {
     let t = &f.toolkit;
     if !t.present() {
         return Finding::pass(
@@ -472,13 +494,25 @@ pub fn nvidia_toolkit(f: &Facts, lang: Lang) -> Finding {
         );
     };
     if t.vulnerable {
+        let message = tr!(
+            lang,
+            "NVIDIA Container Toolkit {ver} уязвим ({cve}): образ контейнера может получить права root на этой машине",
+            "NVIDIA Container Toolkit {ver} is vulnerable ({cve}): a container image can get root on this machine"
+        );
+        if cx.toolkit_will_be_upgraded {
+            return Finding::warn(
+                NVIDIA_TOOLKIT,
+                message,
+                Some(tr!(
+                    lang,
+                    "установщик обновит его из репозитория NVIDIA",
+                    "the installer upgrades it from NVIDIA's repository"
+                )),
+            );
+        }
         return Finding::fail(
             NVIDIA_TOOLKIT,
-            tr!(
-                lang,
-                "NVIDIA Container Toolkit {ver} уязвим ({cve}): образ контейнера может получить права root на этой машине",
-                "NVIDIA Container Toolkit {ver} is vulnerable ({cve}): a container image can get root on this machine"
-            ),
+            message,
             Some(tr!(
                 lang,
                 "обновите его до {min} или новее: sudo apt-get update && sudo apt-get install --only-upgrade nvidia-container-toolkit",

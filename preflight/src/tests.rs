@@ -203,10 +203,31 @@ fn disk_uses_daemon_json_data_root_or_the_nearest_existing_parent() {
     let f = gather(&h, &offline(), &t4());
     assert_eq!(f.disk.data_root, PathBuf::from(DEFAULT_DATA_ROOT));
     assert_eq!(f.disk.probed, PathBuf::from("/var/lib"));
-    assert_eq!(checks::disk(&f, Lang::En).status, Status::Pass);
+    assert_eq!(checks::disk(&f, &Context::default(), Lang::En).status, Status::Pass);
     // Cannot measure: a warning.
     let h = FakeHost::new();
-    assert_eq!(checks::disk(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    assert_eq!(
+        checks::disk(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En).status,
+        Status::Warn
+    );
+}
+
+/// The installer's test knobs lower the minimum through the context; the finding says the
+/// minimum it was measured against.
+#[test]
+fn disk_is_measured_against_the_contexts_minimum() {
+    let h = ubuntu_ready().space_at("/var/lib/docker", 6_000_000_000);
+    let f = gather(&h, &offline(), &t4());
+    let d = checks::disk(&f, &Context::default(), Lang::En);
+    assert_eq!(d.status, Status::Fail);
+    assert!(d.message.contains("at least 50.0 GB"), "{}", d.message);
+    let low = Context { min_free_bytes: 5_000_000_000, ..Context::default() };
+    assert_eq!(checks::disk(&f, &low, Lang::En).status, Status::Pass);
+    let high = Context { min_free_bytes: 7_000_000_000, ..Context::default() };
+    let d = checks::disk(&f, &high, Lang::En);
+    assert!(d.message.contains("at least 7.0 GB"), "{}", d.message);
+    let (run, one) = (run(&f, &low, Lang::En), checks::disk(&f, &low, Lang::En));
+    assert_eq!(run.iter().find(|x| x.id == DISK), Some(&one), "run passes its context to the check");
 }
 
 #[test]
@@ -244,7 +265,7 @@ fn docker_absent_snap_silent_and_bad_daemon_json() {
     let f = gather(&h, &offline(), &t4());
     assert!(!f.docker.present());
     assert_eq!(checks::docker(&f, Lang::En).status, Status::Pass);
-    assert_eq!(checks::nvidia_toolkit(&f, Lang::En).status, Status::Pass);
+    assert_eq!(checks::nvidia_toolkit(&f, &Context::default(), Lang::En).status, Status::Pass);
     // Snap, seen by its binary or by its data root.
     let h = ubuntu_ready().file("/snap/bin/docker", "");
     assert_eq!(st(&audit(&h, &t4()).1, DOCKER), Status::Fail);
@@ -284,15 +305,19 @@ fn docker_absent_snap_silent_and_bad_daemon_json() {
 #[test]
 fn toolkit_without_the_nvidia_runtime_warns_about_the_restart() {
     let h = ubuntu_ready().file(DAEMON_JSON, "{}");
-    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En);
+    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En);
     assert_eq!(x.status, Status::Warn);
     assert!(x.fix.unwrap().contains("restart policy"));
     // No daemon.json at all: the same.
     let h = FakeHost::new().file(DPKG_STATUS, safe_toolkit_status());
-    assert_eq!(checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    assert_eq!(
+        checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En).status,
+        Status::Warn
+    );
     // The runtime as nvidia-ctk writes it: pass.
     assert_eq!(
-        checks::nvidia_toolkit(&gather(&ubuntu_ready(), &offline(), &t4()), Lang::En).status,
+        checks::nvidia_toolkit(&gather(&ubuntu_ready(), &offline(), &t4()), &Context::default(), Lang::En)
+            .status,
         Status::Pass
     );
 }
@@ -307,10 +332,10 @@ fn a_toolkit_older_than_1_17_8_fails_with_the_cve_and_the_fix() {
     assert!(f.toolkit.vulnerable);
     assert_eq!(st(&r, NVIDIA_TOOLKIT), Status::Fail);
     assert!(!ready(&r));
-    let x = checks::nvidia_toolkit(&f, Lang::En);
+    let x = checks::nvidia_toolkit(&f, &Context::default(), Lang::En);
     assert!(x.message.contains("1.17.3-1") && x.message.contains("CVE-2025-23266"), "{}", x.message);
     assert!(x.fix.as_deref().unwrap().contains("1.17.8"), "{:?}", x.fix);
-    let ru = checks::nvidia_toolkit(&f, Lang::Ru);
+    let ru = checks::nvidia_toolkit(&f, &Context::default(), Lang::Ru);
     assert!(ru.message.contains("уязвим") && ru.fix.as_deref().unwrap().contains("обновите"), "{ru:?}");
     // The boundary, in dpkg's order: 1.17.7 fails, 1.17.8 and a later 1.17.10 pass.
     for (v, vulnerable) in
@@ -320,11 +345,34 @@ fn a_toolkit_older_than_1_17_8_fails_with_the_cve_and_the_fix() {
             .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", v));
         let f = gather(&h, &offline(), &t4());
         assert_eq!(f.toolkit.vulnerable, vulnerable, "{v}");
-        assert_eq!(checks::nvidia_toolkit(&f, Lang::En).status == Status::Fail, vulnerable, "{v}");
+        assert_eq!(
+            checks::nvidia_toolkit(&f, &Context::default(), Lang::En).status == Status::Fail,
+            vulnerable,
+            "{v}"
+        );
     }
+    // When the install upgrades it: the same message, a warning, and the installer's fix.
+    let up = Context { toolkit_will_be_upgraded: true, ..Context::default() };
+    let (fail, warn) = (
+        checks::nvidia_toolkit(&f, &Context::default(), Lang::En),
+        checks::nvidia_toolkit(&f, &up, Lang::En),
+    );
+    assert_eq!((fail.status, warn.status), (Status::Fail, Status::Warn));
+    assert_eq!(warn.message, fail.message);
+    assert_eq!(warn.fix.as_deref(), Some("the installer upgrades it from NVIDIA's repository"));
+    let ru = checks::nvidia_toolkit(&f, &up, Lang::Ru);
+    assert_eq!(ru.status, Status::Warn);
+    assert_eq!(ru.fix.as_deref(), Some("установщик обновит его из репозитория NVIDIA"));
+    assert!(ready(&run(&f, &up, Lang::En)));
+    // A safe toolkit is not touched by the context.
+    let safe = gather(&ubuntu_ready(), &offline(), &t4());
+    assert_eq!(
+        checks::nvidia_toolkit(&safe, &up, Lang::En),
+        checks::nvidia_toolkit(&safe, &Context::default(), Lang::En)
+    );
     // No package, only nvidia-ctk: the version cannot be checked, a warning says so.
     let h = ubuntu_ready().file(DPKG_STATUS, "");
-    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), Lang::En);
+    let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En);
     assert_eq!(x.status, Status::Warn);
     assert!(x.message.contains("cannot be checked"), "{}", x.message);
 }

@@ -1,6 +1,11 @@
 //! `gpum-agent` end to end: the real binary against the real `gpum-platform` on loopback, with a
 //! 1 s heartbeat interval.
 //!
+//! These tests check the wiring: that the binary heartbeats, obeys a command end to end, stops
+//! with 78, writes its state, survives a platform that misbehaves. The rules behind them
+//! (command de-duplication and limits, the interval clamp, the known-list cut, probe pacing, the
+//! final exit) are `gpum_agent::core`'s unit and property tests.
+//!
 //! Nothing here is simulated. NVML is absent on a machine without an NVIDIA driver, and the
 //! agent must run and report "no driver" (`nvml: library_missing`). Most tests point the agent at
 //! a Docker socket that does not exist, which is also a state the agent must survive; the
@@ -19,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use gpum_protocol::{NodeSummary, NvmlState, VerificationState};
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
-use gpum_tests::{agent_cmd, bin, docker_or_skip, run_with_stdin, text};
+use gpum_tests::{agent_cmd, bin, docker_answers, require_docker, run_with_stdin, text};
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LONG: Duration = Duration::from_secs(20);
@@ -284,14 +289,12 @@ fn join_code_failures_exit_2_and_40_with_the_seed_messages() {
 }
 
 #[test]
+#[ignore = "needs root (a UTS namespace)"]
 fn an_inventory_change_is_resent_in_full() {
     // A real change of a real fact: the agent runs in its own UTS namespace, and the test
     // renames that namespace's host while the agent runs.
     let probe = Command::new("unshare").args(["--uts", "true"]).status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("SKIP an_inventory_change_is_resent_in_full: cannot create a UTS namespace (needs root)");
-        return;
-    }
+    assert!(probe.is_ok_and(|s| s.success()), "cannot create a UTS namespace: needs root");
     let p = TestPlatform::start(PlatformOpts::default());
     let n = register(&p);
     let mut cmd = Command::new("unshare");
@@ -335,7 +338,9 @@ fn command_result(p: &TestPlatform, node_id: &str, cmd: &str) -> Option<gpum_pro
 
 #[test]
 fn recheck_reruns_the_probe_unknown_commands_are_refused_restart_exits() {
-    let docker = docker_or_skip("recheck_reruns_the_probe").is_some();
+    // With an engine the probe really runs (and its container is checked gone); without one it
+    // ends as `docker_unavailable`: the commands' wiring is the same either way.
+    let docker = docker_answers();
     let p = TestPlatform::start(PlatformOpts::default());
     let n = if docker { register_with(&p, "/var/run/docker.sock") } else { register(&p) };
     let image = if docker {
@@ -412,19 +417,6 @@ fn a_deleted_node_exits_78_within_two_intervals_and_status_says_why() {
     assert!(text(&n.status("C.UTF-8")).contains("Agent stopped: server deleted or token replaced"));
     // The config stays: stopping for good removes nothing.
     assert!(n.config().exists());
-}
-
-#[test]
-fn token_rotation_exits_78() {
-    let p = TestPlatform::start(PlatformOpts::default());
-    let n = register(&p);
-    let mut a = Agent::start(&n);
-    wait_heartbeats(&p, &n.id, 2);
-    let new_token = p.rotate_token(&n.id);
-    let exit = a.wait_exit(Duration::from_secs(5)).expect("exits after the token is replaced");
-    assert_eq!(exit.code(), Some(78), "{}", a.log());
-    assert_eq!(n.status_json()["stopped"]["detail"], "token_replaced");
-    assert!(!a.log().contains(&new_token));
 }
 
 #[test]
@@ -634,11 +626,9 @@ fn smoke_exit_codes() {
 }
 
 #[test]
+#[ignore = "needs root (it drops root to run status)"]
 fn status_without_root_exits_13() {
-    if nix::unistd::geteuid().as_raw() != 0 {
-        eprintln!("SKIP status_without_root_exits_13: the test drops root, so it needs root");
-        return;
-    }
+    assert_eq!(nix::unistd::geteuid().as_raw(), 0, "the test drops root, so it needs root");
     // A copy of the binary that uid 65534 can execute wherever the target directory is.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -707,11 +697,10 @@ fn sigterm_during_a_hung_heartbeat_exits_0_within_10_s_and_a_second_signal_at_on
 /// reported, while a known one and an unlabelled one stay. The config's test-only
 /// `test_reconcile_min_age_secs = 0` drops the 60 s age rule (the three-answers rule stays), so
 /// the removal happens within seconds; the thresholds themselves are tested in `docker.rs`.
+#[ignore = "needs a Docker engine"]
 #[test]
 fn unknown_managed_containers_are_removed_known_and_unlabelled_ones_stay() {
-    if docker_or_skip("unknown_managed_containers_are_removed").is_none() {
-        return;
-    }
+    require_docker("unknown_managed_containers_are_removed");
     let image = gpum_tests::images::busybox().expect("test image");
     let scope = format!("gpum.test.agent-e2e=m{}", std::process::id());
     let create = |labels: &[&str]| {
@@ -810,8 +799,6 @@ struct StubState {
     messages: std::collections::HashMap<String, String>,
     accepted: u32,
     refused: u32,
-    /// The largest number of results one heartbeat carried.
-    max_results: usize,
 }
 
 impl StubPlatform {
@@ -884,7 +871,6 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         })
         .unwrap_or_default();
     let mut g = st.lock().unwrap();
-    g.max_results = g.max_results.max(ids.len());
     let too_many = ids.len() > gpum_protocol::limits::MAX_COMMAND_RESULTS;
     let poisoned = g.poison.as_ref().is_some_and(|p| ids.contains(p));
     let (status, ctype, page) = if too_many || poisoned {
@@ -923,37 +909,6 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
         page.len()
     );
-}
-
-/// A platform that hands over 100 commands in every answer, those already answered included:
-/// the agent runs each once, answers each once, and never sends more results than one
-/// heartbeat may carry (the stub, like the real platform, refuses more with 413). Before the
-/// fix, the agent answered all 100 in one heartbeat, was refused, and sent the same body
-/// forever.
-#[test]
-fn a_hundred_commands_in_one_answer_are_each_answered_once_within_the_limits() {
-    let ids: Vec<String> = (0..100).map(|i| format!("cmd-{i:03}")).collect();
-    let stub = StubPlatform::start(StubState {
-        commands: ids.iter().map(|id| (id.clone(), "recheck".to_string())).collect(),
-        resend_answered: true,
-        ..Default::default()
-    });
-    let n = stub.node();
-    let mut a = Agent::start(&n);
-    wait_until(Duration::from_secs(40), "every command answered", || {
-        stub.with(|s| ids.iter().all(|id| s.results.contains_key(id)))
-    });
-    // A few more heartbeats, with every command still handed over.
-    let accepted = stub.with(|s| s.accepted);
-    wait_until(LONG, "three more heartbeats", || stub.with(|s| s.accepted >= accepted + 3));
-    stub.with(|s| {
-        assert_eq!(s.refused, 0, "a heartbeat was over the limits");
-        assert!(s.max_results <= gpum_protocol::limits::MAX_COMMAND_RESULTS, "{}", s.max_results);
-        let twice: Vec<_> = s.results.iter().filter(|(_, n)| **n != 1).collect();
-        assert!(twice.is_empty(), "answered more than once: {twice:?}");
-    });
-    assert!(a.running(), "{}", a.log());
-    assert_eq!(a.log().matches("command recheck").count(), 100, "each command ran once");
 }
 
 /// A platform that refuses every heartbeat carrying one particular result: the agent sends
@@ -1007,12 +962,11 @@ fn a_restart_handed_over_again_after_the_restart_is_not_obeyed_twice() {
     assert_eq!(stub.with(|s| s.results.get("cmd-restart").copied()), Some(1));
 }
 
-/// Issue 29, items 4 and 7: a platform that puts a new `recheck` in every answer, at a 1 s
-/// interval, made the agent start 146 probes in 24 s (each probe's report went out 200 ms after
-/// it, and the answer held the next `recheck`). Now one probe starts, the rest wait for the rate
-/// limit (one a minute), and a restart does not reset it. The command ids and the probe image
-/// hold terminal escapes: the agent's log carries none of them raw. (No engine here: each probe
-/// ends at once as `docker_unavailable`, the fastest a probe can be.)
+/// Issue 29, items 4 and 7, the wiring: a platform that puts a new `recheck` in every answer
+/// (the pacing rule itself is `core`'s and the ledger's tests): the real agent consults its
+/// ledger, keeps it in `probes.json` of its state directory and reads it back after a restart,
+/// and its log lines carry the platform's terminal escapes escaped, never raw. (No engine here:
+/// each probe ends at once as `docker_unavailable`, the fastest a probe can be.)
 #[test]
 fn a_recheck_in_every_answer_starts_no_more_probes_than_the_rate_limit() {
     let image = "gpum-test/busybox\x1b]0;owned\x07@sha256:\x1b[2J";
@@ -1049,30 +1003,8 @@ fn a_recheck_in_every_answer_starts_no_more_probes_than_the_rate_limit() {
     b.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(b.wait_exit(LONG).and_then(|s| s.code()), Some(0));
     let second_log = b.log();
-    // With a 2 s gap (a test-knobs setting; the hour's cap stays), a recheck that arrives
-    // while the limit holds the probe back is answered when that probe starts.
-    let mut cmd = Command::new(bin("gpum-agent"));
-    cmd.env("GPUM_TEST_PROBE_GAP_SECS", "2");
-    let c = Agent::start_with(&n, cmd, "debug");
-    let sent_before = stub.with(|s| s.rechecks_sent);
-    let answered_by_c = |s: &StubState| {
-        let mut v: Vec<(u32, String)> = s
-            .messages
-            .iter()
-            .filter_map(|(id, m)| Some((id.rsplit('-').next()?.parse::<u32>().ok()?, m.clone())))
-            .filter(|(k, _)| *k > sent_before)
-            .collect();
-        v.sort();
-        v
-    };
-    wait_until(LONG, "a held-back recheck answered when its probe started", || {
-        stub.with(|s| answered_by_c(s).len() >= 2)
-    });
-    let answered = stub.with(answered_by_c);
-    assert!(answered.iter().all(|(_, m)| m == "probe started"), "{answered:?}");
-    assert!(c.log().contains("it waits for the rate limit"), "{}", c.log());
     // Item 7: the platform's text in the log lines is escaped, never raw.
-    for log in [first_log, second_log, c.log()] {
+    for log in [first_log, second_log] {
         assert!(log.contains("probe image set by the platform"), "{log}");
         assert!(log.contains("command recheck"), "{log}");
         assert!(

@@ -192,11 +192,10 @@ fn cookie_value(set_cookie: &[String], name: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // The owner's whole path
 
+#[ignore = "needs chromium and chromedriver"]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_owners_whole_path_from_sign_in_to_delete() {
-    let Some(b) = Browser::start("the_owners_whole_path_from_sign_in_to_delete", "en-US,en").await else {
-        return;
-    };
+    let b = Browser::start("the_owners_whole_path_from_sign_in_to_delete", "en-US,en").await;
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     sign_in(&b, &p).await;
     assert!(b.has("#no-servers").await);
@@ -293,12 +292,10 @@ async fn the_owners_whole_path_from_sign_in_to_delete() {
 // ---------------------------------------------------------------------------------------------
 // Hostile nodes
 
+#[ignore = "needs chromium and chromedriver"]
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_node_values_stay_text_and_no_inline_script_runs() {
-    let Some(b) = Browser::start("hostile_node_values_stay_text_and_no_inline_script_runs", "en").await
-    else {
-        return;
-    };
+    let b = Browser::start("hostile_node_values_stay_text_and_no_inline_script_runs", "en").await;
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let script = "<script>window.__pwned=1</script>";
     let attr = "\"onmouseover=\"window.__pwned=2\" x=\"";
@@ -380,11 +377,10 @@ async fn hostile_node_values_stay_text_and_no_inline_script_runs() {
 // ---------------------------------------------------------------------------------------------
 // CSRF
 
+#[ignore = "needs chromium and chromedriver"]
 #[tokio::test(flavor = "multi_thread")]
 async fn state_changes_need_a_post_with_the_sessions_form_key() {
-    let Some(b) = Browser::start("state_changes_need_a_post_with_the_sessions_form_key", "en").await else {
-        return;
-    };
+    let b = Browser::start("state_changes_need_a_post_with_the_sessions_form_key", "en").await;
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let node = register_raw(&p, sample_inventory("box", &["GPU-1"]), "0.1.0").await;
     let id = node.node_id.clone();
@@ -470,11 +466,10 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
 // ---------------------------------------------------------------------------------------------
 // Sessions
 
+#[ignore = "needs chromium and chromedriver"]
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_sign_in_only_with_the_token_end_and_expire() {
-    let Some(b) = Browser::start("sessions_sign_in_only_with_the_token_end_and_expire", "en").await else {
-        return;
-    };
+    let b = Browser::start("sessions_sign_in_only_with_the_token_end_and_expire", "en").await;
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let url = p.url().to_owned();
     // A wrong token: the form again, with a message, and no session.
@@ -561,11 +556,17 @@ async fn over_tls_the_cookies_are_secure_and_without_a_token_the_dashboard_is_of
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    if let Some(b) = Browser::start("dashboard_off", "ru").await {
-        b.goto(&format!("{}/dashboard", off.url())).await;
-        assert!(b.text("#disabled").await.contains("--admin-token-file"));
-        b.close().await;
-    }
+}
+
+/// The disabled dashboard, as a browser shows it, names the flag that turns it on.
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_disabled_dashboard_in_a_browser_names_its_flag() {
+    let off = TestPlatform::start(PlatformOpts { admin_api: false, ..PlatformOpts::insecure_http() });
+    let b = Browser::start("the_disabled_dashboard_in_a_browser_names_its_flag", "ru").await;
+    b.goto(&format!("{}/dashboard", off.url())).await;
+    assert!(b.text("#disabled").await.contains("--admin-token-file"));
+    b.close().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -577,11 +578,10 @@ async fn shoot(b: &Browser, dir: &Path, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
+#[ignore = "needs chromium and chromedriver"]
 #[tokio::test(flavor = "multi_thread")]
 async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
-    let Some(ru) = Browser::start("both_languages_with_screenshots", "ru-RU,ru;q=0.9,en;q=0.5").await else {
-        return;
-    };
+    let ru = Browser::start("both_languages_with_screenshots", "ru-RU,ru;q=0.9,en;q=0.5").await;
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let url = p.url().to_owned();
     // A verified node, and one whose check failed (sent over the protocol).

@@ -23,7 +23,7 @@ use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
 use gpum_agent::docker::watch::Watch;
 use gpum_agent::docker::{Docker, DockerError};
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, VerificationState};
-use gpum_tests::{docker_or_skip, images};
+use gpum_tests::{images, require_docker};
 
 const SCOPE_KEY: &str = "gpum.test.scope";
 
@@ -44,7 +44,7 @@ impl Scope {
     /// A client in this scope for the engine at `socket` (default: the engine's own).
     fn docker_at(&self, socket: Option<&Path>) -> Docker {
         Docker::connect(socket)
-            .expect("the engine answered docker_or_skip")
+            .expect("the engine answered require_docker")
             .with_test_scope(SCOPE_KEY, &self.value)
     }
     fn label(&self) -> String {
@@ -112,8 +112,8 @@ fn id_of(name: &str) -> String {
 
 /// Runs a simulated scenario without the GPU request and checks what every probe must leave:
 /// a container that had network `none` and the probe label, gone afterwards with its volume.
-async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> Option<probe::ProbeOutcome> {
-    docker_or_skip(test)?;
+async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> probe::ProbeOutcome {
+    require_docker(test);
     let scope = Scope::new(test);
     let image = images::pinned(&images::sim_nvidia(scenario).expect("sim image")).expect("pinned");
     let d = scope.docker();
@@ -129,7 +129,7 @@ async fn sim_probe(test: &str, scenario: &str, timeout: Duration) -> Option<prob
     assert!(scope.names().is_empty(), "{:?}", scope.names());
     assert_eq!(out.report.image, image);
     assert!(out.report.output.len() <= PROBE_OUTPUT_MAX);
-    Some(out)
+    out
 }
 
 /// What every probe container must be, as the engine reports it (issue 14, item 1).
@@ -154,17 +154,19 @@ fn assert_hardened(c: &probe::ProbeContainer) {
     assert!(c.image_id.starts_with("sha256:"), "created by image id: {}", c.image_id);
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_success_is_verified() {
-    let Some(out) = sim_probe("probe_success", "ok", Duration::from_secs(20)).await else { return };
+    let out = sim_probe("probe_success", "ok", Duration::from_secs(20)).await;
     assert_eq!(out.report.state, VerificationState::Verified, "{:?}", out.report);
     assert_eq!(out.report.reason, None);
     assert!(out.report.output.contains("Tesla T4 (SIMULATED)"), "{}", out.report.output);
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_nvidia_smi_failing_is_classified() {
-    let Some(out) = sim_probe("probe_fail", "fail", Duration::from_secs(20)).await else { return };
+    let out = sim_probe("probe_fail", "fail", Duration::from_secs(20)).await;
     assert_eq!(out.report.state, VerificationState::Failed);
     assert_eq!(out.report.reason, Some(ProbeFailure::NvidiaSmiFailed));
     assert!(
@@ -174,24 +176,25 @@ async fn probe_nvidia_smi_failing_is_classified() {
     );
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_nvml_unknown_error_is_classified() {
-    let Some(out) = sim_probe("probe_unknown", "unknown_error", Duration::from_secs(20)).await else {
-        return;
-    };
+    let out = sim_probe("probe_unknown", "unknown_error", Duration::from_secs(20)).await;
     assert_eq!(out.report.reason, Some(ProbeFailure::NvmlUnknownError));
     assert_eq!(out.report.output.trim(), "Failed to initialize NVML: Unknown Error");
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_driver_library_mismatch_is_classified() {
-    let Some(out) = sim_probe("probe_mismatch", "mismatch", Duration::from_secs(20)).await else { return };
+    let out = sim_probe("probe_mismatch", "mismatch", Duration::from_secs(20)).await;
     assert_eq!(out.report.reason, Some(ProbeFailure::DriverLibraryMismatch));
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_output_is_truncated() {
-    let Some(out) = sim_probe("probe_flood", "flood", Duration::from_secs(20)).await else { return };
+    let out = sim_probe("probe_flood", "flood", Duration::from_secs(20)).await;
     assert_eq!(out.report.state, VerificationState::Verified);
     assert_eq!(out.report.output.len(), PROBE_OUTPUT_MAX, "about 75 KB of output cut to the limit");
     // The head is kept: the table first, then the start of the flood.
@@ -202,12 +205,11 @@ async fn probe_output_is_truncated() {
 
 /// A hanging `nvidia-smi` times out, and while it hangs the test checks from outside, with the
 /// docker CLI, that the container has no network interface but loopback.
+#[ignore = "needs a Docker engine"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_timeout_kills_and_removes_and_had_no_network() {
     let test = "probe_timeout";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let image = images::pinned(&images::sim_nvidia("hang").expect("sim image")).expect("pinned");
     let d = scope.docker();
@@ -258,12 +260,11 @@ async fn probe_timeout_kills_and_removes_and_had_no_network() {
 
 /// The production probe (`--gpus all`) on this engine. Without the NVIDIA toolkit the engine
 /// refuses the device request; the report carries the engine's words verbatim.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_gpus_all_is_refused_by_this_engine() {
     let test = "probe_gpus_all";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let image = images::pinned(&images::sim_nvidia("ok").expect("sim image")).expect("pinned");
     let d = scope.docker();
@@ -293,12 +294,11 @@ async fn probe_gpus_all_is_refused_by_this_engine() {
 /// accept (a loopback registry here, as an internal service would be), is refused before any
 /// pull; and when a pull does fail, the report carries its class and a fixed text, never the
 /// engine's words with the address in them.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn probe_images_are_pinned_from_accepted_registries_and_pull_failures_are_a_class() {
     let test = "probe_pull";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let d = scope.docker();
     let hex = "0123456789abcdef".repeat(4);
@@ -333,12 +333,11 @@ async fn probe_images_are_pinned_from_accepted_registries_and_pull_failures_are_
 
 /// Issue 14, item 1: the image's entrypoint and command never run, and its `LD_PRELOAD` does
 /// not reach the probe; the agent's `nvidia-smi` runs instead.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn the_images_entrypoint_command_and_preload_never_run() {
     let test = "probe_entrypoint";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let tag = images::custom(
         "hostile-entrypoint",
@@ -388,12 +387,11 @@ fn simulated_toolkit(dir: &Path, scenario: &str) -> std::path::PathBuf {
 /// With the simulated GPU failing, the probe fails; with it working, the output is the
 /// toolkit's, not the image's. Before the fix the first probe came back verified with the
 /// image's text.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn an_images_own_nvidia_smi_cannot_fake_a_verified_probe() {
     let test = "probe_fake_smi";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let fake = "#!/bin/sh\necho 'FAKE-SMI | NVIDIA-SMI 550.54.15  Driver Version: 550.54.15 | Tesla T4 (SIMULATED)'\nexit 0\n";
     let tag = images::with_files(
@@ -618,12 +616,11 @@ fn random_bytes(n: usize) -> Vec<u8> {
 /// image's one layer about 8 MiB (random bytes, which gzip cannot shrink): the pull is stopped
 /// as the engine announces the layer's size, what it left is removed, and the probe fails as
 /// `image_pull_failed` with a fixed text. Before the fix the whole image was pulled and kept.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn a_probe_image_over_the_size_cap_is_removed() {
     let test = "probe_cap";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let reg = Registry::start(test);
     let big = reg.add_image("big", &random_bytes(8 * 1024 * 1024));
@@ -661,12 +658,11 @@ async fn a_probe_image_over_the_size_cap_is_removed() {
 /// owner pulled is never removed, nor one that any container uses (it goes once unused). Each
 /// probe here is the production one (`--gpus all`, refused by this engine after the pull), through
 /// the same call the service makes after every probe. Before the fix no image was ever removed.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn old_probe_images_the_agent_pulled_are_removed_and_no_other() {
     let test = "probe_retain";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let reg = Registry::start(test);
     let [a, b, c, owners] = ["a", "b", "c", "owners"].map(|n| reg.add_image(n, &random_bytes(4096)));
@@ -704,12 +700,11 @@ async fn old_probe_images_the_agent_pulled_are_removed_and_no_other() {
     assert!(scope.names().is_empty(), "{:?}", scope.names());
 }
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn leftover_probes_are_removed_and_nothing_else() {
     let test = "probe_leftovers";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let busybox = images::busybox().unwrap();
     let probe_labels = ["gpum.probe=true", "gpum.probe.run=0123456789abcdef"];
@@ -735,12 +730,11 @@ async fn leftover_probes_are_removed_and_nothing_else() {
 /// sweep and uninstall, even when named like a probe, and even with the label repeated on the
 /// container (a label the image has is no proof). Containers gpum made are still found, so the
 /// survival is not for want of looking.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn labels_inherited_from_an_image_are_not_gpum_s() {
     let test = "inherited";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let managed_img = images::custom("label-managed", &["LABEL gpum.managed=true"]).unwrap();
     let probe_img =
@@ -804,12 +798,11 @@ async fn labels_inherited_from_an_image_are_not_gpum_s() {
 // ---------------------------------------------------------------------------------------------
 // Reconciler
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn reconciler_removes_only_unknown_managed_containers_after_the_grace() {
     let test = "reconcile";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let known_run = scope.container("known-running", &["gpum.managed=true"], true);
     let known_stopped = scope.container("known-stopped", &["gpum.managed=true"], false);
@@ -885,14 +878,13 @@ mod property {
         /// Random mixes of labelled/unlabelled, running/stopped containers, and random known
         /// sets over several rounds, against the real engine: no unlabelled container and no
         /// container known in the current answer is ever lost.
+        #[ignore = "needs a Docker engine"]
         #[test]
         fn never_loses_an_unlabelled_or_known_container(
             mix in proptest::collection::vec((any::<bool>(), any::<bool>()), 2..6),
             knowns in proptest::collection::vec(proptest::collection::vec(any::<bool>(), 6), 4),
         ) {
-            if docker_or_skip("reconcile_property").is_none() {
-                return Ok(());
-            }
+            require_docker("reconcile_property");
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let scope = Scope::new("reconcile-prop");
             let mut all = Vec::new();
@@ -1024,11 +1016,10 @@ impl Drop for Relay {
 /// The agent keeps one connection to the engine between calls (a heartbeat lists the managed
 /// containers every 10 s; a new connection each time cost system calls on both sides), and
 /// when the engine closes it, as a restart does, the next call opens a new one and succeeds.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn the_engine_connection_is_kept_between_calls_and_renewed_after_a_close() {
-    if docker_or_skip("the_engine_connection_is_kept_between_calls_and_renewed_after_a_close").is_none() {
-        return;
-    }
+    require_docker("the_engine_connection_is_kept_between_calls_and_renewed_after_a_close");
     let scope = Scope::new("keepalive");
     let relay = Relay::start();
     let d = scope.docker_at(Some(&relay.path));
@@ -1068,11 +1059,10 @@ async fn stale_within(w: &Watch, within: Duration) -> bool {
 /// scope is created or removed, also when the change came before the stream was open (the
 /// subscription asks for the last second's events), and when the stream ends (the engine
 /// restarted); a container without the label changes nothing.
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn the_event_stream_marks_the_managed_list_stale() {
-    if docker_or_skip("the_event_stream_marks_the_managed_list_stale").is_none() {
-        return;
-    }
+    require_docker("the_event_stream_marks_the_managed_list_stale");
     let scope = Scope::new("watch");
     let relay = Relay::start();
     let d = std::sync::Arc::new(scope.docker_at(Some(&relay.path)));
@@ -1105,12 +1095,11 @@ async fn the_event_stream_marks_the_managed_list_stale() {
 // ---------------------------------------------------------------------------------------------
 // Uninstall
 
+#[ignore = "needs a Docker engine"]
 #[tokio::test]
 async fn uninstall_on_a_scratch_root_removes_only_what_gpum_owns() {
     let test = "uninstall";
-    if docker_or_skip(test).is_none() {
-        return;
-    }
+    require_docker(test);
     let scope = Scope::new(test);
     let root = tempfile::tempdir().unwrap();
     let put = |p: &str| {

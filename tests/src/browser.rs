@@ -6,9 +6,9 @@
 //! window size and the `Accept-Language` asked for. Both run in their own process group, killed
 //! on drop, so a failed test leaves no browser behind.
 //!
-//! When chromium or chromedriver is missing the dashboard's tests skip, unless
-//! `GPUM_REQUIRE_BROWSER=1` (`cargo xtask test` sets it after `tests/setup-deps.sh` installed
-//! them): then they fail.
+//! The tests that need them are marked `#[ignore = "needs chromium and chromedriver"]`: a
+//! plain run lists them as skipped, `cargo xtask test` runs them (`--run-ignored`, after
+//! `tests/setup-deps.sh` installed both), and there a missing browser fails them.
 #![allow(clippy::disallowed_methods)]
 
 use std::net::{TcpListener, TcpStream};
@@ -18,31 +18,16 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 
-/// Whether the browser tests must run.
-pub fn browser_required() -> bool {
-    std::env::var("GPUM_REQUIRE_BROWSER").as_deref() == Ok("1")
-}
-
 fn which(names: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     names.iter().find_map(|n| std::env::split_paths(&path).map(|d| d.join(n)).find(|p| p.is_file()))
 }
 
-/// The browser and its driver, or `None` (with a message) to skip; panics instead of skipping
-/// when [`browser_required`].
-pub fn chromium_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let chromium = which(&["chromium", "chromium-browser"]);
-    let driver = which(&["chromedriver"]);
-    match (chromium, driver) {
-        (Some(c), Some(d)) => Some((c, d)),
-        _ => {
-            let why = "chromium or chromedriver is missing (apt-get install chromium chromium-driver)";
-            if browser_required() {
-                panic!("{test}: {why}, but GPUM_REQUIRE_BROWSER=1");
-            }
-            eprintln!("SKIP {test}: {why}");
-            None
-        }
+/// The browser and its driver; panics when either is missing.
+fn chromium(test: &str) -> (PathBuf, PathBuf) {
+    match (which(&["chromium", "chromium-browser"]), which(&["chromedriver"])) {
+        (Some(c), Some(d)) => (c, d),
+        _ => panic!("{test}: chromium or chromedriver is missing (apt-get install chromium chromium-driver)"),
     }
 }
 
@@ -58,9 +43,9 @@ fn free_port() -> u16 {
 
 impl Browser {
     /// Starts chromedriver and a headless Chromium whose `Accept-Language` is `accept_language`
-    /// (e.g. `"ru-RU,ru"`); `None` when the test should skip.
-    pub async fn start(test: &str, accept_language: &str) -> Option<Browser> {
-        let (chromium, chromedriver) = chromium_or_skip(test)?;
+    /// (e.g. `"ru-RU,ru"`); panics when they are missing.
+    pub async fn start(test: &str, accept_language: &str) -> Browser {
+        let (chromium, chromedriver) = chromium(test);
         let profile = tempfile::Builder::new().prefix("gpum-chromium").tempdir().expect("profile dir");
         let port = free_port();
         let log = std::fs::File::create(profile.path().join("chromedriver.log")).expect("log");
@@ -108,7 +93,7 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .unwrap_or_else(|e| panic!("start a Chromium session through chromedriver: {e}"));
-        Some(Browser { client, driver, _profile: profile })
+        Browser { client, driver, _profile: profile }
     }
 
     pub async fn goto(&self, url: &str) {

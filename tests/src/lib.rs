@@ -36,28 +36,20 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// Whether the Docker suites must run. `cargo xtask test` sets `GPUM_REQUIRE_DOCKER=1` when an
-/// engine answers, so a suite that would skip fails instead.
-pub fn docker_required() -> bool {
-    std::env::var("GPUM_REQUIRE_DOCKER").as_deref() == Ok("1")
-}
-
-/// Call at the top of a Docker test: `Some(())` to go on, `None` (with a message on stderr) to
-/// skip because no engine answers. Panics instead of skipping when [`docker_required`].
-pub fn docker_or_skip(test: &str) -> Option<()> {
-    let ok = std::process::Command::new("docker")
+/// Whether a Docker engine answers here.
+pub fn docker_answers() -> bool {
+    std::process::Command::new("docker")
         .args(["info", "--format", "{{.ServerVersion}}"])
         .output()
         .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return Some(());
-    }
-    if docker_required() {
-        panic!("{test}: no Docker engine answers, but GPUM_REQUIRE_DOCKER=1");
-    }
-    eprintln!("SKIP {test}: no Docker engine answers");
-    None
+        .unwrap_or(false)
+}
+
+/// Call at the top of a Docker test, one marked `#[ignore = "needs a Docker engine"]` (run
+/// with `--run-ignored`, as `cargo xtask test` does): panics when no engine answers, so a
+/// missing engine fails the test rather than passing it as a skip.
+pub fn require_docker(test: &str) {
+    assert!(docker_answers(), "{test}: needs a Docker engine, and none answers");
 }
 
 /// `gpum-agent ARGS` in English (`LANG=C.UTF-8`, no `LC_*` override), ready to run.
@@ -81,18 +73,13 @@ pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-/// The release `cargo xtask dist` built, for the suites that check it (`tests/e2e/dist.rs`):
-/// `GPUM_DIST_DIR`, which `cargo xtask test` sets after its dist step. `None` (with the reason
-/// on stderr) to skip; a panic instead when `GPUM_REQUIRE_DIST=1`.
-pub fn dist_dir_or_skip(test: &str) -> Option<PathBuf> {
-    let why = match std::env::var_os("GPUM_DIST_DIR").map(PathBuf::from) {
-        Some(d) if d.join(".gpum-dist").exists() => return Some(d),
-        Some(d) => format!("GPUM_DIST_DIR={} holds no cargo xtask dist output", d.display()),
-        None => "GPUM_DIST_DIR is not set (cargo xtask test sets it after its dist step)".into(),
-    };
-    if std::env::var("GPUM_REQUIRE_DIST").as_deref() == Ok("1") {
-        panic!("{test}: {why}, but GPUM_REQUIRE_DIST=1");
+/// The release `cargo xtask dist` built, for the suites that check it (`tests/e2e/dist.rs`,
+/// each marked `#[ignore = "needs cargo xtask dist's output"]`): `GPUM_DIST_DIR`, which `cargo
+/// xtask test` sets after its dist step. Panics when it is not there.
+pub fn require_dist(test: &str) -> PathBuf {
+    match std::env::var_os("GPUM_DIST_DIR").map(PathBuf::from) {
+        Some(d) if d.join(".gpum-dist").exists() => d,
+        Some(d) => panic!("{test}: GPUM_DIST_DIR={} holds no cargo xtask dist output", d.display()),
+        None => panic!("{test}: GPUM_DIST_DIR is not set (cargo xtask test sets it after its dist step)"),
     }
-    eprintln!("SKIP {test}: {why}");
-    None
 }

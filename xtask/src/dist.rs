@@ -121,7 +121,9 @@ pub fn run(a: DistArgs) -> Result<()> {
     fs::write(out.join(SIGNER), openpgp_armored(&cert)?)?;
     clock.lap("sign");
 
-    if a.check_reproducible {
+    // A release (signed with its real key) is always checked; CI's throwaway build is not
+    // (docs/release.md, "Reproducible").
+    if a.check_reproducible || a.key.is_some() {
         check_reproducible(&root, &target, &epoch, &built)?;
         clock.lap("reproducibility build");
     }
@@ -495,20 +497,15 @@ fn sha256(p: &Path) -> Result<String> {
 }
 
 /// The dist directory the tests check: `GPUM_DIST_DIR`, set by `cargo xtask test` after its
-/// dist step. `None` (with the reason on stderr) to skip; a panic instead when
-/// `GPUM_REQUIRE_DIST=1`.
+/// dist step. Those tests are marked `#[ignore = "needs cargo xtask dist's output"]`, and
+/// `cargo xtask test` runs them (`--run-ignored`): a missing build fails them.
 #[cfg(test)]
-pub fn dist_dir_or_skip(test: &str) -> Option<PathBuf> {
-    let why = match std::env::var_os("GPUM_DIST_DIR").map(PathBuf::from) {
-        Some(d) if d.join(MARKER).exists() => return Some(d),
-        Some(d) => format!("GPUM_DIST_DIR={} holds no cargo xtask dist output", d.display()),
-        None => "GPUM_DIST_DIR is not set (cargo xtask test sets it after its dist step)".into(),
-    };
-    if std::env::var("GPUM_REQUIRE_DIST").as_deref() == Ok("1") {
-        panic!("{test}: {why}, but GPUM_REQUIRE_DIST=1");
+pub fn require_dist(test: &str) -> PathBuf {
+    match std::env::var_os("GPUM_DIST_DIR").map(PathBuf::from) {
+        Some(d) if d.join(MARKER).exists() => d,
+        Some(d) => panic!("{test}: GPUM_DIST_DIR={} holds no cargo xtask dist output", d.display()),
+        None => panic!("{test}: GPUM_DIST_DIR is not set (cargo xtask test sets it after its dist step)"),
     }
-    eprintln!("SKIP {test}: {why}");
-    None
 }
 
 #[cfg(test)]

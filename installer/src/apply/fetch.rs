@@ -15,7 +15,7 @@ use gpum_repo_keys::release::ReleaseKeys;
 use super::steps::tail;
 use super::{Options, Outcome, Run};
 use crate::download;
-use crate::knobs;
+use crate::knobs::Knobs;
 use crate::plan::Step;
 use crate::text::{Msg, t};
 
@@ -46,7 +46,8 @@ pub struct NetFetcher {
 }
 
 impl NetFetcher {
-    pub fn new(host: &dyn Host, opts: &Options) -> Result<NetFetcher, Failure> {
+    /// `knobs` may replace the compiled-in release key (`test-knobs` only).
+    pub fn new(host: &dyn Host, knobs: &Knobs, opts: &Options) -> Result<NetFetcher, Failure> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -67,7 +68,7 @@ impl NetFetcher {
             };
             gpum_host::http::client_for(&opts.server, &copts).map_err(|e| Failure::Download(e.to_string()))?
         };
-        let keys = match knobs::release_key(host) {
+        let keys = match knobs.release_key(host) {
             Some((k, f)) => {
                 ReleaseKeys::new(&k, &[f.as_str()]).map_err(|e| Failure::Download(e.to_string()))?
             }

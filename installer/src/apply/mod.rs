@@ -10,8 +10,9 @@
 //!   or "unchanged" instead of redoing it, so a re-run after a crash or a failure converges:
 //!   same files, one source per repository, one node on the platform (the install id makes a
 //!   repeated registration with the same code return the same node).
-//! - **Named checkpoints** after every step ([`Step::checkpoint`]) let a `test-knobs` build die
-//!   there, to prove the convergence.
+//! - **Named checkpoints** after every step ([`Step::checkpoint`]) are a seam,
+//!   [`Checkpoints`]: a `test-knobs` build dies there (`crate::knobs::Knobs`), and a unit test
+//!   stops the install there and runs it again, to prove the convergence.
 //! - **Register late.** Registration runs after the machine is ready, so no server is created
 //!   for a machine that fails; a refused registration leaves a running agent, its config and
 //!   its binary as they were.
@@ -21,6 +22,7 @@
 //! Docker, the service and the GPU check.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +31,6 @@ use gpum_common::{Failure, Lang};
 use gpum_host::Host;
 use serde::Serialize;
 
-use crate::knobs;
 use crate::plan::{Plan, Purpose, Step};
 use crate::text::{Msg, t};
 
@@ -86,17 +87,6 @@ pub struct Reporter<'a> {
     pub lang: Lang,
 }
 
-#[derive(Serialize)]
-struct StepEvent<'a> {
-    event: &'static str,
-    index: usize,
-    checkpoint: String,
-    result: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<&'a str>,
-    step: &'a Step,
-}
-
 impl Reporter<'_> {
     fn step(&mut self, index: usize, step: &Step, result: Result<&Outcome, &Failure>) {
         let (tag, word, detail) = match result {
@@ -105,16 +95,7 @@ impl Reporter<'_> {
             Err(f) => (Msg::Failed, "failed", Some(f.message(self.lang))),
         };
         if self.json {
-            let ev = StepEvent {
-                event: "step",
-                index,
-                checkpoint: step.checkpoint(),
-                result: word,
-                detail: detail.as_deref(),
-                step,
-            };
-            let _ = serde_json::to_writer(&mut *self.out, &ev);
-            let _ = writeln!(self.out);
+            crate::report::Events::new(&mut *self.out).step(index, step, word, detail.as_deref());
         } else {
             let d = match (&detail, result) {
                 (Some(d), Ok(_)) => format!(" — {}", gpum_common::text::escape_controls(d)),
@@ -128,14 +109,35 @@ impl Reporter<'_> {
     /// A line that is not a step's result (a wait, a question answered).
     pub fn note(&mut self, text: &str) {
         if self.json {
-            let _ =
-                serde_json::to_writer(&mut *self.out, &serde_json::json!({"event": "note", "message": text}));
-            let _ = writeln!(self.out);
+            crate::report::Events::new(&mut *self.out).note(text);
         } else {
             let _ = writeln!(self.out, "       {}", gpum_common::text::escape_controls(text));
         }
         let _ = self.out.flush();
     }
+}
+
+/// What happens at the checkpoint after each step, named by [`Step::checkpoint`]: the binary
+/// goes on, or with `test-knobs` dies there (`crate::knobs::Knobs`); a test may stop the
+/// install there instead, as a crash would, and run it again.
+pub trait Checkpoints {
+    /// The step named `name` is done. `Break` ends the install at once, with nothing after it.
+    fn reached(&self, name: &str) -> ControlFlow<()>;
+}
+
+/// Checkpoints that never stop the install.
+pub struct NoCheckpoints;
+
+impl Checkpoints for NoCheckpoints {
+    fn reached(&self, _name: &str) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// The install stopped at a checkpoint ([`Checkpoints::reached`] said so); only a test's
+/// checkpoints do.
+fn stopped(name: &str) -> Failure {
+    Failure::Other(format!("stopped at checkpoint {name}"))
 }
 
 /// The run's state shared by the steps.
@@ -151,11 +153,12 @@ struct Run<'a> {
     summary: Summary,
 }
 
-/// Runs `plan`. See the module docs.
+/// Runs `plan`, with `checkpoints` after each step. See the module docs.
 pub fn install(
     host: Arc<dyn Host>,
     audit: &crate::Audit,
     fetcher: &dyn Fetcher,
+    checkpoints: &dyn Checkpoints,
     opts: &Options,
     rep: &mut Reporter,
 ) -> Result<Summary, Failure> {
@@ -199,7 +202,9 @@ pub fn install(
             return Err(f);
         }
     };
-    knobs::checkpoint(host.as_ref(), &first.checkpoint());
+    if checkpoints.reached(&first.checkpoint()).is_break() {
+        return Err(stopped(&first.checkpoint()));
+    }
     for (i, step) in rest.iter().enumerate() {
         match run.exec(step, &verified, rep) {
             Ok(o) => rep.step(i + 2, step, Ok(&o)),
@@ -208,7 +213,9 @@ pub fn install(
                 return Err(f);
             }
         }
-        knobs::checkpoint(host.as_ref(), &step.checkpoint());
+        if checkpoints.reached(&step.checkpoint()).is_break() {
+            return Err(stopped(&step.checkpoint()));
+        }
     }
     run.left_alone();
     Ok(run.summary)

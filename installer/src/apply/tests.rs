@@ -79,7 +79,7 @@ fn go(h: &FakeHost, f: &Offline, o: &Options) -> (Result<Summary, Failure>, Stri
     let mut out = Vec::new();
     let r = {
         let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
-        install(host, &audit, f, o, &mut rep)
+        install(host, &audit, f, &NoCheckpoints, o, &mut rep)
     };
     (r, String::from_utf8(out).unwrap())
 }
@@ -146,8 +146,15 @@ fn an_invalid_daemon_json_is_never_overwritten() {
     );
     let mut out = Vec::new();
     let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
-    let f =
-        install(host, &audit, &Offline { agent_runs: true, bad_key: false }, &opts(), &mut rep).unwrap_err();
+    let f = install(
+        host,
+        &audit,
+        &Offline { agent_runs: true, bad_key: false },
+        &NoCheckpoints,
+        &opts(),
+        &mut rep,
+    )
+    .unwrap_err();
     assert_eq!(f.code(), 30);
     assert!(f.message(Lang::En).contains("/etc/docker/daemon.json"));
     assert_eq!(host_after.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap(), "{\"log-driver\": ");
@@ -220,6 +227,15 @@ impl<H: Host> Host for During<H> {
     fn read(&self, p: &Path) -> std::io::Result<Vec<u8>> {
         self.inner.read(p)
     }
+    fn read_to_string(&self, p: &Path) -> std::io::Result<String> {
+        self.inner.read_to_string(p)
+    }
+    fn read_kept(&self, p: &Path) -> std::io::Result<Vec<u8>> {
+        self.inner.read_kept(p)
+    }
+    fn hostname(&self) -> std::io::Result<String> {
+        self.inner.hostname()
+    }
     fn exists(&self, p: &Path) -> bool {
         self.inner.exists(p)
     }
@@ -253,14 +269,26 @@ impl<H: Host> Host for During<H> {
     fn now(&self) -> std::time::SystemTime {
         self.inner.now()
     }
+    fn monotonic(&self) -> Duration {
+        self.inner.monotonic()
+    }
     fn arch(&self) -> String {
         self.inner.arch()
     }
     fn stdin_is_tty(&self) -> bool {
         self.inner.stdin_is_tty()
     }
+    fn confirm(&self, prompt: &str) -> std::io::Result<Option<bool>> {
+        self.inner.confirm(prompt)
+    }
+    fn changed(&self, p: &Path) -> std::io::Result<std::time::SystemTime> {
+        self.inner.changed(p)
+    }
     fn sleep(&self, d: Duration) {
         self.inner.sleep(d)
+    }
+    fn lock_holder(&self, p: &Path) -> std::io::Result<Option<i32>> {
+        self.inner.lock_holder(p)
     }
     fn create_partial(&self, dest: &Path, mode: u32) -> std::io::Result<Box<dyn gpum_host::PartialFile>> {
         self.inner.create_partial(dest, mode)
@@ -270,6 +298,9 @@ impl<H: Host> Host for During<H> {
     }
     fn lstat(&self, p: &Path) -> std::io::Result<gpum_host::FileStat> {
         self.inner.lstat(p)
+    }
+    fn unix_http_get(&self, socket: &Path, path: &str) -> std::io::Result<gpum_host::UnixHttpResponse> {
+        self.inner.unix_http_get(socket, path)
     }
 }
 
@@ -296,7 +327,14 @@ fn audit_keeping(h: &FakeHost, ca: Option<&[u8]>, keep: &[&str]) -> crate::Audit
 fn install_on(host: Arc<dyn Host>, audit: &crate::Audit, o: &Options) -> (Result<Summary, Failure>, String) {
     let mut out = Vec::new();
     let f = Offline { agent_runs: true, bad_key: false };
-    let r = install(host, audit, &f, o, &mut Reporter { out: &mut out, json: false, lang: Lang::En });
+    let r = install(
+        host,
+        audit,
+        &f,
+        &NoCheckpoints,
+        o,
+        &mut Reporter { out: &mut out, json: false, lang: Lang::En },
+    );
     (r, String::from_utf8(out).unwrap())
 }
 
@@ -403,4 +441,211 @@ fn proxy_values_and_the_ca_are_the_services_own_files_with_their_modes() {
     let (r, out) = install_on(host(), &audit, &o);
     r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
     assert_eq!(out.matches("[skip]").count(), 3, "{out}");
+}
+
+/// A platform on loopback that answers every call (`enroll`, `register`) as the reference one
+/// does for one install id: always the same node and token. Enough for the install's steps
+/// after registration to run over `FakeHost`.
+fn platform() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            let mut r = BufReader::new(s);
+            let mut len = 0;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            let answer = serde_json::json!({
+                "node_id": NODE, "node_token": "ab".repeat(32),
+                "heartbeat_interval_secs": 30, "probe_image": null,
+            })
+            .to_string();
+            let _ = write!(
+                r.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    url
+}
+
+/// The node [`platform`] registers.
+const NODE: &str = "n-crash";
+
+/// What the commands did to the machine, beyond its files: what a real machine would show
+/// after them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Effects {
+    /// Packages apt installed.
+    installed: std::collections::BTreeSet<String>,
+    /// The `daemon.json` the running engine last (re)loaded.
+    docker_runs_with: Option<Vec<u8>>,
+    /// The unit file systemd last loaded (`daemon-reload`).
+    units_loaded: Option<Vec<u8>>,
+    enabled: bool,
+    /// The binary and the config the running agent was last started with.
+    agent_runs_with: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A fresh Debian machine whose commands succeed and take effect: apt installs (into
+/// [`Effects`]), a Docker restart brings the engine up, the agent, once started, reports itself
+/// connected in its state file as the real one does after its first heartbeat.
+fn machine() -> (FakeHost, Arc<dyn Host>, Arc<std::sync::Mutex<Effects>>) {
+    use gpum_common::agent_state::{AgentState, Connection, DEFAULT_STATE_DIR, state_path};
+    let h = fresh_debian();
+    let effects = Arc::new(std::sync::Mutex::new(Effects::default()));
+    let fx = effects.clone();
+    let hook = move |inner: &FakeHost, cmd: &Cmd| {
+        let line = cmd.display();
+        let apt = line.starts_with("env DEBIAN_FRONTEND=noninteractive apt-get ");
+        if !apt && (!line.starts_with("systemctl ") || line.starts_with("systemctl show ")) {
+            return;
+        }
+        // Known to the fake: it answers success.
+        let _ = inner.clone().command_ok(&line, "");
+        let read = |p: &str| inner.read(Path::new(p)).ok();
+        let mut fx = fx.lock().unwrap();
+        if apt {
+            if let Some(at) = cmd.args.iter().position(|a| a == "install") {
+                let packages = cmd.args[at + 1..].iter().filter(|a| !a.starts_with('-') && !a.contains("::"));
+                fx.installed.extend(packages.cloned());
+            }
+            return;
+        }
+        match cmd.args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+            ["restart" | "reload", "docker"] => {
+                fx.docker_runs_with = read("/etc/docker/daemon.json");
+                let _ = inner.clone().unix_http(
+                    gpum_preflight::facts::DEFAULT_DOCKER_SOCKET,
+                    "/_ping",
+                    fixture("debian12-docker-ping.http"),
+                );
+            }
+            ["daemon-reload"] => fx.units_loaded = read(gpum_common::agent_state::UNIT_PATH),
+            ["enable", "gpum-agent"] => fx.enabled = true,
+            ["restart", "gpum-agent"] => {
+                fx.agent_runs_with = Some((
+                    read("/opt/gpum-agent/gpum-agent").unwrap(),
+                    read("/etc/gpum-agent/config.toml").unwrap(),
+                ));
+                let now = inner.now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+                let st = AgentState {
+                    node_id: Some(NODE.into()),
+                    connection: Connection::Connected,
+                    last_heartbeat_at: Some(now),
+                    updated_at: now,
+                    ..Default::default()
+                };
+                let path = state_path(Path::new(DEFAULT_STATE_DIR));
+                inner.write_atomic(&path, &serde_json::to_vec(&st).unwrap(), 0o600).unwrap();
+            }
+            _ => {}
+        }
+    };
+    let host: Arc<dyn Host> = Arc::new(During { inner: h.clone(), env: Vec::new(), hook: Box::new(hook) });
+    (h, host, effects)
+}
+
+/// Stops the install at one checkpoint, as a crash there would.
+struct StopAt(String);
+
+impl Checkpoints for StopAt {
+    fn reached(&self, name: &str) -> ControlFlow<()> {
+        if name == self.0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    }
+}
+
+/// One run of the installer on `host`, as the binary does it: a new audit of the machine as
+/// it is now, then its plan.
+fn run_once(
+    host: &Arc<dyn Host>,
+    o: &Options,
+    cps: &dyn Checkpoints,
+) -> (Result<Summary, Failure>, Vec<String>) {
+    let audit = crate::Audit::run(
+        host.as_ref(),
+        &t4(),
+        &gpum_preflight::GatherOptions {
+            offline: true,
+            server: Some(o.server.clone()),
+            ..Default::default()
+        },
+        Lang::En,
+    );
+    assert!(audit.ready(), "{:?}", audit.findings);
+    let mut out = Vec::new();
+    let f = Offline { agent_runs: true, bad_key: false };
+    let r = install(
+        host.clone(),
+        &audit,
+        &f,
+        cps,
+        o,
+        &mut Reporter { out: &mut out, json: false, lang: Lang::En },
+    );
+    let text = String::from_utf8(out).unwrap();
+    if let Err(e) = &r {
+        assert!(matches!(e, Failure::Other(m) if m.starts_with("stopped at checkpoint")), "{e:?}: {text}");
+    }
+    (r, audit.plan.steps.iter().map(Step::checkpoint).collect())
+}
+
+/// The file tree a run leaves, less the download directory under `/tmp` (random, and left
+/// behind by a real crash) and with the install id (random per machine) checked and masked.
+fn tree(h: &FakeHost) -> std::collections::BTreeMap<PathBuf, gpum_host::fake::Node> {
+    use gpum_host::fake::Node;
+    let mut t = h.tree();
+    t.retain(|p, _| !p.starts_with("/tmp/"));
+    if let Some(Node::File { data, .. }) = t.get_mut(Path::new(INSTALL_ID)) {
+        assert_eq!(data.len(), 33, "{data:?}");
+        *data = b"(an install id)".to_vec();
+    }
+    t
+}
+
+/// Crash convergence at unit speed (the test host's `crash-rerun` does it with real kills):
+/// for every checkpoint of a fresh machine's full plan, the install stops there and runs again
+/// on the same machine; the files (paths, modes, contents) and what the commands did are then
+/// those of one uninterrupted run on a fresh machine.
+#[test]
+fn a_rerun_after_a_stop_at_any_checkpoint_converges_on_the_uninterrupted_install() {
+    let o = Options { server: platform(), ..opts() };
+    let (h, host, fx) = machine();
+    let (r, checkpoints) = run_once(&host, &o, &NoCheckpoints);
+    let summary = r.unwrap();
+    assert_eq!(summary.node_id, NODE);
+    let (want_tree, want_fx) = (tree(&h), fx.lock().unwrap().clone());
+    assert!(
+        want_fx.agent_runs_with.is_some() && want_fx.enabled && want_fx.docker_runs_with.is_some(),
+        "{want_fx:?}"
+    );
+    assert!(checkpoints.len() >= 10, "the full plan: {checkpoints:?}");
+    for cp in &checkpoints {
+        let (h, host, fx) = machine();
+        let (r, _) = run_once(&host, &o, &StopAt(cp.clone()));
+        assert!(r.is_err(), "stopped at {cp}");
+        let id_then = h.read(Path::new(INSTALL_ID)).ok();
+        let (r, _) = run_once(&host, &o, &NoCheckpoints);
+        let again = r.unwrap_or_else(|e| panic!("the re-run after {cp}: {e:?}"));
+        assert_eq!(again.node_id, NODE, "after {cp}");
+        if let Some(id) = id_then {
+            assert_eq!(h.read(Path::new(INSTALL_ID)).unwrap(), id, "after {cp}: the install id is kept");
+        }
+        assert_eq!(tree(&h), want_tree, "the files after a stop at {cp} and a re-run");
+        assert_eq!(*fx.lock().unwrap(), want_fx, "what the commands did after a stop at {cp} and a re-run");
+    }
 }

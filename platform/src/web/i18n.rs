@@ -1,128 +1,19 @@
 //! Every text of the dashboard: one table, Russian and English side by side. The Russian follows
 //! the owner's guide (the seed): «личный кабинет», «код подключения», «Удалить», «Оборудование
-//! проверено», «Ожидает проверки». `{name}` placeholders are filled by the caller with [`fill`],
-//! and the result is escaped by the template like any other text.
+//! проверено», «Ожидает проверки». It is a [`gpum_common::texts!`] table, as the agent's and
+//! the installer's are; `{name}` placeholders are filled by the caller with [`fill`], and the
+//! result is escaped by the template like any other text.
 //!
 //! The language comes from the `gpum_lang` cookie (set by the switch), else from
 //! `Accept-Language`, else English.
 
 use gpum_common::Lang;
+pub use gpum_common::texts::fill;
 use gpum_protocol::{ProbeFailure, VerificationState};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Msg {
-    Title,
-    Disabled,
-    SignInTitle,
-    SignInHelp,
-    AdminToken,
-    SignIn,
-    SignOut,
-    WrongToken,
-    TooManyAttempts,
-    StaleForm,
-    StaleFormHelp,
-    Back,
-    NavServers,
-    NavAdd,
-    LangSwitch,
-    ServersTitle,
-    NoServers,
-    ColServer,
-    ColState,
-    ColVerification,
-    ColGpus,
-    ColAgent,
-    ColLastSeen,
-    Online,
-    Offline,
-    NeverSeen,
-    SecondsAgo,
-    MinutesAgo,
-    HoursAgo,
-    DaysAgo,
-    Verified,
-    AwaitingCheck,
-    CheckFailed,
-    TenantsSee,
-    OnlyYouSee,
-    LegendTenants,
-    LegendOwner,
-    AddTitle,
-    AddHelp,
-    Lifetime,
-    Ttl1h,
-    Ttl24h,
-    Ttl7d,
-    CreateCode,
-    CodeCreated,
-    CodeExpires,
-    InstallCommand,
-    InstallHelp,
-    DryRunCommand,
-    DryRunHelp,
-    NoexecCommand,
-    NoexecHelp,
-    Copy,
-    Copied,
-    WaitingMachine,
-    CodeExpired,
-    MachineRegistered,
-    MachineOnline,
-    ServerDeleted,
-    OpenServer,
-    ServerTitle,
-    Inventory,
-    GpuModel,
-    GpuCount,
-    GpuMemory,
-    Cpu,
-    Ram,
-    Disk,
-    Hostname,
-    GpuUuids,
-    Os,
-    Kernel,
-    Driver,
-    Cuda,
-    Docker,
-    Toolkit,
-    AgentVersion,
-    Registered,
-    LastProbe,
-    ProbeOutput,
-    NoProbeYet,
-    Commands,
-    Recheck,
-    Restart,
-    CommandQueued,
-    CommandDelivered,
-    CommandOk,
-    CommandFailed,
-    NoCommands,
-    RotateToken,
-    RotateTitle,
-    RotateExplain,
-    RotateConfirm,
-    RotatedTitle,
-    RotatedOnce,
-    RotatedSteps,
-    Delete,
-    DeleteTitle,
-    DeleteWhatNext,
-    DeleteAgentStops,
-    DeleteFilesStay,
-    DeleteNewServer,
-    DeleteConfirm,
-    Cancel,
-    Deleted,
-    NotFound,
-}
-
-/// The text of `m` in `lang`.
-pub fn t(m: Msg, lang: Lang) -> &'static str {
-    use Msg::*;
-    let (ru, en) = match m {
+gpum_common::texts! {
+    /// A text of the dashboard.
+    pub enum Msg {
         Title => ("Личный кабинет gpum", "gpum dashboard"),
         Disabled => (
             "Личный кабинет выключен: запустите платформу с --admin-token-file.",
@@ -221,9 +112,7 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
             "Ждём машину: запустите на ней команду установки.",
             "Waiting for the machine: run the install command on it.",
         ),
-        CodeExpired => {
-            ("Код подключения истёк. Создайте новый код.", "The join code has expired. Create a new code.")
-        }
+        CodeExpired => ("Код подключения истёк. Создайте новый код.", "The join code has expired. Create a new code."),
         MachineRegistered => (
             "Машина зарегистрирована, ждём первой связи агента.",
             "The machine registered; waiting for the agent's first heartbeat.",
@@ -307,20 +196,42 @@ pub fn t(m: Msg, lang: Lang) -> &'static str {
         Cancel => ("Отмена", "Cancel"),
         Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
         NotFound => ("Такого сервера нет.", "No such server."),
-    };
-    match lang {
-        Lang::Ru => ru,
-        Lang::En => en,
+        // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.
+        ProbeNoNvidiaRuntime => (
+            "в Docker не настроена среда nvidia: выполните sudo nvidia-ctk runtime configure \
+             --runtime=docker и sudo systemctl restart docker",
+            "Docker has no nvidia runtime: run sudo nvidia-ctk runtime configure --runtime=docker \
+             and sudo systemctl restart docker",
+        ),
+        ProbeDeviceRequestRefused => ("Docker отказал контейнеру в доступе к GPU", "Docker refused the container access to the GPU"),
+        ProbeNvidiaSmiFailed => ("nvidia-smi в контейнере завершился с ошибкой", "nvidia-smi failed inside the container"),
+        ProbeNvmlUnknownError => (
+            "Видеокарта не видна внутри контейнера: проверьте nvidia-smi на машине, затем выполните \
+             sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker",
+            "The GPU is not visible inside the container: check nvidia-smi on the machine, then run \
+             sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker",
+        ),
+        ProbeDriverLibraryMismatch => (
+            "версии драйвера NVIDIA и его библиотеки не совпадают: перезагрузите машину",
+            "the NVIDIA driver and its library differ in version: reboot the machine",
+        ),
+        ProbeImagePullFailed => ("не удалось скачать образ для проверки", "the probe image could not be downloaded"),
+        ProbeTimeout => ("проверка не уложилась в отведённое время", "the check did not finish in time"),
+        ProbeDockerUnavailable => ("Docker не отвечает", "Docker does not answer"),
+        ProbeImageNotPinned => (
+            "образ для проверки не закреплён по дайджесту; ничего не скачано",
+            "the probe image is not pinned by digest; nothing was downloaded",
+        ),
+        ProbeRegistryNotAccepted => (
+            "реестр образа для проверки не разрешён на этой машине; ничего не скачано",
+            "the probe image's registry is not accepted on this machine; nothing was downloaded",
+        ),
     }
 }
 
-/// `text` with `{key}` replaced by `value`, for each pair.
-pub fn fill(text: &str, pairs: &[(&str, &str)]) -> String {
-    let mut s = text.to_owned();
-    for (k, v) in pairs {
-        s = s.replace(&format!("{{{k}}}"), v);
-    }
-    s
+/// The text of `m` in `lang`.
+pub fn t(m: Msg, lang: Lang) -> &'static str {
+    m.text(lang)
 }
 
 /// The verification state's label, as the seed names it.
@@ -338,47 +249,21 @@ pub fn verification(v: VerificationState, lang: Lang) -> &'static str {
 /// Why a probe failed, with what to do where there is something to do.
 pub fn probe_failure(f: ProbeFailure, lang: Lang) -> &'static str {
     use ProbeFailure::*;
-    let (ru, en) = match f {
-        NoNvidiaRuntime => (
-            "в Docker не настроена среда nvidia: выполните sudo nvidia-ctk runtime configure \
-             --runtime=docker и sudo systemctl restart docker",
-            "Docker has no nvidia runtime: run sudo nvidia-ctk runtime configure --runtime=docker \
-             and sudo systemctl restart docker",
-        ),
-        DeviceRequestRefused => {
-            ("Docker отказал контейнеру в доступе к GPU", "Docker refused the container access to the GPU")
-        }
-        NvidiaSmiFailed => {
-            ("nvidia-smi в контейнере завершился с ошибкой", "nvidia-smi failed inside the container")
-        }
-        NvmlUnknownError => (
-            "Видеокарта не видна внутри контейнера: проверьте nvidia-smi на машине, затем выполните \
-             sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker",
-            "The GPU is not visible inside the container: check nvidia-smi on the machine, then run \
-             sudo nvidia-ctk runtime configure --runtime=docker and sudo systemctl restart docker",
-        ),
-        DriverLibraryMismatch => (
-            "версии драйвера NVIDIA и его библиотеки не совпадают: перезагрузите машину",
-            "the NVIDIA driver and its library differ in version: reboot the machine",
-        ),
-        ImagePullFailed => {
-            ("не удалось скачать образ для проверки", "the probe image could not be downloaded")
-        }
-        Timeout => ("проверка не уложилась в отведённое время", "the check did not finish in time"),
-        DockerUnavailable => ("Docker не отвечает", "Docker does not answer"),
-        ImageNotPinned => (
-            "образ для проверки не закреплён по дайджесту; ничего не скачано",
-            "the probe image is not pinned by digest; nothing was downloaded",
-        ),
-        RegistryNotAccepted => (
-            "реестр образа для проверки не разрешён на этой машине; ничего не скачано",
-            "the probe image's registry is not accepted on this machine; nothing was downloaded",
-        ),
-    };
-    match lang {
-        Lang::Ru => ru,
-        Lang::En => en,
-    }
+    t(
+        match f {
+            NoNvidiaRuntime => Msg::ProbeNoNvidiaRuntime,
+            DeviceRequestRefused => Msg::ProbeDeviceRequestRefused,
+            NvidiaSmiFailed => Msg::ProbeNvidiaSmiFailed,
+            NvmlUnknownError => Msg::ProbeNvmlUnknownError,
+            DriverLibraryMismatch => Msg::ProbeDriverLibraryMismatch,
+            ImagePullFailed => Msg::ProbeImagePullFailed,
+            Timeout => Msg::ProbeTimeout,
+            DockerUnavailable => Msg::ProbeDockerUnavailable,
+            ImageNotPinned => Msg::ProbeImageNotPinned,
+            RegistryNotAccepted => Msg::ProbeRegistryNotAccepted,
+        },
+        lang,
+    )
 }
 
 /// The language of a request: the switch's cookie, else the first of `ru`/`en` by
@@ -425,124 +310,13 @@ mod tests {
     #[test]
     fn every_text_exists_in_both_languages_and_placeholders_match() {
         use Msg::*;
-        let all = [
-            Title,
-            Disabled,
-            SignInTitle,
-            SignInHelp,
-            AdminToken,
-            SignIn,
-            SignOut,
-            WrongToken,
-            TooManyAttempts,
-            StaleForm,
-            StaleFormHelp,
-            Back,
-            NavServers,
-            NavAdd,
-            LangSwitch,
-            ServersTitle,
-            NoServers,
-            ColServer,
-            ColState,
-            ColVerification,
-            ColGpus,
-            ColAgent,
-            ColLastSeen,
-            Online,
-            Offline,
-            NeverSeen,
-            SecondsAgo,
-            MinutesAgo,
-            HoursAgo,
-            DaysAgo,
-            Verified,
-            AwaitingCheck,
-            CheckFailed,
-            TenantsSee,
-            OnlyYouSee,
-            LegendTenants,
-            LegendOwner,
-            AddTitle,
-            AddHelp,
-            Lifetime,
-            Ttl1h,
-            Ttl24h,
-            Ttl7d,
-            CreateCode,
-            CodeCreated,
-            CodeExpires,
-            InstallCommand,
-            InstallHelp,
-            DryRunCommand,
-            DryRunHelp,
-            NoexecCommand,
-            NoexecHelp,
-            Copy,
-            Copied,
-            WaitingMachine,
-            CodeExpired,
-            MachineRegistered,
-            MachineOnline,
-            ServerDeleted,
-            OpenServer,
-            ServerTitle,
-            Inventory,
-            GpuModel,
-            GpuCount,
-            GpuMemory,
-            Cpu,
-            Ram,
-            Disk,
-            Hostname,
-            GpuUuids,
-            Os,
-            Kernel,
-            Driver,
-            Cuda,
-            Docker,
-            Toolkit,
-            AgentVersion,
-            Registered,
-            LastProbe,
-            ProbeOutput,
-            NoProbeYet,
-            Commands,
-            Recheck,
-            Restart,
-            CommandQueued,
-            CommandDelivered,
-            CommandOk,
-            CommandFailed,
-            NoCommands,
-            RotateToken,
-            RotateTitle,
-            RotateExplain,
-            RotateConfirm,
-            RotatedTitle,
-            RotatedOnce,
-            RotatedSteps,
-            Delete,
-            DeleteTitle,
-            DeleteWhatNext,
-            DeleteAgentStops,
-            DeleteFilesStay,
-            DeleteNewServer,
-            DeleteConfirm,
-            Cancel,
-            Deleted,
-            NotFound,
-        ];
-        let holes = |s: &str| {
-            let mut v: Vec<String> =
-                s.split('{').skip(1).filter_map(|p| p.split_once('}').map(|(k, _)| k.to_owned())).collect();
-            v.sort();
-            v
-        };
-        for m in all {
-            let (ru, en) = (t(m, Lang::Ru), t(m, Lang::En));
-            assert!(!ru.is_empty() && !en.is_empty(), "{m:?}");
-            assert_eq!(holes(ru), holes(en), "{m:?}");
+        for m in Msg::ALL {
+            let (ru, en) = (m.text(Lang::Ru), m.text(Lang::En));
+            // The switch names the other language in that language's own words.
+            let (ru, en) = if *m == LangSwitch { (en, ru) } else { (ru, en) };
+            if let Err(e) = gpum_common::texts::check(ru, en) {
+                panic!("{m:?}: {e}");
+            }
         }
         // The seed's words.
         assert_eq!(t(Verified, Lang::Ru), "Оборудование проверено");

@@ -809,9 +809,10 @@ fn knobs(h: &Host, ctx: &Ctx) -> Result<serde_json::Value> {
         "release_key": "/opt/gpum-e2e/release.asc",
         "release_fingerprint": ctx.stage.release_fingerprint,
         "crash_at": null,
-        // The data root's volume is on whatever disk this machine has: 5 GB is enough for the
-        // scenarios, and `disk-too-small`'s 1 GiB data root still fails it. The 50 GB rule
-        // itself is unit-tested (preflight).
+        // Every host's data root is an 8 GB tmpfs (`testhost::host::DATA_ROOT_SIZE`), whatever
+        // this machine's disk has left: 5 GB is enough for the scenarios, and
+        // `disk-too-small`'s 1 GiB data root still fails it. The 50 GB rule itself is
+        // unit-tested (preflight).
         "min_free_gb": 5,
     }))
 }

@@ -1,7 +1,12 @@
 //! One running test host: a fresh container of a host image with systemd as PID 1, a real
-//! `dockerd` (when installed) on a fresh named volume, no network, and the run's staging
+//! `dockerd` (when installed) on its own tmpfs data root, no network, and the run's staging
 //! directory (the platform binary, the signed artifacts, the TLS files) bind-mounted read-only at
-//! `/opt/gpum-e2e`. Dropping it removes the container and its volume.
+//! `/opt/gpum-e2e`. Dropping it removes the container, and its data root with it.
+//!
+//! The data root is a tmpfs of a fixed size rather than a volume on this machine's disk, so
+//! that the installer's disk check sees the same free space on every machine: a CI machine whose
+//! disk had 4.7 GB left failed every install scenario with exit 10 (`disk`). The inner dockerd
+//! uses overlay2 on it; a host's images and containers take tens of MB of memory.
 //!
 //! The `docker run` flags replace `--privileged`, which fails on machines whose processes lack
 //! `CAP_SYS_RESOURCE` (`../shared/testhost-notes.md`, docs/testhost.md).
@@ -24,14 +29,17 @@ pub struct HostOpts {
     pub tmp_noexec: bool,
     /// Where `/opt/gpum-e2e` comes from.
     pub stage: PathBuf,
-    /// Put `/var/lib/docker` on a tmpfs of this size (e.g. "1g") instead of a fresh volume: a
-    /// data root too small for Docker.
+    /// Give `/var/lib/docker` this size (e.g. "1g") instead of [`DATA_ROOT_SIZE`]: a data root
+    /// too small for Docker.
     pub small_data_root: Option<String>,
 }
 
+/// The size of every host's `/var/lib/docker` tmpfs: more than the scenarios' disk minimum
+/// (5 GB, `min_free_gb` in the installer's test knobs). Only what is written takes memory.
+pub const DATA_ROOT_SIZE: &str = "8g";
+
 pub struct Host {
     name: String,
-    volume: String,
     systemd: bool,
 }
 
@@ -70,12 +78,13 @@ impl Host {
     /// `running`, or for the no-systemd entry point, the platform answering).
     pub fn start(label: &str, opts: &HostOpts) -> Result<Host> {
         let name = format!("gpum-e2e-{label}-{}", std::process::id());
-        let volume = format!("{name}-docker");
         // A leftover of an interrupted run with the same pid is removed first.
-        let _ = docker(&["rm", "-f", &name]);
-        let _ = docker(&["volume", "rm", "-f", &volume]);
-        docker_ok(&["volume", "create", &volume])?;
-        let host = Host { name: name.clone(), volume: volume.clone(), systemd: opts.systemd };
+        let _ = docker(&["rm", "-f", "-v", &name]);
+        let host = Host { name: name.clone(), systemd: opts.systemd };
+        let data_root = format!(
+            "/var/lib/docker:rw,exec,size={}",
+            opts.small_data_root.as_deref().unwrap_or(DATA_ROOT_SIZE)
+        );
         let tmp = if opts.tmp_noexec { "/tmp:rw,noexec,nosuid,nodev" } else { "/tmp:rw,exec,nosuid,nodev" };
         let stage = opts.stage.canonicalize().with_context(|| format!("{}", opts.stage.display()))?;
         let entry = if opts.systemd {
@@ -115,23 +124,14 @@ impl Host {
             "SIGRTMIN+3".into(),
             "-e".into(),
             "container=docker".into(),
-            "-v".into(),
-            format!("{volume}:/var/lib/docker"),
+            "--tmpfs".into(),
+            data_root,
             "-v".into(),
             format!("{}:/opt/gpum-e2e:ro", stage.display()),
             "--entrypoint".into(),
             entry.into(),
             opts.image.clone(),
         ];
-        let mut args = args;
-        if let Some(size) = &opts.small_data_root {
-            let i = args
-                .iter()
-                .position(|a| a == &format!("{volume}:/var/lib/docker"))
-                .expect("the volume argument");
-            args[i - 1] = "--tmpfs".into();
-            args[i] = format!("/var/lib/docker:rw,exec,size={size}");
-        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         docker_ok(&argv)?;
         host.wait_up()?;
@@ -278,7 +278,6 @@ impl Drop for Host {
             return;
         }
         let _ = docker(&["rm", "-f", "-v", &self.name]);
-        let _ = docker(&["volume", "rm", "-f", &self.volume]);
     }
 }
 
