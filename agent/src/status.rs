@@ -82,7 +82,7 @@ pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
     };
     line("connection:", conn.into());
     line("last heartbeat:", s.last_heartbeat_at.map(|t| ago(now, t)).unwrap_or_else(|| "never".into()));
-    line("verification:", s.verification.clone().unwrap_or_else(|| "awaiting_check".into()));
+    line("verification:", s.verification.unwrap_or_default().to_string());
     if let Some(ok) = s.docker_ok {
         line("docker:", if ok { "ok".into() } else { "unavailable".into() });
     }

@@ -404,3 +404,18 @@ fn proxy_values_and_the_ca_are_the_services_own_files_with_their_modes() {
     r.unwrap_or_else(|f| panic!("{f:?}: {out}"));
     assert_eq!(out.matches("[skip]").count(), 3, "{out}");
 }
+
+/// The summary's `verification` keeps its JSON words: the protocol's names, `running`, or empty
+/// before the check step.
+#[test]
+fn the_summary_names_the_check_as_before() {
+    use gpum_protocol::VerificationState;
+    let word = |v| {
+        serde_json::to_value(Summary { verification: v, ..Default::default() }).unwrap()["verification"]
+            .clone()
+    };
+    assert_eq!(word(None), "");
+    assert_eq!(word(Some(GpuCheck::Known(VerificationState::Verified))), "verified");
+    assert_eq!(word(Some(GpuCheck::Known(VerificationState::AwaitingCheck))), "awaiting_check");
+    assert_eq!(word(Some(GpuCheck::StillRunning)), "running");
+}
