@@ -270,7 +270,9 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
         Command::Register { state, server, ca_file, docker_socket, probe_registries } => {
             let opts = reg_opts(&state, server, ca_file, docker_socket, probe_registries)?;
             let code = first_stdin_line();
-            let r = runtime().block_on(register::register(host, &opts, &code))?;
+            let h = host.clone();
+            let engine = crate::run::docker_version(h.as_ref(), opts.docker_socket.as_deref());
+            let r = runtime().block_on(register::register(host, &opts, &code, engine))?;
             let node = Escaped(&r.node_id).to_string();
             let config = Escaped(&opts.config_path.display().to_string()).to_string();
             println!("{}", fill(Msg::Registered.text(lang), &[("node", &node), ("config", &config)]));

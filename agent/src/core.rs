@@ -46,9 +46,9 @@ use crate::state::unix;
 /// Exit code after a `restart` command: neither 0 (a clean stop) nor 78 (stopped for good), so
 /// it is visible in `systemctl status`; `Restart=always` restarts on it.
 pub const EXIT_RESTART: i32 = gpum_common::exit::RESTART;
-/// How long a step in flight may run after SIGTERM before the agent exits anyway. Well below
-/// systemd's default 90 s and the 10 s the owner's guide promises.
-pub const STOP_GRACE: Duration = Duration::from_secs(8);
+/// How long a step in flight may run after SIGTERM before the agent exits anyway: defined next
+/// to the unit whose `TimeoutStopSec` bounds it.
+pub use gpum_enroll::unit::STOP_GRACE;
 /// The longest command id the agent answers (the platform's own ids are short).
 pub const MAX_COMMAND_ID_LEN: usize = 128;
 /// Interval bounds, whatever the platform says.
@@ -379,7 +379,7 @@ impl Core {
             node_id: Some(s.node_id),
             server: Some(s.server),
             connection: Connection::Connecting,
-            verification: Some(verification_text(VerificationState::AwaitingCheck).into()),
+            verification: Some(VerificationState::AwaitingCheck),
             ..Default::default()
         };
         Core {
@@ -486,7 +486,7 @@ impl Core {
                     out.push(Action::SaveLedger);
                 }
                 info!(state = ?report.state, reason = ?report.reason, "GPU probe finished");
-                self.file.state.verification = Some(verification_text(report.state).into());
+                self.file.state.verification = Some(report.state);
                 self.outbox.set_probe(report);
                 self.write_state(false, now, out);
                 // Report it soon rather than a whole interval later.
@@ -682,7 +682,7 @@ impl Core {
             self.probes.image = resp.probe_image.clone();
         }
         if self.probes.image.is_none() && !self.probes.running {
-            self.file.state.verification = Some(verification_text(VerificationState::AwaitingCheck).into());
+            self.file.state.verification = Some(VerificationState::AwaitingCheck);
         }
         self.take_commands(&resp.commands, out);
         // Reconcile only against an answer the platform actually gave (this one), and only with
@@ -851,15 +851,6 @@ fn same_but_times(a: &AgentState, b: &AgentState) -> bool {
         && *clock_skew_secs == b.clock_skew_secs
         && *docker_ok == b.docker_ok
         && *stopped == b.stopped
-}
-
-/// The verification state as `state.json` spells it.
-pub fn verification_text(v: VerificationState) -> &'static str {
-    match v {
-        VerificationState::AwaitingCheck => "awaiting_check",
-        VerificationState::Verified => "verified",
-        VerificationState::Failed => "failed",
-    }
 }
 
 #[cfg(test)]
@@ -1305,7 +1296,7 @@ mod tests {
         sim.beat(Ok(answer(10, None, &[("r".into(), "recheck")])));
         sim.beat(Ok(answer(10, None, &[])));
         assert_eq!(sim.delivered[0].message, "no probe image is set; the check waits for one");
-        assert_eq!(sim.core.state().verification.as_deref(), Some("awaiting_check"));
+        assert_eq!(sim.core.state().verification, Some(VerificationState::AwaitingCheck));
         assert!(sim.probe_starts().is_empty());
         // With an image, the probe starts after the answer and its result is reported soon.
         let out = sim.beat(Ok(answer(10, Some("img"), &[])));
@@ -1313,7 +1304,7 @@ mod tests {
         assert_eq!(sim.probe_starts().len(), 1);
         sim.probes();
         assert_eq!(sim.core.beat_at(), Some(sim.now().mono + REPORT_PROBE_WITHIN));
-        assert_eq!(sim.core.state().verification.as_deref(), Some("verified"));
+        assert_eq!(sim.core.state().verification, Some(VerificationState::Verified));
     }
 
     #[test]

@@ -7,25 +7,23 @@
 //! to retry), [`core`] (the service's rules, without I/O), [`run`] (the event loop that routes
 //! them), [`state`] (`state.json` for `status`), and [`docker`]
 //! (probe and reconciler).
+//!
+//! [`client`], [`config`], [`cpu`], [`inventory`], [`register`], [`secret`], [`state`] and
+//! [`unit`] are gpum-enroll's, which the installer shares without the Docker client and the run
+//! loop; they are re-exported here under their old paths.
 //! `docs/agent.md` is the user's view; ARCHITECTURE.md lists what the agent never does.
+
+pub use gpum_enroll::{client, config, cpu, inventory, register, secret, state, unit};
 
 pub mod alarm;
 pub mod backoff;
 pub mod cli;
-pub mod client;
-pub mod config;
 pub mod core;
-pub mod cpu;
 pub mod docker;
 pub mod doctor;
-pub mod inventory;
 pub mod outbox;
-pub mod register;
 pub mod run;
-pub mod secret;
 pub mod smoke;
-pub mod state;
 pub mod status;
 pub mod text;
 pub mod uninstall;
-pub mod unit;

@@ -53,7 +53,7 @@ use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch};
 use crate::secret::Token;
 
-pub use crate::core::{EXIT_RESTART, STOP_GRACE, verification_text};
+pub use crate::core::{EXIT_RESTART, STOP_GRACE};
 
 /// The longest a Docker call inside a heartbeat step may take; a hung engine must not hold up
 /// heartbeats.

@@ -13,6 +13,7 @@ use gpum_common::text::escape_controls;
 use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang};
 use gpum_host::Host;
+use gpum_protocol::VerificationState;
 
 use crate::config::Paths;
 use crate::text::Msg;
@@ -80,14 +81,12 @@ pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
         Msg::StatusLastHeartbeat,
         s.last_heartbeat_at.map(|at| ago(now, at, lang)).unwrap_or_else(|| t(Msg::StatusNever).into()),
     );
-    // The state file holds `verification_text`'s words; anything else is shown as it is.
-    let verification = match s.verification.as_deref().unwrap_or("awaiting_check") {
-        "awaiting_check" => t(Msg::StatusAwaitingCheck).into(),
-        "verified" => t(Msg::StatusVerified).into(),
-        "failed" => t(Msg::StatusCheckFailed).into(),
-        other => other.to_string(),
+    let verification = match s.verification.unwrap_or_default() {
+        VerificationState::AwaitingCheck => Msg::StatusAwaitingCheck,
+        VerificationState::Verified => Msg::StatusVerified,
+        VerificationState::Failed => Msg::StatusCheckFailed,
     };
-    line(Msg::StatusVerification, verification);
+    line(Msg::StatusVerification, t(verification).into());
     if let Some(ok) = s.docker_ok {
         line(
             Msg::StatusDocker,

@@ -1,13 +1,16 @@
 //! The agent's state file, `<state dir>/state.json`.
 //!
-//! The agent writes it atomically after every heartbeat attempt and when it stops; `gpum-agent
-//! status`, the agent's `doctor` and the installer's `existing_install` check read it. It holds no
-//! secret (the token lives only in `config.toml`, mode 0600).
+//! Registration writes a fresh one; the running agent rewrites it atomically when it changes
+//! (else every 30 s) and when it stops for good (gpum-enroll's `state` module); `gpum-agent
+//! status`, the agent's `doctor` and the installer (its `existing_install` check, its wait for
+//! the GPU check) read it. It holds no secret (the token lives only in `config.toml`, mode
+//! 0600).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use gpum_host::Host;
+use gpum_protocol::VerificationState;
 use serde::{Deserialize, Serialize};
 
 /// File name inside the state directory.
@@ -62,8 +65,9 @@ pub struct AgentState {
     pub connection: Connection,
     /// Unix seconds of the last answered heartbeat.
     pub last_heartbeat_at: Option<u64>,
-    /// `awaiting_check` | `verified` | `failed` (the protocol's VerificationState, as text).
-    pub verification: Option<String>,
+    /// The latest probe's verdict, spelled as on the wire (`awaiting_check` | `verified` |
+    /// `failed`).
+    pub verification: Option<VerificationState>,
     /// The last error, for humans (no secrets).
     pub last_error: Option<String>,
     pub clock_skew_secs: Option<i64>,
@@ -106,5 +110,46 @@ mod tests {
         assert_eq!(read(&h, dir).unwrap(), Some(st));
         let h = FakeHost::new().file(state_path(dir), "{not json");
         assert_eq!(read(&h, dir).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+
+    /// A state file as the agent wrote it while `verification` was a string: it still reads,
+    /// and written again it is the same bytes.
+    #[test]
+    fn a_state_file_of_the_string_era_reads_and_writes_the_same() {
+        let before = r#"{
+  "node_id": "n-8f3a",
+  "server": "https://gpum.example",
+  "connection": "connected",
+  "last_heartbeat_at": 1796290406,
+  "verification": "verified",
+  "last_error": null,
+  "clock_skew_secs": -7,
+  "docker_ok": true,
+  "stopped": {
+    "reason": "revoked",
+    "detail": "token_replaced",
+    "at": 1796290410
+  },
+  "updated_at": 1796290410
+}"#;
+        let dir = Path::new(DEFAULT_STATE_DIR);
+        let st = read(&FakeHost::new().file(state_path(dir), before), dir).unwrap().unwrap();
+        assert_eq!(st.verification, Some(VerificationState::Verified));
+        assert_eq!(st.connection, Connection::Connected);
+        assert_eq!(st.stopped.as_ref().map(|s| s.reason), Some(StopReason::Revoked));
+        assert_eq!(String::from_utf8(serde_json::to_vec_pretty(&st).unwrap()).unwrap(), before);
+        for (text, v) in [
+            ("awaiting_check", Some(VerificationState::AwaitingCheck)),
+            ("failed", Some(VerificationState::Failed)),
+        ] {
+            let json = before.replace("\"verified\"", &format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<AgentState>(&json).unwrap().verification, v, "{text}");
+        }
+        let json = before.replace("\"verified\"", "null");
+        assert_eq!(serde_json::from_str::<AgentState>(&json).unwrap().verification, None);
+        assert_eq!(
+            serde_json::to_string_pretty(&serde_json::from_str::<AgentState>(&json).unwrap()).unwrap(),
+            json
+        );
     }
 }

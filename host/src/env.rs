@@ -28,7 +28,7 @@ pub const PROXY_VARS: &[&str] =
 pub const GPUM_LOG: &str = "GPUM_LOG";
 /// TEST ONLY: another NVML library (the simulated one) for the installer's audit and the agent's
 /// inventory. Read only by builds with the `test-knobs` feature (`gpum_preflight::gpu::nvml_lib`,
-/// `gpum_agent::inventory::nvml_lib`); a release build never reads it, so no environment can
+/// `gpum_enroll::inventory::nvml_lib`); a release build never reads it, so no environment can
 /// make it load a library of someone else's choosing.
 pub const GPUM_NVML_LIB: &str = "GPUM_NVML_LIB";
 /// TEST ONLY (read by `test-knobs` builds of the agent): the least seconds between two GPU probe

@@ -9,7 +9,8 @@
 //! restart?" is answered by comparing dockerd's start time with the hook's ctime (when dpkg put
 //! it there). The facts come from `/var/run/docker.pid`, `/proc/<pid>/stat`, `/proc/stat` and
 //! two `GET`s on the Docker socket; none of them changes anything, so the dry run shows the same
-//! decision the install takes.
+//! decision the install takes. The registration asks one more, [`engine_version`], for the
+//! inventory it sends.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -73,6 +74,14 @@ pub fn engine_lists_runtime(host: &dyn Host, socket: &Path) -> Option<bool> {
     let r = host.unix_http_get(socket, "/info").ok().filter(|r| r.status == 200)?;
     let v = serde_json::from_slice::<serde_json::Value>(&r.body).ok()?;
     v["Runtimes"].as_object().map(|m| m.contains_key(crate::daemon_json::RUNTIME))
+}
+
+/// The running engine's version (`GET /version`, its `Version`), as the agent reports it in
+/// its inventory; `None` when the engine does not answer.
+pub fn engine_version(host: &dyn Host, socket: &Path) -> Option<String> {
+    let r = host.unix_http_get(socket, "/version").ok().filter(|r| r.status == 200)?;
+    let v = serde_json::from_slice::<serde_json::Value>(&r.body).ok()?;
+    v["Version"].as_str().map(str::to_owned)
 }
 
 fn hook_path(host: &dyn Host) -> Option<PathBuf> {
@@ -154,6 +163,22 @@ mod tests {
         assert!(!f(at(300), at(200)).driver_stale());
         assert!(!f(None, at(200)).driver_stale());
         assert!(!f(at(100), None).driver_stale());
+    }
+
+    #[test]
+    fn the_engine_version_is_versions_answer() {
+        use gpum_host::fake::FakeHost;
+        let sock = Path::new("/var/run/docker.sock");
+        let body =
+            r#"{"Platform":{"Name":"Docker Engine - Community"},"Version":"27.3.1","ApiVersion":"1.47"}"#;
+        let ok = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{body}");
+        assert_eq!(
+            engine_version(&FakeHost::new().unix_http(sock, "/version", ok), sock).as_deref(),
+            Some("27.3.1")
+        );
+        assert_eq!(engine_version(&FakeHost::new(), sock), None, "no engine");
+        let down = "HTTP/1.1 500 Internal Server Error\r\n\r\n{\"Version\":\"27.3.1\"}";
+        assert_eq!(engine_version(&FakeHost::new().unix_http(sock, "/version", down), sock), None);
     }
 
     #[test]

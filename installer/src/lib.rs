@@ -156,7 +156,7 @@ fn enroll(h: &dyn Host, opts: &apply::Options) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::Other(e.to_string()))?;
-    rt.block_on(gpum_agent::register::enroll(h, &opts.server, opts.ca_file.as_deref(), &opts.code, &id))
+    rt.block_on(gpum_enroll::register::enroll(h, &opts.server, opts.ca_file.as_deref(), &opts.code, &id))
 }
 
 fn fail(io: &mut Io, f: &Failure, lang: Lang, json: bool) -> i32 {

@@ -207,11 +207,11 @@ fn write(path: &str, mode: u32, purpose: Purpose, content: Content) -> Step {
 }
 
 /// The drop-in that names the file with the installer's proxy variables for the service.
-pub const PROXY_DROP_IN: &str = gpum_agent::unit::PROXY_DROP_IN;
+pub const PROXY_DROP_IN: &str = gpum_enroll::unit::PROXY_DROP_IN;
 /// The file with those variables (0600).
-pub const PROXY_ENV: &str = gpum_agent::unit::PROXY_ENV;
+pub const PROXY_ENV: &str = gpum_enroll::unit::PROXY_ENV;
 /// The agent's copy of `--ca-file` (0644).
-pub const AGENT_CA: &str = gpum_agent::config::INSTALLED_CA;
+pub const AGENT_CA: &str = gpum_enroll::config::INSTALLED_CA;
 /// How long the service has to send its first accepted heartbeat (the seed's exit 50).
 pub const START_WAIT_SECS: u64 = 60;
 /// How long the GPU check may take: the first probe pulls its image.
@@ -263,13 +263,13 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     steps.push(Step::Register { server, config: agent_state::DEFAULT_CONFIG.into() });
     let bin = format!("{}/gpum-agent", agent_state::INSTALL_DIR);
     steps.push(write(&bin, 0o755, Purpose::AgentBinary, Content::VerifiedAgent));
-    let unit = gpum_agent::unit::UNIT.as_bytes().to_vec();
+    let unit = gpum_enroll::unit::UNIT.as_bytes().to_vec();
     steps.push(write(agent_state::UNIT_PATH, 0o644, Purpose::AgentUnit, Content::Bytes(unit)));
     if !input.proxy.is_empty() {
         // The values first: the drop-in never names a file that is not there yet.
-        let values = gpum_agent::unit::proxy_env(&input.proxy).into_bytes();
+        let values = gpum_enroll::unit::proxy_env(&input.proxy).into_bytes();
         steps.push(write(PROXY_ENV, 0o600, Purpose::AgentProxyEnv, Content::Bytes(values)));
-        let drop_in = gpum_agent::unit::proxy_drop_in().into_bytes();
+        let drop_in = gpum_enroll::unit::proxy_drop_in().into_bytes();
         steps.push(write(PROXY_DROP_IN, 0o644, Purpose::AgentProxy, Content::Bytes(drop_in)));
     }
     steps.push(Step::StartAgent { name: agent_state::SERVICE_NAME.into(), wait_secs: START_WAIT_SECS });

@@ -152,7 +152,11 @@ mod tests {
     #[test]
     fn every_event_is_one_json_line_named_first() {
         let check = Finding::warn("disk", "low".into(), Some("free space".into()));
-        let summary = Summary { node_id: "n1".into(), verification: "verified".into(), ..Default::default() };
+        let summary = Summary {
+            node_id: "n1".into(),
+            verification: Some(crate::apply::GpuCheck::Known(gpum_protocol::VerificationState::Verified)),
+            ..Default::default()
+        };
         let mut out = Vec::new();
         let mut ev = Events::new(&mut out);
         ev.check(&check);

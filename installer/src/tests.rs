@@ -383,9 +383,12 @@ fn each_step_carries_what_the_install_executes_and_the_json_keeps_its_shape() {
             })
             .unwrap()
     };
-    let values = gpum_agent::unit::proxy_env(&[("HTTPS_PROXY".into(), secret.into())]);
+    let values = gpum_enroll::unit::proxy_env(&[("HTTPS_PROXY".into(), secret.into())]);
     assert_eq!(file(Purpose::AgentProxyEnv), (0o600, Content::Bytes(values.into_bytes())));
-    assert_eq!(file(Purpose::AgentUnit), (0o644, Content::Bytes(gpum_agent::unit::UNIT.as_bytes().to_vec())));
+    assert_eq!(
+        file(Purpose::AgentUnit),
+        (0o644, Content::Bytes(gpum_enroll::unit::UNIT.as_bytes().to_vec()))
+    );
     assert_eq!(file(Purpose::AgentBinary), (0o755, Content::VerifiedAgent));
     let repos: Vec<(&str, &str)> = a
         .plan

@@ -371,7 +371,7 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
     );
     for n in &list.nodes {
         let state = if n.online { "online" } else { "offline" };
-        let verif = serde_json::to_value(n.verification).ok().and_then(|v| v.as_str().map(str::to_owned));
+        let verif = n.verification.as_str();
         let seen = n
             .last_heartbeat_at
             .map(|t| format!("{}s ago", now.saturating_sub(t)))
@@ -381,7 +381,7 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
             "\n{:<22} {:<8} {:<15} {:<10} {:<10} {}",
             Escaped(&n.id),
             state,
-            verif.unwrap_or_default(),
+            verif,
             Escaped(&n.agent_version),
             seen,
             Escaped(&gpus.join(", "))

@@ -286,15 +286,52 @@ pub enum NvmlState {
     Error,
 }
 
-/// The platform's verdict on the hardware, as dashboards show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum VerificationState {
-    /// No probe image chosen yet, or no probe ran yet. Not an error.
-    #[default]
-    AwaitingCheck,
-    Verified,
-    Failed,
+/// A unit enum whose every string form (serde's, `as_str`'s and `Display`'s) is the one literal written next to its variant, so no second table of names can
+/// drift from the wire's.
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Serialize, Deserialize)]
+        $vis enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &[$name] = &[$($name::$variant,)+];
+
+            /// The variant's name on the wire (and in the agent's `state.json`).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// The platform's verdict on the hardware, as dashboards show it. The agent's `state.json`
+    /// records the latest probe's with the same names.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum VerificationState {
+        /// No probe image chosen yet, or no probe ran yet. Not an error.
+        #[default]
+        AwaitingCheck = "awaiting_check",
+        Verified = "verified",
+        Failed = "failed",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -643,5 +680,17 @@ mod tests {
         .unwrap();
         assert_eq!(CommandKind::parse(&r.commands[0].kind), None);
         assert_eq!(CommandKind::parse("recheck"), Some(CommandKind::Recheck));
+    }
+
+    #[test]
+    fn verification_names_are_the_wires() {
+        for v in VerificationState::ALL {
+            let wire = serde_json::to_string(v).unwrap();
+            assert_eq!(wire, format!("\"{}\"", v.as_str()));
+            assert_eq!(v.to_string(), v.as_str());
+            assert_eq!(serde_json::from_str::<VerificationState>(&wire).unwrap(), *v);
+        }
+        let names: Vec<&str> = VerificationState::ALL.iter().map(|v| v.as_str()).collect();
+        assert_eq!(names, ["awaiting_check", "verified", "failed"]);
     }
 }

@@ -48,7 +48,7 @@ impl Node {
     /// The node token, read with the agent's own config parser.
     fn token(&self) -> String {
         let text = std::fs::read_to_string(self.config()).unwrap();
-        let cfg = gpum_agent::config::Config::parse(&text, "config.toml").expect("a valid config");
+        let cfg = gpum_enroll::config::Config::parse(&text, "config.toml").expect("a valid config");
         cfg.token.expose().to_string()
     }
     fn append_config(&self, line: &str) {

@@ -22,7 +22,7 @@ fn s(p: &Path) -> &str {
 /// The agent's token, read with its own config parser.
 fn token(state: &Path) -> String {
     let t = std::fs::read_to_string(state.join("config.toml")).unwrap();
-    gpum_agent::config::Config::parse(&t, "config.toml").expect("config").token.expose().to_string()
+    gpum_enroll::config::Config::parse(&t, "config.toml").expect("config").token.expose().to_string()
 }
 
 /// Points the agent at another platform (URL and CA), keeping its node id and token.

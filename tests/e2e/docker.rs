@@ -16,12 +16,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpum_agent::config::default_registries;
 use gpum_agent::docker::ledger::{self, ProbeImages};
 use gpum_agent::docker::probe::{self, ProbeSpec};
 use gpum_agent::docker::reconcile::{self, ManagedContainer, Reconciler};
 use gpum_agent::docker::watch::Watch;
 use gpum_agent::docker::{Docker, DockerError};
+use gpum_enroll::config::default_registries;
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, VerificationState};
 use gpum_tests::{images, require_docker};
 

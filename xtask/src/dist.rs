@@ -315,7 +315,7 @@ fn write_docs(out: &Path, assets: &Path) -> Result<()> {
         }
         fs::write(gz, o.stdout)?;
     }
-    fs::write(assets.join("gpum-agent.service"), deb_unit(gpum_agent::unit::UNIT)?)?;
+    fs::write(assets.join("gpum-agent.service"), deb_unit(gpum_enroll::unit::UNIT)?)?;
     Ok(())
 }
 
@@ -516,7 +516,7 @@ mod tests {
     /// the configuration; a unit without the lines it edits is refused.
     #[test]
     fn deb_unit_is_the_agents_unit_waiting_for_its_config() {
-        let unit = gpum_agent::unit::UNIT;
+        let unit = gpum_enroll::unit::UNIT;
         let deb = deb_unit(unit).unwrap();
         let value = |t: &str, key: &str| -> Vec<String> {
             t.lines()

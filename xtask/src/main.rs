@@ -176,10 +176,20 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     let ignored = util::cargo_env(&ignored, &env);
     // The agent as it ships, without `test-knobs`: in the runs above, tests/Cargo.toml's
     // dependency turns the feature on for the whole workspace (feature unification), so the
-    // agent's tests that prove a build without it ignores the test knobs
-    // (`test_knobs_are_unknown_keys_without_the_feature`, `agent/tests/nvml_knob.rs`'s default
-    // branch) only compile and run here, where `gpum-agent` is the only package.
-    let agent_default = util::cargo(&["nextest", "run", "-p", "gpum-agent", "--locked", "--no-fail-fast"]);
+    // tests that prove a build without it ignores the test knobs (gpum-enroll's
+    // `test_knobs_are_unknown_keys_without_the_feature`, `agent/tests/nvml_knob.rs`'s default
+    // branch) only compile and run here, where the agent and its enrollment crate are the only
+    // packages.
+    let agent_default = util::cargo(&[
+        "nextest",
+        "run",
+        "-p",
+        "gpum-agent",
+        "-p",
+        "gpum-enroll",
+        "--locked",
+        "--no-fail-fast",
+    ]);
     // The installer's tests over the simulated NVML library need its `test-knobs` (only such a
     // build reads `GPUM_NVML_LIB`); the workspace run above proves the default build ignores it.
     let knobs = util::cargo(&[

@@ -21,8 +21,9 @@
 
 use std::fmt;
 
-/// The registries a node accepts probe images from when its config names none.
-pub const DEFAULT_REGISTRIES: [&str; 3] = ["docker.io", "nvcr.io", "ghcr.io"];
+// The registry rules are the config's (gpum-enroll), which the installer shares.
+pub use gpum_enroll::config::{DEFAULT_REGISTRIES, valid_registry};
+
 /// Docker Hub, the registry of names without one.
 pub const DOCKER_HUB: &str = "docker.io";
 /// The longest reference accepted; the engine's own limit on a name is 255 characters.
@@ -120,24 +121,6 @@ impl fmt::Display for PinnedImage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}@sha256:{}", self.registry, self.path, self.hex)
     }
-}
-
-/// Whether `s` is a valid entry for `probe_registries`: `host` or `host:port`.
-pub fn valid_registry(s: &str) -> bool {
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    let host_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
-    host_ok && port_ok
 }
 
 /// The engine's split of a name into registry and remainder (`splitDockerDomain`).

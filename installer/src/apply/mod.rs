@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use gpum_common::{Failure, Lang};
 use gpum_host::Host;
+use gpum_protocol::VerificationState;
 use serde::Serialize;
 
 use crate::plan::{Plan, Purpose, Step};
@@ -76,8 +77,32 @@ pub struct Summary {
     pub installed: Vec<String>,
     pub changed: Vec<String>,
     pub left_alone: Vec<String>,
-    /// `verified`, `awaiting_check`, or `running` (the check had not finished).
-    pub verification: String,
+    /// How the GPU check ended; empty in the JSON until the check step ran.
+    #[serde(serialize_with = "GpuCheck::serialize_or_empty")]
+    pub verification: Option<GpuCheck>,
+}
+
+/// How the install's GPU check ended. A failed check is no summary: it ends the install (exit 60).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuCheck {
+    /// The agent's `state.json` said so: `verified`, or `awaiting_check` (no probe image yet).
+    Known(VerificationState),
+    /// The check had not finished within the wait: `running`.
+    StillRunning,
+}
+
+impl GpuCheck {
+    /// The summary's word: the protocol's name of the state, or `running`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuCheck::Known(v) => v.as_str(),
+            GpuCheck::StillRunning => "running",
+        }
+    }
+
+    fn serialize_or_empty<S: serde::Serializer>(v: &Option<GpuCheck>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(v.map_or("", GpuCheck::as_str))
+    }
 }
 
 /// Prints step results as lines or JSON events.
@@ -149,7 +174,7 @@ struct Run<'a> {
     fetcher: &'a dyn Fetcher,
     /// The registration's own runtime.
     rt: tokio::runtime::Runtime,
-    node: Option<gpum_agent::register::Registered>,
+    node: Option<gpum_enroll::register::Registered>,
     summary: Summary,
 }
 

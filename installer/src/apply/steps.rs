@@ -194,7 +194,7 @@ impl Run<'_> {
             h.create_dir_all(Path::new(d), 0o700).map_err(|e| io(Path::new(d), e))?;
         }
         let install_id = crate::install_id(h)?;
-        let opts = gpum_agent::register::RegisterOptions {
+        let opts = gpum_enroll::register::RegisterOptions {
             server: server.to_string(),
             config_path: config.to_path_buf(),
             state_dir: PathBuf::from(agent_state::DEFAULT_STATE_DIR),
@@ -203,7 +203,15 @@ impl Run<'_> {
             probe_registries: self.opts.probe_registries.clone(),
             install_id: Some(install_id),
         };
-        let r = self.rt.block_on(gpum_agent::register::register(host.clone(), &opts, &self.opts.code))?;
+        // The inventory's Docker version, asked on the socket the audit found (`DOCKER_HOST`'s
+        // or the default, as the agent resolves it).
+        let engine = async { crate::dockerd::engine_version(h, &self.facts.docker.socket) };
+        let r = self.rt.block_on(gpum_enroll::register::register(
+            host.clone(),
+            &opts,
+            &self.opts.code,
+            engine,
+        ))?;
         self.summary.node_id = r.node_id.clone();
         self.summary.changed.push(format!("{} (0600)", config.display()));
         let detail = t(Msg::NodeRegistered, self.lang()).replace("{node}", &r.node_id);

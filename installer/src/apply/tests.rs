@@ -649,3 +649,18 @@ fn a_rerun_after_a_stop_at_any_checkpoint_converges_on_the_uninterrupted_install
         assert_eq!(*fx.lock().unwrap(), want_fx, "what the commands did after a stop at {cp} and a re-run");
     }
 }
+
+/// The summary's `verification` keeps its JSON words: the protocol's names, `running`, or empty
+/// before the check step.
+#[test]
+fn the_summary_names_the_check_as_before() {
+    use gpum_protocol::VerificationState;
+    let word = |v| {
+        serde_json::to_value(Summary { verification: v, ..Default::default() }).unwrap()["verification"]
+            .clone()
+    };
+    assert_eq!(word(None), "");
+    assert_eq!(word(Some(GpuCheck::Known(VerificationState::Verified))), "verified");
+    assert_eq!(word(Some(GpuCheck::Known(VerificationState::AwaitingCheck))), "awaiting_check");
+    assert_eq!(word(Some(GpuCheck::StillRunning)), "running");
+}

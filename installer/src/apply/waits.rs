@@ -7,9 +7,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use gpum_common::Failure;
 use gpum_common::agent_state::{self, Connection};
 use gpum_host::Cmd;
+use gpum_protocol::VerificationState;
 
 use super::steps::must;
-use super::{Outcome, POLL, Reporter, Run};
+use super::{GpuCheck, Outcome, POLL, Reporter, Run};
 use crate::text::{Msg, t};
 
 impl Run<'_> {
@@ -89,24 +90,24 @@ impl Run<'_> {
         let h = self.host.as_ref();
         let lang = self.lang();
         if self.node.as_ref().and_then(|n| n.probe_image.as_ref()).is_none() {
-            self.summary.verification = "awaiting_check".into();
+            self.summary.verification = Some(GpuCheck::Known(VerificationState::AwaitingCheck));
             return Ok(Outcome::Done(Some(t(Msg::AwaitingCheck, lang).into())));
         }
         rep.note(&t(Msg::WaitingForCheck, lang).replace("{secs}", &wait_secs.to_string()));
         for _ in 0..wait_secs * 2 {
             if let Ok(Some(st)) = agent_state::read(h, Path::new(agent_state::DEFAULT_STATE_DIR)) {
-                match st.verification.as_deref() {
-                    Some("verified") => {
-                        self.summary.verification = "verified".into();
+                match st.verification {
+                    Some(v @ VerificationState::Verified) => {
+                        self.summary.verification = Some(GpuCheck::Known(v));
                         return Ok(Outcome::Done(Some(t(Msg::Verified, lang).into())));
                     }
-                    Some("failed") => return Err(Failure::GpuNotInContainer),
-                    _ => {}
+                    Some(VerificationState::Failed) => return Err(Failure::GpuNotInContainer),
+                    Some(VerificationState::AwaitingCheck) | None => {}
                 }
             }
             h.sleep(POLL);
         }
-        self.summary.verification = "running".into();
+        self.summary.verification = Some(GpuCheck::StillRunning);
         Ok(Outcome::Done(Some(t(Msg::CheckStillRunning, lang).into())))
     }
 }

@@ -111,11 +111,11 @@ const PHASES: &[(&str, &[&str])] = &[
         "Docker list",
         &["gpum_agent::docker::Docker::list_marked", "gpum_agent::docker::reconcile::list_managed"],
     ),
-    ("metrics", &["gpum_agent::inventory::Gatherer::metrics"]),
-    ("inventory (gather)", &["gpum_agent::inventory::Gatherer::inventory"]),
+    ("metrics", &["gpum_enroll::inventory::Gatherer::metrics"]),
+    ("inventory (gather)", &["gpum_enroll::inventory::Gatherer::inventory"]),
     (
         "inventory hash",
-        &["gpum_agent::inventory::Gatherer::digest", "gpum_protocol::Inventory::json_and_hash"],
+        &["gpum_enroll::inventory::Gatherer::digest", "gpum_protocol::Inventory::json_and_hash"],
     ),
     ("state file", &["gpum_agent::run::Agent::write_state"]),
 ];
@@ -410,13 +410,13 @@ mod tests {
     #[test]
     fn annotate_lines_parse() {
         let t = "--------\n  Ir\n\
-                 1,234,567 (12.34%)  src/inventory.rs:gpum_agent::inventory::Gatherer::metrics [/x/gpum-agent]\n\
+                 1,234,567 (12.34%)  src/inventory.rs:gpum_enroll::inventory::Gatherer::metrics [/x/gpum-agent]\n\
                  9 (0.00%)  ???:tokio::runtime::park [/x/gpum-agent]\n";
         let v = parse_annotate(t);
         assert_eq!(
             v,
             vec![
-                ("gpum_agent::inventory::Gatherer::metrics".to_owned(), 1_234_567),
+                ("gpum_enroll::inventory::Gatherer::metrics".to_owned(), 1_234_567),
                 ("tokio::runtime::park".to_owned(), 9)
             ]
         );

@@ -71,7 +71,7 @@ pub fn classify(e: &CallError) -> Verdict {
 
 /// Whether the platform, or a proxy in front of it, refused the request's body itself (400
 /// malformed, 413 too large, 422 unprocessable): sending the same body again would be refused
-/// again. The run loop then trims what it sends ([`crate::outbox`]).
+/// again. The agent's run loop then trims what it sends (its `outbox`).
 pub fn is_refused_body(e: &CallError) -> bool {
     matches!(
         e,

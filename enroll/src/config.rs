@@ -11,8 +11,28 @@ use gpum_common::agent_state::{DEFAULT_CONFIG, DEFAULT_STATE_DIR};
 use gpum_host::Host;
 use serde::{Deserialize, Serialize};
 
-use crate::docker::image::{DEFAULT_REGISTRIES, valid_registry};
 use crate::secret::Token;
+
+/// The registries a node accepts probe images from when its config names none.
+pub const DEFAULT_REGISTRIES: [&str; 3] = ["docker.io", "nvcr.io", "ghcr.io"];
+
+/// Whether `s` is a valid entry for `probe_registries`: `host` or `host:port`.
+pub fn valid_registry(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    host_ok && port_ok
+}
 
 /// The most registries `probe_registries` may list.
 pub const MAX_PROBE_REGISTRIES: usize = 32;
@@ -106,7 +126,7 @@ pub struct Config {
     pub test_docker_scope: Option<(String, String)>,
     /// TEST ONLY, and only with `test_docker_scope`: how long a managed container must be
     /// unknown before the reconciler removes it, instead of
-    /// [`crate::docker::reconcile::MIN_AGE`] (60 s), so that an end-to-end test can watch the
+    /// the agent's `docker::reconcile::MIN_AGE` (60 s), so that an end-to-end test can watch the
     /// real agent remove one. The three-answers rule stays. Read only with `test-knobs`.
     pub test_reconcile_min_age: Option<std::time::Duration>,
 }

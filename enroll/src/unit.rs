@@ -1,12 +1,19 @@
 //! The systemd unit the installer writes to `/etc/systemd/system/gpum-agent.service`.
 //!
-//! It lives next to the agent because its exit-code contract is the agent's: `Restart=always`
-//! brings the agent back after a `restart` command ([`crate::run::EXIT_RESTART`]) or a crash,
+//! Its exit-code contract is the agent's: `Restart=always` brings the agent back after a
+//! `restart` command (exit [`gpum_common::exit::RESTART`], the agent's `EXIT_RESTART`) or a crash,
 //! and `RestartPreventExitStatus=78` leaves it stopped for good after a revocation or a
-//! configuration error.
+//! configuration error. Its `TimeoutStopSec` bounds the agent's [`STOP_GRACE`].
+
+use std::time::Duration;
 
 /// The unit file's text.
 pub const UNIT: &str = include_str!("../gpum-agent.service");
+
+/// How long a step in flight may run after SIGTERM before the agent exits anyway. Well below
+/// systemd's default 90 s and the 10 s the owner's guide promises, and below the unit's
+/// `TimeoutStopSec`, after which systemd kills the agent.
+pub const STOP_GRACE: Duration = Duration::from_secs(8);
 
 /// The drop-in that gives the service the proxy variables the installer was run with. It holds
 /// no value, only the [`PROXY_ENV`] file's name: `systemctl show` prints a unit's `Environment=`
@@ -56,11 +63,11 @@ mod tests {
         assert_eq!(value("ExecStart"), ["/opt/gpum-agent/gpum-agent run"]);
         assert_eq!(value("Restart"), ["always"]);
         assert_eq!(value("RestartPreventExitStatus"), [gpum_common::exit::STOPPED_FOR_GOOD.to_string()]);
-        let restart = crate::run::EXIT_RESTART;
+        let restart = gpum_common::exit::RESTART;
         assert!(restart != 0 && restart != gpum_common::exit::STOPPED_FOR_GOOD);
         // systemd kills after TimeoutStopSec; the agent's own grace must end first.
         let stop: u64 = value("TimeoutStopSec")[0].parse().unwrap();
-        assert!(crate::run::STOP_GRACE.as_secs() < stop && crate::run::STOP_GRACE.as_secs() < 10);
+        assert!(STOP_GRACE.as_secs() < stop && STOP_GRACE.as_secs() < 10);
     }
 
     /// Issue 29, item 9: `systemctl show` prints `Environment=` to every user. The drop-in names

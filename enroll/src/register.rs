@@ -5,7 +5,12 @@
 //! check symbol: exit 2 without a network round trip), then sent with the inventory; the
 //! platform's four refusals become the seed's two exit-40 messages. [`enroll`] is the installer's
 //! first call, which binds the code to its install id before the install begins.
+//!
+//! The inventory carries the Docker engine's version, which this crate does not ask for: the
+//! caller passes a future that asks (the agent's Docker client, the installer's `GET /version`
+//! on the socket), awaited only once the code has passed the local check.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,8 +39,8 @@ pub struct RegisterOptions {
     /// The Docker socket, stored in the config when not the default.
     pub docker_socket: Option<PathBuf>,
     /// The registries the probe image may come from (`--probe-registry`); `None` for the
-    /// defaults (`crate::config::default_registries`). Check them with
-    /// `crate::config::check_registries` first.
+    /// defaults ([`crate::config::default_registries`]). Check them with
+    /// [`crate::config::check_registries`] first.
     pub probe_registries: Option<Vec<String>>,
     /// The installer's install id (see `RegisterRequest::install_id`); `None` from the CLI.
     pub install_id: Option<String>,
@@ -72,11 +77,14 @@ fn platform_for(host: &dyn Host, server: &str, ca_file: Option<&Path>) -> Result
     Platform::new(server, roots, REQUEST_TIMEOUT).map_err(|e| Failure::Other(e.to_string()))
 }
 
-/// Registers this machine with `code` and writes the config. See the module docs.
+/// Registers this machine with `code` and writes the config. `docker_version` answers the
+/// engine's version for the inventory (`None` when it does not answer); it is awaited after the
+/// local checks. See the module docs.
 pub async fn register(
     host: Arc<dyn Host>,
     opts: &RegisterOptions,
     code: &str,
+    docker_version: impl Future<Output = Option<String>>,
 ) -> Result<Registered, Failure> {
     if code.trim().is_empty() {
         return Err(Failure::NoJoinCode);
@@ -84,7 +92,7 @@ pub async fn register(
     let code = JoinCode::parse(code).map_err(|_| Failure::BadJoinCode)?;
     let platform = platform_for(host.as_ref(), &opts.server, opts.ca_file.as_deref())?;
 
-    let docker_version = crate::run::docker_version(host.as_ref(), opts.docker_socket.as_deref()).await;
+    let docker_version = docker_version.await;
     let inventory = Gatherer::new(host.clone()).inventory(docker_version);
     let req = RegisterRequest {
         join_code: code.to_string(),
@@ -130,19 +138,6 @@ pub async fn enroll(
     let req = EnrollRequest { join_code: code.to_string(), install_id: install_id.to_string() };
     platform.enroll(&req).await.map_err(|e| register_failure(&e))?;
     Ok(())
-}
-
-/// [`register`] on a runtime of its own, for callers without one (the installer).
-pub fn register_blocking(
-    host: Arc<dyn Host>,
-    opts: &RegisterOptions,
-    code: &str,
-) -> Result<Registered, Failure> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Other(e.to_string()))?;
-    rt.block_on(register(host, opts, code))
 }
 
 /// `configure`: writes the config for an existing node token (first line of `token_input`).
@@ -223,8 +218,12 @@ mod tests {
     #[tokio::test]
     async fn malformed_or_missing_codes_fail_before_any_request() {
         let h: Arc<dyn Host> = Arc::new(FakeHost::new());
-        assert_eq!(register(h.clone(), &opts(), "GPUM-1234").await, Err(Failure::BadJoinCode));
-        assert_eq!(register(h.clone(), &opts(), "  \n").await, Err(Failure::NoJoinCode));
+        // Nor is the engine asked.
+        async fn never_asked() -> Option<String> {
+            panic!("the engine is asked only once the code is well-formed")
+        }
+        assert_eq!(register(h.clone(), &opts(), "GPUM-1234", never_asked()).await, Err(Failure::BadJoinCode));
+        assert_eq!(register(h.clone(), &opts(), "  \n", never_asked()).await, Err(Failure::NoJoinCode));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Reading and writing `state.json` (schema: [`gpum_common::agent_state::AgentState`]).
 //!
-//! The run loop owns the state and writes it atomically when it changes, so `status` never
-//! reads a half-written file. It holds no secret, so it is written 0644.
+//! Registration writes a fresh one; then the agent's core decides when it is written: when it
+//! changed in more than its timestamps, else every `STATE_REFRESH` (30 s) so that `status` shows
+//! a recent heartbeat, and always when the agent stops for good. Every write is atomic (a
+//! temporary file renamed over it), so `status` never reads a half-written file. It holds no
+//! secret, so it is written 0644.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
