@@ -170,28 +170,58 @@ fn rustflags(root: &Path, target: &Path) -> String {
     flags.join("\x1f")
 }
 
+/// The release build's cargo command for the tree at `root`, into `target`: the profile, the
+/// path remapping and the timestamp that make it reproducible.
+fn release_cargo(root: &Path, target: &Path, epoch: &str) -> Command {
+    let mut c = cargo_cmd();
+    c.args(["build", "--locked", "--profile", PROFILE])
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", target)
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags(root, target))
+        .env_remove("RUSTFLAGS")
+        .env("CC_x86_64_unknown_linux_musl", "musl-gcc");
+    c
+}
+
+/// The glibc packages, built together so that they share one feature resolution (and so does
+/// [`build_measured_agent`]).
+const GNU_PACKAGES: [&str; 4] = ["-p", "gpum-install", "-p", "gpum-agent"];
+
 /// Builds the three binaries of the tree at `root` into `target`; returns (name, path).
 pub(crate) fn build(root: &Path, target: &Path, epoch: &str) -> Result<Vec<(String, PathBuf)>> {
     ensure_musl_target()?;
-    let flags = rustflags(root, target);
-    let env = |c: &mut Command| {
-        c.current_dir(root)
-            .env("CARGO_TARGET_DIR", target)
-            .env("SOURCE_DATE_EPOCH", epoch)
-            .env("CARGO_ENCODED_RUSTFLAGS", &flags)
-            .env_remove("RUSTFLAGS")
-            .env("CC_x86_64_unknown_linux_musl", "musl-gcc");
-    };
-    let base = ["build", "--locked", "--profile", PROFILE];
-    let mut gnu = cargo_cmd();
-    gnu.args(base).args(["--target", GNU, "-p", "gpum-install", "-p", "gpum-agent"]);
-    env(&mut gnu);
+    let mut gnu = release_cargo(root, target, epoch);
+    gnu.args(["--target", GNU]).args(GNU_PACKAGES);
     run_cmd(gnu)?;
-    let mut musl = cargo_cmd();
-    musl.args(base).args(["--target", MUSL, "-p", "gpum-platform"]);
-    env(&mut musl);
+    let mut musl = release_cargo(root, target, epoch);
+    musl.args(["--target", MUSL, "-p", "gpum-platform"]);
     run_cmd(musl)?;
     Ok(BINARIES.iter().map(|(n, t)| (n.to_string(), target.join(t).join(PROFILE).join(n))).collect())
+}
+
+/// The agent whose instructions per heartbeat `bench/cost.rs` counts: the shipped build (the
+/// same profile, flags, target directory and packages as [`build`], so every dependency is the
+/// one the release compiles, and only the agent's own crates compile again) with
+/// `test-knobs`, for the Docker test scope that keeps it to its own run's containers, and its
+/// symbol table kept, for callgrind's names. Copied out to TARGET/agent-cost/gpum-agent.
+/// `cargo xtask test` builds it before the release, so that the target directory ends with
+/// the shipped agent (the release's knob gate would refuse this one).
+pub fn build_measured_agent() -> Result<PathBuf> {
+    let root = fs::canonicalize(util::workspace_root())?;
+    let target = std::path::absolute(util::target_dir())?;
+    let epoch = source_date_epoch(&root)?;
+    let mut c = release_cargo(&root, &target, &epoch);
+    c.args(["--target", GNU])
+        .args(GNU_PACKAGES)
+        .args(["--bin", "gpum-agent", "--features", "gpum-agent/test-knobs"])
+        .env(format!("CARGO_PROFILE_{}_STRIP", PROFILE.replace('-', "_").to_uppercase()), "none");
+    run_cmd(c)?;
+    let dest = crate::bench::cost::agent_cost_bin();
+    fs::create_dir_all(dest.parent().expect("a parent"))?;
+    fs::copy(target.join(GNU).join(PROFILE).join("gpum-agent"), &dest)
+        .with_context(|| format!("copying the measured agent to {}", dest.display()))?;
+    Ok(dest)
 }
 
 fn cargo_cmd() -> Command {

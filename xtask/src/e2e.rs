@@ -20,7 +20,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{cargo, target_dir, workspace_root};
+use crate::util::{cargo_linted, target_dir, workspace_root};
 
 pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     let e2e = target_dir().join("e2e");
@@ -33,21 +33,24 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     // tests/Cargo.toml). Both build in the shared target directory, so only these two crates
     // compile twice; they are copied out before the workspace build below puts the suites'
     // binaries back into `target/debug`.
-    cargo(&[
-        "build",
-        "--locked",
-        "-p",
-        "gpum-install",
-        "-p",
-        "gpum-agent",
-        "--features",
-        "gpum-install/test-knobs",
-    ])?;
+    cargo_linted(
+        &[
+            "build",
+            "--locked",
+            "-p",
+            "gpum-install",
+            "-p",
+            "gpum-agent",
+            "--features",
+            "gpum-install/test-knobs",
+        ],
+        &[],
+    )?;
     copy(&debug.join("gpum-install"), &bin.join("gpum-install"))?;
     copy(&debug.join("gpum-agent"), &bin.join("gpum-agent"))?;
     // The same build as `cargo xtask test` (which runs first in CI), so nothing is rebuilt: the
     // platform with its test clock (`TEST_FEATURES`), and the runner `gpum-e2e`.
-    cargo(&["build", "--workspace", "--bins", "--locked", "--features", crate::TEST_FEATURES])?;
+    cargo_linted(crate::DEBUG_BUILD, &[])?;
 
     let stage = e2e.join("stage");
     if stage.exists() {

@@ -99,125 +99,174 @@ fn main() -> Result<()> {
 /// The test-only features the suites need (the agent's come through `tests/Cargo.toml`).
 pub const TEST_FEATURES: &str = "gpum-platform/test-knobs";
 
-fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
-    use util::cargo;
-    if !no_setup {
-        let st = std::process::Command::new("bash")
-            .arg(util::workspace_root().join("tests/setup-deps.sh"))
-            .status()
-            .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
-        if !st.success() {
-            anyhow::bail!("tests/setup-deps.sh failed: {st}");
+/// The debug build the suites and the scenarios drive: every binary and example, with the
+/// platform's test clock (a `test-knobs` feature that release builds lack).
+pub const DEBUG_BUILD: &[&str] =
+    &["build", "--workspace", "--bins", "--examples", "--locked", "--features", TEST_FEATURES];
+
+/// Each step of `cargo xtask test`, timed; a failed step does not stop the ones after it (one
+/// run shows everything), but the run's status reports it.
+#[derive(Default)]
+struct Steps {
+    done: Vec<(&'static str, f64, bool)>,
+    failed: Option<anyhow::Error>,
+}
+
+impl Steps {
+    fn run<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+        let started = std::time::Instant::now();
+        let r = f();
+        self.done.push((name, started.elapsed().as_secs_f64(), r.is_ok()));
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                eprintln!("xtask: {name}: {e:#}");
+                self.failed.get_or_insert(e);
+                None
+            }
         }
     }
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
-    // The end-to-end suites drive the real binaries, with the platform's test clock (a
-    // `test-knobs` feature that release builds lack).
-    cargo(&["build", "--workspace", "--bins", "--locked", "--features", TEST_FEATURES])?;
+
+    /// The table of steps and their times, then the first failure, if any.
+    fn finish(self) -> Result<()> {
+        eprintln!("xtask: steps");
+        let total: f64 = self.done.iter().map(|d| d.1).sum();
+        for (name, secs, ok) in &self.done {
+            eprintln!("  {:>6.0} s  {}  {name}", secs, if *ok { "ok    " } else { "FAILED" });
+        }
+        eprintln!("  {total:>6.0} s  total");
+        self.failed.map_or(Ok(()), Err)
+    }
+}
+
+fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
+    use util::{cargo, cargo_linted};
+    let mut steps = Steps::default();
+    if !no_setup {
+        let setup = steps.run("setup (tests/setup-deps.sh)", || {
+            let st = std::process::Command::new("bash")
+                .arg(util::workspace_root().join("tests/setup-deps.sh"))
+                .status()
+                .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
+            anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
+            Ok(())
+        });
+        if setup.is_none() {
+            return steps.finish();
+        }
+    }
+    steps.run("fmt", || cargo(&["fmt", "--all", "--check"]));
+    // Lints (`cargo clippy --all-targets -- -D warnings`): every debug build below compiles the
+    // workspace's crates through clippy's driver (util::lint_env), so each build is also the
+    // lint of what it compiles, and a warning fails it. Between them they cover every target:
+    // the binaries and examples here, the tests in the suites' builds, the crates without their
+    // test knobs in the agent's feature-off run and this first build, the platform as released
+    // (built before the workspace build puts the test one back in target/debug).
+    steps.run("lint + build: the platform without test-knobs", || {
+        cargo_linted(&["build", "--locked", "-p", "gpum-platform", "--lib", "--bins"], &[])
+    });
+    steps.run("lint + build: debug, the workspace with test knobs", || cargo_linted(DEBUG_BUILD, &[]));
+    // The agent whose instructions per heartbeat the regression test counts (bench/cost.rs):
+    // the shipped build with test knobs, sharing every dependency with the release build
+    // below, which runs after it so that the target directory ends with the shipped agent.
+    let cost_bin = steps.run("release: the measured agent", dist::build_measured_agent);
     // The release, built once; the suites then check what was built (the glibc gate, the static
     // platform in an empty container, lintian, the signatures, serving). The second build that
     // proves it reproducible is the release command's (`dist --check-reproducible`,
-    // docs/release.md): it costs about 6 minutes of CI's 40-minute budget and checks the
-    // toolchain more than a change.
+    // docs/release.md): it checks the toolchain more than a change.
     let dist_dir = util::target_dir().join("dist");
-    // A failed dist does not stop the suites (their dist checks then fail too); the exit status
-    // still reports it.
-    let mut dist_result = Ok(());
     if !no_dist {
-        let started = std::time::Instant::now();
         let a = dist::DistArgs {
             key: None,
             check_reproducible: false,
             no_deb: false,
             out: Some(dist_dir.clone()),
         };
-        dist_result = dist::run(a).map_err(|e| anyhow::anyhow!("cargo xtask dist: {e:#}"));
-        if let Err(e) = &dist_result {
-            eprintln!("xtask: {e}");
-        }
-        eprintln!("xtask: dist took {:.0} s", started.elapsed().as_secs_f64());
+        steps.run("release: dist (glibc, musl, .deb, signatures)", || dist::run(a));
     }
-    // The agent whose instructions per heartbeat the regression test counts (bench/cost.rs),
-    // built once here: under nextest a build would start over with another environment.
-    let started = std::time::Instant::now();
-    cargo(bench::cost::BUILD_ARGS)?;
-    eprintln!("xtask: the agent-cost build took {:.0} s", started.elapsed().as_secs_f64());
-    let cost_bin = bench::cost::agent_cost_bin();
     let platform_bin = util::target_dir().join("debug/gpum-platform");
     let docker = util::docker_answers();
     eprintln!(
         "xtask: docker engine {}",
         if docker { "answers" } else { "absent: the Docker tests will fail" }
     );
-    let mut args =
-        vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast", "--features", TEST_FEATURES];
+    // Every test, in one run: those that need something of the machine (root, a Docker engine,
+    // chromium, valgrind, the release build) are `#[ignore = "needs …"]`, so a plain `cargo
+    // nextest run` lists them as skipped rather than passing them; here, where
+    // tests/setup-deps.sh installed what they need, they run beside the rest, and a missing
+    // requirement fails them. `--no-dist` leaves out the ones that check the release.
+    let mut args = vec![
+        "nextest",
+        "run",
+        "--workspace",
+        "--locked",
+        "--no-fail-fast",
+        "--features",
+        TEST_FEATURES,
+        "--run-ignored",
+        "all",
+    ];
+    if no_dist {
+        args.extend(["-E", "not (binary_id(gpum-tests::dist) | test(dist_binaries_pass_the_gate))"]);
+    }
     args.extend(extra.iter().map(String::as_str));
-    let dist_env = dist_dir.to_string_lossy().into_owned();
-    let (cost_env, platform_env) =
-        (cost_bin.to_string_lossy().into_owned(), platform_bin.to_string_lossy().into_owned());
-    let mut env =
-        vec![("GPUM_AGENT_COST_BIN", cost_env.as_str()), ("GPUM_PLATFORM_BIN", platform_env.as_str())];
+    let (dist_env, platform_env) =
+        (dist_dir.to_string_lossy().into_owned(), platform_bin.to_string_lossy().into_owned());
+    let cost_env = cost_bin.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut env = vec![("GPUM_PLATFORM_BIN", platform_env.as_str())];
+    if !cost_env.is_empty() {
+        env.push(("GPUM_AGENT_COST_BIN", cost_env.as_str()));
+    }
     if !no_dist {
         env.push(("GPUM_DIST_DIR", dist_env.as_str()));
     }
-    // Every test that runs anywhere.
-    let suites = util::cargo_env(&args, &env);
-    // The tests that need something of the machine (root, a Docker engine, chromium, valgrind,
-    // the release build) are `#[ignore = "needs …"]`, so a plain `cargo nextest run` lists them
-    // as skipped rather than passing them. Here, where tests/setup-deps.sh installed what they
-    // need, they all run, and a missing requirement fails them. `--no-dist` leaves out the
-    // ones that check the release.
-    let mut ignored = args.clone();
-    ignored.extend(["--run-ignored", "only", "--no-tests", "pass"]);
-    if no_dist {
-        ignored.extend(["-E", "not (binary_id(gpum-tests::dist) | test(dist_binaries_pass_the_gate))"]);
-    }
-    let ignored = util::cargo_env(&ignored, &env);
-    // The agent as it ships, without `test-knobs`: in the runs above, tests/Cargo.toml's
+    steps.run("suites: every test of the workspace", || cargo_linted(&args, &env));
+    // The agent as it ships, without `test-knobs`: in the run above, tests/Cargo.toml's
     // dependency turns the feature on for the whole workspace (feature unification), so the
     // tests that prove a build without it ignores the test knobs (gpum-enroll's
     // `test_knobs_are_unknown_keys_without_the_feature`, `agent/tests/nvml_knob.rs`'s default
     // branch) only compile and run here, where the agent and its enrollment crate are the only
     // packages.
-    let agent_default = util::cargo(&[
-        "nextest",
-        "run",
-        "-p",
-        "gpum-agent",
-        "-p",
-        "gpum-enroll",
-        "--locked",
-        "--no-fail-fast",
-    ]);
+    steps.run("suites: the agent without test-knobs", || {
+        cargo_linted(
+            &["nextest", "run", "-p", "gpum-agent", "-p", "gpum-enroll", "--locked", "--no-fail-fast"],
+            &[],
+        )
+    });
     // The installer's tests over the simulated NVML library need its `test-knobs` (only such a
     // build reads `GPUM_NVML_LIB`); the workspace run above proves the default build ignores it.
-    let knobs = util::cargo(&[
-        "nextest",
-        "run",
-        "-p",
-        "gpum-install",
-        "--locked",
-        "--no-fail-fast",
-        "--features",
-        "gpum-install/test-knobs",
-        "--test",
-        "cli",
-    ]);
-    let suites = dist_result.and(suites).and(ignored).and(knobs).and(agent_default);
-    if no_e2e {
-        return suites;
+    steps.run("suites: the installer with test-knobs", || {
+        cargo_linted(
+            &[
+                "nextest",
+                "run",
+                "-p",
+                "gpum-install",
+                "--locked",
+                "--no-fail-fast",
+                "--features",
+                "gpum-install/test-knobs",
+                "--test",
+                "cli",
+            ],
+            &[],
+        )
+    });
+    if !no_e2e {
+        if docker {
+            // The disk left, printed for the record: a CI machine's free space varies from run
+            // to run (the hosts' data roots are tmpfs for that reason, tests/src/testhost/host.rs).
+            disk_report();
+            steps.run("scenarios (cargo xtask e2e)", || e2e::run(&[], None));
+        } else {
+            steps.run("scenarios (cargo xtask e2e)", || -> Result<()> {
+                anyhow::bail!(
+                    "no Docker Engine answers: the test host scenarios cannot run (--no-e2e skips them)"
+                )
+            });
+        }
     }
-    // The scenarios run even when a suite failed, so one run shows everything; the exit status
-    // still reports the failure.
-    if !docker {
-        anyhow::bail!("no Docker Engine answers: the test host scenarios cannot run (--no-e2e skips them)");
-    }
-    // The disk left, printed for the record: a CI machine's free space varies from run to run
-    // (the hosts' data roots are tmpfs for that reason, tests/src/testhost/host.rs).
-    disk_report();
-    let scenarios = e2e::run(&[], None);
-    suites.and(scenarios)
+    steps.finish()
 }
 
 /// Prints `df -h` for the target directory and Docker's data root (nothing on failure).

@@ -1,6 +1,6 @@
-//! `cargo xtask bench agent`: the running agent's footprint. The `agent-cost` build of
-//! `gpum-agent run` (release optimisation with symbols; `test-knobs` only for the Docker test
-//! scope that keeps it to its own containers) heartbeats at 1 s against the release
+//! `cargo xtask bench agent`: the running agent's footprint. The shipped build of
+//! `gpum-agent run` (`release-small` with its symbol table; `test-knobs` only for the Docker
+//! test scope that keeps it to its own containers: `crate::dist::build_measured_agent`) heartbeats at 1 s against the release
 //! `gpum-platform` on loopback for 5 minutes (`--quick`: 40 s), through a byte-counting TCP
 //! relay, with the real Docker engine when one answers. Then its instructions per steady
 //! heartbeat, by phase, under callgrind (see `cost.rs`): the figure that means the same on
@@ -39,9 +39,9 @@ impl Drop for Kill {
 pub fn run(quick: bool) -> Result<Vec<Row>> {
     let total = if quick { Duration::from_secs(40) } else { Duration::from_secs(300) };
     let warmup = Duration::from_secs(10);
-    crate::util::cargo(super::cost::BUILD_ARGS)?;
+    let agent = crate::dist::build_measured_agent()?;
     let release = crate::util::release_build(&["--locked", "-p", "gpum-platform"])?;
-    let (agent, platform) = (super::cost::agent_cost_bin(), release.join("gpum-platform"));
+    let platform = release.join("gpum-platform");
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

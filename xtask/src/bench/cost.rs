@@ -14,8 +14,9 @@
 //! difference. Work driven on other tasks (hyper's connection tasks, the runtime's own polling,
 //! timers) is not inside any of them and shows as "runtime and the rest".
 //!
-//! The agent is the `agent-cost` profile (release optimisation, line tables and symbols kept)
-//! with `test-knobs`, only so that a Docker test scope keeps it to this run's containers: the
+//! The agent is the shipped build (`release-small`, as `cargo xtask dist` builds it) with its
+//! symbol table kept and `test-knobs`, only so that a Docker test scope keeps it to this run's
+//! containers (`crate::dist::build_measured_agent`): the
 //! real engine is listed every heartbeat, as in production, but no other test's containers are
 //! ever seen, let alone removed. The platform may be any build: its cost is not counted.
 
@@ -35,21 +36,7 @@ pub const LONG: u64 = 35;
 /// The line of `docs/benchmarks.md` that holds the committed figure.
 pub const COMMITTED_KEY: &str = "agent_instructions_per_heartbeat:";
 
-/// The cargo invocation that builds the measured agent (`cargo xtask test` runs it once, before
-/// the suites).
-pub const BUILD_ARGS: &[&str] = &[
-    "build",
-    "--quiet",
-    "--locked",
-    "--profile",
-    "agent-cost",
-    "-p",
-    "gpum-agent",
-    "--features",
-    "gpum-agent/test-knobs",
-];
-
-/// The agent built by [`BUILD_ARGS`].
+/// Where [`crate::dist::build_measured_agent`] puts the measured agent.
 pub fn agent_cost_bin() -> PathBuf {
     crate::util::target_dir().join("agent-cost/gpum-agent")
 }
@@ -60,10 +47,7 @@ pub fn agent_cost_bin() -> PathBuf {
 pub fn run(_quick: bool) -> Result<Vec<super::Row>> {
     let agent = match std::env::var_os("GPUM_AGENT_COST_BIN") {
         Some(p) => PathBuf::from(p),
-        None => {
-            crate::util::cargo(BUILD_ARGS)?;
-            agent_cost_bin()
-        }
+        None => crate::dist::build_measured_agent()?,
     };
     let platform =
         crate::util::release_build(&["--locked", "-p", "gpum-platform", "--bin", "gpum-platform"])?
@@ -141,7 +125,7 @@ impl Drop for Kill {
     }
 }
 
-/// Measures `agent` (an `agent-cost` build) against `platform`, with the real engine when
+/// Measures `agent` (a `build_measured_agent` build) against `platform`, with the real engine when
 /// `docker`.
 pub fn measure(agent: &Path, platform: &Path, docker: bool) -> Result<Cost> {
     if Command::new("valgrind").arg("--version").output().is_err() {

@@ -1,0 +1,2 @@
+// A build script, so that cargo considers the `[build-dependencies]` hakari lists.
+fn main() {}
