@@ -216,6 +216,14 @@ failures! {
         ru: "Не удалось запустить скачанный агент. Скорее всего, /tmp смонтирован с запретом запуска (noexec): замените в команде установки sudo bash на sudo env TMPDIR=/var/tmp bash.",
         en: "Could not run the downloaded agent. Most likely /tmp is mounted noexec: in the install command, replace sudo bash with sudo env TMPDIR=/var/tmp bash.",
     }
+    /// Another `gpum-install` holds the install lock (`/run/gpum-install.lock`), with its pid:
+    /// this copy stopped before changing anything.
+    InstallRunning(pid: String, ("номер процесса", "process id")) {
+        code: exit::PREFLIGHT,
+        who: ("gpum-install", "gpum-install"),
+        ru: "На этой машине уже идёт установка gpum (процесс {pid}). Эта копия ничего не изменила. Дождитесь окончания той установки; если она не завершилась успешно, запустите установщик снова.",
+        en: "A gpum install is already running on this machine (process {pid}). This copy changed nothing. Wait for that install to finish; if it did not succeed, run the installer again.",
+    }
     /// «Установщик нужно запускать от имени root».
     NotRoot {
         code: exit::NOT_ROOT,
@@ -323,6 +331,7 @@ mod tests {
         assert_eq!(PreflightFailed(vec![]).code(), 10);
         assert_eq!(NoSystemd.code(), 14);
         assert_eq!(AgentNoExec.code(), 10);
+        assert_eq!(InstallRunning(String::new()).code(), 10);
         assert_eq!(Download(String::new()).code(), 20);
         assert_eq!(GpuNotInContainer.code(), 31);
         assert_eq!(JoinCodeRejected.code(), 40);

@@ -342,6 +342,12 @@ impl Host for FakeHost {
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
         Ok(self.st.lock().unwrap().locks.get(path).copied())
     }
+    fn try_lock(&self, path: &Path) -> io::Result<Result<crate::HeldLock, i32>> {
+        Ok(match self.st.lock().unwrap().locks.get(path) {
+            Some(pid) => Err(*pid),
+            None => Ok(crate::HeldLock::simulated()),
+        })
+    }
     fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
         Ok(Box::new(FakePartial {
             st: Arc::clone(&self.st),

@@ -151,6 +151,12 @@ pub trait Host: Send + Sync {
     /// with a write lock, `Ok(None)` when none does. Takes no lock and changes nothing.
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>>;
 
+    /// Takes an exclusive POSIX (`fcntl`) write lock on `path` without waiting, creating the
+    /// file 0600 when it is missing. `Ok(Ok(lock))`: held until `lock` is dropped or the
+    /// process ends (even by SIGKILL, so a killed holder never leaves it stuck);
+    /// `Ok(Err(pid))`: another process holds it (its pid, 0 when the kernel did not say).
+    fn try_lock(&self, path: &Path) -> io::Result<Result<HeldLock, i32>>;
+
     /// Starts writing `dest` through a partial file beside it, created O_EXCL with `mode`.
     /// Bytes go to disk as they arrive; [`PartialFile::commit`] fsyncs and renames the partial
     /// file onto `dest`; dropping it uncommitted deletes it. So a download can be hashed while it
@@ -169,6 +175,24 @@ pub trait Host: Send + Sync {
     /// One `GET` over a Unix socket (the Docker Engine API), HTTP/1.0 so the body ends at EOF.
     /// Bounded by a short timeout so a hung daemon cannot hang the caller.
     fn unix_http_get(&self, socket: &Path, path: &str) -> io::Result<UnixHttpResponse>;
+}
+
+/// A lock taken by [`Host::try_lock`], released when dropped.
+#[derive(Debug)]
+pub struct HeldLock {
+    /// The open file that carries the lock (none for the fake host).
+    _file: Option<std::fs::File>,
+}
+
+impl HeldLock {
+    /// The lock of a host whose locks are not the kernel's (the fake host).
+    pub fn simulated() -> HeldLock {
+        HeldLock { _file: None }
+    }
+
+    pub(crate) fn on(file: std::fs::File) -> HeldLock {
+        HeldLock { _file: Some(file) }
+    }
 }
 
 /// What [`Host::lstat`] reports.

@@ -260,6 +260,35 @@ impl Host for RealHost {
         Ok(if fl.l_type == libc::F_UNLCK as libc::c_short { None } else { Some(fl.l_pid) })
     }
 
+    fn try_lock(&self, path: &Path) -> io::Result<Result<crate::HeldLock, i32>> {
+        use std::os::fd::AsRawFd;
+        // O_NOFOLLOW: a symlink planted at `path` is refused, never followed to create a file.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.map(path))?;
+        let mut fl = libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: 0,
+            l_len: 0,
+            l_pid: 0,
+        };
+        match nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_SETLK(&fl)) {
+            Ok(_) => Ok(Ok(crate::HeldLock::on(f))),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
+                // Held: ask by whom (it may have gone in between: then the pid is unknown).
+                nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_GETLK(&mut fl))
+                    .map_err(io::Error::from)?;
+                Ok(Err(if fl.l_type == libc::F_UNLCK as libc::c_short { 0 } else { fl.l_pid }))
+            }
+            Err(e) => Err(io::Error::from(e)),
+        }
+    }
+
     fn create_partial(&self, dest: &Path, mode: u32) -> io::Result<Box<dyn crate::PartialFile>> {
         let dest = self.map(dest);
         let dir = dest.parent().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no parent"))?;

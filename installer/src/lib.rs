@@ -128,6 +128,10 @@ pub fn join_code(host: &dyn Host, flag: Option<&str>, stdin: &mut dyn Read) -> R
     JoinCode::parse(&raw).map_err(|_| Failure::BadJoinCode)
 }
 
+/// The lock one install holds from its gate on ([`Host::try_lock`]: a POSIX lock, released
+/// when the process ends), so that two copies of the one-liner never interleave.
+pub const INSTALL_LOCK: &str = "/run/gpum-install.lock";
+
 /// The install id (`apply::INSTALL_ID`, 128 random bits in a root-only 0600 file): the one
 /// already there, else a new one written before it is first sent.
 pub fn install_id(h: &dyn Host) -> Result<String, Failure> {
@@ -242,6 +246,16 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     if !h.is_dir(Path::new(gpum_preflight::facts::SYSTEMD_RUN_DIR)) {
         return fail(io, &Failure::NoSystemd, lang, json);
     }
+    // One install at a time: the lock is held until this process ends (however it ends), and
+    // a second copy stops here, before it reads the code or changes anything.
+    let _install_lock = match h.try_lock(Path::new(INSTALL_LOCK)) {
+        Ok(Ok(lock)) => lock,
+        Ok(Err(pid)) => {
+            let pid = if pid > 0 { pid.to_string() } else { "?".into() };
+            return fail(io, &Failure::InstallRunning(pid), lang, json);
+        }
+        Err(e) => return fail(io, &Failure::Other(format!("{INSTALL_LOCK}: {e}")), lang, json),
+    };
     let code = match join_code(h, cli.code.as_deref(), io.stdin) {
         Ok(c) => c,
         Err(f) => return fail(io, &f, lang, json),

@@ -244,7 +244,10 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
         }
     }
     let has_runtime = f.docker.has_nvidia_runtime();
-    if need_docker || !has_runtime {
+    // A daemon.json that cannot be parsed is refused by the checks (and never overwritten):
+    // the plan does not promise to merge into it.
+    let daemon_json_usable = !matches!(f.docker.daemon_json, Some(Err(_)));
+    if (need_docker || !has_runtime) && daemon_json_usable {
         steps.push(Step::ConfigureDocker { path: gpum_preflight::facts::DAEMON_JSON.into() });
     }
     if need_docker {

@@ -1,6 +1,7 @@
 //! `run` over `FakeHost`: the dry run changes nothing, the gate keeps its order, the join code
 //! comes from the documented places, and `--json` has the documented shape.
 
+use gpum_common::Failure;
 use gpum_host::fake::FakeHost;
 use gpum_preflight::facts::*;
 use gpum_preflight::gpu::GpuFacts;
@@ -261,6 +262,32 @@ fn dry_run_human_report_in_both_languages_and_exit_10_when_not_ready() {
     assert!(ru.writes().is_empty());
 }
 
+/// Docker with the toolkit but no runtime, and a daemon.json that is not JSON: the check
+/// refuses it, so the plan does not list the merge into it (the installer never touches it).
+#[test]
+fn the_plan_never_promises_to_configure_a_daemon_json_the_checks_refuse() {
+    let h = docker_without_toolkit_running("web");
+    let ok = audit(&h);
+    assert!(ok.plan.steps.iter().any(|s| matches!(s, Step::ConfigureDocker { .. })), "{:?}", ok.plan.steps);
+    let h = h.file("/etc/docker/daemon.json", "{\"log-driver\": ");
+    let bad = audit(&h);
+    assert!(!bad.ready(), "{:?}", bad.findings);
+    assert!(
+        !bad.plan.steps.iter().any(|s| matches!(s, Step::ConfigureDocker { .. })),
+        "{:?}",
+        bad.plan.steps
+    );
+    for lang in LANGS {
+        let r = go(&h, &t4(), &["--dry-run", "--offline", "--lang", lang_arg(lang)], "");
+        assert_eq!(r.code, 10, "{}", r.err);
+        let promise = match lang {
+            gpum_common::Lang::Ru => "добавить среду nvidia",
+            _ => "add the nvidia runtime",
+        };
+        assert!(!r.out.contains(promise), "{}", r.out);
+    }
+}
+
 #[test]
 fn dry_run_needs_no_code_but_checks_one_given() {
     let h = fresh_ubuntu();
@@ -308,6 +335,24 @@ fn the_gate_keeps_its_order() {
     assert_eq!(r.code, 2, "{}", r.err);
     assert!(r.err.contains("--server"), "{}", r.err);
     assert!(h.writes().is_empty(), "{:?}", h.writes());
+}
+
+#[test]
+fn a_second_install_stops_before_anything_while_one_holds_the_lock() {
+    let h = fresh_ubuntu().lock_held(crate::INSTALL_LOCK, 4242);
+    for lang in LANGS {
+        let r = go(
+            &h,
+            &t4(),
+            &["--offline", "--server", "https://p.example", "--yes", "--lang", lang_arg(lang)],
+            &format!("{}\n", valid_code()),
+        );
+        assert_eq!(r.code, 10, "{}", r.err);
+        assert!(r.err.contains(&Failure::InstallRunning("4242".into()).message(lang)), "{}", r.err);
+        assert!(!r.out.contains("[PASS]"), "stopped before the audit: {}", r.out);
+    }
+    assert!(h.writes().is_empty(), "{:?}", h.writes());
+    assert!(h.ran().is_empty(), "{:?}", h.ran());
 }
 
 #[test]

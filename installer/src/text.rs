@@ -79,8 +79,12 @@ gpum_common::texts! {
         Unchanged => ("без изменений", "unchanged"),
         BackupAt => ("резервная копия: {path}", "backup: {path}"),
         LockWait => (
-            "dpkg занят процессом {pid} ({path}); жду его окончания (до 10 минут)…",
-            "dpkg is held by process {pid} ({path}); waiting for it (up to 10 minutes)…",
+            "{path} занят процессом {pid}: идёт другая установка или обновление; жду её окончания (до 10 минут)…",
+            "{path} is held by process {pid}: another install or update is running; waiting for it (up to 10 minutes)…",
+        ),
+        FinishDpkg => (
+            "dpkg был прерван (остановленная установка или обновление): заканчиваю его работу, dpkg --configure -a…",
+            "dpkg was interrupted (a stopped install or update): finishing its work, dpkg --configure -a…",
         ),
         AptSlow => ("это может занять несколько минут…", "this can take a few minutes…"),
         ConfirmRestart => (

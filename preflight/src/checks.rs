@@ -548,6 +548,22 @@ pub fn nvidia_toolkit(f: &Facts, cx: &Context, lang: Lang) -> Finding {
 
 pub fn dpkg_lock(f: &Facts, lang: Lang) -> Finding {
     match &f.dpkg_lock {
+        LockFacts::Free if !f.dpkg_interrupted.is_empty() => {
+            let n = f.dpkg_interrupted.len();
+            Finding::warn(
+                DPKG_LOCK,
+                tr!(
+                    lang,
+                    "dpkg был прерван: остановленная установка или обновление не закончены ({n} в /var/lib/dpkg/updates)",
+                    "dpkg was interrupted: a stopped install or update is unfinished ({n} in /var/lib/dpkg/updates)"
+                ),
+                Some(tr!(
+                    lang,
+                    "установщик сначала закончит её сам: dpkg --configure -a",
+                    "the installer finishes it first: dpkg --configure -a"
+                )),
+            )
+        }
         LockFacts::Free => Finding::pass(DPKG_LOCK, tr!(lang, "dpkg свободен", "dpkg is not locked")),
         LockFacts::Held { path, pid } => {
             let p = path.display();

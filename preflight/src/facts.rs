@@ -29,8 +29,14 @@ pub const MOUNTINFO: &str = "/proc/self/mountinfo";
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 pub const DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
 pub const DPKG_STATUS: &str = "/var/lib/dpkg/status";
-/// apt takes the frontend lock, dpkg the other; either held means another install is running.
-pub const DPKG_LOCKS: &[&str] = &["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock"];
+/// apt takes the frontend lock, dpkg the second, `apt-get update` the package lists' (held by
+/// `apt-daily` on a freshly booted Ubuntu); any held means another install or update is running.
+pub const DPKG_LOCKS: &[&str] =
+    &["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock"];
+/// dpkg's journal: a file here (named by digits) is an operation dpkg began and did not finish
+/// (it was killed, or the machine lost power); apt refuses to install until `dpkg --configure -a`
+/// has replayed it.
+pub const DPKG_UPDATES: &str = "/var/lib/dpkg/updates";
 pub const DEFAULT_DOCKER_SOCKET: &str = env::DEFAULT_DOCKER_SOCKET;
 pub const SYSTEMD_RUN_DIR: &str = "/run/systemd/system";
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin";
@@ -179,6 +185,8 @@ pub struct Facts {
     pub docker: DockerFacts,
     pub toolkit: ToolkitFacts,
     pub dpkg_lock: LockFacts,
+    /// dpkg's unfinished operations ([`dpkg_interrupted`]).
+    pub dpkg_interrupted: Vec<PathBuf>,
     pub existing: ExistingFacts,
     pub platform: PlatformFacts,
 }
@@ -229,6 +237,7 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
             }
         },
         dpkg_lock: lock_facts(host),
+        dpkg_interrupted: dpkg_interrupted(host),
         existing: existing_facts(host, systemd),
         platform: platform_facts(opts),
     }
@@ -299,6 +308,23 @@ fn docker_facts(
         package,
         daemon_json,
     }
+}
+
+/// The journal entries dpkg left unfinished ([`DPKG_UPDATES`]); none when the directory cannot
+/// be read.
+pub fn dpkg_interrupted(host: &dyn Host) -> Vec<PathBuf> {
+    let mut pending: Vec<PathBuf> = host
+        .read_dir(Path::new(DPKG_UPDATES))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    pending.sort();
+    pending
 }
 
 fn lock_facts(host: &dyn Host) -> LockFacts {

@@ -393,6 +393,32 @@ fn dpkg_lock_held_is_a_warning() {
     assert_eq!(checks::dpkg_lock(&f, Lang::En).status, Status::Skip);
 }
 
+#[test]
+fn the_package_lists_lock_counts_as_a_held_lock() {
+    let h = ubuntu_ready().lock_held("/var/lib/apt/lists/lock", 777);
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.dpkg_lock, LockFacts::Held { path: "/var/lib/apt/lists/lock".into(), pid: 777 });
+    let x = r.iter().find(|x| x.id == DPKG_LOCK).unwrap();
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.message.contains("/var/lib/apt/lists/lock") && x.message.contains("777"), "{}", x.message);
+}
+
+#[test]
+fn an_interrupted_dpkg_is_reported_and_left_to_the_install() {
+    let (f, r) = audit(&ubuntu_ready(), &t4());
+    assert!(f.dpkg_interrupted.is_empty());
+    assert_eq!(r.iter().find(|x| x.id == DPKG_LOCK).unwrap().status, Status::Pass);
+    // What a killed dpkg leaves: a journal entry named by digits (other names are not dpkg's).
+    let h = ubuntu_ready().file("/var/lib/dpkg/updates/0001", "").file("/var/lib/dpkg/updates/tmp.i", "");
+    let (f, r) = audit(&h, &t4());
+    assert_eq!(f.dpkg_interrupted, vec![std::path::PathBuf::from("/var/lib/dpkg/updates/0001")]);
+    let x = r.iter().find(|x| x.id == DPKG_LOCK).unwrap();
+    assert_eq!(x.status, Status::Warn);
+    assert!(x.message.contains("interrupted"), "{}", x.message);
+    assert!(x.fix.as_deref().is_some_and(|h| h.contains("dpkg --configure -a")), "{:?}", x.fix);
+    assert!(ready(&r), "the install finishes it: a warning, not a failure");
+}
+
 fn with_state(state: &AgentState) -> FakeHost {
     ubuntu_ready()
         .file("/etc/gpum-agent/config.toml", "token = \"secret\"\n")

@@ -6,7 +6,7 @@ use std::time::UNIX_EPOCH;
 use gpum_common::agent_state;
 use gpum_common::{Failure, Lang};
 use gpum_host::{Cmd, Host, Output};
-use gpum_preflight::facts::LockFacts;
+use gpum_preflight::facts::{DPKG_LOCKS, dpkg_interrupted};
 use gpum_repo_keys::keys;
 use gpum_repo_keys::sources;
 
@@ -23,14 +23,29 @@ pub(super) fn tail(o: &Output) -> String {
     lines[from..].join("\n")
 }
 
+/// How a command ended, for the owner: `exit 100`, or the signal that killed it (no debug
+/// formatting in an owner's message).
+pub(super) fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c}"),
+        None => "killed by a signal".into(),
+    }
+}
+
 /// Runs `cmd`; a failure to start or a non-zero exit is `SetupFailed` with the tool's last lines.
 pub(super) fn must(host: &dyn Host, cmd: &Cmd) -> Result<Output, Failure> {
     match host.run(cmd) {
         Ok(o) if o.success() => Ok(o),
-        Ok(o) => Err(Failure::SetupFailed(format!("{} (exit {:?}):\n{}", cmd.display(), o.code, tail(&o)))),
+        Ok(o) => {
+            Err(Failure::SetupFailed(format!("{} ({}):\n{}", cmd.display(), exit_text(o.code), tail(&o))))
+        }
         Err(e) => Err(Failure::SetupFailed(format!("{}: {e}", cmd.display()))),
     }
 }
+
+/// How often, and how many times, [`Run::wait_for_apt_locks`] looks again: 10 minutes.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+const LOCK_WAIT_POLLS: u32 = 600;
 
 /// apt, non-interactive, waiting for a held dpkg lock instead of failing at once.
 fn apt(args: &[&str]) -> Cmd {
@@ -92,12 +107,14 @@ impl Run<'_> {
                 Ok(Outcome::Done(None))
             }
             Step::AptUpdate => {
-                self.lock_note(rep);
+                self.wait_for_apt_locks(rep)?;
+                self.finish_dpkg(rep)?;
                 must(h, &apt(&["update"]))?;
                 Ok(Outcome::Done(None))
             }
             Step::InstallPackages { packages } => {
-                self.lock_note(rep);
+                self.wait_for_apt_locks(rep)?;
+                self.finish_dpkg(rep)?;
                 rep.note(t(Msg::AptSlow, lang));
                 let mut args = vec![
                     "install",
@@ -143,16 +160,46 @@ impl Run<'_> {
         }
     }
 
-    fn lock_note(&self, rep: &mut Reporter) {
-        if let LockFacts::Held { path, pid } = &self.facts.dpkg_lock
-            && self.host.lock_holder(path).ok().flatten().is_some()
-        {
-            rep.note(
-                &t(Msg::LockWait, self.lang())
-                    .replace("{pid}", &pid.to_string())
-                    .replace("{path}", &path.display().to_string()),
-            );
+    /// Waits, up to 10 minutes, while another process holds dpkg's or the package lists' lock
+    /// (`apt-daily` on a freshly booted Ubuntu holds the lists' for minutes), saying once per
+    /// lock who holds it. apt's own `DPkg::Lock::Timeout` covers a lock taken after this.
+    fn wait_for_apt_locks(&self, rep: &mut Reporter) -> Result<(), Failure> {
+        let h = self.host.as_ref();
+        for lock in DPKG_LOCKS {
+            let path = Path::new(lock);
+            let mut said = false;
+            let mut polls = 0;
+            while let Ok(Some(pid)) = h.lock_holder(path) {
+                if polls == LOCK_WAIT_POLLS {
+                    return Err(Failure::SetupFailed(format!(
+                        "{lock} is still held by process {pid} after 10 minutes"
+                    )));
+                }
+                if !said {
+                    rep.note(
+                        &t(Msg::LockWait, self.lang())
+                            .replace("{pid}", &pid.to_string())
+                            .replace("{path}", lock),
+                    );
+                    said = true;
+                }
+                h.sleep(LOCK_POLL);
+                polls += 1;
+            }
         }
+        Ok(())
+    }
+
+    /// Finishes what an interrupted dpkg left (its journal, [`dpkg_interrupted`]), after saying
+    /// so: apt refuses every install until `dpkg --configure -a` has run.
+    fn finish_dpkg(&self, rep: &mut Reporter) -> Result<(), Failure> {
+        let h = self.host.as_ref();
+        if dpkg_interrupted(h).is_empty() {
+            return Ok(());
+        }
+        rep.note(t(Msg::FinishDpkg, self.lang()));
+        must(h, &Cmd::new("env").args(["DEBIAN_FRONTEND=noninteractive", "dpkg", "--configure", "-a"]))?;
+        Ok(())
     }
 
     fn configure_docker(&mut self, path: &Path) -> Result<Outcome, Failure> {

@@ -118,6 +118,9 @@ fn an_apt_failure_is_exit_30_with_apts_own_lines_and_nothing_after_it_runs() {
     assert_eq!(f.code(), 30);
     assert!(f.message(Lang::En).contains("is not signed"), "{}", f.message(Lang::En));
     assert!(out.contains("[FAIL] 4. refresh package lists"), "{out}");
+    // The exit status as the owner reads it: a number, never Rust's `Some(100)`.
+    assert!(f.message(Lang::En).contains("(exit 100)"), "{}", f.message(Lang::En));
+    assert!(!f.message(Lang::En).contains("Some("), "{}", f.message(Lang::En));
     assert_eq!(ran(&h), [APT_UPDATE], "nothing past the failure");
     // The keys and sources were written, with the pinned keys.
     assert!(h.exists(Path::new("/etc/apt/keyrings/gpum-docker.gpg")));
@@ -130,13 +133,47 @@ fn an_apt_failure_is_exit_30_with_apts_own_lines_and_nothing_after_it_runs() {
 }
 
 #[test]
+fn an_interrupted_dpkg_is_finished_before_apt_runs() {
+    const CONFIGURE: &str = "env DEBIAN_FRONTEND=noninteractive dpkg --configure -a";
+    // The journal entry a killed dpkg leaves; `dpkg --configure -a` replays and removes it.
+    let h = fresh_debian()
+        .file("/var/lib/dpkg/updates/0003", "")
+        .command(CONFIGURE, Ok(Output { code: Some(0), stdout: Vec::new(), stderr: Vec::new() }))
+        .command(
+            APT_UPDATE,
+            Ok(Output { code: Some(100), stdout: Vec::new(), stderr: b"E: stop here".to_vec() }),
+        );
+    let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    assert_eq!(r.unwrap_err().code(), 30, "{out}");
+    assert!(out.contains("dpkg was interrupted"), "said before it runs: {out}");
+    assert_eq!(ran(&h), [CONFIGURE, APT_UPDATE], "dpkg finished first");
+}
+
+#[test]
+fn a_held_package_lists_lock_is_waited_for_and_named() {
+    // apt-daily holds the lists' lock for the whole run here: the install waits its 10 minutes
+    // (the fake host's sleep returns at once), then stops with the holder named, before apt.
+    let h = fresh_debian().lock_held("/var/lib/apt/lists/lock", 5150);
+    let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    let f = r.unwrap_err();
+    assert_eq!(f.code(), 30, "{out}");
+    assert!(
+        out.contains("/var/lib/apt/lists/lock is held by process 5150") && out.contains("up to 10 minutes"),
+        "{out}"
+    );
+    assert!(
+        f.message(Lang::En).contains("still held by process 5150 after 10 minutes"),
+        "{}",
+        f.message(Lang::En)
+    );
+    assert!(!ran(&h).iter().any(|c| c.contains("apt-get")), "{:?}", ran(&h));
+}
+
+#[test]
 fn an_invalid_daemon_json_is_never_overwritten() {
     // Docker present with the toolkit: the plan merges daemon.json and reloads. The file
     // turned invalid after the audit (the gate refuses an invalid one up front).
     let h = configured_debian();
-    let audit_then_break = |h: &FakeHost| h.clone().file("/etc/docker/daemon.json", "{\"log-driver\": ");
-    let host_after = audit_then_break(&h);
-    let host: Arc<dyn Host> = Arc::new(host_after.clone());
     let gpu = t4();
     let audit = crate::Audit::run(
         &h,
@@ -144,6 +181,10 @@ fn an_invalid_daemon_json_is_never_overwritten() {
         &gpum_preflight::GatherOptions { offline: true, server: Some(opts().server), ..Default::default() },
         Lang::En,
     );
+    assert!(audit.ready(), "{:?}", audit.findings);
+    // Broken after the audit (a FakeHost's clones share one machine).
+    let host_after = h.clone().file("/etc/docker/daemon.json", "{\"log-driver\": ");
+    let host: Arc<dyn Host> = Arc::new(host_after.clone());
     let mut out = Vec::new();
     let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
     let f = install(
@@ -156,7 +197,7 @@ fn an_invalid_daemon_json_is_never_overwritten() {
     )
     .unwrap_err();
     assert_eq!(f.code(), 30);
-    assert!(f.message(Lang::En).contains("/etc/docker/daemon.json"));
+    assert!(f.message(Lang::En).contains("/etc/docker/daemon.json"), "{}", f.message(Lang::En));
     assert_eq!(host_after.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap(), "{\"log-driver\": ");
     assert!(ran(&host_after).is_empty(), "no reload after a refused merge: {:?}", ran(&host_after));
 }
@@ -289,6 +330,9 @@ impl<H: Host> Host for During<H> {
     }
     fn lock_holder(&self, p: &Path) -> std::io::Result<Option<i32>> {
         self.inner.lock_holder(p)
+    }
+    fn try_lock(&self, p: &Path) -> std::io::Result<Result<gpum_host::HeldLock, i32>> {
+        self.inner.try_lock(p)
     }
     fn create_partial(&self, dest: &Path, mode: u32) -> std::io::Result<Box<dyn gpum_host::PartialFile>> {
         self.inner.create_partial(dest, mode)

@@ -144,6 +144,24 @@ fn scenarios() -> Vec<Scenario> {
             what: "killed at every checkpoint, then re-run: converges",
             run: crash_rerun,
         },
+        Scenario {
+            name: "two-installs",
+            expect: 0,
+            what: "two copies of the one-liner: the second stops (10), changing nothing; the first installs",
+            run: two_installs,
+        },
+        Scenario {
+            name: "apt-lists-locked",
+            expect: 0,
+            what: "the package lists' lock held (apt-daily): waited for, said, installed",
+            run: apt_lists_locked,
+        },
+        Scenario {
+            name: "dpkg-interrupted",
+            expect: 0,
+            what: "dpkg's journal left unfinished: the dry run says so, the install finishes it",
+            run: dpkg_interrupted,
+        },
     ]
 }
 
@@ -772,6 +790,103 @@ fn checkpoint_of(step: &serde_json::Value) -> Option<String> {
 
 // ------------------------------------------------------------------------------------------
 // Shared steps and checks
+
+/// Polls `cond` (a shell test on the host) every 100 ms for up to `secs`.
+fn wait_until(h: &Host, cond: &str, secs: u64, what: &str) -> Result<()> {
+    let start = Instant::now();
+    while h.sh(cond)?.code != 0 {
+        if start.elapsed() > Duration::from_secs(secs) {
+            bail!("{what}: not within {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// Issue 31: the one-liner started twice. The second copy starts once the first holds the
+/// install lock, stops with its own message, and changes nothing; the first installs.
+fn two_installs(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let (first, second) = std::thread::scope(|sc| -> Result<(Run, Run)> {
+        let first = sc.spawn(|| install(&h, &args, &[], None));
+        // The lock's file appears when the first copy takes the lock (a fresh host has none).
+        wait_until(&h, "test -e /run/gpum-install.lock", 60, "the first install took its lock")?;
+        let second = install(&h, &args, &[], None)?;
+        let first = first.join().map_err(|_| anyhow::anyhow!("the first install's thread panicked"))??;
+        Ok((first, second))
+    })?;
+    let mut o = Outcome::new(&first);
+    o.check(second.code == 10, "the second copy exits 10", &second);
+    o.check(
+        second.all().contains("A gpum install is already running on this machine (process "),
+        "the second copy says another install is running, with its process",
+        &second,
+    );
+    o.check(
+        !second.all().contains("[PASS]") && !second.all().contains("[ ok ]"),
+        "the second copy stopped before the audit and every step",
+        &second,
+    );
+    installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
+
+/// Issue 31: apt-daily holds the package lists' lock (as apt takes it: fcntl) for 30 s when
+/// the install reaches `apt-get update`. perl plays apt-daily (perl-base is in every Debian).
+fn apt_lists_locked(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let hold = r#"use Fcntl;
+open(my $f, ">>", "/var/lib/apt/lists/lock") or die "open: $!";
+# struct flock on x86_64: l_type, l_whence, (pad), l_start, l_len, l_pid, (pad)
+# fcntl writes the struct back: it takes a variable, not a value
+my $lk = pack("s s x4 q q i x4", F_WRLCK, 0, 0, 0, 0);
+fcntl($f, F_SETLK, $lk) or die "lock: $!";
+open(my $m, ">", "/run/lists-held") or die; close($m);
+sleep 30;
+"#;
+    h.write_file("/var/tmp/hold-lists.pl", hold.as_bytes(), 0o644)?;
+    h.sh_ok("setsid nohup perl /var/tmp/hold-lists.pl >/var/tmp/hold-lists.log 2>&1 </dev/null &")?;
+    wait_until(&h, "test -e /run/lists-held", 20, "perl took the package lists' lock")?;
+    let code = h.join_code("1h")?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(
+        r.all().contains("/var/lib/apt/lists/lock is held by process"),
+        "the install waited for the package lists' lock, and said who held it",
+        &r,
+    );
+    installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
+
+/// Issue 31: a dpkg killed in the middle leaves its journal (`/var/lib/dpkg/updates/NNNN`),
+/// after which apt refuses to install ("dpkg was interrupted, you must manually run 'dpkg
+/// --configure -a'"). The dry run says so; the install finishes it and goes on.
+fn dpkg_interrupted(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    h.sh_ok("mkdir -p /var/lib/dpkg/updates && : > /var/lib/dpkg/updates/0001")?;
+    let apt = h.sh("apt-get install -y -s jq")?;
+    let code = h.join_code("1h")?;
+    let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(apt.code != 0 && apt.all().contains("dpkg was interrupted"), "apt itself refuses before", &apt);
+    o.check(
+        dry.code == 0 && dry.all().contains("dpkg was interrupted"),
+        "the dry run says dpkg was interrupted (a warning: the install finishes it)",
+        &dry,
+    );
+    o.check(r.all().contains("finishing its work, dpkg --configure -a"), "the install said what it runs", &r);
+    let journal = h.sh("ls -A /var/lib/dpkg/updates")?;
+    o.check(journal.stdout.trim().is_empty(), "dpkg's journal is replayed", &journal);
+    installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
 
 fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
     let image = match v {
