@@ -680,6 +680,7 @@ impl Core {
                 None => info!("no probe image: the GPU check waits («Ожидает проверки»)"),
             }
             self.probes.image = resp.probe_image.clone();
+            self.file.state.probe_image = resp.probe_image.clone();
         }
         if self.probes.image.is_none() && !self.probes.running {
             self.file.state.verification = Some(VerificationState::AwaitingCheck);
@@ -837,6 +838,7 @@ fn same_but_times(a: &AgentState, b: &AgentState) -> bool {
         connection,
         last_heartbeat_at: _,
         verification,
+        probe_image,
         last_error,
         clock_skew_secs,
         docker_ok,
@@ -847,6 +849,7 @@ fn same_but_times(a: &AgentState, b: &AgentState) -> bool {
         && *server == b.server
         && *connection == b.connection
         && *verification == b.verification
+        && *probe_image == b.probe_image
         && *last_error == b.last_error
         && *clock_skew_secs == b.clock_skew_secs
         && *docker_ok == b.docker_ok

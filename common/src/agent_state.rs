@@ -68,6 +68,11 @@ pub struct AgentState {
     /// The latest probe's verdict, spelled as on the wire (`awaiting_check` | `verified` |
     /// `failed`).
     pub verification: Option<VerificationState>,
+    /// The probe image the platform's last answer named; absent when it names none (the GPU
+    /// check then waits, `awaiting_check`). The installer's repair reads it to know whether
+    /// a check is coming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_image: Option<String>,
     /// The last error, for humans (no secrets).
     pub last_error: Option<String>,
     pub clock_skew_secs: Option<i64>,

@@ -44,7 +44,8 @@ pub struct Cli {
     /// The platform's URL (https://…); checked for reachability over TLS ($GPUM_SERVER).
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
-    /// The join code from your dashboard (else $GPUM_JOIN_CODE, else one line on stdin).
+    /// The join code from your dashboard (else $GPUM_JOIN_CODE, else one line on stdin). Without
+    /// one, an installed agent whose server exists is repaired in place, keeping its server.
     #[arg(long, value_name = "CODE")]
     pub code: Option<String>,
     /// Message language (default: $GPUM_LANG, else LC_ALL / LC_MESSAGES / LANG).

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use gpum_common::{Failure, Lang, detect_lang, exit};
 use gpum_host::{Host, env};
 use gpum_preflight::gpu::GpuProbe;
-use gpum_preflight::{Finding, GatherOptions};
+use gpum_preflight::{Finding, GatherOptions, Registration};
 use gpum_protocol::joincode::JoinCode;
 
 /// The process's standard streams, passed in so tests can capture them.
@@ -49,18 +49,20 @@ pub struct Audit {
 impl Audit {
     /// [`Audit::with_knobs`] with the release values ([`knobs::Knobs::release`]).
     pub fn run(host: &dyn Host, gpu: &dyn GpuProbe, opts: &GatherOptions, lang: Lang) -> Audit {
-        Self::with_knobs(host, gpu, opts, lang, &knobs::Knobs::release())
+        Self::with_knobs(host, gpu, opts, lang, &knobs::Knobs::release(), Registration::Unknown)
     }
 
     /// Gathers (read-only) and checks. The `apt_sources` check joins the preflight checks here,
     /// before `platform`, because it depends on the plan. `knobs` may lower the disk minimum and
-    /// replace the repositories (`test-knobs` only).
+    /// replace the repositories (`test-knobs` only). `registration`: what the install does with
+    /// an installed agent's server ([`registration`]); a repair's plan keeps it.
     pub fn with_knobs(
         host: &dyn Host,
         gpu: &dyn GpuProbe,
         opts: &GatherOptions,
         lang: Lang,
         knobs: &knobs::Knobs,
+        registration: Registration,
     ) -> Audit {
         let facts = gpum_preflight::gather(host, opts, gpu);
         let repos = plan::distro(&facts).map(|d| knobs.repos_for(d));
@@ -71,12 +73,18 @@ impl Audit {
             proxy: proxy_vars(host),
             ca_pem: opts.extra_roots_pem.first().cloned(),
         };
-        let plan = plan::plan(&facts, &input);
+        let mut plan = plan::plan(&facts, &input);
+        if registration == Registration::Keep
+            && let Some(node) = installed_node(host)
+        {
+            plan.keep_registration(&node.node_id);
+        }
         // The checks know what the install will do: a toolkit with a known container escape is
         // a warning when the plan upgrades it.
         let cx = gpum_preflight::Context {
             min_free_bytes: knobs.min_free_bytes().unwrap_or(gpum_preflight::checks::MIN_FREE_BYTES),
             toolkit_will_be_upgraded: plan.installs_toolkit(),
+            registration,
         };
         let mut findings = gpum_preflight::checks::run(&facts, &cx, lang);
         let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
@@ -128,6 +136,14 @@ pub fn join_code(host: &dyn Host, flag: Option<&str>, stdin: &mut dyn Read) -> R
     JoinCode::parse(&raw).map_err(|_| Failure::BadJoinCode)
 }
 
+/// Why a repair cannot go to `server`: the installed agent belongs to another platform.
+fn repair_elsewhere(node: &InstalledNode, server: &str) -> String {
+    format!(
+        "--server {server}: the installed agent (server {}) belongs to {}; a repair keeps its platform",
+        node.node_id, node.server
+    )
+}
+
 /// The lock one install holds from its gate on ([`Host::try_lock`]: a POSIX lock, released
 /// when the process ends), so that two copies of the one-liner never interleave.
 pub const INSTALL_LOCK: &str = "/run/gpum-install.lock";
@@ -153,6 +169,49 @@ pub fn install_id(h: &dyn Host) -> Result<String, Failure> {
     Ok(id)
 }
 
+/// The join code's SHA-256 in hex, as [`apply::JOIN_CODE_HASH`] holds it.
+pub fn code_sha256(code: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(code.trim().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The installed agent a repair keeps: its config loads (token, server, node) and its state
+/// does not say the platform deleted its server or replaced its token.
+pub struct InstalledNode {
+    pub node_id: String,
+    pub server: String,
+}
+
+pub fn installed_node(h: &dyn Host) -> Option<InstalledNode> {
+    let dir = Path::new(gpum_common::agent_state::DEFAULT_STATE_DIR);
+    if let Ok(Some(st)) = gpum_common::agent_state::read(h, dir)
+        && st.stopped.is_some_and(|s| s.reason == gpum_common::agent_state::StopReason::Revoked)
+    {
+        return None;
+    }
+    let cfg =
+        gpum_enroll::config::Config::load(h, Path::new(gpum_common::agent_state::DEFAULT_CONFIG)).ok()?;
+    Some(InstalledNode { node_id: cfg.node_id, server: cfg.server })
+}
+
+/// What an install with `code` does with the installed agent's server: the same code as the
+/// one it was registered with ([`apply::JOIN_CODE_HASH`]) or none repairs in place; another is a
+/// new registration. `None` with `repair == false`: a dry run without a code, not known.
+pub fn registration(h: &dyn Host, code: Option<&JoinCode>, repair: bool) -> Registration {
+    match code {
+        None if repair => Registration::Keep,
+        None => Registration::Unknown,
+        Some(c) => {
+            let stored = h.read_to_string(Path::new(apply::JOIN_CODE_HASH)).unwrap_or_default();
+            if stored.trim() == code_sha256(&c.to_string()) {
+                Registration::SameCode
+            } else {
+                Registration::NewCode
+            }
+        }
+    }
+}
+
 /// Binds the join code to this installation's install id (`POST /api/v1/agent/enroll`).
 fn enroll(h: &dyn Host, opts: &apply::Options) -> Result<(), Failure> {
     let id = install_id(h)?;
@@ -160,7 +219,8 @@ fn enroll(h: &dyn Host, opts: &apply::Options) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::Other(e.to_string()))?;
-    rt.block_on(gpum_enroll::register::enroll(h, &opts.server, opts.ca_file.as_deref(), &opts.code, &id))
+    let code = opts.code.as_deref().ok_or(Failure::NoJoinCode)?;
+    rt.block_on(gpum_enroll::register::enroll(h, &opts.server, opts.ca_file.as_deref(), code, &id))
 }
 
 fn fail(io: &mut Io, f: &Failure, lang: Lang, json: bool) -> i32 {
@@ -220,7 +280,8 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         {
             return fail(io, &Failure::BadJoinCode, lang, false);
         }
-        let audit = Audit::with_knobs(h, gpu, &opts, lang, &knobs);
+        let code = cli.code.as_deref().and_then(|c| JoinCode::parse(c).ok());
+        let audit = Audit::with_knobs(h, gpu, &opts, lang, &knobs, registration(h, code.as_ref(), false));
         let ready = audit.ready();
         if cli.json {
             let _ = report::JsonReport { checks: &audit.findings, plan: &audit.plan, ready }.write(io.stdout);
@@ -256,14 +317,34 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         }
         Err(e) => return fail(io, &Failure::Other(format!("{INSTALL_LOCK}: {e}")), lang, json),
     };
+    // An installed agent whose server still exists can be repaired without a code: the same
+    // one-liner without its code, or with one the platform no longer accepts.
+    let installed = installed_node(h);
     let code = match join_code(h, cli.code.as_deref(), io.stdin) {
-        Ok(c) => c,
+        Ok(c) => Some(c),
+        Err(Failure::NoJoinCode) if installed.is_some() => None,
         Err(f) => return fail(io, &f, lang, json),
+    };
+    let repair = code.is_none().then_some(()).and(installed.as_ref());
+    let server = match (server, repair) {
+        (None, Some(node)) => Some(node.server.clone()),
+        (server, _) => server,
     };
     let Some(server) = server else {
         return fail(io, &Failure::Usage("--server is required to install".into()), lang, json);
     };
-    let audit = Audit::with_knobs(h, gpu, &opts, lang, &knobs);
+    let wanted = server.trim_end_matches('/').to_string();
+    let same_server = |node: &InstalledNode| node.server == wanted;
+    if let Some(node) = repair {
+        if !same_server(node) {
+            return fail(io, &Failure::Usage(repair_elsewhere(node, &server)), lang, json);
+        }
+        apply::Reporter { out: &mut *io.stdout, json, lang }
+            .note(&text::t(text::Msg::Repairing, lang).replace("{node}", &node.node_id));
+    }
+    opts.server = Some(server.clone());
+    let mut audit =
+        Audit::with_knobs(h, gpu, &opts, lang, &knobs, registration(h, code.as_ref(), repair.is_some()));
     if json {
         let mut events = report::Events::new(io.stdout);
         for f in &audit.findings {
@@ -283,8 +364,8 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
         probe_registries = v.split(',').map(str::trim).filter(|r| !r.is_empty()).map(String::from).collect();
     }
     let probe_registries = (!probe_registries.is_empty()).then_some(probe_registries);
-    let aopts = apply::Options {
-        code: code.to_string(),
+    let mut aopts = apply::Options {
+        code: code.as_ref().map(|c| c.to_string()),
         server,
         ca_file,
         yes,
@@ -294,8 +375,20 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     };
     // The first call to the platform, before anything changes: the code is bound to this
     // installation, so that a code seen in a process list is useless to anyone else.
-    if let Err(f) = enroll(h, &aopts) {
-        return fail(io, &f, lang, json);
+    if aopts.code.is_some() {
+        match enroll(h, &aopts) {
+            Ok(()) => {}
+            // The code expired or was used (the "repair the next day" case): the installed
+            // agent keeps its server, and the install repairs the machine in place.
+            Err(Failure::JoinCodeRejected) if installed.as_ref().is_some_and(same_server) => {
+                let node = installed.as_ref().map(|n| n.node_id.as_str()).unwrap_or_default();
+                apply::Reporter { out: &mut *io.stdout, json, lang }
+                    .note(&text::t(text::Msg::CodeRefusedRepairing, lang).replace("{node}", node));
+                audit.plan.keep_registration(node);
+                aopts.code = None;
+            }
+            Err(f) => return fail(io, &f, lang, json),
+        }
     }
     let result = apply::NetFetcher::new(h, &knobs, &aopts).and_then(|fetcher| {
         let mut rep = apply::Reporter { out: &mut *io.stdout, json, lang };

@@ -38,6 +38,9 @@ pub enum Step {
     /// Register with the join code and write the agent's config (0600) with its token (and,
     /// with `--ca-file`, the name of the CA's copy, [`Purpose::AgentCa`]).
     Register { server: String, config: String },
+    /// Keep the installed agent's registration (a repair: no join code, or one the platform no
+    /// longer accepts): its config, token and server stay as they are, checked to be readable.
+    KeepRegistration { node_id: String, config: String },
     /// Write `content` to `path` (created with `mode` from the first byte); skipped when
     /// identical. The JSON shows the mode in octal (`"0644"`) and never the content.
     WriteFile {
@@ -139,7 +142,8 @@ impl Step {
             Step::ConfigureDocker { .. } => "configure_docker".into(),
             Step::ReloadDocker => "reload_docker".into(),
             Step::RestartDocker { .. } => "restart_docker".into(),
-            Step::Register { .. } => "register".into(),
+            // The same checkpoint: a repair stops where an install would.
+            Step::Register { .. } | Step::KeepRegistration { .. } => "register".into(),
             Step::WriteFile { purpose: Purpose::AgentBinary, .. } => "write_agent_binary".into(),
             Step::WriteFile { purpose: Purpose::AgentUnit, .. } => "write_agent_unit".into(),
             Step::WriteFile { purpose: Purpose::AgentProxy, .. } => "write_agent_proxy".into(),
@@ -164,6 +168,16 @@ impl Plan {
             matches!(s, Step::InstallPackages { packages }
                 if packages.iter().any(|p| p == gpum_preflight::facts::TOOLKIT_PACKAGE))
         })
+    }
+
+    /// A repair: the registration step keeps the installed agent's server `node_id` instead of
+    /// registering with a join code.
+    pub fn keep_registration(&mut self, node_id: &str) {
+        for s in &mut self.steps {
+            if let Step::Register { config, .. } = s {
+                *s = Step::KeepRegistration { node_id: node_id.to_string(), config: std::mem::take(config) };
+            }
+        }
     }
 
     /// The containers a Docker restart would stop (empty when there is no restart).
@@ -327,6 +341,9 @@ impl Step {
             }
             Step::Register { server, config } => {
                 tr(Msg::StepRegister).replace("{server}", server).replace("{config}", config)
+            }
+            Step::KeepRegistration { node_id, config } => {
+                tr(Msg::StepKeepRegistration).replace("{node}", node_id).replace("{config}", config)
             }
             Step::WriteFile { path, mode, purpose, .. } => {
                 let what = match purpose {

@@ -51,6 +51,10 @@ gpum_common::texts! {
             "зарегистрировать сервер на {server} по коду подключения; записать {config} (0600) с токеном",
             "register the server with {server} using the join code; write {config} (0600) with its token",
         ),
+        StepKeepRegistration => (
+            "оставить регистрацию установленного агента: сервер {node}, {config} не меняется (починка на месте)",
+            "keep the installed agent's registration: server {node}, {config} unchanged (a repair in place)",
+        ),
         StepWrite => ("записать {path} ({mode}): {what}", "write {path} ({mode}): {what}"),
         StepStart => (
             "включить и (пере)запустить службу {name}, дождаться первого ответа платформы (до {secs} с)",
@@ -93,6 +97,15 @@ gpum_common::texts! {
         ),
         RestartConfirmed => ("перезапуск Docker подтверждён", "the Docker restart was confirmed"),
         NodeRegistered => ("сервер {node}", "server {node}"),
+        RegistrationKept => ("сервер {node} остаётся тем же", "server {node} stays the same"),
+        CodeRefusedRepairing => (
+            "Код подключения не принят (истёк или уже использован). Установленный агент сохраняет свой сервер {node}: установка починит его на месте",
+            "The join code was not accepted (expired or already used). The installed agent keeps its server {node}: the install repairs it in place",
+        ),
+        Repairing => (
+            "Без кода подключения: установленный агент сохраняет свой сервер {node}, установка починит его на месте",
+            "Without a join code: the installed agent keeps its server {node}, and the install repairs it in place",
+        ),
         AgentOnline => (
             "служба работает, платформа приняла первый сигнал",
             "the service runs and the platform accepted its first heartbeat",

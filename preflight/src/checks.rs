@@ -59,12 +59,34 @@ pub struct Context {
     /// The install that follows upgrades the toolkit from NVIDIA's repository, so a toolkit
     /// with a known container escape is a warning with that fix instead of a failure.
     pub toolkit_will_be_upgraded: bool,
+    /// What the install that follows does with an installed agent's server.
+    pub registration: Registration,
+}
+
+/// What the install that follows does with an installed agent's server, which the
+/// `existing_install` check tells the owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// Not known (no install follows, or a dry run without a code): both ways are told.
+    Unknown,
+    /// The join code the installed agent was registered with: the platform answers with the
+    /// same server, and the install repairs the machine in place.
+    SameCode,
+    /// No code, or one the platform no longer accepts: the installed agent keeps its server
+    /// and the install repairs the machine in place.
+    Keep,
+    /// Another code: a new server, which the platform refuses while the old one has the GPUs.
+    NewCode,
 }
 
 /// No install follows (the agent's `doctor`): the real minimum, nothing upgraded.
 impl Default for Context {
     fn default() -> Self {
-        Context { min_free_bytes: MIN_FREE_BYTES, toolkit_will_be_upgraded: false }
+        Context {
+            min_free_bytes: MIN_FREE_BYTES,
+            toolkit_will_be_upgraded: false,
+            registration: Registration::Unknown,
+        }
     }
 }
 
@@ -86,7 +108,7 @@ pub fn run(f: &Facts, cx: &Context, lang: Lang) -> Vec<Finding> {
         docker(f, lang),
         nvidia_toolkit(f, cx, lang),
         dpkg_lock(f, lang),
-        existing_install(f, lang),
+        existing_install(f, cx, lang),
         platform(f, lang),
     ]
 }
@@ -597,7 +619,7 @@ pub fn dpkg_lock(f: &Facts, lang: Lang) -> Finding {
     }
 }
 
-pub fn existing_install(f: &Facts, lang: Lang) -> Finding {
+pub fn existing_install(f: &Facts, cx: &Context, lang: Lang) -> Finding {
     let e = &f.existing;
     if !e.any() {
         return Finding::pass(
@@ -657,19 +679,50 @@ pub fn existing_install(f: &Facts, lang: Lang) -> Finding {
                 (Connection::Unreachable, _) => tr!(lang, "платформа недоступна", "platform unreachable"),
                 (Connection::Stopped, _) => tr!(lang, "остановлен", "stopped"),
             };
-            Finding::warn(
-                EXISTING_INSTALL,
-                tr!(
-                    lang,
-                    "агент gpum уже установлен (сервер {node} на {server}, {conn}); его сервер не удалён",
-                    "a gpum agent is already installed (server {node} on {server}, {conn}); its server was not deleted"
+            match cx.registration {
+                Registration::SameCode => Finding::pass(
+                    EXISTING_INSTALL,
+                    tr!(
+                        lang,
+                        "агент gpum уже установлен с этим кодом подключения (сервер {node} на {server}, {conn}): установка починит его на месте, сервер останется тем же",
+                        "a gpum agent is already installed with this join code (server {node} on {server}, {conn}): the install repairs it in place and keeps the server"
+                    ),
                 ),
-                Some(tr!(
-                    lang,
-                    "сначала удалите тот сервер в личном кабинете, иначе установка остановится с сообщением «Эта видеокарта уже зарегистрирована на другом сервере»",
-                    "delete that server in your dashboard first, otherwise the install stops with \"This GPU is already registered to another server\""
-                )),
-            )
+                Registration::Keep => Finding::pass(
+                    EXISTING_INSTALL,
+                    tr!(
+                        lang,
+                        "агент gpum уже установлен (сервер {node} на {server}, {conn}): установка без нового кода починит его на месте, сервер останется тем же",
+                        "a gpum agent is already installed (server {node} on {server}, {conn}): the install without a new code repairs it in place and keeps the server"
+                    ),
+                ),
+                Registration::NewCode => Finding::warn(
+                    EXISTING_INSTALL,
+                    tr!(
+                        lang,
+                        "агент gpum уже установлен (сервер {node} на {server}, {conn}) с другим кодом подключения; его сервер не удалён",
+                        "a gpum agent is already installed (server {node} on {server}, {conn}) with another join code; its server was not deleted"
+                    ),
+                    Some(tr!(
+                        lang,
+                        "сначала удалите тот сервер в личном кабинете, иначе установка остановится с сообщением «Эта видеокарта уже зарегистрирована на другом сервере»; чтобы только починить установку, запустите установщик без кода",
+                        "delete that server in your dashboard first, otherwise the install stops with \"This GPU is already registered to another server\"; to repair the install only, run the installer without a code"
+                    )),
+                ),
+                Registration::Unknown => Finding::warn(
+                    EXISTING_INSTALL,
+                    tr!(
+                        lang,
+                        "агент gpum уже установлен (сервер {node} на {server}, {conn}); его сервер не удалён",
+                        "a gpum agent is already installed (server {node} on {server}, {conn}); its server was not deleted"
+                    ),
+                    Some(tr!(
+                        lang,
+                        "чтобы починить установку, запустите установщик снова с тем же кодом или без кода: сервер останется тем же; для нового кода сначала удалите тот сервер в личном кабинете, иначе установка остановится с сообщением «Эта видеокарта уже зарегистрирована на другом сервере»",
+                        "to repair the install, run the installer again with the same code or without one: the server stays the same; for a new code, delete that server in your dashboard first, otherwise the install stops with \"This GPU is already registered to another server\""
+                    )),
+                ),
+            }
         }
     }
 }

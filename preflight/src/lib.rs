@@ -16,7 +16,7 @@ pub mod parse;
 
 use serde::Serialize;
 
-pub use checks::{Context, run_all};
+pub use checks::{Context, Registration, run_all};
 pub use facts::{Facts, GatherOptions, gather};
 
 /// The outcome of one check. `Fail` means the install cannot proceed; `Warn` means it can, with

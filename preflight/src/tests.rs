@@ -434,7 +434,11 @@ fn existing_install_reports_its_state_and_whether_its_server_was_deleted() {
         stopped: Some(Stopped { reason: StopReason::Revoked, detail: "node_deleted".into(), at: 1 }),
         ..Default::default()
     };
-    let x = checks::existing_install(&gather(&with_state(&revoked), &offline(), &t4()), Lang::En);
+    let x = checks::existing_install(
+        &gather(&with_state(&revoked), &offline(), &t4()),
+        &Context::default(),
+        Lang::En,
+    );
     assert_eq!(x.status, Status::Pass);
     assert!(x.message.contains("server deleted") && x.message.contains("node-7"), "{}", x.message);
 
@@ -444,7 +448,7 @@ fn existing_install_reports_its_state_and_whether_its_server_was_deleted() {
         ..Default::default()
     };
     let h = with_state(&live);
-    let x = checks::existing_install(&gather(&h, &offline(), &t4()), Lang::Ru);
+    let x = checks::existing_install(&gather(&h, &offline(), &t4()), &Context::default(), Lang::Ru);
     assert_eq!(x.status, Status::Warn);
     assert!(x.fix.unwrap().contains("Эта видеокарта уже зарегистрирована на другом сервере"));
     // The config holds the token: gather looks at its existence only, never its contents.
@@ -461,14 +465,63 @@ fn existing_install_reports_its_state_and_whether_its_server_was_deleted() {
         connection: Connection::Stopped,
         ..Default::default()
     };
-    let x = checks::existing_install(&gather(&with_state(&cfg_err), &offline(), &t4()), Lang::En);
+    let x = checks::existing_install(
+        &gather(&with_state(&cfg_err), &offline(), &t4()),
+        &Context::default(),
+        Lang::En,
+    );
     assert_eq!(x.status, Status::Warn);
     assert!(x.message.contains("configuration error"));
 
     let h = ubuntu_ready().file("/var/lib/gpum-agent/state.json", "{not json");
-    assert_eq!(checks::existing_install(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    assert_eq!(
+        checks::existing_install(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En).status,
+        Status::Warn
+    );
     let h = ubuntu_ready().file("/opt/gpum-agent/gpum-agent", "");
-    assert_eq!(checks::existing_install(&gather(&h, &offline(), &t4()), Lang::En).status, Status::Warn);
+    assert_eq!(
+        checks::existing_install(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En).status,
+        Status::Warn
+    );
+}
+
+/// Issue 31: the finding says what the install that follows does with the installed agent's
+/// server, which only the installer knows (the code it was given against the one recorded).
+#[test]
+fn existing_install_tells_a_repair_from_a_new_registration() {
+    let live = AgentState {
+        node_id: Some("node-8".into()),
+        server: Some("https://gpum.example".into()),
+        connection: Connection::Connected,
+        ..Default::default()
+    };
+    let f = gather(&with_state(&live), &offline(), &t4());
+    let with = |registration| Context { registration, ..Context::default() };
+    for lang in [Lang::En, Lang::Ru] {
+        let same = checks::existing_install(&f, &with(Registration::SameCode), lang);
+        let keep = checks::existing_install(&f, &with(Registration::Keep), lang);
+        let new = checks::existing_install(&f, &with(Registration::NewCode), lang);
+        let unknown = checks::existing_install(&f, &with(Registration::Unknown), lang);
+        // A repair keeps the server: nothing for the owner to do, and no word of deleting it.
+        for x in [&same, &keep] {
+            assert_eq!(x.status, Status::Pass, "{}", x.message);
+            assert!(x.message.contains("node-8"), "{}", x.message);
+            assert!(x.fix.is_none());
+            assert!(!x.message.contains("удалите") && !x.message.contains("delete"), "{}", x.message);
+        }
+        assert_ne!(same.message, keep.message);
+        // A new code while the server exists: the seed's message.
+        assert_eq!(new.status, Status::Warn);
+        let fix = new.fix.unwrap();
+        assert!(
+            fix.contains("Эта видеокарта уже зарегистрирована на другом сервере")
+                || fix.contains("This GPU is already registered to another server"),
+            "{fix}"
+        );
+        // Not known: both ways.
+        assert_eq!(unknown.status, Status::Warn);
+        assert_ne!(unknown.fix, Some(fix));
+    }
 }
 
 #[test]

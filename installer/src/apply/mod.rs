@@ -45,6 +45,10 @@ pub use fetch::{Fetcher, NetFetcher};
 
 /// Where the install id lives (0600); written before the first registration, reused after.
 pub const INSTALL_ID: &str = "/var/lib/gpum-agent/install-id";
+/// The SHA-256 (hex) of the join code the installed agent was registered with (0600), written
+/// with its config: a later run tells the same code (a repair) from a new one before it asks the
+/// platform. The code is single-use and bound to this install id, so its hash opens nothing.
+pub const JOIN_CODE_HASH: &str = "/var/lib/gpum-agent/join-code.sha256";
 /// How often the waits look again.
 const POLL: Duration = Duration::from_millis(500);
 /// Lines of apt's own output quoted in an error.
@@ -53,7 +57,8 @@ const TAIL_LINES: usize = 12;
 /// What the owner asked for.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub code: String,
+    /// The join code; `None` in a repair, whose plan keeps the installed registration.
+    pub code: Option<String>,
     pub server: String,
     pub ca_file: Option<PathBuf>,
     pub yes: bool,
@@ -175,6 +180,8 @@ struct Run<'a> {
     /// The registration's own runtime.
     rt: tokio::runtime::Runtime,
     node: Option<gpum_enroll::register::Registered>,
+    /// A repair kept the installed registration ([`Step::KeepRegistration`]).
+    kept: bool,
     summary: Summary,
 }
 
@@ -215,6 +222,7 @@ pub fn install(
         fetcher,
         rt,
         node: None,
+        kept: false,
         summary: Summary::default(),
     };
     let verified = match run.download() {

@@ -144,6 +144,7 @@ impl Run<'_> {
                 Ok(Outcome::Done(None))
             }
             Step::Register { server, config } => self.register(server, Path::new(config)),
+            Step::KeepRegistration { node_id, config } => self.keep_registration(node_id, Path::new(config)),
             Step::WriteFile { path, mode, content, .. } => {
                 let agent;
                 let data = match content {
@@ -253,17 +254,42 @@ impl Run<'_> {
         // The inventory's Docker version, asked on the socket the audit found (`DOCKER_HOST`'s
         // or the default, as the agent resolves it).
         let engine = async { crate::dockerd::engine_version(h, &self.facts.docker.socket) };
-        let r = self.rt.block_on(gpum_enroll::register::register(
-            host.clone(),
-            &opts,
-            &self.opts.code,
-            engine,
-        ))?;
+        let code = self.opts.code.as_deref().ok_or(Failure::NoJoinCode)?;
+        let r = self.rt.block_on(gpum_enroll::register::register(host.clone(), &opts, code, engine))?;
+        // Which code this server came from, so that a re-run with it is told it repairs.
+        let hash = Path::new(super::JOIN_CODE_HASH);
+        h.write_atomic(hash, format!("{}\n", crate::code_sha256(code)).as_bytes(), 0o600)
+            .map_err(|e| io(hash, e))?;
         self.summary.node_id = r.node_id.clone();
         self.summary.changed.push(format!("{} (0600)", config.display()));
         let detail = t(Msg::NodeRegistered, self.lang()).replace("{node}", &r.node_id);
         self.node = Some(r);
         Ok(Outcome::Done(Some(detail)))
+    }
+
+    /// A repair: the installed agent's config stays as it is, and must load (its token and
+    /// server are what the service will use) and name the server the plan keeps.
+    fn keep_registration(&mut self, node_id: &str, config: &Path) -> Result<Outcome, Failure> {
+        let h = self.host.as_ref();
+        let cfg = gpum_enroll::config::Config::load(h, config)
+            .map_err(|e| Failure::Other(format!("{}: {e}", config.display())))?;
+        if cfg.node_id != node_id {
+            return Err(Failure::Other(format!(
+                "{}: server {} instead of {node_id}",
+                config.display(),
+                gpum_common::text::escape_controls(&cfg.node_id)
+            )));
+        }
+        self.summary.node_id = node_id.to_string();
+        // The platform's probe image is not known without registering: the GPU wait reads the
+        // agent's own result instead ([`Run::gpu_check`]).
+        self.node = Some(gpum_enroll::register::Registered {
+            node_id: node_id.to_string(),
+            heartbeat_interval_secs: 0,
+            probe_image: None,
+        });
+        self.kept = true;
+        Ok(Outcome::Skipped(t(Msg::RegistrationKept, self.lang()).replace("{node}", node_id)))
     }
 
     fn write_file(&mut self, path: &Path, data: &[u8], mode: u32) -> Result<Outcome, Failure> {

@@ -51,7 +51,7 @@ const APT_UPDATE: &str =
 
 fn opts() -> Options {
     Options {
-        code: gpum_protocol::joincode::JoinCode::generate().to_string(),
+        code: Some(gpum_protocol::joincode::JoinCode::generate().to_string()),
         // Nothing listens on port 9: registration fails without a platform.
         server: "http://127.0.0.1:9".into(),
         ca_file: None,
@@ -707,4 +707,89 @@ fn the_summary_names_the_check_as_before() {
     assert_eq!(word(Some(GpuCheck::Known(VerificationState::Verified))), "verified");
     assert_eq!(word(Some(GpuCheck::Known(VerificationState::AwaitingCheck))), "awaiting_check");
     assert_eq!(word(Some(GpuCheck::StillRunning)), "running");
+}
+
+/// Issue 31: after an install, the same code is told apart from a new one (the hash the
+/// registration recorded), and a repair without a code keeps the installed registration: no
+/// call to any platform, the config byte for byte as it was, the service restarted, the same
+/// server in the summary, and the audit's `existing_install` a pass that says so.
+#[test]
+fn a_repair_without_a_code_keeps_the_registration_and_calls_no_platform() {
+    use gpum_preflight::Registration;
+    let o = Options { server: platform(), ..opts() };
+    let (h, host, fx) = machine();
+    let (r, _) = run_once(&host, &o, &NoCheckpoints);
+    assert_eq!(r.unwrap().node_id, NODE);
+    let code = gpum_protocol::joincode::JoinCode::parse(o.code.as_deref().unwrap()).unwrap();
+    let other = gpum_protocol::joincode::JoinCode::generate();
+    let recorded = h.tree().remove(Path::new(JOIN_CODE_HASH));
+    assert!(
+        matches!(recorded, Some(gpum_host::fake::Node::File { mode: 0o600, .. })),
+        "the code's hash, 0600: {recorded:?}"
+    );
+    assert_eq!(crate::registration(&h, Some(&code), false), Registration::SameCode);
+    assert_eq!(crate::registration(&h, Some(&other), false), Registration::NewCode);
+    assert_eq!(crate::registration(&h, None, true), Registration::Keep);
+    assert_eq!(crate::registration(&h, None, false), Registration::Unknown);
+    let node = crate::installed_node(&h).expect("an installed, live agent");
+    assert_eq!((node.node_id.as_str(), node.server.as_str()), (NODE, o.server.as_str()));
+
+    let config = h.read(Path::new(gpum_common::agent_state::DEFAULT_CONFIG)).unwrap();
+    fx.lock().unwrap().agent_runs_with = None;
+    let audit = crate::Audit::with_knobs(
+        host.as_ref(),
+        &t4(),
+        &gpum_preflight::GatherOptions { offline: true, ..Default::default() },
+        Lang::En,
+        &crate::knobs::Knobs::release(),
+        Registration::Keep,
+    );
+    let existing = audit.findings.iter().find(|f| f.id == gpum_preflight::checks::EXISTING_INSTALL).unwrap();
+    assert_eq!(existing.status, gpum_preflight::Status::Pass, "{}", existing.message);
+    assert!(existing.message.contains("repairs it in place"), "{}", existing.message);
+    assert!(
+        audit
+            .plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::KeepRegistration { node_id, .. } if node_id == NODE))
+    );
+    assert!(!audit.plan.steps.iter().any(|s| matches!(s, Step::Register { .. })));
+    // No code, and a server where nothing listens: any registration would fail.
+    let repair = Options { code: None, server: "http://127.0.0.1:9".into(), ..opts() };
+    let mut out = Vec::new();
+    let f = Offline { agent_runs: true, bad_key: false };
+    let r = install(
+        host.clone(),
+        &audit,
+        &f,
+        &NoCheckpoints,
+        &repair,
+        &mut Reporter { out: &mut out, json: false, lang: Lang::En },
+    );
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(r.unwrap().node_id, NODE, "{out}");
+    assert!(out.contains("server n-crash stays the same"), "{out}");
+    assert_eq!(h.read(Path::new(gpum_common::agent_state::DEFAULT_CONFIG)).unwrap(), config);
+    let runs = fx.lock().unwrap().agent_runs_with.clone().expect("the service was restarted");
+    assert_eq!(runs.1, config, "with the kept config");
+}
+
+/// A revoked agent (its server deleted) is nothing to repair: a new code is needed.
+#[test]
+fn a_revoked_agent_is_not_repaired() {
+    use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
+    let o = Options { server: platform(), ..opts() };
+    let (h, host, _fx) = machine();
+    run_once(&host, &o, &NoCheckpoints).0.unwrap();
+    assert!(crate::installed_node(&h).is_some());
+    let st = AgentState {
+        node_id: Some(NODE.into()),
+        connection: Connection::Stopped,
+        stopped: Some(Stopped { reason: StopReason::Revoked, detail: "node_deleted".into(), at: 1 }),
+        ..Default::default()
+    };
+    let path = gpum_common::agent_state::state_path(Path::new(gpum_common::agent_state::DEFAULT_STATE_DIR));
+    h.write_atomic(&path, &serde_json::to_vec(&st).unwrap(), 0o600).unwrap();
+    assert!(crate::installed_node(&h).is_none());
 }

@@ -89,7 +89,17 @@ impl Run<'_> {
     pub(super) fn gpu_check(&mut self, wait_secs: u64, rep: &mut Reporter) -> Result<Outcome, Failure> {
         let h = self.host.as_ref();
         let lang = self.lang();
-        if self.node.as_ref().and_then(|n| n.probe_image.as_ref()).is_none() {
+        // A repair did not register, so the platform's probe image is what the agent's state
+        // says its first answer named (the start step waited for that answer).
+        let probe = if self.kept {
+            agent_state::read(h, Path::new(agent_state::DEFAULT_STATE_DIR))
+                .ok()
+                .flatten()
+                .and_then(|st| st.probe_image)
+        } else {
+            self.node.as_ref().and_then(|n| n.probe_image.clone())
+        };
+        if probe.is_none() {
             self.summary.verification = Some(GpuCheck::Known(VerificationState::AwaitingCheck));
             return Ok(Outcome::Done(Some(t(Msg::AwaitingCheck, lang).into())));
         }

@@ -157,6 +157,12 @@ fn scenarios() -> Vec<Scenario> {
             run: apt_lists_locked,
         },
         Scenario {
+            name: "repair",
+            expect: 0,
+            what: "re-runs: the same code, the same code expired, no code: repaired in place, one server",
+            run: repair,
+        },
+        Scenario {
             name: "dpkg-interrupted",
             expect: 0,
             what: "dpkg's journal left unfinished: the dry run says so, the install finishes it",
@@ -870,7 +876,9 @@ fn dpkg_interrupted(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let h = boot(ctx, s, Variant::DockerAbsent)?;
     set_probe_image(&h)?;
     h.sh_ok("mkdir -p /var/lib/dpkg/updates && : > /var/lib/dpkg/updates/0001")?;
-    let apt = h.sh("apt-get install -y -s jq")?;
+    // Not simulated (-s takes no lock, and apt reads the journal when it locks); jq is
+    // installed already, so apt has nothing to do but refuse.
+    let apt = h.sh("apt-get install -y jq")?;
     let code = h.join_code("1h")?;
     let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
     let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
@@ -885,6 +893,80 @@ fn dpkg_interrupted(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let journal = h.sh("ls -A /var/lib/dpkg/updates")?;
     o.check(journal.stdout.trim().is_empty(), "dpkg's journal is replayed", &journal);
     installed(&h, &mut o, "docker-ce")?;
+    Ok(o)
+}
+
+/// Issue 31: the one-liner run again after a successful install. With the same code the audit
+/// says the install repairs in place (not "delete that server"); the next day, its code expired,
+/// and with no code at all, the installed agent keeps its server and the machine is repaired
+/// (here: its deleted binary comes back). One server on the platform throughout.
+fn repair(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let code = h.join_code("10m")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let r = install(&h, &args, &[], None)?;
+    let mut o = Outcome::new(&r);
+    installed(&h, &mut o, "docker-ce")?;
+    if r.code != 0 {
+        return Ok(o);
+    }
+    let node = h.sh_ok("jq -r .node_id /var/lib/gpum-agent/state.json")?.trim().to_string();
+    let one_server = |o: &mut Outcome, when: &str| -> Result<()> {
+        let n = nodes(&h)?;
+        o.check(
+            n.len() == 1 && n[0].id == node,
+            &format!("{when}: one server on the platform, the first"),
+            &Run::text(&format!("{n:?}")),
+        );
+        let st = h.sh(
+            "systemctl is-active gpum-agent; jq -r '.node_id, .connection' /var/lib/gpum-agent/state.json",
+        )?;
+        o.check(
+            st.stdout.split_whitespace().collect::<Vec<_>>() == ["active", node.as_str(), "connected"],
+            &format!("{when}: the agent runs, connected as that server"),
+            &st,
+        );
+        Ok(())
+    };
+
+    let same = install(&h, &args, &[], None)?;
+    o.check(same.code == 0, "the same code again: exit 0", &same);
+    o.check(
+        same.all().contains("installed with this join code")
+            && same.all().contains("repairs it in place")
+            && !same.all().contains("delete that server"),
+        "the same code: the audit says the install repairs in place, not to delete the server",
+        &same,
+    );
+    one_server(&mut o, "after the same code")?;
+
+    // The next day: the platform's test clock a day on, past the code's 10 minutes and the
+    // enrollment's grace (`ENROLL_GRACE_SECS`, 6 h): the platform refuses the code.
+    h.write_file("/etc/gpum-test/clock", b"86400\n", 0o644)?;
+    let ru = install(&h, &args, &[("LANG", "ru_RU.UTF-8")], None)?;
+    o.check(ru.code == 0, "the same code, expired: exit 0", &ru);
+    o.check(
+        ru.all().contains("Код подключения не принят")
+            && ru.all().contains(&format!("сохраняет свой сервер {node}")),
+        "the expired code: it says (in Russian) the installed agent keeps its server",
+        &ru,
+    );
+    one_server(&mut o, "after the expired code")?;
+
+    // No code at all, and something to repair: the agent's binary is gone.
+    h.sh_ok("rm /opt/gpum-agent/gpum-agent")?;
+    let bare = install(&h, &format!("--ca-file {HOST_CA} --yes"), &[], None)?;
+    o.check(bare.code == 0, "no code: exit 0", &bare);
+    o.check(
+        bare.all().contains("Without a join code")
+            && bare.all().contains(&format!("server {node} stays the same")),
+        "no code: it says it repairs and keeps the server",
+        &bare,
+    );
+    let bin = h.sh("test -x /opt/gpum-agent/gpum-agent")?;
+    o.check(bin.code == 0, "no code: the deleted binary is back", &bin);
+    one_server(&mut o, "after no code")?;
     Ok(o)
 }
 
