@@ -165,7 +165,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "dpkg-interrupted",
             expect: 0,
-            what: "dpkg's journal left unfinished: the dry run says so, the install finishes it",
+            what: "killed while dpkg unpacks: the dry run says so, the same one-liner finishes dpkg's work",
             run: dpkg_interrupted,
         },
     ]
@@ -869,29 +869,46 @@ sleep 30;
     Ok(o)
 }
 
-/// Issue 31: a dpkg killed in the middle leaves its journal (`/var/lib/dpkg/updates/NNNN`),
-/// after which apt refuses to install ("dpkg was interrupted, you must manually run 'dpkg
-/// --configure -a'"). The dry run says so; the install finishes it and goes on.
+/// Issue 31: the install killed (SIGKILL to the installer, apt and dpkg) while dpkg unpacks,
+/// which leaves dpkg's journal (`/var/lib/dpkg/updates/`) and a package half-installed, after
+/// which apt refuses to install ("dpkg was interrupted, you must manually run 'dpkg
+/// --configure -a'"). The dry run says so; the same one-liner finishes dpkg's work and installs.
 fn dpkg_interrupted(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let h = boot(ctx, s, Variant::DockerAbsent)?;
     set_probe_image(&h)?;
-    h.sh_ok("mkdir -p /var/lib/dpkg/updates && : > /var/lib/dpkg/updates/0001")?;
+    let code = h.join_code("1h")?;
+    let args = format!("--code {code} --ca-file {HOST_CA} --yes");
+    let killed = std::thread::scope(|sc| -> Result<Run> {
+        let first = sc.spawn(|| install(&h, &args, &[], None));
+        // apt runs `dpkg … --unpack …` for the downloaded packages. Killed (in the same shell
+        // that saw it) while dpkg's journal holds what it did so far: dpkg folds the journal
+        // into its status file only now and then, and a kill leaves it as a power cut would.
+        wait_until(
+            &h,
+            "if pgrep -f 'dpkg .*--unpack' >/dev/null && [ -n \"$(ls -A /var/lib/dpkg/updates)\" ]; then \
+               pkill -KILL -x gpum-install; pkill -KILL -x apt-get; pkill -KILL -x dpkg; true; \
+             else false; fi",
+            300,
+            "dpkg unpacking, with its journal written",
+        )?;
+        first.join().map_err(|_| anyhow::anyhow!("the first install's thread panicked"))?
+    })?;
     // Not simulated (-s takes no lock, and apt reads the journal when it locks); jq is
     // installed already, so apt has nothing to do but refuse.
-    let apt = h.sh("apt-get install -y jq")?;
-    let code = h.join_code("1h")?;
+    let apt = h.sh("apt-get install -y jq; ls -A /var/lib/dpkg/updates | wc -l")?;
     let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
-    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let r = install(&h, &args, &[], None)?;
     let mut o = Outcome::new(&r);
-    o.check(apt.code != 0 && apt.all().contains("dpkg was interrupted"), "apt itself refuses before", &apt);
+    o.check(killed.code != 0, "the first install was killed", &killed);
+    o.check(apt.all().contains("dpkg was interrupted"), "apt itself refuses after the kill", &apt);
     o.check(
         dry.code == 0 && dry.all().contains("dpkg was interrupted"),
         "the dry run says dpkg was interrupted (a warning: the install finishes it)",
         &dry,
     );
     o.check(r.all().contains("finishing its work, dpkg --configure -a"), "the install said what it runs", &r);
-    let journal = h.sh("ls -A /var/lib/dpkg/updates")?;
-    o.check(journal.stdout.trim().is_empty(), "dpkg's journal is replayed", &journal);
+    let audit = h.sh("ls -A /var/lib/dpkg/updates; dpkg --audit")?;
+    o.check(audit.all().trim().is_empty(), "dpkg's journal is replayed and dpkg --audit is clean", &audit);
     installed(&h, &mut o, "docker-ce")?;
     Ok(o)
 }
