@@ -36,6 +36,7 @@ use crate::plan::{Plan, Purpose, Step};
 use crate::text::{Msg, t};
 
 mod fetch;
+mod progress;
 mod steps;
 #[cfg(test)]
 mod tests;
@@ -176,6 +177,8 @@ struct Run<'a> {
     rt: tokio::runtime::Runtime,
     node: Option<gpum_enroll::register::Registered>,
     summary: Summary,
+    /// What the long steps draw on a terminal.
+    progress: progress::Progress,
 }
 
 /// Runs `plan`, with `checkpoints` after each step. See the module docs.
@@ -216,6 +219,7 @@ pub fn install(
         rt,
         node: None,
         summary: Summary::default(),
+        progress: progress::Progress::new(!rep.json && host.stderr_is_tty(), lang),
     };
     let verified = match run.download() {
         Ok((v, o)) => {
