@@ -6,7 +6,8 @@
 #   dpkg-dev and apt-utils (the local apt repositories), gpg and gpg-agent (their keys), jq,
 #   binutils (ar, strip) and gcc (the simulated NVML library), chromium and chromium-driver (the
 #   dashboard's browser tests, tests/e2e/dashboard.rs), lintian (the release's .deb, docs/release.md),
-#   valgrind (the agent's instructions per heartbeat, counted by callgrind: xtask/src/bench/cost.rs);
+#   valgrind (the agent's instructions per heartbeat, counted by callgrind: xtask/src/bench/cost.rs),
+#   tmux (the test host's progress-tty scenario: the installer in a terminal, its frames sampled);
 # - cargo: cargo-deb, pinned (the .deb that `cargo xtask dist` builds); rustup: the musl target (the
 #   static platform);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
@@ -18,7 +19,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

@@ -37,6 +37,9 @@ struct State {
     ctimes: BTreeMap<PathBuf, SystemTime>,
     /// What [`Host::monotonic`] reads; a test moves it with [`FakeHost::advance`].
     monotonic: Duration,
+    /// The lines a command writes to its status pipe ([`Host::run_with_status`]), by command
+    /// line; see [`FakeHost::status_lines`].
+    status: BTreeMap<String, Vec<String>>,
 }
 
 impl State {
@@ -86,6 +89,8 @@ pub struct FakeHost {
     pub arch: String,
     pub now: SystemTime,
     pub tty: bool,
+    /// What [`Host::stderr_is_tty`] answers.
+    pub stderr_tty: bool,
     /// What [`Host::confirm`] answers: `None` is "no terminal".
     pub answer: Option<bool>,
 }
@@ -98,6 +103,7 @@ impl Default for FakeHost {
             arch: "x86_64".into(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             tty: false,
+            stderr_tty: false,
             answer: None,
         }
     }
@@ -141,6 +147,14 @@ impl FakeHost {
     /// Shorthand: a command that exits 0 with this stdout.
     pub fn command_ok(self, line: &str, stdout: &str) -> Self {
         self.command(line, Ok(Output { code: Some(0), stdout: stdout.as_bytes().to_vec(), stderr: vec![] }))
+    }
+    /// The lines `line` writes to its status pipe when run with [`Host::run_with_status`],
+    /// where the fake's pipe is descriptor 3 (`line` says `3` where the command has
+    /// [`crate::STATUS_FD`]). Its answer is [`FakeHost::command`]'s.
+    pub fn status_lines(self, line: &str, lines: &[&str]) -> Self {
+        let lines = lines.iter().map(|l| l.to_string()).collect();
+        self.st.lock().unwrap().status.insert(line.to_string(), lines);
+        self
     }
     pub fn env_var(self, k: &str, v: &str) -> Self {
         self.st.lock().unwrap().env.insert(k.into(), v.into());
@@ -338,6 +352,21 @@ impl Host for FakeHost {
     fn sleep(&self, _d: Duration) {}
     fn stdin_is_tty(&self) -> bool {
         self.tty
+    }
+    fn stderr_is_tty(&self) -> bool {
+        self.stderr_tty
+    }
+    fn run_with_status(&self, cmd: &Cmd, on_line: &mut dyn FnMut(&str)) -> io::Result<Output> {
+        let cmd =
+            Cmd { args: cmd.args.iter().map(|a| a.replace(crate::STATUS_FD, "3")).collect(), ..cmd.clone() };
+        let lines = self.st.lock().unwrap().status.get(&cmd.display()).cloned().unwrap_or_default();
+        let out = self.run(&cmd);
+        if out.is_ok() {
+            for l in &lines {
+                on_line(l);
+            }
+        }
+        out
     }
     fn lock_holder(&self, path: &Path) -> io::Result<Option<i32>> {
         Ok(self.st.lock().unwrap().locks.get(path).copied())

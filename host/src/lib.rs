@@ -63,6 +63,10 @@ impl Cmd {
     }
 }
 
+/// In an argument of [`Host::run_with_status`]: the number of the status pipe's writing end in
+/// the child.
+pub const STATUS_FD: &str = "{status_fd}";
+
 /// What a finished process left behind.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Output {
@@ -132,6 +136,16 @@ pub trait Host: Send + Sync {
     /// `uname -m` of the machine.
     fn arch(&self) -> String;
     fn stdin_is_tty(&self) -> bool;
+    /// Whether stderr is a terminal, where `gpum-install` draws its progress (a person is
+    /// watching); a pipe, a file or `--json` gets line-by-line output only.
+    fn stderr_is_tty(&self) -> bool;
+
+    /// Runs a process to completion as [`Host::run`] does, with one more pipe for the status
+    /// lines a program writes to a file descriptor it is told the number of (apt's
+    /// `APT::Status-Fd`): every [`STATUS_FD`] in the arguments becomes that number, and
+    /// `on_line` gets each line written to the pipe (without its newline) while the process
+    /// runs. stdout and stderr are collected as [`Host::run`] collects them.
+    fn run_with_status(&self, cmd: &Cmd, on_line: &mut dyn FnMut(&str)) -> io::Result<Output>;
 
     /// Asks a yes/no question on the controlling terminal (`/dev/tty`), which works even when
     /// stdin is the piped install script (`curl … | sudo bash`); the answer defaults to "no".

@@ -219,6 +219,94 @@ impl Host for RealHost {
         io::stdin().is_terminal()
     }
 
+    fn stderr_is_tty(&self) -> bool {
+        use std::io::IsTerminal;
+        io::stderr().is_terminal()
+    }
+
+    fn run_with_status(&self, cmd: &Cmd, on_line: &mut dyn FnMut(&str)) -> io::Result<Output> {
+        use std::io::BufRead;
+        use std::os::fd::AsRawFd;
+        // Both ends are made close-on-exec; the writing end is then left open across exec, so
+        // the child has it under the number its arguments name (the installer starts no other
+        // process meanwhile), and the parent's copy is closed once the child is started.
+        let (reader, writer) = io::pipe()?;
+        nix::fcntl::fcntl(writer.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+            .map_err(io::Error::from)?;
+        let fd = writer.as_raw_fd().to_string();
+        let args: Vec<String> = cmd.args.iter().map(|a| a.replace(crate::STATUS_FD, &fd)).collect();
+        let mut c = Command::new(&cmd.program);
+        c.args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let spawned = c.spawn();
+        drop(writer);
+        let mut child = spawned?;
+        if let Some(data) = &cmd.stdin {
+            let mut sin = child.stdin.take().expect("piped stdin");
+            let _ = sin.write_all(data);
+        }
+        // The status lines come through a channel, so that a descendant that kept the pipe
+        // open (a daemon a package started) cannot hold the caller once the child has ended.
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            let mut r = io::BufReader::new(reader);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        if tx.send(text.trim_end_matches(['\n', '\r']).to_string()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        let (mut so, mut se) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        std::thread::scope(|s| {
+            let out = s.spawn(move || {
+                let mut v = Vec::new();
+                so.read_to_end(&mut v).map(|_| v)
+            });
+            let err = s.spawn(move || {
+                let mut v = Vec::new();
+                se.read_to_end(&mut v).map(|_| v)
+            });
+            let tick = std::time::Duration::from_millis(100);
+            let status = loop {
+                match rx.recv_timeout(tick) {
+                    Ok(l) => on_line(&l),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break child.wait()?,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if let Some(st) = child.try_wait()? {
+                            break st;
+                        }
+                    }
+                }
+            };
+            // What the child wrote before it ended, still in the pipe: the reader ends at the
+            // pipe's end, or gives up after a second when a descendant holds it open.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+                match rx.recv_timeout(left) {
+                    Ok(l) => on_line(&l),
+                    Err(_) => break,
+                }
+            }
+            let join = |h: std::thread::ScopedJoinHandle<'_, io::Result<Vec<u8>>>| {
+                h.join().unwrap_or_else(|_| Err(io::Error::other("reader thread panicked")))
+            };
+            Ok(Output { code: status.code(), stdout: join(out)?, stderr: join(err)? })
+        })
+    }
+
     fn changed(&self, path: &Path) -> io::Result<SystemTime> {
         use std::os::unix::fs::MetadataExt;
         let m = fs::metadata(self.map(path))?;
@@ -407,6 +495,27 @@ impl Drop for RealPartial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status pipe: the child writes to the descriptor its arguments name, the caller gets
+    /// each line as it comes, stdout and stderr are collected apart, and the exit code is kept.
+    #[test]
+    fn a_status_pipe_gives_its_lines_and_leaves_stdout_and_stderr_as_they_were() {
+        let script = "echo 'dlstatus:1:50.0000:Retrieving file 1 of 2' >&$0; echo out; \
+                      echo err >&2; printf 'pmstatus:jq:75.0000:Unpacking jq' >&$0; exit 3";
+        // bash: dash takes a descriptor of one digit only, and the pipe's may have two.
+        let cmd = Cmd::new("bash").args(["-c", script, crate::STATUS_FD]);
+        let mut lines = Vec::new();
+        let out = RealHost::new().run_with_status(&cmd, &mut |l| lines.push(l.to_string())).unwrap();
+        let want = ["dlstatus:1:50.0000:Retrieving file 1 of 2", "pmstatus:jq:75.0000:Unpacking jq"];
+        assert_eq!(lines, want, "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            (out.code, out.stdout_str().as_str(), out.stderr.as_slice()),
+            (Some(3), "out\n", &b"err\n"[..])
+        );
+        // A program that cannot start is an error, as with `run`.
+        let missing = Cmd::new("/nonexistent/program").arg(crate::STATUS_FD);
+        assert!(RealHost::new().run_with_status(&missing, &mut |_| {}).is_err());
+    }
 
     #[test]
     fn partial_file_lands_only_on_commit() {

@@ -183,6 +183,22 @@ pub async fn fetch_verified(
     mode: u32,
     keys: &ReleaseKeys,
 ) -> Result<Fetched, Failure> {
+    fetch_verified_watched(host, client, dl_base, wanted, dest, mode, keys, &mut |_, _| {}).await
+}
+
+/// [`fetch_verified`], telling `progress` the artifact's bytes received and its signed size as
+/// they arrive (the installer's bar on a terminal).
+#[allow(clippy::too_many_arguments)]
+pub async fn fetch_verified_watched(
+    host: &dyn Host,
+    client: &reqwest::Client,
+    dl_base: &str,
+    wanted: &Wanted<'_>,
+    dest: &Path,
+    mode: u32,
+    keys: &ReleaseKeys,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Fetched, Failure> {
     let base = dl_base.trim_end_matches('/');
     let url = format!("{base}/{}", wanted.name);
     let manifest_url = format!("{base}/{MANIFEST}");
@@ -208,9 +224,13 @@ pub async fn fetch_verified(
     let writing = |e: std::io::Error| fail(&url, format!("writing {}: {e}", dest.display()));
     // Dropped on every early return below, which deletes the partial file.
     let mut partial = host.create_partial(dest, mode).map_err(writing)?;
+    let mut received = 0u64;
+    progress(received, size);
     while let Some(chunk) = resp.chunk().await.map_err(|e| fail(&url, e))? {
         verifier.update(&chunk).map_err(|e| fail(&url, e))?;
         partial.write_all(&chunk).map_err(writing)?;
+        received += chunk.len() as u64;
+        progress(received, size);
     }
     let ok = verifier.finish().map_err(|e| fail(&url, e))?;
     partial.commit().map_err(writing)?;

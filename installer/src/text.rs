@@ -166,6 +166,19 @@ gpum_common::texts! {
             "нет конфликтов с добавляемыми репозиториями ({ids})",
             "no clash with the repositories to add ({ids})",
         ),
+        // The progress drawn on stderr when it is a terminal (`crate::apply::progress`); the
+        // step's result line replaces it.
+        ProgressDownload => ("скачиваю агент", "downloading the agent"),
+        ProgressAptUpdate => ("обновляю списки пакетов", "refreshing the package lists"),
+        ProgressAptInstall => ("устанавливаю пакеты", "installing packages"),
+        ProgressDockerRestart => ("перезапускаю Docker", "restarting Docker"),
+        ProgressDockerReload => ("жду, пока Docker перечитает настройки", "waiting for Docker to reload"),
+        ProgressHeartbeat => (
+            "жду первого ответа платформы агенту",
+            "waiting for the agent's first heartbeat",
+        ),
+        ProgressGpuCheck => ("жду проверки видеокарты", "waiting for the GPU check"),
+        ProgressLimit => ("из", "of"),
     }
 }
 

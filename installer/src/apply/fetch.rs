@@ -33,6 +33,18 @@ pub trait Fetcher {
         wanted: &download::Wanted,
         dest: &Path,
     ) -> Result<download::Fetched, Failure>;
+    /// [`Fetcher::agent`], telling `progress` the bytes received and the signed size as they
+    /// arrive (the terminal's bar). Without an override, the bar does not move.
+    fn agent_watched(
+        &self,
+        host: &dyn Host,
+        wanted: &download::Wanted,
+        dest: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<download::Fetched, Failure> {
+        let _ = progress;
+        self.agent(host, wanted, dest)
+    }
     /// Runs the downloaded agent once (`version`); `Err(AgentNoExec)` when it cannot be executed.
     fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure>;
 }
@@ -96,6 +108,24 @@ impl Fetcher for NetFetcher {
             dest,
             0o700,
             &self.keys,
+        ))
+    }
+    fn agent_watched(
+        &self,
+        host: &dyn Host,
+        wanted: &download::Wanted,
+        dest: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<download::Fetched, Failure> {
+        self.rt.block_on(download::fetch_verified_watched(
+            host,
+            &self.client,
+            &self.dl_base,
+            wanted,
+            dest,
+            0o700,
+            &self.keys,
+            progress,
         ))
     }
     fn test_run(&self, host: &dyn Host, path: &Path) -> Result<(), Failure> {
@@ -166,7 +196,10 @@ impl Run<'_> {
             allow_downgrade: self.opts.allow_downgrade,
         };
         let dest = dir.join("gpum-agent");
-        let fetched = self.fetcher.agent(h, &wanted, &dest)?;
+        let bar = self.progress.download();
+        let fetched =
+            self.fetcher.agent_watched(h, &wanted, &dest, &mut |done, total| bar.bytes(done, total))?;
+        drop(bar);
         let version = fetched.version;
         self.fetcher.test_run(h, &dest)?;
         let mut detail = format!("gpum-agent {version}");

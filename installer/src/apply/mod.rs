@@ -36,6 +36,7 @@ use crate::plan::{Plan, Purpose, Step};
 use crate::text::{Msg, t};
 
 mod fetch;
+mod progress;
 mod steps;
 #[cfg(test)]
 mod tests;
@@ -183,6 +184,8 @@ struct Run<'a> {
     /// A repair kept the installed registration ([`Step::KeepRegistration`]).
     kept: bool,
     summary: Summary,
+    /// What the long steps draw on a terminal.
+    progress: progress::Progress,
 }
 
 /// Runs `plan`, with `checkpoints` after each step. See the module docs.
@@ -224,6 +227,7 @@ pub fn install(
         node: None,
         kept: false,
         summary: Summary::default(),
+        progress: progress::Progress::new(!rep.json && host.stderr_is_tty(), lang),
     };
     let verified = match run.download() {
         Ok((v, o)) => {

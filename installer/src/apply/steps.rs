@@ -34,7 +34,12 @@ pub(super) fn exit_text(code: Option<i32>) -> String {
 
 /// Runs `cmd`; a failure to start or a non-zero exit is `SetupFailed` with the tool's last lines.
 pub(super) fn must(host: &dyn Host, cmd: &Cmd) -> Result<Output, Failure> {
-    match host.run(cmd) {
+    checked(cmd, host.run(cmd))
+}
+
+/// What [`must`] makes of `cmd`'s run.
+pub(super) fn checked(cmd: &Cmd, run: std::io::Result<Output>) -> Result<Output, Failure> {
+    match run {
         Ok(o) if o.success() => Ok(o),
         Ok(o) => {
             Err(Failure::SetupFailed(format!("{} ({}):\n{}", cmd.display(), exit_text(o.code), tail(&o))))
@@ -48,7 +53,7 @@ const LOCK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 const LOCK_WAIT_POLLS: u32 = 600;
 
 /// apt, non-interactive, waiting for a held dpkg lock instead of failing at once.
-fn apt(args: &[&str]) -> Cmd {
+pub(super) fn apt(args: &[&str]) -> Cmd {
     Cmd::new("env")
         .args([
             "DEBIAN_FRONTEND=noninteractive",
@@ -109,7 +114,7 @@ impl Run<'_> {
             Step::AptUpdate => {
                 self.wait_for_apt_locks(rep)?;
                 self.finish_dpkg(rep)?;
-                must(h, &apt(&["update"]))?;
+                self.apt_watched(&["update"], Msg::ProgressAptUpdate)?;
                 Ok(Outcome::Done(None))
             }
             Step::InstallPackages { packages } => {
@@ -126,18 +131,20 @@ impl Run<'_> {
                     "Dpkg::Options::=--force-confold",
                 ];
                 args.extend(packages.iter().map(String::as_str));
-                must(h, &apt(&args))?;
+                self.apt_watched(&args, Msg::ProgressAptInstall)?;
                 self.summary.installed.extend(packages.iter().cloned());
                 Ok(Outcome::Done(None))
             }
             Step::ConfigureDocker { path } => self.configure_docker(Path::new(path)),
             Step::ReloadDocker => {
+                let _p = self.progress.wait(Msg::ProgressDockerReload, super::waits::RUNTIME_WAIT);
                 must(h, &Cmd::new("systemctl").args(["reload", "docker"]))?;
                 self.wait_for_runtime()?;
                 self.summary.changed.push("docker: reloaded".into());
                 Ok(Outcome::Done(None))
             }
             Step::RestartDocker { .. } => {
+                let _p = self.progress.wait(Msg::ProgressDockerRestart, super::waits::ENGINE_WAIT);
                 must(h, &Cmd::new("systemctl").args(["restart", "docker"]))?;
                 self.wait_for_engine()?;
                 self.summary.changed.push("docker: restarted".into());

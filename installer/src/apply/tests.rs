@@ -319,6 +319,15 @@ impl<H: Host> Host for During<H> {
     fn stdin_is_tty(&self) -> bool {
         self.inner.stdin_is_tty()
     }
+    fn stderr_is_tty(&self) -> bool {
+        self.inner.stderr_is_tty()
+    }
+    fn run_with_status(&self, cmd: &Cmd, on_line: &mut dyn FnMut(&str)) -> std::io::Result<Output> {
+        // The hook sees the command as it runs: with the fake's status pipe, descriptor 3.
+        let args = cmd.args.iter().map(|a| a.replace(gpum_host::STATUS_FD, "3")).collect();
+        (self.hook)(&self.inner, &Cmd { args, ..cmd.clone() });
+        self.inner.run_with_status(cmd, on_line)
+    }
     fn confirm(&self, prompt: &str) -> std::io::Result<Option<bool>> {
         self.inner.confirm(prompt)
     }
@@ -549,8 +558,12 @@ struct Effects {
 /// [`Effects`]), a Docker restart brings the engine up, the agent, once started, reports itself
 /// connected in its state file as the real one does after its first heartbeat.
 fn machine() -> (FakeHost, Arc<dyn Host>, Arc<std::sync::Mutex<Effects>>) {
+    machine_with(fresh_debian())
+}
+
+/// [`machine`] from `h`.
+fn machine_with(h: FakeHost) -> (FakeHost, Arc<dyn Host>, Arc<std::sync::Mutex<Effects>>) {
     use gpum_common::agent_state::{AgentState, Connection, DEFAULT_STATE_DIR, state_path};
-    let h = fresh_debian();
     let effects = Arc::new(std::sync::Mutex::new(Effects::default()));
     let fx = effects.clone();
     let hook = move |inner: &FakeHost, cmd: &Cmd| {
@@ -792,4 +805,63 @@ fn a_revoked_agent_is_not_repaired() {
     let path = gpum_common::agent_state::state_path(Path::new(gpum_common::agent_state::DEFAULT_STATE_DIR));
     h.write_atomic(&path, &serde_json::to_vec(&st).unwrap(), 0o600).unwrap();
     assert!(crate::installed_node(&h).is_none());
+/// Progress on a terminal (issue 31): only when stderr is a terminal and the output is not
+/// `--json` do the apt runs get a status pipe (`-o APT::Status-Fd=N`, the fake's pipe is 3);
+/// otherwise the same commands run as always. Whichever way, stdout is the same, byte for byte:
+/// the progress is drawn on stderr and cleared before each step's line.
+#[test]
+fn progress_needs_a_terminal_and_changes_no_byte_of_stdout() {
+    const STATUS: &str = "-o APT::Status-Fd=3 ";
+    let o = Options { server: platform(), ..opts() };
+    let run = |stderr_tty: bool, json: bool| {
+        let mut h = fresh_debian();
+        h.stderr_tty = stderr_tty;
+        let h = h.status_lines(
+            &APT_UPDATE.replace("apt-get ", &format!("apt-get {STATUS}")),
+            &["dlstatus:1:50.0000:Retrieving file 1 of 2", "dlstatus:2:100.0000:Retrieving file 2 of 2"],
+        );
+        let (h, host, fx) = machine_with(h);
+        let audit = crate::Audit::run(
+            host.as_ref(),
+            &t4(),
+            &gpum_preflight::GatherOptions {
+                offline: true,
+                server: Some(o.server.clone()),
+                ..Default::default()
+            },
+            Lang::En,
+        );
+        let mut out = Vec::new();
+        let f = Offline { agent_runs: true, bad_key: false };
+        let r = install(
+            host,
+            &audit,
+            &f,
+            &NoCheckpoints,
+            &o,
+            &mut Reporter { out: &mut out, json, lang: Lang::En },
+        );
+        assert_eq!(r.map(|s| s.node_id), Ok(NODE.to_string()));
+        let fx = fx.lock().unwrap().clone();
+        (String::from_utf8(out).unwrap(), ran(&h), fx)
+    };
+    let (plain, plain_ran, plain_fx) = run(false, false);
+    assert!(plain_ran.iter().any(|c| c.contains("apt-get") && c.ends_with(" update")), "{plain_ran:?}");
+    assert!(!plain_ran.iter().any(|c| c.contains("Status-Fd")), "no terminal, no status pipe: {plain_ran:?}");
+    // --json on a terminal: the commands and the output of --json anywhere else.
+    let (json_tty, json_tty_ran, _) = run(true, true);
+    let (json, json_ran, _) = run(false, true);
+    assert_eq!(json_tty_ran, plain_ran);
+    assert_eq!(json_ran, plain_ran);
+    assert_eq!(json_tty, json);
+    assert!(json.lines().all(|l| l.starts_with('{')), "{json}");
+    // A terminal: apt reports through its status pipe; stdout is unchanged.
+    let (tty, tty_ran, tty_fx) = run(true, false);
+    assert_eq!(tty, plain);
+    assert_eq!(tty_fx, plain_fx, "the same effects");
+    let apt: Vec<&String> = tty_ran.iter().filter(|c| c.contains("apt-get")).collect();
+    assert_eq!(apt.len(), 2, "{tty_ran:?}");
+    assert!(apt.iter().all(|c| c.contains(&format!("apt-get {STATUS}"))), "{apt:?}");
+    let without: Vec<String> = tty_ran.iter().map(|c| c.replace(STATUS, "")).collect();
+    assert_eq!(without, plain_ran, "the same commands, apt's with its status pipe");
 }

@@ -13,11 +13,16 @@ use super::steps::must;
 use super::{GpuCheck, Outcome, POLL, Reporter, Run};
 use crate::text::{Msg, t};
 
+/// How long [`Run::wait_for_runtime`] waits for the `nvidia` runtime after a reload.
+pub(super) const RUNTIME_WAIT: Duration = Duration::from_secs(10);
+/// How long [`Run::wait_for_engine`] waits for the engine after a restart.
+pub(super) const ENGINE_WAIT: Duration = Duration::from_secs(60);
+
 impl Run<'_> {
     /// After `systemctl reload docker`: a reload is a SIGHUP, which dockerd applies on its own
     /// time; up to 10 s for the `nvidia` runtime to be listed.
     pub(super) fn wait_for_runtime(&self) -> Result<(), Failure> {
-        for _ in 0..40 {
+        for _ in 0..RUNTIME_WAIT.as_millis() / 250 {
             if self.engine_has_runtime() {
                 return Ok(());
             }
@@ -30,7 +35,7 @@ impl Run<'_> {
 
     /// After `systemctl restart docker`: up to 60 s for the engine to answer.
     pub(super) fn wait_for_engine(&self) -> Result<(), Failure> {
-        for _ in 0..120 {
+        for _ in 0..ENGINE_WAIT.as_millis() / POLL.as_millis() {
             if self.engine_answers() {
                 return Ok(());
             }
@@ -52,6 +57,7 @@ impl Run<'_> {
         let h = self.host.as_ref();
         let node = self.node.as_ref().map(|n| n.node_id.clone()).unwrap_or_default();
         let t0 = h.now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let _p = self.progress.wait(Msg::ProgressHeartbeat, Duration::from_secs(wait_secs));
         for args in [vec!["daemon-reload"], vec!["enable", name]] {
             must(h, &Cmd::new("systemctl").args(args)).map_err(|_| Failure::ServiceFailed)?;
         }
@@ -104,6 +110,7 @@ impl Run<'_> {
             return Ok(Outcome::Done(Some(t(Msg::AwaitingCheck, lang).into())));
         }
         rep.note(&t(Msg::WaitingForCheck, lang).replace("{secs}", &wait_secs.to_string()));
+        let _p = self.progress.wait(Msg::ProgressGpuCheck, Duration::from_secs(wait_secs));
         for _ in 0..wait_secs * 2 {
             if let Ok(Some(st)) = agent_state::read(h, Path::new(agent_state::DEFAULT_STATE_DIR)) {
                 match st.verification {
