@@ -805,6 +805,8 @@ fn a_revoked_agent_is_not_repaired() {
     let path = gpum_common::agent_state::state_path(Path::new(gpum_common::agent_state::DEFAULT_STATE_DIR));
     h.write_atomic(&path, &serde_json::to_vec(&st).unwrap(), 0o600).unwrap();
     assert!(crate::installed_node(&h).is_none());
+}
+
 /// Progress on a terminal (issue 31): only when stderr is a terminal and the output is not
 /// `--json` do the apt runs get a status pipe (`-o APT::Status-Fd=N`, the fake's pipe is 3);
 /// otherwise the same commands run as always. Whichever way, stdout is the same, byte for byte:
