@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use gpum_common::Lang;
 use gpum_common::texts::fill;
+use gpum_host::Host;
 use gpum_preflight::Finding;
 use gpum_repo_keys::pinned::Repo;
-use gpum_repo_keys::sources;
+use gpum_repo_keys::sources::{self, OwnerSource};
 
 use crate::plan::{Plan, Step};
 use crate::text::{Msg, t};
@@ -25,6 +26,30 @@ pub fn planned_repos(plan: &Plan, all: &[Repo]) -> Vec<Repo> {
                 .any(|s| matches!(s, Step::AddRepository(a) if a.repo.id == r.id && a.repo.uri == r.uri))
         })
         .copied()
+        .collect()
+}
+
+/// The owner's sources ([`sources::owner_source`]) for the repositories among `repos` that
+/// `plan` adds: each one an entry (Docker's or NVIDIA's own instructions) whose keyring holds
+/// exactly the pinned key, so the install can use it instead of adding its own. A repository
+/// without one stays in the plan and meets [`check`].
+pub fn owner_sources(
+    host: &dyn Host,
+    files: &[(PathBuf, String)],
+    repos: &[Repo],
+    plan: &Plan,
+) -> Vec<(&'static str, OwnerSource)> {
+    let arch = host.arch();
+    let arch = sources::dpkg_arch(&arch);
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::AddRepository(a) if repos.contains(&a.repo) => {
+                sources::owner_source(host, files, &a.repo, a.suite(), arch, host.now())
+                    .map(|src| (a.repo.id, src))
+            }
+            _ => None,
+        })
         .collect()
 }
 

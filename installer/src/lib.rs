@@ -66,14 +66,25 @@ impl Audit {
     ) -> Audit {
         let facts = gpum_preflight::gather(host, opts, gpu);
         let repos = plan::distro(&facts).map(|d| knobs.repos_for(d));
-        let input = plan::PlanInput {
+        let mut input = plan::PlanInput {
             server: opts.server.clone(),
             repos,
             docker: dockerd::gather(host, &facts),
             proxy: proxy_vars(host),
             ca_pem: opts.extra_roots_pem.first().cloned(),
+            owner_sources: Vec::new(),
         };
         let mut plan = plan::plan(&facts, &input);
+        let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
+        let wanted = apt::planned_repos(&plan, &all);
+        let files =
+            if wanted.is_empty() { Vec::new() } else { gpum_repo_keys::sources::read_apt_sources(host) };
+        // A repository the owner already has, signed by exactly its pinned key, is used as it
+        // is: the plan adds neither its source nor its key.
+        input.owner_sources = apt::owner_sources(host, &files, &wanted, &plan);
+        if !input.owner_sources.is_empty() {
+            plan = plan::plan(&facts, &input);
+        }
         if registration == Registration::Keep
             && let Some(node) = installed_node(host)
         {
@@ -87,10 +98,7 @@ impl Audit {
             registration,
         };
         let mut findings = gpum_preflight::checks::run(&facts, &cx, lang);
-        let all: Vec<_> = repos.map(|r| r.to_vec()).unwrap_or_default();
         let planned = apt::planned_repos(&plan, &all);
-        let files =
-            if planned.is_empty() { Vec::new() } else { gpum_repo_keys::sources::read_apt_sources(host) };
         let apt_finding = apt::check(&files, &planned, lang);
         let at =
             findings.iter().position(|f| f.id == gpum_preflight::checks::PLATFORM).unwrap_or(findings.len());

@@ -8,6 +8,7 @@ use gpum_common::Lang;
 use gpum_common::agent_state;
 use gpum_preflight::Facts;
 use gpum_repo_keys::pinned::{self, Distro, Repo};
+use gpum_repo_keys::sources::OwnerSource;
 use serde::Serialize;
 
 /// One thing the install does, in the order it runs. The dry run prints these; the install
@@ -23,6 +24,11 @@ pub enum Step {
     /// Download the repository's key, refuse it unless its primary fingerprint is pinned, write
     /// it to the keyring, and write the deb822 source.
     AddRepository(AddRepo),
+    /// Use the apt source the owner already has for the repository (Docker's or NVIDIA's own
+    /// instructions), whose keyring holds exactly the pinned key: no source and no key is
+    /// added, and both of the owner's files stay as they are. The first step checks them
+    /// again, before anything changes.
+    UseSource(UseSource),
     /// `apt-get update` (with the new sources).
     AptUpdate,
     /// `apt-get install` of packages that are missing (or too old).
@@ -93,6 +99,38 @@ impl Serialize for AddRepo {
     }
 }
 
+/// A repository served by the owner's own source ([`OwnerSource`]). The JSON shows it flat:
+/// `id`, `uri`, `suite`, `file` (the owner's source), `keyring` (the key it names),
+/// `fingerprints` (the pinned ones; the keyring holds one of them and nothing else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UseSource {
+    pub repo: Repo,
+    pub codename: String,
+    pub source: OwnerSource,
+}
+
+impl UseSource {
+    /// The suite the owner's entry must name.
+    pub fn suite(&self) -> &str {
+        self.repo.suite.unwrap_or(&self.codename)
+    }
+}
+
+impl Serialize for UseSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let r = &self.repo;
+        let mut st = s.serialize_struct("UseSource", 6)?;
+        st.serialize_field("id", r.id)?;
+        st.serialize_field("uri", r.uri)?;
+        st.serialize_field("suite", self.suite())?;
+        st.serialize_field("file", &self.source.file.display().to_string())?;
+        st.serialize_field("keyring", &self.source.keyring)?;
+        st.serialize_field("fingerprints", r.fingerprints)?;
+        st.end()
+    }
+}
+
 fn octal<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{mode:04o}"))
 }
@@ -137,6 +175,7 @@ impl Step {
         match self {
             Step::DownloadAgent { .. } => "download_agent".into(),
             Step::AddRepository(a) => format!("add_repository_{}", a.repo.id),
+            Step::UseSource(u) => format!("use_source_{}", u.repo.id),
             Step::AptUpdate => "apt_update".into(),
             Step::InstallPackages { .. } => "install_packages".into(),
             Step::ConfigureDocker { .. } => "configure_docker".into(),
@@ -205,6 +244,9 @@ pub struct PlanInput {
     pub proxy: Vec<(String, String)>,
     /// `--ca-file`'s bytes, when given: the install copies them for the agent.
     pub ca_pem: Option<Vec<u8>>,
+    /// The owner's sources that serve a repository with exactly its pinned key, by repository
+    /// id ([`gpum_repo_keys::sources::owner_source`]): used instead of adding gpum's own.
+    pub owner_sources: Vec<(&'static str, OwnerSource)>,
 }
 
 /// The distribution whose repositories to use, from os-release.
@@ -244,12 +286,19 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     let need_toolkit = !f.toolkit.present() || crate::dockerd::toolkit_too_old(f);
     if let Some([docker, toolkit]) = input.repos.or_else(|| distro(f).map(pinned::repos_for)) {
         let mut packages: Vec<String> = Vec::new();
+        let repository = |repo: Repo| {
+            let codename = codename.clone();
+            match input.owner_sources.iter().find(|(id, _)| *id == repo.id) {
+                Some((_, source)) => Step::UseSource(UseSource { repo, codename, source: source.clone() }),
+                None => Step::AddRepository(AddRepo { repo, codename }),
+            }
+        };
         if need_docker {
-            steps.push(Step::AddRepository(AddRepo { repo: docker, codename: codename.clone() }));
+            steps.push(repository(docker));
             packages.extend(docker.packages.iter().map(|p| p.to_string()));
         }
         if need_toolkit {
-            steps.push(Step::AddRepository(AddRepo { repo: toolkit, codename: codename.clone() }));
+            steps.push(repository(toolkit));
             packages.extend(toolkit.packages.iter().map(|p| p.to_string()));
         }
         if !packages.is_empty() {
@@ -328,6 +377,15 @@ impl Step {
                     .replace("{key_url}", r.key_url)
                     .replace("{fprs}", &fprs)
                     .replace("{files}", &format!("{}, {}", r.keyring_path(), r.sources_path()))
+            }
+            Step::UseSource(u) => {
+                let r = &u.repo;
+                let fprs = r.fingerprints.iter().map(|f| spaced_fpr(f)).collect::<Vec<_>>().join(", ");
+                tr(Msg::StepUseSource)
+                    .replace("{id}", r.id)
+                    .replace("{file}", &u.source.file.display().to_string())
+                    .replace("{keyring}", &u.source.keyring)
+                    .replace("{fprs}", &fprs)
             }
             Step::AptUpdate => tr(Msg::StepAptUpdate).into(),
             Step::InstallPackages { packages } => {

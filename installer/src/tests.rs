@@ -480,3 +480,140 @@ fn each_step_carries_what_the_install_executes_and_the_json_keeps_its_shape() {
     assert_eq!(toolkit["suite"], "/");
     assert_eq!(toolkit["components"], serde_json::json!([]));
 }
+
+/// The owner followed Docker's and NVIDIA's own instructions before meeting gpum: their sources
+/// are used as they are when each keyring holds exactly the pinned key, and refused as before
+/// (exit 10, `apt_sources`) otherwise.
+mod owner_sources {
+    use super::*;
+    use gpum_preflight::Status;
+    use gpum_repo_keys::keys::verify_repo_key;
+    use gpum_repo_keys::pinned::{DOCKER_UBUNTU, NVIDIA_TOOLKIT, Repo};
+
+    const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.list";
+    const DOCKER_ASC: &str = "/etc/apt/keyrings/docker.asc";
+    /// Docker's instructions for Ubuntu 22.04, verbatim.
+    const DOCKER_LINE: &str = "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu jammy stable\n";
+    const NVIDIA_LIST: &str = "/etc/apt/sources.list.d/nvidia-container-toolkit.list";
+    const NVIDIA_GPG: &str = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg";
+    /// NVIDIA's instructions, verbatim (`$(ARCH)` is apt's).
+    const NVIDIA_LINE: &str = "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n";
+
+    /// The key as `gpg --dearmor` writes it: binary packets.
+    fn binary(repo: &Repo) -> Vec<u8> {
+        verify_repo_key(repo.key_copy, repo, std::time::SystemTime::now()).unwrap().keyring_bytes()
+    }
+
+    /// Docker and a toolkit older than 1.17.8 (which the install upgrades) installed from
+    /// NVIDIA's source, with `keyring` at NVIDIA's keyring path (none: missing).
+    fn old_toolkit_from_nvidias_source(keyring: Option<Vec<u8>>) -> FakeHost {
+        let h = fresh_ubuntu()
+            .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt"))
+            .file("/usr/bin/docker", "")
+            .file("/usr/bin/nvidia-ctk", "")
+            .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"))
+            .file(NVIDIA_LIST, NVIDIA_LINE);
+        match keyring {
+            Some(k) => h.file(NVIDIA_GPG, k),
+            None => h,
+        }
+    }
+
+    fn repo_steps(a: &crate::Audit) -> Vec<String> {
+        a.plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::AddRepository(_) | Step::UseSource(_)))
+            .map(|s| s.checkpoint())
+            .collect()
+    }
+
+    fn apt_finding(a: &crate::Audit) -> &gpum_preflight::Finding {
+        a.findings.iter().find(|f| f.id == crate::apt::APT_SOURCES).unwrap()
+    }
+
+    #[test]
+    fn dockers_layout_with_its_armored_key_is_used_as_it_is() {
+        let h = fresh_ubuntu().file(DOCKER_LIST, DOCKER_LINE).file(DOCKER_ASC, DOCKER_UBUNTU.key_copy);
+        let a = audit(&h);
+        assert!(a.ready(), "{:?}", a.findings);
+        assert_eq!(
+            repo_steps(&a),
+            ["use_source_gpum-docker", "add_repository_gpum-nvidia-container-toolkit"]
+        );
+        let Some(Step::UseSource(u)) = a.plan.steps.iter().find(|s| matches!(s, Step::UseSource(_))) else {
+            panic!("{:?}", a.plan.steps)
+        };
+        assert_eq!(u.source.file, std::path::Path::new(DOCKER_LIST));
+        assert_eq!(u.source.keyring, DOCKER_ASC);
+        assert_eq!(u.source.fingerprint, DOCKER_UBUNTU.fingerprints[0]);
+        assert_eq!(apt_finding(&a).status, Status::Pass);
+        // The dry run says so, naming the file; the JSON step has its documented fields.
+        let r = go(&h, &t4(), &["--dry-run", "--offline", "--lang", "en"], "");
+        assert_eq!(r.code, 0, "{}{}", r.out, r.err);
+        assert!(
+            r.out.contains("use your apt source /etc/apt/sources.list.d/docker.list for gpum-docker: its key /etc/apt/keyrings/docker.asc"),
+            "{}",
+            r.out
+        );
+        let j = go(&h, &t4(), &["--dry-run", "--offline", "--json"], "");
+        let v: Value = serde_json::from_str(&j.out).unwrap();
+        let step = v["plan"].as_array().unwrap().iter().find(|s| s["action"] == "use_source").unwrap();
+        let mut keys: Vec<&str> = step.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["action", "file", "fingerprints", "id", "keyring", "suite", "uri"], "{step}");
+        assert_eq!(step["file"], DOCKER_LIST);
+        assert_eq!(step["suite"], "jammy");
+        assert!(h.writes().is_empty(), "{:?}", h.writes());
+    }
+
+    #[test]
+    fn nvidias_layout_with_its_binary_key_serves_the_toolkits_upgrade() {
+        let h = old_toolkit_from_nvidias_source(Some(binary(&NVIDIA_TOOLKIT)));
+        let a = audit(&h);
+        assert!(a.ready(), "{:?}", a.findings);
+        assert!(a.plan.installs_toolkit(), "{:?}", a.plan.steps);
+        assert_eq!(
+            repo_steps(&a),
+            ["use_source_gpum-nvidia-container-toolkit"],
+            "no source and no key added"
+        );
+        assert_eq!(apt_finding(&a).status, Status::Pass);
+        let runs = snapshot_dry_run("nvidia_source_old_toolkit", &h, &t4());
+        assert!(runs.iter().all(|r| r.code == 0 && r.out.contains(NVIDIA_LIST)));
+        // A current toolkit needs no repository at all: nothing changes for it.
+        let h = old_toolkit_from_nvidias_source(Some(binary(&NVIDIA_TOOLKIT)))
+            .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"));
+        assert!(repo_steps(&audit(&h)).is_empty());
+    }
+
+    #[test]
+    fn a_keyring_without_exactly_the_pinned_key_is_refused_as_before() {
+        let mut extra = binary(&NVIDIA_TOOLKIT);
+        extra.extend(binary(&DOCKER_UBUNTU));
+        for (why, keyring) in [
+            ("another key", Some(binary(&DOCKER_UBUNTU))),
+            ("the pinned key and another", Some(extra)),
+            ("no keyring file", None),
+            ("not a key", Some(b"<html>404</html>".to_vec())),
+        ] {
+            let h = old_toolkit_from_nvidias_source(keyring);
+            let a = audit(&h);
+            assert!(!a.ready(), "{why}");
+            assert_eq!(repo_steps(&a), ["add_repository_gpum-nvidia-container-toolkit"], "{why}");
+            // Today's finding, word for word: the same check on the same files.
+            let today = crate::apt::check(
+                &gpum_repo_keys::sources::read_apt_sources(&h),
+                &[a.repos[1]],
+                gpum_common::Lang::En,
+            );
+            assert_eq!(apt_finding(&a), &today, "{why}");
+            assert_eq!(today.status, Status::Fail);
+            assert!(today.fix.as_deref().unwrap().contains(NVIDIA_LIST), "{why}");
+            let r = go(&h, &t4(), &["--dry-run", "--offline", "--lang", "en"], "");
+            assert_eq!(r.code, 10, "{why}: {}", r.out);
+            assert!(r.out.contains("Conflicting values set for option Signed-By"), "{why}: {}", r.out);
+            assert!(h.writes().is_empty(), "{why}");
+        }
+    }
+}

@@ -26,6 +26,10 @@ gpum_common::texts! {
             "добавить репозиторий {id}: {repo}; ключ {key_url}, принимается только отпечаток {fprs}; файлы {files}",
             "add repository {id}: {repo}; key {key_url}, accepted only with fingerprint {fprs}; files {files}",
         ),
+        StepUseSource => (
+            "использовать ваш источник apt {file} для {id}: его ключ {keyring} — ровно закреплённый, отпечаток {fprs}; источник и ключ не меняются",
+            "use your apt source {file} for {id}: its key {keyring} is exactly the pinned one, fingerprint {fprs}; the source and the key are not changed",
+        ),
         StepAptUpdate => (
             "обновить списки пакетов (apt-get update)",
             "refresh package lists (apt-get update)",
@@ -80,6 +84,7 @@ gpum_common::texts! {
             "repository keys verified against their pinned fingerprints: {ids}",
         ),
         AlreadyPresent => ("уже есть", "already present"),
+        SourceKept => ("ваш источник и ключ оставлены как есть", "your source and key are left as they are"),
         Unchanged => ("без изменений", "unchanged"),
         BackupAt => ("резервная копия: {path}", "backup: {path}"),
         LockWait => (
@@ -136,6 +141,10 @@ gpum_common::texts! {
         LeftToolkit => (
             "NVIDIA Container Toolkit (уже был установлен)",
             "the NVIDIA Container Toolkit (already installed)",
+        ),
+        LeftSource => (
+            "ваш источник apt {file} и ключ {keyring}",
+            "your apt source {file} and its key {keyring}",
         ),
         LeftContainers => ("ваши контейнеры, образы и тома", "your containers, images and volumes"),
         LeftDaemonJson => (

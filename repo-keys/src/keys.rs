@@ -86,6 +86,42 @@ pub fn verify_repo_key(data: &[u8], repo: &Repo, now: SystemTime) -> Result<Veri
     verify_key(data, repo.fingerprints, now)
 }
 
+/// Why a keyring file the owner's apt source names is not used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyringError {
+    /// apt reads `*.asc` as armor and every other name as a binary keyring; gpum accepts only
+    /// those two names, each in the form apt will read it.
+    #[error("{0}: apt reads a keyring named like this in another form than the file has")]
+    Form(String),
+    #[error("{0}: {1}")]
+    Key(String, KeyError),
+}
+
+/// Checks a keyring file that an existing apt source names (`signed-by=PATH`): it must be in
+/// the form apt reads for its name (`.asc` armored, `.gpg` binary; any other name is refused),
+/// and hold exactly one certificate whose primary fingerprint is one of `fingerprints` and
+/// which can sign now: the same rules as a downloaded key ([`verify_key`]), so a keyring with
+/// the pinned key and any other key beside it is refused.
+pub fn verify_keyring_file(
+    path: &str,
+    data: &[u8],
+    fingerprints: &[&str],
+    now: SystemTime,
+) -> Result<VerifiedKey, KeyringError> {
+    let armored = data.trim_ascii_start().starts_with(b"-----BEGIN PGP PUBLIC KEY BLOCK-----");
+    let form_ok = if path.ends_with(".asc") {
+        armored
+    } else if path.ends_with(".gpg") {
+        !data.is_empty() && !data.trim_ascii_start().starts_with(b"-----")
+    } else {
+        false
+    };
+    if !form_ok {
+        return Err(KeyringError::Form(path.to_string()));
+    }
+    verify_key(data, fingerprints, now).map_err(|e| KeyringError::Key(path.to_string(), e))
+}
+
 /// Whether the certificate is valid at `now` under the standard policy (primary not expired,
 /// not revoked) and has at least one signing-capable key that is alive and not revoked.
 /// The primary key counts when its self-signature grants signing, which is how the NVIDIA key

@@ -38,6 +38,11 @@ pub struct Entry {
     /// The `signed-by` option / `Signed-By:` field as written (a path, fingerprints, or an
     /// inline armored key), trimmed. `None` when absent.
     pub signed_by: Option<String>,
+    /// The `arch=` option / `Architectures:` field; empty when absent (every architecture).
+    pub architectures: Vec<String>,
+    /// The names of every other option or field (`trusted`, `allow-insecure`, `arch+`, …), as
+    /// written: whatever they do, gpum does not rely on an entry that has one.
+    pub other_options: Vec<String>,
 }
 
 /// Parses the files apt reads into entries; disabled and commented-out entries are skipped.
@@ -92,11 +97,16 @@ pub fn parse_one_line(path: &Path, text: &str) -> Vec<Entry> {
         let mut words = rest.split_whitespace();
         let (Some(uri), Some(suite)) = (words.next(), words.next()) else { continue };
         let mut signed_by = None;
+        let mut architectures = Vec::new();
+        let mut other_options = Vec::new();
         for opt in opts.split_whitespace() {
-            if let Some((k, v)) = opt.split_once('=')
-                && k.eq_ignore_ascii_case("signed-by")
-            {
-                signed_by = Some(v.trim().to_string());
+            match opt.split_once('=') {
+                Some((k, v)) if k.eq_ignore_ascii_case("signed-by") => signed_by = Some(v.trim().to_string()),
+                Some((k, v)) if k.eq_ignore_ascii_case("arch") => {
+                    architectures = v.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect()
+                }
+                Some((k, _)) => other_options.push(k.to_string()),
+                None => other_options.push(opt.to_string()),
             }
         }
         out.push(Entry {
@@ -107,6 +117,8 @@ pub fn parse_one_line(path: &Path, text: &str) -> Vec<Entry> {
             suites: vec![suite.to_string()],
             components: words.map(str::to_string).collect(),
             signed_by,
+            architectures,
+            other_options,
         });
     }
     out
@@ -128,6 +140,13 @@ pub fn parse_deb822(path: &Path, text: &str) -> Vec<Entry> {
         let words =
             |k: &str| get(k).map(|v| v.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
         let enabled = get("Enabled").map(|v| !v.eq_ignore_ascii_case("no")).unwrap_or(true);
+        const KNOWN: [&str; 7] =
+            ["Types", "URIs", "Suites", "Components", "Signed-By", "Architectures", "Enabled"];
+        let other_options = fields
+            .iter()
+            .filter(|(n, _)| !KNOWN.iter().any(|k| n.eq_ignore_ascii_case(k)))
+            .map(|(n, _)| n.clone())
+            .collect();
         if enabled {
             out.push(Entry {
                 file: path.to_path_buf(),
@@ -137,6 +156,8 @@ pub fn parse_deb822(path: &Path, text: &str) -> Vec<Entry> {
                 suites: words("Suites"),
                 components: words("Components"),
                 signed_by: get("Signed-By").filter(|v| !v.is_empty()),
+                architectures: words("Architectures"),
+                other_options,
             });
         }
         fields.clear();
@@ -235,6 +256,100 @@ pub fn conflicts(files: &[(PathBuf, String)], repo: &Repo) -> Vec<Conflict> {
         out.push(Conflict { repo_id: repo.id, file: e.file.clone(), line: e.line, uri: uri.clone(), kind });
     }
     out
+}
+
+/// An apt source the owner already has for one of gpum's repositories (Docker's `docker.list`
+/// with `/etc/apt/keyrings/docker.asc`, NVIDIA's `nvidia-container-toolkit.list` with
+/// `/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg`), which the install uses as it
+/// is instead of adding its own: found by [`owner_source`] only when its keyring holds exactly
+/// the pinned key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerSource {
+    /// The file with the entry (the first, when several agree).
+    pub file: PathBuf,
+    pub line: usize,
+    /// The keyring its `signed-by` names.
+    pub keyring: String,
+    /// The pinned primary fingerprint the keyring holds, upper-case hex.
+    pub fingerprint: String,
+}
+
+/// The entry (and the keyring path it names) that the owner's sources give for `repo`, when
+/// every entry apt has for the repository's URI agrees with what gpum would write: the same
+/// suite (`suite`), the components gpum needs, this architecture (`arch`, dpkg's name) among
+/// its own, one and the same `signed-by` keyring file (an absolute path ending `.asc` or
+/// `.gpg`), no other option (`trusted=yes` and the like), and none in gpum's own file. `None`
+/// at the least doubt: the install then adds its own source, and [`conflicts`] reports the
+/// owner's entries as today. The keyring's contents are [`owner_source`]'s to check.
+pub fn owner_entry(
+    files: &[(PathBuf, String)],
+    repo: &Repo,
+    suite: &str,
+    arch: &str,
+) -> Option<(Entry, String)> {
+    let ours = PathBuf::from(repo.sources_path());
+    let matching: Vec<Entry> =
+        parse_files(files).into_iter().filter(|e| e.uris.iter().any(|u| same_uri(u, repo.uri))).collect();
+    let first = matching.first()?;
+    let keyring = first.signed_by.clone()?;
+    let path_ok = keyring.starts_with('/')
+        && !keyring.chars().any(char::is_whitespace)
+        && (keyring.ends_with(".asc") || keyring.ends_with(".gpg"));
+    if !path_ok {
+        return None;
+    }
+    let agrees = |e: &Entry| {
+        e.file != ours
+            && e.signed_by.as_deref() == Some(keyring.as_str())
+            && e.other_options.is_empty()
+            && !e.types.is_empty()
+            && e.types.iter().all(|t| t == "deb" || t == "deb-src")
+            && e.suites == [suite]
+    };
+    if !matching.iter().all(agrees) {
+        return None;
+    }
+    let serves = |e: &&Entry| {
+        e.types.iter().any(|t| t == "deb")
+            && repo.components.iter().all(|c| e.components.iter().any(|x| x == c))
+            && (e.architectures.is_empty() || e.architectures.iter().any(|a| a == arch))
+    };
+    let entry = matching.iter().find(serves)?.clone();
+    Some((entry, keyring))
+}
+
+/// The owner's source for `repo` ([`owner_entry`]) when its keyring file holds exactly the
+/// pinned key ([`keys::verify_keyring_file`]), and it and the source's file are plain files
+/// that only root can change (a keyring a user could rewrite is no pinned key). `None` at the
+/// least doubt (missing, unreadable, another key, an extra key, another form): the install then
+/// adds its own, and the `apt_sources` check refuses the clash as before.
+pub fn owner_source(
+    host: &dyn Host,
+    files: &[(PathBuf, String)],
+    repo: &Repo,
+    suite: &str,
+    arch: &str,
+    now: std::time::SystemTime,
+) -> Option<OwnerSource> {
+    let (entry, keyring) = owner_entry(files, repo, suite, arch)?;
+    let root_only = |p: &Path| {
+        host.lstat(p).is_ok_and(|s| s.kind == gpum_host::FileKind::File && s.uid == 0 && s.mode & 0o022 == 0)
+    };
+    if !root_only(&entry.file) || !root_only(Path::new(&keyring)) {
+        return None;
+    }
+    let data = host.read(Path::new(&keyring)).ok()?;
+    let key = crate::keys::verify_keyring_file(&keyring, &data, repo.fingerprints, now).ok()?;
+    Some(OwnerSource { file: entry.file, line: entry.line, keyring, fingerprint: key.fingerprint })
+}
+
+/// dpkg's name for the machine's architecture (`uname -m`).
+pub fn dpkg_arch(uname_m: &str) -> &str {
+    match uname_m {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
 }
 
 /// apt compares URIs after normalising a trailing slash; scheme and host are case-insensitive.
@@ -434,6 +549,190 @@ mod tests {
         // What was written is what a re-run reads back, and it is not a conflict with itself.
         assert!(conflicts(&read_apt_sources(&host), &DOCKER_UBUNTU).is_empty());
         assert_eq!(read_apt_sources(&host).len(), 1);
+    }
+
+    mod owner {
+        use super::*;
+        use gpum_host::fake::FakeHost;
+        use gpum_host::{FileKind, FileStat};
+        use sequoia_openpgp::Cert;
+        use sequoia_openpgp::parse::Parse;
+        use sequoia_openpgp::serialize::SerializeInto;
+        use std::time::SystemTime;
+
+        const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.list";
+        const DOCKER_ASC: &str = "/etc/apt/keyrings/docker.asc";
+        const NVIDIA_LIST_PATH: &str = "/etc/apt/sources.list.d/nvidia-container-toolkit.list";
+        const NVIDIA_GPG: &str = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg";
+
+        /// `gpg --dearmor` of an armored key: its binary packets.
+        fn dearmor(armored: &[u8]) -> Vec<u8> {
+            let mut r = sequoia_openpgp::armor::Reader::from_bytes(
+                armored,
+                sequoia_openpgp::armor::ReaderMode::Tolerant(None),
+            );
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut r, &mut out).unwrap();
+            out
+        }
+
+        /// One armor block holding these binary packets.
+        fn armor(binary: &[u8]) -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut w =
+                sequoia_openpgp::armor::Writer::new(&mut out, sequoia_openpgp::armor::Kind::PublicKey)
+                    .unwrap();
+            std::io::Write::write_all(&mut w, binary).unwrap();
+            w.finalize().unwrap();
+            out
+        }
+
+        fn other_key() -> Vec<u8> {
+            crate::keys::tests::signing_cert().to_vec().unwrap()
+        }
+
+        /// Docker's own instructions on Ubuntu 22.04: the armored key as downloaded, `arch=amd64`.
+        fn docker_layout(key: &[u8]) -> FakeHost {
+            FakeHost::new().file(DOCKER_LIST, GET_DOCKER_LIST).file(DOCKER_ASC, key.to_vec())
+        }
+
+        /// NVIDIA's instructions: the key through `gpg --dearmor`, `$(ARCH)` in the URI.
+        fn nvidia_layout(key: &[u8]) -> FakeHost {
+            FakeHost::new().file(NVIDIA_LIST_PATH, NVIDIA_LIST).file(NVIDIA_GPG, key.to_vec())
+        }
+
+        fn docker(h: &FakeHost) -> Option<OwnerSource> {
+            owner_source(h, &read_apt_sources(h), &DOCKER_UBUNTU, "jammy", "amd64", SystemTime::now())
+        }
+
+        fn nvidia(h: &FakeHost) -> Option<OwnerSource> {
+            owner_source(h, &read_apt_sources(h), &NVIDIA_TOOLKIT, "/", "amd64", SystemTime::now())
+        }
+
+        #[test]
+        fn dockers_layout_with_the_pinned_armored_key_is_used() {
+            let s = docker(&docker_layout(DOCKER_UBUNTU.key_copy)).expect("Docker's own layout is used");
+            assert_eq!(s.file, Path::new(DOCKER_LIST));
+            assert_eq!(s.line, 1);
+            assert_eq!(s.keyring, DOCKER_ASC);
+            assert_eq!(s.fingerprint, DOCKER_UBUNTU.fingerprints[0]);
+        }
+
+        #[test]
+        fn nvidias_layout_with_the_pinned_dearmored_key_is_used() {
+            let s =
+                nvidia(&nvidia_layout(&dearmor(NVIDIA_TOOLKIT.key_copy))).expect("NVIDIA's layout is used");
+            assert_eq!(s.file, Path::new(NVIDIA_LIST_PATH));
+            assert_eq!(s.keyring, NVIDIA_GPG);
+            assert_eq!(s.fingerprint, NVIDIA_TOOLKIT.fingerprints[0]);
+        }
+
+        #[test]
+        fn a_keyring_with_another_key_is_not_used() {
+            // Docker's key where NVIDIA's should be, and the reverse; and a throwaway key.
+            assert_eq!(nvidia(&nvidia_layout(&dearmor(DOCKER_UBUNTU.key_copy))), None);
+            assert_eq!(docker(&docker_layout(NVIDIA_TOOLKIT.key_copy)), None);
+            assert_eq!(docker(&docker_layout(&armor(&other_key()))), None);
+            assert_eq!(nvidia(&nvidia_layout(&other_key())), None);
+        }
+
+        #[test]
+        fn a_keyring_with_the_pinned_key_and_another_is_not_used() {
+            let mut both = dearmor(NVIDIA_TOOLKIT.key_copy);
+            both.extend(other_key());
+            assert_eq!(nvidia(&nvidia_layout(&both)), None, "binary keyring, two certificates");
+            let mut both = dearmor(DOCKER_UBUNTU.key_copy);
+            both.extend(other_key());
+            assert_eq!(docker(&docker_layout(&armor(&both))), None, "one armor block, two certificates");
+            let mut two_blocks = DOCKER_UBUNTU.key_copy.to_vec();
+            two_blocks.extend(armor(&other_key()));
+            assert_eq!(docker(&docker_layout(&two_blocks)), None, "two armor blocks");
+            // The pinned key alone, re-armored, is still fine: the check is the key, not the bytes.
+            let again = armor(&Cert::from_bytes(DOCKER_UBUNTU.key_copy).unwrap().to_vec().unwrap());
+            assert!(docker(&docker_layout(&again)).is_some());
+        }
+
+        #[test]
+        fn a_missing_unreadable_or_empty_keyring_is_not_used() {
+            let h = FakeHost::new().file(DOCKER_LIST, GET_DOCKER_LIST);
+            assert_eq!(docker(&h), None, "missing");
+            assert_eq!(docker(&docker_layout(b"")), None, "empty");
+            assert_eq!(docker(&docker_layout(b"<html>404</html>")), None, "junk");
+            // A directory where the keyring should be.
+            let h = FakeHost::new().file(DOCKER_LIST, GET_DOCKER_LIST).dir(DOCKER_ASC);
+            assert_eq!(docker(&h), None, "a directory");
+        }
+
+        #[test]
+        fn a_keyring_in_the_form_apt_would_not_read_is_not_used() {
+            // apt reads `.asc` as armor and `.gpg` as binary: the other way round fails there.
+            assert_eq!(docker(&docker_layout(&dearmor(DOCKER_UBUNTU.key_copy))), None);
+            assert_eq!(nvidia(&nvidia_layout(NVIDIA_TOOLKIT.key_copy)), None);
+            // Any other name is not guessed at.
+            let list = GET_DOCKER_LIST.replace("docker.asc", "docker.key");
+            let h = FakeHost::new()
+                .file(DOCKER_LIST, list)
+                .file("/etc/apt/keyrings/docker.key", DOCKER_UBUNTU.key_copy);
+            assert_eq!(docker(&h), None);
+        }
+
+        #[test]
+        fn a_keyring_or_source_others_could_rewrite_is_not_used() {
+            let writable = |kind, uid, mode| FileStat { kind, uid, mode };
+            for (path, st) in [
+                (DOCKER_ASC, writable(FileKind::File, 1000, 0o644)),
+                (DOCKER_ASC, writable(FileKind::File, 0, 0o666)),
+                (DOCKER_ASC, writable(FileKind::File, 0, 0o664)),
+                (DOCKER_ASC, writable(FileKind::Symlink, 0, 0o777)),
+                (DOCKER_LIST, writable(FileKind::File, 0, 0o646)),
+            ] {
+                let h = docker_layout(DOCKER_UBUNTU.key_copy).stat(path, st);
+                assert_eq!(docker(&h), None, "{path} {st:?}");
+            }
+        }
+
+        #[test]
+        fn an_entry_gpum_would_not_write_is_not_used() {
+            let key = DOCKER_UBUNTU.key_copy;
+            let not_used = |list: &str| {
+                let h = FakeHost::new().file(DOCKER_LIST, list).file(DOCKER_ASC, key);
+                assert_eq!(docker(&h), None, "{list}");
+            };
+            let ok = GET_DOCKER_LIST;
+            assert!(docker(&FakeHost::new().file(DOCKER_LIST, ok).file(DOCKER_ASC, key)).is_some());
+            not_used(&ok.replace("arch=amd64", "arch=amd64 trusted=yes"));
+            not_used(&ok.replace("arch=amd64", "arch=arm64"));
+            not_used(&ok.replace(" jammy ", " focal "));
+            not_used(&ok.replace(" stable", " test"));
+            not_used(&ok.replace("signed-by=/etc/apt/keyrings/docker.asc", "signed-by=etc/docker.asc"));
+            not_used(&ok.replace(" signed-by=/etc/apt/keyrings/docker.asc", ""));
+            not_used(&ok.replace("deb ", "deb-src "));
+            // A second entry for the same repository with another keyring (apt refuses it too).
+            not_used(&format!(
+                "{ok}deb [signed-by=/usr/share/keyrings/docker.gpg] https://download.docker.com/linux/ubuntu jammy stable\n"
+            ));
+            // A second entry that agrees is fine (apt only warns about the duplicate).
+            let h = FakeHost::new().file(DOCKER_LIST, format!("{ok}{ok}")).file(DOCKER_ASC, key);
+            assert!(docker(&h).is_some());
+            // gpum's own file is not the owner's: it is rewritten by the install, as before.
+            let ours = render(&DOCKER_UBUNTU, "jammy", "amd64")
+                .replace("/etc/apt/keyrings/gpum-docker.gpg", DOCKER_ASC);
+            let h = FakeHost::new().file(DOCKER_UBUNTU.sources_path(), ours).file(DOCKER_ASC, key);
+            assert_eq!(docker(&h), None);
+        }
+
+        #[test]
+        fn a_deb822_owner_source_is_used_and_unknown_fields_are_refused() {
+            let text = "Types: deb\nURIs: https://download.docker.com/linux/ubuntu\nSuites: jammy\nComponents: stable\nArchitectures: amd64\nSigned-By: /etc/apt/keyrings/docker.asc\n";
+            let h = FakeHost::new()
+                .file("/etc/apt/sources.list.d/docker.sources", text)
+                .file(DOCKER_ASC, DOCKER_UBUNTU.key_copy);
+            assert_eq!(docker(&h).unwrap().file, Path::new("/etc/apt/sources.list.d/docker.sources"));
+            let h = FakeHost::new()
+                .file("/etc/apt/sources.list.d/docker.sources", format!("{text}Trusted: yes\n"))
+                .file(DOCKER_ASC, DOCKER_UBUNTU.key_copy);
+            assert_eq!(docker(&h), None);
+        }
     }
 
     #[test]

@@ -11,12 +11,13 @@ use gpum_host::{Cmd, Host, Output};
 use gpum_repo_keys::keys::VerifiedKey;
 use gpum_repo_keys::pinned::Repo;
 use gpum_repo_keys::release::ReleaseKeys;
+use gpum_repo_keys::sources;
 
 use super::steps::tail;
 use super::{Options, Outcome, Run};
 use crate::download;
 use crate::knobs::Knobs;
-use crate::plan::Step;
+use crate::plan::{Step, UseSource};
 use crate::text::{Msg, t};
 
 /// Where the first step's bytes come from: the platform and the vendors over HTTPS
@@ -180,12 +181,20 @@ impl Run<'_> {
         let h = host.as_ref();
         // The repository keys the plan will write.
         let mut keys = Vec::new();
+        let mut ids: Vec<&str> = Vec::new();
         for s in &self.plan.steps {
-            if let Step::AddRepository(add) = s {
-                keys.push((add.repo.id, self.fetcher.repo_key(h, &add.repo)?));
+            match s {
+                Step::AddRepository(add) => {
+                    keys.push((add.repo.id, self.fetcher.repo_key(h, &add.repo)?));
+                    ids.push(add.repo.id);
+                }
+                Step::UseSource(u) => {
+                    check_owner_source(h, u)?;
+                    ids.push(u.repo.id);
+                }
+                _ => {}
             }
         }
-        let ids: Vec<&str> = keys.iter().map(|(id, _)| *id).collect();
         // The agent.
         let dir = download::work_dir(h)?;
         let work = WorkDir { host: host.clone(), path: dir.clone() };
@@ -230,6 +239,25 @@ impl Run<'_> {
         }
         Ok(data)
     }
+}
+
+/// The owner's source a [`Step::UseSource`] names, checked again as the audit checked it (the
+/// same entry, its keyring holding exactly the pinned key): anything that changed since is
+/// exit 20, before anything on the machine changes.
+fn check_owner_source(h: &dyn Host, u: &UseSource) -> Result<(), Failure> {
+    let files = sources::read_apt_sources(h);
+    let arch = h.arch();
+    let now = sources::owner_source(h, &files, &u.repo, u.suite(), sources::dpkg_arch(&arch), h.now());
+    if now.as_ref() == Some(&u.source) {
+        return Ok(());
+    }
+    Err(Failure::Download(format!(
+        "{} ({}) no longer holds exactly the pinned key {}, or the source changed after the check; \
+         nothing was changed",
+        u.source.file.display(),
+        u.source.keyring,
+        u.source.fingerprint
+    )))
 }
 
 /// The installed agent's version (`gpum-agent version` prints `gpum-agent X`), for the

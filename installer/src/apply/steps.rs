@@ -8,7 +8,7 @@ use gpum_common::{Failure, Lang};
 use gpum_host::{Cmd, Host, Output};
 use gpum_preflight::facts::{DPKG_LOCKS, dpkg_interrupted};
 use gpum_repo_keys::keys;
-use gpum_repo_keys::sources;
+use gpum_repo_keys::sources::{self, dpkg_arch};
 
 use super::fetch::Verified;
 use super::{Outcome, Reporter, Run, TAIL_LINES, agent_ca_file};
@@ -66,15 +66,6 @@ pub(super) fn apt(args: &[&str]) -> Cmd {
         .args(args.iter().copied())
 }
 
-/// dpkg's name for the machine's architecture.
-fn dpkg_arch(uname_m: &str) -> &str {
-    match uname_m {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
-}
-
 impl Run<'_> {
     pub(super) fn lang(&self) -> Lang {
         self.opts.lang
@@ -111,6 +102,8 @@ impl Run<'_> {
                 self.summary.changed.push(format!("{keyring}, {src}"));
                 Ok(Outcome::Done(None))
             }
+            // Checked again in the first step; nothing of the owner's is written.
+            Step::UseSource(_) => Ok(Outcome::Skipped(t(Msg::SourceKept, lang).into())),
             Step::AptUpdate => {
                 self.wait_for_apt_locks(rep)?;
                 self.finish_dpkg(rep)?;
@@ -322,6 +315,15 @@ impl Run<'_> {
         }
         if self.facts.toolkit.present() && !crate::dockerd::toolkit_too_old(self.facts) {
             self.summary.left_alone.push(t(Msg::LeftToolkit, lang).into());
+        }
+        for s in &self.plan.steps {
+            if let Step::UseSource(u) = s {
+                self.summary.left_alone.push(
+                    t(Msg::LeftSource, lang)
+                        .replace("{file}", &u.source.file.display().to_string())
+                        .replace("{keyring}", &u.source.keyring),
+                );
+            }
         }
         if self.facts.docker.daemon_json.is_some() {
             self.summary.left_alone.push(t(Msg::LeftDaemonJson, lang).into());

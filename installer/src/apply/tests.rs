@@ -867,3 +867,91 @@ fn progress_needs_a_terminal_and_changes_no_byte_of_stdout() {
     let without: Vec<String> = tty_ran.iter().map(|c| c.replace(STATUS, "")).collect();
     assert_eq!(without, plain_ran, "the same commands, apt's with its status pipe");
 }
+
+/// Docker's and NVIDIA's own sources on a fresh Debian 12 machine, each keyring holding exactly
+/// its pinned key: the install adds no source and no key, says so, and leaves both of the
+/// owner's files as they were, byte for byte.
+fn debian_with_owners_sources() -> FakeHost {
+    let nvidia = keys::verify_repo_key(
+        gpum_repo_keys::pinned::NVIDIA_TOOLKIT.key_copy,
+        &gpum_repo_keys::pinned::NVIDIA_TOOLKIT,
+        std::time::SystemTime::now(),
+    )
+    .unwrap()
+    .keyring_bytes();
+    fresh_debian()
+        .file(
+            "/etc/apt/sources.list.d/docker.list",
+            "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian bookworm stable\n",
+        )
+        .file("/etc/apt/keyrings/docker.asc", gpum_repo_keys::pinned::DOCKER_DEBIAN.key_copy)
+        .file(
+            "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+            "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n",
+        )
+        .file("/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg", nvidia)
+}
+
+const OWNERS_FILES: [&str; 4] = [
+    "/etc/apt/sources.list.d/docker.list",
+    "/etc/apt/keyrings/docker.asc",
+    "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+    "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
+];
+
+#[test]
+fn the_owners_sources_are_used_and_left_byte_identical() {
+    let h = debian_with_owners_sources();
+    let before: Vec<Vec<u8>> = OWNERS_FILES.iter().map(|p| h.read(Path::new(p)).unwrap()).collect();
+    let h = h
+        .command(APT_UPDATE, Ok(Output { code: Some(100), stdout: Vec::new(), stderr: b"E: stop".to_vec() }));
+    let (r, out) = go(&h, &Offline { agent_runs: true, bad_key: false }, &opts());
+    assert_eq!(r.unwrap_err().code(), 30, "{out}");
+    assert!(out.contains("repository keys verified against their pinned fingerprints: gpum-docker, gpum-nvidia-container-toolkit"), "{out}");
+    assert!(
+        out.contains("[skip] 2. use your apt source /etc/apt/sources.list.d/docker.list for gpum-docker")
+            && out.contains(
+                "[skip] 3. use your apt source /etc/apt/sources.list.d/nvidia-container-toolkit.list"
+            ),
+        "{out}"
+    );
+    assert!(out.contains("your source and key are left as they are"), "{out}");
+    assert_eq!(ran(&h), [APT_UPDATE], "apt runs with the owner's sources");
+    let after: Vec<Vec<u8>> = OWNERS_FILES.iter().map(|p| h.read(Path::new(p)).unwrap()).collect();
+    assert_eq!(before, after);
+    let apt: Vec<_> = h.writes().into_iter().filter(|p| !p.starts_with("/tmp")).collect();
+    assert!(apt.is_empty(), "no source, no key, nothing of the owner's written: {apt:?}");
+}
+
+#[test]
+fn an_owners_keyring_changed_after_the_audit_stops_before_anything_changes() {
+    let h = debian_with_owners_sources();
+    let gpu = t4();
+    let audit = crate::Audit::run(
+        &h,
+        &gpu,
+        &gpum_preflight::GatherOptions { offline: true, server: Some(opts().server), ..Default::default() },
+        Lang::En,
+    );
+    assert!(audit.ready(), "{:?}", audit.findings);
+    // Another key where Docker's was, after the audit (a FakeHost's clones share one machine).
+    let after =
+        h.clone().file("/etc/apt/keyrings/docker.asc", gpum_repo_keys::pinned::NVIDIA_TOOLKIT.key_copy);
+    let host: Arc<dyn Host> = Arc::new(after.clone());
+    let mut out = Vec::new();
+    let mut rep = Reporter { out: &mut out, json: false, lang: Lang::En };
+    let f = install(
+        host,
+        &audit,
+        &Offline { agent_runs: true, bad_key: false },
+        &NoCheckpoints,
+        &opts(),
+        &mut rep,
+    )
+    .unwrap_err();
+    assert_eq!(f.code(), 20, "{}", String::from_utf8_lossy(&out));
+    assert!(f.message(Lang::En).contains("/etc/apt/sources.list.d/docker.list"), "{}", f.message(Lang::En));
+    assert!(ran(&after).is_empty(), "{:?}", ran(&after));
+    let written: Vec<_> = after.writes().into_iter().filter(|p| !p.starts_with("/tmp")).collect();
+    assert!(written.is_empty(), "{written:?}");
+}

@@ -87,6 +87,18 @@ fn scenarios() -> Vec<Scenario> {
         },
         Scenario { name: "tmp-noexec", expect: 10, what: "/tmp noexec, no TMPDIR", run: tmp_noexec },
         Scenario {
+            name: "vendor-sources",
+            expect: 0,
+            what: "Docker absent, Docker's and NVIDIA's own sources (.asc, .gpg) and a current toolkit: Docker's source used as it is",
+            run: vendor_sources,
+        },
+        Scenario {
+            name: "vendor-sources-old-toolkit",
+            expect: 0,
+            what: "Docker present, NVIDIA's own source (.gpg) and toolkit 1.17.4: upgraded from the owner's source",
+            run: vendor_sources_old_toolkit,
+        },
+        Scenario {
             name: "fresh",
             expect: 0,
             what: "Docker absent, 1 simulated GPU, the dashboard's command with a local user watching /proc: Docker and the toolkit installed, service active, node online and verified, the code seen nowhere",
@@ -300,15 +312,22 @@ fn disk_too_small(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
 
 fn conflicting_signed_by(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let h = boot(ctx, s, Variant::DockerAbsent)?;
-    // The owner added Docker's repository by hand before, with another keyring: apt would refuse
-    // gpum's source for the same URI ("Conflicting values set for option Signed-By").
-    h.sh_ok("curl -fsS http://127.0.0.1:8088/docker.asc | gpg --dearmor > /usr/share/keyrings/docker-archive-keyring.gpg")?;
+    // The owner added Docker's repository by hand before, with another keyring that holds
+    // Docker's key and another one beside it: apt reads it, but it is not exactly the pinned
+    // key, so gpum neither uses it nor can add its own source for the same URI (apt would
+    // refuse: "Conflicting values set for option Signed-By").
+    h.sh_ok(
+        "{ curl -fsS http://127.0.0.1:8088/docker.asc | gpg --dearmor; \
+           curl -fsS http://127.0.0.1:8088/wrong.asc | gpg --dearmor; } > /usr/share/keyrings/docker-archive-keyring.gpg",
+    )?;
     h.write_file(
         "/etc/apt/sources.list.d/docker.list",
         b"deb [arch=amd64 signed-by=/usr/share/keyrings/docker-archive-keyring.gpg] http://127.0.0.1:8088/docker bookworm stable\n",
         0o644,
     )?;
     h.sh_ok("apt-get update -qq")?;
+    let files = "/etc/apt/sources.list.d/docker.list /usr/share/keyrings/docker-archive-keyring.gpg";
+    let before = h.sh_ok(&format!("sha256sum {files}"))?;
     let code = h.join_code("1h")?;
     let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
     let args = format!("--code {code} --ca-file {HOST_CA} --yes");
@@ -321,6 +340,102 @@ fn conflicting_signed_by(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     );
     let apt = h.sh("apt-get update 2>&1")?;
     o.check(apt.code == 0 && !apt.stdout.contains("Conflicting"), "apt-get update still works", &apt);
+    let after = h.sh(&format!("sha256sum {files}"))?;
+    o.check(after.stdout == before, "the owner's source and keyring are byte-identical", &after);
+    Ok(o)
+}
+
+/// The owner's files from Docker's and NVIDIA's own install instructions.
+const VENDOR_FILES: &str = "/etc/apt/sources.list.d/docker.list /etc/apt/keyrings/docker.asc \
+    /etc/apt/sources.list.d/nvidia-container-toolkit.list /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg";
+
+/// Follows Docker's and NVIDIA's own install instructions, verbatim but for the test host's
+/// repositories (URI, Debian's suite, their test keys; NVIDIA's `$(ARCH)` directory is flat
+/// here), as `conflicting-signed-by` adapts them: Docker's armored key downloaded to
+/// `/etc/apt/keyrings/docker.asc`, NVIDIA's through `gpg --dearmor`; then installs
+/// `toolkit` (`nvidia-container-toolkit=VERSION`) from the owner's source. Returns the files'
+/// SHA-256 sums.
+fn follow_vendor_instructions(h: &Host, toolkit: &str) -> Result<String> {
+    h.sh_ok(
+        "install -m 0755 -d /etc/apt/keyrings \
+         && curl -fsSL http://127.0.0.1:8088/docker.asc -o /etc/apt/keyrings/docker.asc \
+         && chmod a+r /etc/apt/keyrings/docker.asc \
+         && echo 'deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] http://127.0.0.1:8088/docker bookworm stable' \
+            > /etc/apt/sources.list.d/docker.list",
+    )?;
+    h.sh_ok(
+        "curl -fsSL http://127.0.0.1:8088/nvidia.asc \
+           | gpg --dearmor -o /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg \
+         && echo 'deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] http://127.0.0.1:8088/nvidia /' \
+            > /etc/apt/sources.list.d/nvidia-container-toolkit.list",
+    )?;
+    h.sh_ok(&format!("apt-get update -qq && apt-get install -y -qq {toolkit} >/dev/null"))?;
+    h.sh_ok(&format!("sha256sum {VENDOR_FILES}"))
+}
+
+/// After an install with the owner's sources: they are byte-identical, gpum added no source
+/// and no key, and `apt-get update` is clean (no warning, no duplicate, no conflict).
+fn vendor_sources_kept(h: &Host, o: &mut Outcome, sums: &str) -> Result<()> {
+    let after = h.sh(&format!("sha256sum {VENDOR_FILES}"))?;
+    o.check(after.stdout == sums, "the owner's sources and keyrings are byte-identical", &after);
+    let gpum = h.sh("ls /etc/apt/sources.list.d/ /etc/apt/keyrings/ | grep gpum")?;
+    o.check(gpum.stdout.trim().is_empty(), "gpum added no source and no key", &gpum);
+    let apt = h.sh("apt-get update 2>&1")?;
+    let noisy = apt.stdout.lines().any(|l| l.starts_with("W:") || l.starts_with("E:"));
+    o.check(apt.code == 0 && !noisy, "apt-get update is clean", &apt);
+    Ok(())
+}
+
+fn toolkit_version(h: &Host) -> Result<String> {
+    Ok(h.sh("dpkg-query -W -f '${Version}' nvidia-container-toolkit")?.stdout.trim().to_string())
+}
+
+/// Issue 31: Docker's layout (`docker.list`, `docker.asc`) on a machine without Docker, and
+/// NVIDIA's with a current toolkit: Docker's source serves the install, nothing is added.
+fn vendor_sources(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    set_probe_image(&h)?;
+    let sums = follow_vendor_instructions(&h, "nvidia-container-toolkit=1.17.8-1")?;
+    let code = h.join_code("1h")?;
+    let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(
+        dry.code == 0
+            && dry.all().contains("use your apt source /etc/apt/sources.list.d/docker.list for gpum-docker"),
+        "the dry run says the owner's Docker source is used, naming it",
+        &dry,
+    );
+    o.check(!dry.all().contains("add repository"), "the dry run adds no repository", &dry);
+    installed(&h, &mut o, "docker-ce")?;
+    let v = toolkit_version(&h)?;
+    o.check(v == "1.17.8-1", "the current toolkit was left as it was", &Run::text(&v));
+    vendor_sources_kept(&h, &mut o, &sums)?;
+    Ok(o)
+}
+
+/// Issue 31: NVIDIA's layout (`nvidia-container-toolkit.list`, a dearmored `.gpg`) with a
+/// toolkit older than 1.17.8, which the install must upgrade: from the owner's source.
+fn vendor_sources_old_toolkit(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let h = boot(ctx, s, Variant::DockerPresent)?;
+    set_probe_image(&h)?;
+    let sums = follow_vendor_instructions(&h, "nvidia-container-toolkit=1.17.4-1")?;
+    let code = h.join_code("1h")?;
+    let dry = install(&h, &format!("--dry-run --code {code} --ca-file {HOST_CA}"), &[], None)?;
+    let r = install(&h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let mut o = Outcome::new(&r);
+    o.check(
+        dry.code == 0
+            && dry.all().contains(
+                "use your apt source /etc/apt/sources.list.d/nvidia-container-toolkit.list for gpum-nvidia-container-toolkit",
+            ),
+        "the dry run says the owner's NVIDIA source is used, naming it",
+        &dry,
+    );
+    installed(&h, &mut o, "docker.io")?;
+    let v = toolkit_version(&h)?;
+    o.check(v == "1.17.8-1", "the toolkit was upgraded to 1.17.8-1", &Run::text(&v));
+    vendor_sources_kept(&h, &mut o, &sums)?;
     Ok(o)
 }
 
@@ -795,6 +910,7 @@ fn checkpoint_of(step: &serde_json::Value) -> Option<String> {
     let action = step["action"].as_str()?;
     Some(match action {
         "add_repository" => format!("add_repository_{}", step["id"].as_str()?),
+        "use_source" => format!("use_source_{}", step["id"].as_str()?),
         "write_file" => format!("write_{}", step["purpose"].as_str()?),
         other => other.to_string(),
     })
