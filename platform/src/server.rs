@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use gpum_protocol::{
     CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, NodeDeleted, PATH_ADMIN_JOIN_CODES,
     PATH_ADMIN_NODES, PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_REGISTER,
-    QueueCommandRequest, RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest,
+    QueueCommandRequest, RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest, UpdateNodeRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -47,6 +47,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", PATH_HEARTBEAT),
     ("POST", PATH_ADMIN_JOIN_CODES),
     ("GET", PATH_ADMIN_NODES),
+    ("PATCH", "/api/v1/admin/nodes/{id}"),
     ("DELETE", "/api/v1/admin/nodes/{id}"),
     ("POST", "/api/v1/admin/nodes/{id}/commands"),
     ("POST", "/api/v1/admin/nodes/{id}/rotate-token"),
@@ -82,7 +83,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let admin = Router::new()
         .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
         .route(PATH_ADMIN_NODES, get(list_nodes))
-        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), delete(delete_node))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), delete(delete_node).patch(update_node))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
@@ -354,6 +355,15 @@ async fn delete_node(State(st): St, Path(id): Path<String>) -> Result<Response, 
     let i = id.clone();
     st.db.call(move |c| store::delete_node(c, now, &i)).await?;
     Ok(Json(NodeDeleted { deleted: id }).into_response())
+}
+
+/// The owner's settings of a server: name, price, minimum rental time, paused.
+async fn update_node(
+    State(st): St,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateNodeRequest>,
+) -> Result<Response, ApiError> {
+    Ok(Json(st.db.call(move |c| store::update_node(c, &id, &req)).await?).into_response())
 }
 
 async fn queue_command(

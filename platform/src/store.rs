@@ -22,8 +22,9 @@ use gpum_protocol::joincode::JoinCode;
 use gpum_protocol::{
     CommandKind, CommandQueued, CommandResult, CommandStatus, ENROLL_GRACE_SECS, EnrollRequest,
     EnrollResponse, ErrorCode, Health, HeartbeatRequest, HeartbeatResponse, Inventory, JoinCodeCreated,
-    Metrics, NodeList, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest,
-    RegisterResponse, RemovedContainer, TokenRotated, VerificationState, limits,
+    MAX_MIN_RENTAL_MINUTES, MAX_NODE_NAME_CHARS, MAX_PRICE_PER_GPU_HOUR, Metrics, NodeList, NodeSettings,
+    NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest, RegisterResponse,
+    RemovedContainer, TokenRotated, UpdateNodeRequest, VerificationState, limits,
 };
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -114,6 +115,14 @@ CREATE INDEX commands_node_seq ON commands(node_id, seq);
     r#"
 ALTER TABLE join_codes ADD COLUMN repeats INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX replaced_tokens_node ON replaced_tokens(node_id, replaced_at);
+"#,
+    // The owner's settings of a server (issue 32): a name (NULL: its host name), a price per
+    // GPU-hour in minor units (NULL: not for rent yet), a minimum rental time, and paused.
+    r#"
+ALTER TABLE nodes ADD COLUMN name TEXT;
+ALTER TABLE nodes ADD COLUMN price_per_gpu_hour INTEGER;
+ALTER TABLE nodes ADD COLUMN min_rental_minutes INTEGER NOT NULL DEFAULT 60;
+ALTER TABLE nodes ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 "#,
 ];
 
@@ -750,18 +759,24 @@ fn live_node(conn: &Connection, id: &str) -> Result<(), ApiError> {
 pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
-                health_json, verification, probe_output, probe_reason, managed_json, known_json
+                health_json, verification, probe_output, probe_reason, managed_json, known_json,
+                name, price_per_gpu_hour, min_rental_minutes, paused
          FROM nodes WHERE deleted_at IS NULL ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
     let mut nodes: Vec<NodeSummary> = stmt
         .query_map([], |r| {
             let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
+            let inventory: Inventory = serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default();
             Ok(NodeSummary {
                 id: r.get(0)?,
                 registered_at: r.get::<_, i64>(1)? as u64,
                 agent_version: r.get(2)?,
-                inventory: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                name: r.get::<_, Option<String>>(13)?.unwrap_or_else(|| inventory.private.hostname.clone()),
+                price_per_gpu_hour: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
+                min_rental_minutes: r.get::<_, i64>(15)?.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
+                paused: r.get(16)?,
+                inventory,
                 online: last_heartbeat_at.is_some_and(|t| now < t + OFFLINE_AFTER_SECS),
                 last_heartbeat_at,
                 last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
@@ -828,6 +843,128 @@ fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus
     Ok(v)
 }
 
+/// Why the owner's settings of a server are refused; [`SettingsError::message`] is the API's
+/// text, the dashboard has its own in both languages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingsError {
+    /// Empty, or longer than [`MAX_NODE_NAME_CHARS`].
+    NameLength,
+    /// A control character (a newline, an escape...).
+    NameControl,
+    /// Zero, or over [`MAX_PRICE_PER_GPU_HOUR`].
+    Price,
+    /// Outside `1..=`[`MAX_MIN_RENTAL_MINUTES`].
+    MinRental,
+}
+
+impl SettingsError {
+    pub fn message(self) -> String {
+        match self {
+            SettingsError::NameLength => format!("name must be 1 to {MAX_NODE_NAME_CHARS} characters"),
+            SettingsError::NameControl => "name must not contain control characters".to_owned(),
+            SettingsError::Price => format!(
+                "price_per_gpu_hour must be 1 to {MAX_PRICE_PER_GPU_HOUR} minor units, or null (not for rent)"
+            ),
+            SettingsError::MinRental => {
+                format!("min_rental_minutes must be 1 to {MAX_MIN_RENTAL_MINUTES}")
+            }
+        }
+    }
+}
+
+impl From<SettingsError> for ApiError {
+    fn from(e: SettingsError) -> ApiError {
+        ApiError::new(ErrorCode::InvalidRequest, e.message())
+    }
+}
+
+/// A server name as stored: trimmed, 1 to [`MAX_NODE_NAME_CHARS`] characters, no control
+/// character.
+pub fn check_name(name: &str) -> Result<String, SettingsError> {
+    let name = name.trim();
+    if name.chars().any(char::is_control) {
+        return Err(SettingsError::NameControl);
+    }
+    let n = name.chars().count();
+    if n == 0 || n > MAX_NODE_NAME_CHARS {
+        return Err(SettingsError::NameLength);
+    }
+    Ok(name.to_owned())
+}
+
+/// Checks every field of `req` (before anything is written): the normalised name, if one.
+pub fn check_update(req: &UpdateNodeRequest) -> Result<Option<Option<String>>, SettingsError> {
+    if let Some(Some(p)) = req.price_per_gpu_hour
+        && !(1..=MAX_PRICE_PER_GPU_HOUR).contains(&p)
+    {
+        return Err(SettingsError::Price);
+    }
+    if let Some(m) = req.min_rental_minutes
+        && !(1..=MAX_MIN_RENTAL_MINUTES).contains(&m)
+    {
+        return Err(SettingsError::MinRental);
+    }
+    match &req.name {
+        Some(Some(n)) => Ok(Some(Some(check_name(n)?))),
+        Some(None) => Ok(Some(None)),
+        None => Ok(None),
+    }
+}
+
+/// Changes the owner's settings of a live node: only the fields `req` carries, all or none.
+pub fn update_node(conn: &Connection, id: &str, req: &UpdateNodeRequest) -> Result<NodeSettings, ApiError> {
+    let name = check_update(req)?;
+    live_node(conn, id)?;
+    conn.prepare_cached(
+        "UPDATE nodes SET
+             name = CASE WHEN ?2 THEN ?3 ELSE name END,
+             price_per_gpu_hour = CASE WHEN ?4 THEN ?5 ELSE price_per_gpu_hour END,
+             min_rental_minutes = COALESCE(?6, min_rental_minutes),
+             paused = COALESCE(?7, paused)
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        name.is_some(),
+        name.flatten(),
+        req.price_per_gpu_hour.is_some(),
+        req.price_per_gpu_hour.flatten().map(|p| p as i64),
+        req.min_rental_minutes,
+        req.paused,
+    ])?;
+    node_settings(conn, id)
+}
+
+/// A live node's settings, its name defaulting to its host name.
+pub fn node_settings(conn: &Connection, id: &str) -> Result<NodeSettings, ApiError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT name, inventory_json, price_per_gpu_hour, min_rental_minutes, paused FROM nodes
+             WHERE id = ?1 AND deleted_at IS NULL",
+        )?
+        .query_row(params![id], |r| {
+            Ok((
+                r.get::<_, Option<String>>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, bool>(4)?,
+            ))
+        })
+        .optional()?;
+    let Some((name, inv, price, min, paused)) = row else { return Err(ApiError::not_found("node")) };
+    let name = name.unwrap_or_else(|| {
+        serde_json::from_str::<Inventory>(&inv).map(|i| i.private.hostname).unwrap_or_default()
+    });
+    Ok(NodeSettings {
+        id: id.to_owned(),
+        name,
+        price_per_gpu_hour: price.map(|v| v.max(0) as u64),
+        min_rental_minutes: min.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
+        paused,
+    })
+}
+
 /// Deletes a node: its next heartbeat gets 410 `node_deleted`. Everything but the id, the token
 /// hash and the deletion time goes.
 pub fn delete_node(conn: &Connection, now: u64, id: &str) -> Result<(), ApiError> {
@@ -835,7 +972,7 @@ pub fn delete_node(conn: &Connection, now: u64, id: &str) -> Result<(), ApiError
     conn.prepare_cached(
         "UPDATE nodes SET deleted_at = ?1, inventory_json = '{}', inventory_hash = '', metrics_json = NULL,
              health_json = NULL, probe_output = NULL, probe_reason = NULL, managed_json = '[]', known_json = '[]',
-             agent_version = ''
+             agent_version = '', name = NULL, price_per_gpu_hour = NULL, paused = 0
          WHERE id = ?2",
     )?
     .execute(params![now as i64, id])?;
@@ -976,6 +1113,157 @@ mod tests {
         assert_eq!(v as usize, MIGRATIONS.len());
         let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    /// A database made before the settings existed gains them with their defaults.
+    #[test]
+    fn the_settings_migration_keeps_existing_nodes() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("p.db");
+        {
+            let c = Connection::open(&p).unwrap();
+            for (i, m) in MIGRATIONS.iter().enumerate().take(3) {
+                c.execute_batch(&format!("BEGIN; {m}; PRAGMA user_version = {}; COMMIT;", i + 1)).unwrap();
+            }
+            let mut inv = Inventory::default();
+            inv.private.hostname = "old-box".into();
+            c.execute(
+                "INSERT INTO nodes (id, token_hash, registered_at, inventory_json) VALUES ('node-old', 'h', 1, ?1)",
+                params![serde_json::to_string(&inv).unwrap()],
+            )
+            .unwrap();
+        }
+        let c = open(&p).unwrap();
+        let n = &list_nodes(&c, 2).unwrap().nodes[0];
+        assert_eq!(
+            (n.name.as_str(), n.price_per_gpu_hour, n.min_rental_minutes, n.paused),
+            ("old-box", None, 60, false)
+        );
+    }
+
+    #[test]
+    fn settings_change_only_what_is_sent_and_are_checked_first() {
+        let (_d, c) = db();
+        let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let mut inventory = Inventory::default();
+        inventory.private.hostname = "gpu-box".into();
+        let req = RegisterRequest { join_code: code, agent_version: "1".into(), inventory, install_id: None };
+        let id = register(&c, 1000, &req, 10).unwrap().node_id;
+        let s = node_settings(&c, &id).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.price_per_gpu_hour, s.min_rental_minutes, s.paused),
+            ("gpu-box", None, 60, false)
+        );
+
+        let upd = |r: UpdateNodeRequest| update_node(&c, &id, &r);
+        let s = upd(UpdateNodeRequest {
+            name: Some(Some("  Rack 3 «A100» ".into())),
+            price_per_gpu_hour: Some(Some(1250)),
+            min_rental_minutes: Some(120),
+            paused: None,
+        })
+        .unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.price_per_gpu_hour, s.min_rental_minutes, s.paused),
+            ("Rack 3 «A100»", Some(1250), 120, false)
+        );
+        // Only the field sent changes.
+        let s = upd(UpdateNodeRequest { paused: Some(true), ..Default::default() }).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.price_per_gpu_hour, s.min_rental_minutes, s.paused),
+            ("Rack 3 «A100»", Some(1250), 120, true)
+        );
+        let n = list_nodes(&c, 1001).unwrap().nodes.remove(0);
+        assert_eq!(
+            (n.name.as_str(), n.price_per_gpu_hour, n.min_rental_minutes, n.paused),
+            ("Rack 3 «A100»", Some(1250), 120, true)
+        );
+
+        // Every refusal writes nothing, even of the fields that were good.
+        let bad = [
+            (
+                UpdateNodeRequest { name: Some(Some("".into())), paused: Some(false), ..Default::default() },
+                SettingsError::NameLength,
+            ),
+            (
+                UpdateNodeRequest { name: Some(Some("   ".into())), ..Default::default() },
+                SettingsError::NameLength,
+            ),
+            (
+                UpdateNodeRequest { name: Some(Some("я".repeat(65))), ..Default::default() },
+                SettingsError::NameLength,
+            ),
+            (
+                UpdateNodeRequest { name: Some(Some("a\nb".into())), ..Default::default() },
+                SettingsError::NameControl,
+            ),
+            (
+                UpdateNodeRequest { name: Some(Some("a\u{1b}[31m".into())), ..Default::default() },
+                SettingsError::NameControl,
+            ),
+            (
+                UpdateNodeRequest {
+                    price_per_gpu_hour: Some(Some(0)),
+                    paused: Some(false),
+                    ..Default::default()
+                },
+                SettingsError::Price,
+            ),
+            (
+                UpdateNodeRequest {
+                    price_per_gpu_hour: Some(Some(MAX_PRICE_PER_GPU_HOUR + 1)),
+                    ..Default::default()
+                },
+                SettingsError::Price,
+            ),
+            (
+                UpdateNodeRequest { min_rental_minutes: Some(0), ..Default::default() },
+                SettingsError::MinRental,
+            ),
+            (
+                UpdateNodeRequest {
+                    min_rental_minutes: Some(10_081),
+                    paused: Some(false),
+                    ..Default::default()
+                },
+                SettingsError::MinRental,
+            ),
+        ];
+        for (r, want) in bad {
+            assert_eq!(check_update(&r).unwrap_err(), want, "{r:?}");
+            let e = upd(r).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidRequest);
+            assert_eq!(e.message, want.message());
+        }
+        let s = node_settings(&c, &id).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.price_per_gpu_hour, s.min_rental_minutes, s.paused),
+            ("Rack 3 «A100»", Some(1250), 120, true),
+            "nothing was written"
+        );
+        // The edges are accepted.
+        let s = upd(UpdateNodeRequest {
+            name: Some(Some("я".repeat(64))),
+            price_per_gpu_hour: Some(Some(MAX_PRICE_PER_GPU_HOUR)),
+            min_rental_minutes: Some(10_080),
+            paused: Some(false),
+        })
+        .unwrap();
+        assert_eq!((s.name.chars().count(), s.min_rental_minutes, s.paused), (64, 10_080, false));
+        // null: the host name back, and off rent.
+        let s =
+            upd(UpdateNodeRequest { name: Some(None), price_per_gpu_hour: Some(None), ..Default::default() })
+                .unwrap();
+        assert_eq!((s.name.as_str(), s.price_per_gpu_hour), ("gpu-box", None));
+        // Unknown and deleted nodes are 404; deletion forgets the settings.
+        upd(UpdateNodeRequest { name: Some(Some("x".into())), ..Default::default() }).unwrap();
+        assert_eq!(
+            update_node(&c, "node-nope", &UpdateNodeRequest::default()).unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        delete_node(&c, 1002, &id).unwrap();
+        assert_eq!(upd(UpdateNodeRequest::default()).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM nodes WHERE name IS NOT NULL"), 0);
     }
 
     #[test]

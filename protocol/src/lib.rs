@@ -546,6 +546,63 @@ pub struct NodeSummary {
     /// Commands queued for this node, oldest first (the latest 50), with their results.
     #[serde(default)]
     pub commands: Vec<CommandStatus>,
+    /// The name the owner gave the server; its host name until they do.
+    #[serde(default)]
+    pub name: String,
+    /// Price per GPU-hour in minor units (cents) of the platform's one currency; `None`: not
+    /// for rent yet.
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<u64>,
+    /// The shortest rental the owner accepts, in minutes.
+    #[serde(default = "default_min_rental_minutes")]
+    pub min_rental_minutes: u32,
+    /// Paused by the owner: not offered to tenants.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// The minimum rental time of a server whose owner has not set one.
+pub const DEFAULT_MIN_RENTAL_MINUTES: u32 = 60;
+/// The longest minimum rental time an owner may set: a week.
+pub const MAX_MIN_RENTAL_MINUTES: u32 = 10_080;
+/// The highest price per GPU-hour, in minor units (1,000,000.00 of the currency).
+pub const MAX_PRICE_PER_GPU_HOUR: u64 = 100_000_000;
+/// The longest server name, in characters.
+pub const MAX_NODE_NAME_CHARS: usize = 64;
+
+fn default_min_rental_minutes() -> u32 {
+    DEFAULT_MIN_RENTAL_MINUTES
+}
+
+/// `PATCH /api/v1/admin/nodes/{id}`: what the owner changes; an absent field stays as it is.
+/// `name: null` gives the server its host name back; `price_per_gpu_hour: null` takes it off
+/// rent ("not for rent yet").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateNodeRequest {
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub name: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub price_per_gpu_hour: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rental_minutes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+/// A field that is present, `null` included, is `Some`; an absent one stays `None` (`default`).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// The answer to `PATCH /api/v1/admin/nodes/{id}`: the server's settings as they now are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSettings {
+    pub id: String,
+    pub name: String,
+    pub price_per_gpu_hour: Option<u64>,
+    pub min_rental_minutes: u32,
+    pub paused: bool,
 }
 
 /// A queued command as the admin sees it.

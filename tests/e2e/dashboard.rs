@@ -369,7 +369,7 @@ async fn hostile_node_values_stay_text_and_no_inline_script_runs() {
     assert_eq!(overflow, serde_json::json!(true), "the long name does not widen the page");
     // In the list, it is cut to a cell's width.
     b.goto(&format!("{}/dashboard", p.url())).await;
-    let cell = b.text(&format!("tr.server[data-node='{}'] .hostname", long.node_id)).await;
+    let cell = b.text(&format!("tr.server[data-node='{}'] .name", long.node_id)).await;
     assert_eq!(cell.chars().count(), 65, "64 characters and an ellipsis: {cell}");
     b.close().await;
 }
@@ -417,7 +417,7 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
     assert!(p.node(&id).is_some(), "a cross-site form deleted nothing");
 
     // A GET on a state-changing route changes nothing.
-    for route in ["delete", "command", "rotate-token"] {
+    for route in ["delete", "command", "rotate-token", "settings", "pause"] {
         let r =
             raw_client(&p).get(format!("{}/dashboard/servers/{id}/{route}", p.url())).send().await.unwrap();
         assert!(r.status() == 303 || r.status() == 405, "{route}: {}", r.status());
@@ -461,6 +461,157 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
     b.wait_for("#flash").await;
     assert!(p.node(&id).is_none());
     b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Name, price and pause (issue 32)
+
+/// The text of the first element matching `css`, read in the page at once (the live regions
+/// are replaced every 2 s, so an element found may be gone when read); `null` when none.
+async fn text_now(b: &Browser, css: &str) -> serde_json::Value {
+    let css = serde_json::to_string(css).unwrap();
+    b.js(&format!("const e = document.querySelector({css}); return e ? e.textContent.trim() : null")).await
+}
+
+/// Waits (up to 10 s) until `css`'s text is `want`.
+async fn wait_text(b: &Browser, css: &str, want: &str) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = text_now(b, css).await;
+        if got == serde_json::json!(want) {
+            return;
+        }
+        assert!(Instant::now() < end, "{css}: {got} is not {want:?}; page:\n{}", b.body_text().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn type_into(b: &Browser, css: &str, text: &str) {
+    let el = b.find(css).await;
+    el.clear().await.unwrap_or_else(|e| panic!("clear {css}: {e}"));
+    if !text.is_empty() {
+        el.send_keys(text).await.unwrap_or_else(|e| panic!("type into {css}: {e}"));
+    }
+}
+
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn name_price_minimum_time_and_pause_in_both_languages_with_hostile_names_as_text() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let node = register_raw(&p, sample_inventory("gpu-box-7", &["GPU-7"]), "0.1.0").await;
+    let id = node.node_id.clone();
+    let settings = || {
+        let n = p.node(&id).unwrap();
+        (n.name, n.price_per_gpu_hour, n.min_rental_minutes, n.paused)
+    };
+    struct Case {
+        lang: &'static str,
+        accept: &'static str,
+        name: &'static str,
+        price_typed: &'static str,
+        price_shown: &'static str,
+        not_for_rent: &'static str,
+        paused: &'static str,
+        min_shown: &'static str,
+        bad_price: &'static str,
+    }
+    let cases = [
+        Case {
+            lang: "en",
+            accept: "en-US,en",
+            name: "<script>window.__pwned=1</script>\"onmouseover=\"x'",
+            price_typed: "12.5",
+            price_shown: "12.50 per GPU-hour",
+            not_for_rent: "not for rent yet",
+            paused: "paused by you",
+            min_shown: "rented for 90 min at least",
+            bad_price: "The price must be a number above zero",
+        },
+        Case {
+            lang: "ru",
+            accept: "ru-RU,ru;q=0.9",
+            name: "<img src=x onerror=window.__pwned=2>«Стойка 3»",
+            price_typed: "12,50",
+            price_shown: "12.50 за час работы видеокарты",
+            not_for_rent: "пока не сдаётся",
+            paused: "приостановлен вами",
+            min_shown: "аренда от 90 мин",
+            bad_price: "Цена — число больше нуля",
+        },
+    ];
+    for c in cases {
+        assert!(c.name.chars().count() <= 64);
+        let b = Browser::start(&format!("name_price_pause_{}", c.lang), c.accept).await;
+        sign_in(&b, &p).await;
+        let row = format!("tr.server[data-node='{id}']");
+        // The defaults: the host name, and not for rent yet.
+        assert_eq!(settings(), ("gpu-box-7".to_owned(), None, 60, false));
+        wait_text(&b, &format!("{row} .name"), "gpu-box-7").await;
+        wait_text(&b, &format!("{row} .price"), c.not_for_rent).await;
+        assert!(!b.has(&format!("{row} .paused")).await);
+
+        b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
+        let name_field = b.find("#name").await;
+        assert_eq!(name_field.prop("value").await.unwrap().as_deref(), Some(""), "the default is a hint");
+        assert_eq!(name_field.attr("placeholder").await.unwrap().as_deref(), Some("gpu-box-7"));
+        type_into(&b, "#name", c.name).await;
+        type_into(&b, "#price", c.price_typed).await;
+        type_into(&b, "#min-rental", "90").await;
+        b.click("#save").await;
+        wait_text(&b, "#server-name", c.name).await;
+        assert_eq!(settings(), (c.name.to_owned(), Some(1250), 90, false));
+        let shown = text_now(&b, "#price-shown").await;
+        let shown = shown.as_str().unwrap();
+        assert!(shown.contains(c.price_shown) && shown.contains(c.min_shown), "{shown}");
+        assert!(b.text("h1").await.contains(c.name), "the title names the server");
+
+        // A price that is not one is refused, with why, in the page's language; nothing changes.
+        type_into(&b, "#price", "1.234").await;
+        b.click("#save").await;
+        b.wait_for("#settings-error").await;
+        assert!(
+            b.text("#settings-error").await.starts_with(c.bad_price),
+            "{}",
+            b.text("#settings-error").await
+        );
+        assert_eq!(settings(), (c.name.to_owned(), Some(1250), 90, false));
+
+        // Pause: not offered to tenants, said on the page and in the list; then resume.
+        b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
+        b.click("#pause").await;
+        b.wait_for("#resume").await;
+        assert!(settings().3, "paused");
+        wait_text(&b, "#paused", c.paused).await;
+        b.goto(&format!("{}/dashboard", p.url())).await;
+        wait_text(&b, &format!("{row} .name"), c.name).await;
+        wait_text(&b, &format!("{row} .paused"), c.paused).await;
+        wait_text(&b, &format!("{row} .price"), c.price_shown).await;
+        // The hostile name stayed text everywhere: no element, no handler, no script ran.
+        let state = b
+            .js("return [window.__pwned === undefined, document.querySelectorAll('[onmouseover],[onerror],img').length, \
+                 document.scripts.length]")
+            .await;
+        assert_eq!(state, serde_json::json!([true, 0, 1]), "servers list");
+        b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
+        let state = b
+            .js("return [window.__pwned === undefined, document.querySelectorAll('[onmouseover],[onerror],img').length, \
+                 document.scripts.length, document.querySelector('#name').value]")
+            .await;
+        assert_eq!(state, serde_json::json!([true, 0, 1, c.name]), "server page");
+        b.click("#resume").await;
+        b.wait_for("#pause").await;
+        assert!(!settings().3, "resumed");
+        assert!(!b.has("#paused").await);
+
+        // Empty fields: the host name back, and not for rent.
+        type_into(&b, "#name", "").await;
+        type_into(&b, "#price", "").await;
+        type_into(&b, "#min-rental", "60").await;
+        b.click("#save").await;
+        wait_text(&b, "#server-name", "gpu-box-7").await;
+        assert_eq!(settings(), ("gpu-box-7".to_owned(), None, 60, false));
+        b.close().await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -488,6 +488,78 @@ async fn admin_http_api_needs_its_token_and_matches_the_cli() {
     assert_eq!(out.status.code(), Some(2), "clap refuses an unknown kind");
 }
 
+/// Issue 32: a server's name, price, minimum rental time and pause, over real HTTP.
+#[tokio::test]
+async fn admin_api_sets_a_servers_name_price_and_pause() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let t = p.admin_token();
+    let r: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
+    let url = format!("{}{}", p.url(), gpum_protocol::path_admin_node(&r.node_id));
+    let patch = |body: serde_json::Value| api.send(api.c.patch(&url).bearer_auth(t).json(&body));
+    let settings = |p: &TestPlatform| {
+        let n = p.node(&r.node_id).unwrap();
+        (n.name, n.price_per_gpu_hour, n.min_rental_minutes, n.paused)
+    };
+    // The defaults: the host name, not for rent, an hour, not paused.
+    assert_eq!(settings(&p), ("owner-box".to_owned(), None, 60, false));
+
+    let a = patch(serde_json::json!({"name": "Rack 3 <b>A100</b>", "price_per_gpu_hour": 1250,
+                                     "min_rental_minutes": 90}))
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(
+        a.body,
+        serde_json::json!({"id": r.node_id, "name": "Rack 3 <b>A100</b>", "price_per_gpu_hour": 1250,
+                           "min_rental_minutes": 90, "paused": false})
+    );
+    let a = patch(serde_json::json!({"paused": true})).await;
+    assert_eq!(a.body["paused"], true);
+    // The node list carries them, over HTTP as in the CLI.
+    assert_eq!(settings(&p), ("Rack 3 <b>A100</b>".to_owned(), Some(1250), 90, true));
+    let list: NodeList =
+        api.send(api.c.get(format!("{}{PATH_ADMIN_NODES}", p.url())).bearer_auth(t)).await.ok();
+    assert_eq!(list.nodes[0].price_per_gpu_hour, Some(1250));
+    assert_eq!(list, p.nodes());
+
+    // Refusals: 400 with the field named, and nothing written, not even the good fields.
+    for (body, code, word) in [
+        (serde_json::json!({"name": "", "paused": false}), ErrorCode::InvalidRequest, "name"),
+        (serde_json::json!({"name": "x".repeat(65)}), ErrorCode::InvalidRequest, "name"),
+        (serde_json::json!({"name": "evil\u{1b}[2J"}), ErrorCode::InvalidRequest, "control"),
+        (serde_json::json!({"name": "two\nlines"}), ErrorCode::InvalidRequest, "control"),
+        (serde_json::json!({"price_per_gpu_hour": 0}), ErrorCode::InvalidRequest, "price_per_gpu_hour"),
+        (serde_json::json!({"price_per_gpu_hour": -5}), ErrorCode::InvalidJson, ""),
+        (serde_json::json!({"price_per_gpu_hour": 12.5}), ErrorCode::InvalidJson, ""),
+        (
+            serde_json::json!({"min_rental_minutes": 10081, "paused": false}),
+            ErrorCode::InvalidRequest,
+            "min_rental",
+        ),
+        (serde_json::json!({"min_rental_minutes": 0}), ErrorCode::InvalidRequest, "min_rental"),
+        (serde_json::json!({"price": 100}), ErrorCode::InvalidJson, "price"),
+    ] {
+        let a = patch(body.clone()).await;
+        assert_eq!((a.status, a.code()), (StatusCode::BAD_REQUEST, code), "{body}: {}", a.body);
+        assert!(a.body["error"]["message"].as_str().unwrap().contains(word), "{body}: {}", a.body);
+    }
+    assert_eq!(settings(&p), ("Rack 3 <b>A100</b>".to_owned(), Some(1250), 90, true));
+
+    // null: the host name back and off rent; resume.
+    let a = patch(serde_json::json!({"name": null, "price_per_gpu_hour": null, "paused": false})).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(settings(&p), ("owner-box".to_owned(), None, 90, false));
+
+    // The admin token is needed; an unknown or deleted node is 404.
+    let a = api.send(api.c.patch(&url).json(&serde_json::json!({"paused": true}))).await;
+    assert_eq!(a.code(), ErrorCode::AdminUnauthorized);
+    let other = format!("{}{}", p.url(), gpum_protocol::path_admin_node("node-nope"));
+    let a = api.send(api.c.patch(&other).bearer_auth(t).json(&serde_json::json!({"paused": true}))).await;
+    assert_eq!(a.code(), ErrorCode::NotFound);
+    p.delete_node(&r.node_id);
+    assert_eq!(patch(serde_json::json!({"paused": true})).await.code(), ErrorCode::NotFound);
+}
+
 #[tokio::test]
 async fn admin_api_is_off_without_a_token_file() {
     let p = TestPlatform::start(PlatformOpts { admin_api: false, ..PlatformOpts::insecure_http() });

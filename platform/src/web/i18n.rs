@@ -66,13 +66,16 @@ gpum_common::texts! {
         OnlyYouSee => ("видите только вы", "only you see"),
         LegendTenants => (
             "Арендаторам показываются только характеристики объявления (модель карты, видеопамять, \
-             процессор, ОЗУ, диск), состояние «онлайн/офлайн» и результат проверки.",
+             процессор, ОЗУ, диск), состояние «онлайн/офлайн», результат проверки, цена и \
+             минимальное время аренды. Приостановленный вами сервер им не предлагается.",
             "Tenants see only the listing (GPU model, video memory, CPU, RAM, disk), the \
-             online/offline state and the check's result.",
+             online/offline state, the check's result, the price and the minimum rental time. A \
+             server you paused is not offered to them.",
         ),
         LegendOwner => (
-            "Имя компьютера, UUID видеокарт и версии программ видите только вы.",
-            "The host name, the GPU UUIDs and the software versions are seen only by you.",
+            "Название сервера, имя компьютера, UUID видеокарт и версии программ видите только вы.",
+            "The server's name, the host name, the GPU UUIDs and the software versions are seen \
+             only by you.",
         ),
         AddTitle => ("Добавить машину", "Add a machine"),
         AddHelp => (
@@ -194,6 +197,44 @@ gpum_common::texts! {
         ),
         DeleteConfirm => ("Удалить сервер", "Delete the server"),
         Cancel => ("Отмена", "Cancel"),
+        ColPrice => ("Цена", "Price"),
+        NodeId => ("Идентификатор", "Id"),
+        PricePerGpuHour => ("{price} за час работы видеокарты", "{price} per GPU-hour"),
+        NotForRent => ("пока не сдаётся", "not for rent yet"),
+        PausedByYou => ("приостановлен вами", "paused by you"),
+        MinRentalValue => ("аренда от {n} мин", "rented for {n} min at least"),
+        SettingsTitle => ("Название и цена", "Name and price"),
+        ServerName => ("Название сервера", "Server name"),
+        ServerNameHelp => (
+            "До 64 символов. Пустое поле — имя компьютера.",
+            "Up to 64 characters. Empty: the host name.",
+        ),
+        PriceLabel => ("Цена за час работы одной видеокарты", "Price per GPU-hour"),
+        PriceHelp => (
+            "В валюте платформы, например 1.50. Пустое поле — сервер пока не сдаётся.",
+            "In the platform's currency, e.g. 1.50. Empty: not for rent yet.",
+        ),
+        MinRentalLabel => ("Минимальное время аренды, минут", "Minimum rental time, minutes"),
+        Save => ("Сохранить", "Save"),
+        Pause => ("Приостановить сдачу", "Pause"),
+        Resume => ("Возобновить сдачу", "Resume"),
+        PauseHelp => (
+            "Приостановленный сервер не предлагается арендаторам; цена и название сохраняются.",
+            "A paused server is not offered to tenants; its price and name are kept.",
+        ),
+        ErrNameLength => ("Название: от 1 до 64 символов.", "The name must be 1 to 64 characters."),
+        ErrNameControl => (
+            "В названии не должно быть управляющих символов (перевода строки, табуляции).",
+            "The name must not contain control characters (line breaks, tabs).",
+        ),
+        ErrPrice => (
+            "Цена — число больше нуля, не больше 1000000, с двумя знаками после точки самое большее.",
+            "The price must be a number above zero, at most 1000000, with at most two decimals.",
+        ),
+        ErrMinRental => (
+            "Минимальное время аренды — от 1 до 10080 минут (неделя).",
+            "The minimum rental time must be 1 to 10080 minutes (a week).",
+        ),
         Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
         NotFound => ("Такого сервера нет.", "No such server."),
         // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.

@@ -3,7 +3,8 @@
 //!
 //! It is another face of the admin API: every change goes through the same `store` functions as
 //! the CLI and `/api/v1/admin` (`create_join_code`, `list_nodes`, `delete_node`, `queue_command`,
-//! `rotate_token`), so no rule exists twice.
+//! `rotate_token`; `update_node`, the name, price and pause, as `PATCH /api/v1/admin/nodes/{id}`),
+//! so no rule exists twice.
 //!
 //! Security, because a node's inventory is written by whoever holds a join code:
 //! - **Sign-in** with the admin token through a form (never in a URL), compared as SHA-256
@@ -40,7 +41,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use gpum_common::Lang;
-use gpum_protocol::{CommandKind, NodeSummary};
+use gpum_protocol::{CommandKind, NodeSummary, UpdateNodeRequest};
 use maud::Markup;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -87,6 +88,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/join/{hash}", get(join_state))
         .route("/dashboard/servers/{id}", get(server))
         .route("/dashboard/servers/{id}/command", axum::routing::post(command))
+        .route("/dashboard/servers/{id}/settings", axum::routing::post(settings))
+        .route("/dashboard/servers/{id}/pause", axum::routing::post(pause))
         .route("/dashboard/servers/{id}/rotate-token", get(rotate_form).post(rotate))
         .route("/dashboard/servers/{id}/delete", get(delete_form).post(delete))
         .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript", JS) }))
@@ -331,7 +334,7 @@ async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
         return resp;
     }
     match one_node(&web, &id).await {
-        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now)),
+        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now, None)),
         Err(e) => api_error(&r, e),
     }
 }
@@ -350,6 +353,69 @@ async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -
     let now = web.app.clock.now();
     let i = id.clone();
     match web.app.db.call(move |c| store::queue_command(c, now, &i, &kind)).await {
+        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct SettingsForm {
+    name: String,
+    price: String,
+    min_rental: String,
+}
+
+/// The settings form: an empty name gives the host name back, an empty price takes the server
+/// off rent. A refused value shows the page again (400) with why, and changes nothing.
+async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    let f: SettingsForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let price = match f.price.trim() {
+        "" => Ok(None),
+        p => pages::parse_price(p).map(Some).ok_or(store::SettingsError::Price),
+    };
+    let min = f.min_rental.trim().parse::<u32>().map_err(|_| store::SettingsError::MinRental);
+    let name = if f.name.trim().is_empty() { None } else { Some(f.name) };
+    let upd = price.and_then(|price| {
+        let u = UpdateNodeRequest {
+            name: Some(name),
+            price_per_gpu_hour: Some(price),
+            min_rental_minutes: Some(min?),
+            paused: None,
+        };
+        store::check_update(&u).map(|_| u)
+    });
+    let upd = match upd {
+        Ok(u) => u,
+        Err(e) => {
+            return match one_node(&web, &id).await {
+                Ok((n, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, now, Some(e))),
+                Err(e) => api_error(&r, e),
+            };
+        }
+    };
+    let i = id.clone();
+    match web.app.db.call(move |c| store::update_node(c, &i, &upd)).await {
+        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct PauseForm {
+    paused: bool,
+}
+
+async fn pause(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    let f: PauseForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let upd = UpdateNodeRequest { paused: Some(f.paused), ..Default::default() };
+    let i = id.clone();
+    match web.app.db.call(move |c| store::update_node(c, &i, &upd)).await {
         Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
         Err(e) => api_error(&r, e),
     }

@@ -12,6 +12,7 @@ use gpum_protocol::{NodeSummary, VerificationState};
 use maud::{DOCTYPE, Markup, html};
 
 use super::i18n::{Msg, fill, probe_failure, t, verification};
+use crate::store::SettingsError;
 
 /// What every page needs: the language, the path (for the language switch) and, when signed
 /// in, the session's CSRF token (for every form).
@@ -65,6 +66,42 @@ fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
         _ => (Msg::DaysAgo, d / 86_400),
     };
     fill(ctx.t(m), &[("n", &n.to_string())])
+}
+
+/// A price in minor units as the owner writes it: `12.50`.
+pub fn price_text(minor: u64) -> String {
+    format!("{}.{:02}", minor / 100, minor % 100)
+}
+
+/// A price the owner typed (`12`, `12.5`, `12,50`) in minor units; `None` if it is not a number
+/// with at most two decimals. The range is the store's to check.
+pub fn parse_price(s: &str) -> Option<u64> {
+    let s = s.trim().replace(',', ".");
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || int.len() > 12 || frac.len() > 2 || !digits(int) || !digits(frac) {
+        return None;
+    }
+    let frac =
+        if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * if frac.len() == 1 { 10 } else { 1 } };
+    int.parse::<u64>().ok()?.checked_mul(100)?.checked_add(frac)
+}
+
+/// The price as the lists show it, or "not for rent yet".
+fn price_label(ctx: &Ctx, n: &NodeSummary) -> String {
+    match n.price_per_gpu_hour {
+        Some(p) => fill(ctx.t(Msg::PricePerGpuHour), &[("price", &price_text(p))]),
+        None => ctx.t(Msg::NotForRent).to_owned(),
+    }
+}
+
+pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
+    ctx.t(match e {
+        SettingsError::NameLength => Msg::ErrNameLength,
+        SettingsError::NameControl => Msg::ErrNameControl,
+        SettingsError::Price => Msg::ErrPrice,
+        SettingsError::MinRental => Msg::ErrMinRental,
+    })
 }
 
 fn gib(mib: u64) -> String {
@@ -239,6 +276,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                         th { (ctx.t(Msg::ColServer)) br; (seen_by(ctx, false)) }
                         th { (ctx.t(Msg::ColState)) br; (seen_by(ctx, true)) }
                         th { (ctx.t(Msg::ColVerification)) br; (seen_by(ctx, true)) }
+                        th { (ctx.t(Msg::ColPrice)) br; (seen_by(ctx, true)) }
                         th { (ctx.t(Msg::ColGpus)) br; (seen_by(ctx, true)) }
                         th { (ctx.t(Msg::ColAgent)) br; (seen_by(ctx, false)) }
                         th { (ctx.t(Msg::ColLastSeen)) br; (seen_by(ctx, false)) }
@@ -247,14 +285,18 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                         @for n in nodes {
                             tr.server data-node=(n.id) {
                                 td {
-                                    a.node-link href={ "/dashboard/servers/" (n.id) } { (n.id) }
+                                    a.node-link href={ "/dashboard/servers/" (n.id) } { span.name { (cut(&n.name)) } }
                                     br;
-                                    span.hostname { (cut(&n.inventory.private.hostname)) }
+                                    span.node-id { (n.id) }
                                 }
                                 td.state.(if n.online { "online" } else { "offline" }) {
                                     (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
+                                    @if n.paused { br; span.paused { (ctx.t(Msg::PausedByYou)) } }
                                 }
                                 td.verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                                td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
+                                    (price_label(ctx, n))
+                                }
                                 td.gpus { @for g in gpu_summary(n, Some(CELL_MAX_CHARS)) { (g) br; } }
                                 td.agent { (cut(&n.agent_version)) }
                                 td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
@@ -390,14 +432,46 @@ fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
     html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
 }
 
-pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
-    let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.id)]);
+/// The server's page; `error` is why the settings form was refused, shown above it.
+pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>) -> Markup {
+    let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
     let base = format!("/dashboard/servers/{}", n.id);
+    // The host name is the default: the field stays empty (with it as the hint) until the owner
+    // names the server.
+    let named = n.name != n.inventory.private.hostname;
     layout(
         ctx,
         &title,
         html! {
             (server_live(ctx, n, now))
+            h2 { (ctx.t(Msg::SettingsTitle)) }
+            @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
+            form #settings method="post" action={ (base) "/settings" } {
+                (csrf_field(ctx))
+                label for="name" { (ctx.t(Msg::ServerName)) " " (seen_by(ctx, false)) }
+                input #name type="text" name="name" maxlength="64" value=(if named { n.name.as_str() } else { "" })
+                    placeholder=(cut(&n.inventory.private.hostname));
+                p.help { (ctx.t(Msg::ServerNameHelp)) }
+                label for="price" { (ctx.t(Msg::PriceLabel)) " " (seen_by(ctx, true)) }
+                input #price type="text" name="price" inputmode="decimal"
+                    value=(n.price_per_gpu_hour.map(price_text).unwrap_or_default());
+                p.help { (ctx.t(Msg::PriceHelp)) }
+                label for="min-rental" { (ctx.t(Msg::MinRentalLabel)) " " (seen_by(ctx, true)) }
+                input #min-rental type="number" name="min_rental" min="1" max="10080" required
+                    value=(n.min_rental_minutes);
+                button #save type="submit" { (ctx.t(Msg::Save)) }
+            }
+            form.inline #pause-form method="post" action={ (base) "/pause" } {
+                (csrf_field(ctx))
+                @if n.paused {
+                    input type="hidden" name="paused" value="false";
+                    button #resume type="submit" { (ctx.t(Msg::Resume)) }
+                } @else {
+                    input type="hidden" name="paused" value="true";
+                    button #pause type="submit" { (ctx.t(Msg::Pause)) }
+                }
+                " " span.help { (ctx.t(Msg::PauseHelp)) }
+            }
             div.actions {
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
@@ -442,6 +516,25 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
                     th { (ctx.t(Msg::ColVerification)) }
                     td.value #verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
                     td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ColPrice)) }
+                    td.value #price-shown {
+                        (price_label(ctx, n)) " · "
+                        (fill(ctx.t(Msg::MinRentalValue), &[("n", &n.min_rental_minutes.to_string())]))
+                        @if n.paused { " · " span #paused { (ctx.t(Msg::PausedByYou)) } }
+                    }
+                    td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ServerName)) }
+                    td.value #server-name { (n.name) }
+                    td { (seen_by(ctx, false)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::NodeId)) }
+                    td.value #node-id { (n.id) }
+                    td { (seen_by(ctx, false)) }
                 }
             }
             h2 { (ctx.t(Msg::Inventory)) }
@@ -560,6 +653,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn prices_as_typed_and_shown() {
+        for (typed, minor) in
+            [("12", 1200), ("12.5", 1250), ("12,50", 1250), (" 0.07 ", 7), ("1000000", 100_000_000)]
+        {
+            assert_eq!(parse_price(typed), Some(minor), "{typed}");
+        }
+        for bad in ["", ".5", "1.234", "-1", "1e3", "12.5.0", "１２", "9999999999999", "1.a"] {
+            assert_eq!(parse_price(bad), None, "{bad}");
+        }
+        assert_eq!(price_text(1250), "12.50");
+        assert_eq!(price_text(7), "0.07");
+        let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
+        let mut n = node("node-1");
+        n.price_per_gpu_hour = Some(1250);
+        n.paused = true;
+        let s = servers(&ctx, &[n.clone()], 6, None).into_string();
+        assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
+        n.price_per_gpu_hour = None;
+        assert!(server(&ctx, &n, 6, None).into_string().contains("пока не сдаётся"));
+    }
+
+    #[test]
     fn utc_dates() {
         assert_eq!(utc(0), "1970-01-01 00:00");
         assert_eq!(utc(1_796_290_406), "2026-12-03 09:33");
@@ -575,7 +690,7 @@ mod tests {
         n.inventory.public.disk_gib = u64::MAX;
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
-        assert!(server(&ctx, &n, u64::MAX).into_string().contains("2 × G"));
+        assert!(server(&ctx, &n, u64::MAX, None).into_string().contains("2 × G"));
         assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
     }
 
@@ -597,6 +712,10 @@ mod tests {
             known_containers: vec![],
             removed_containers: vec![],
             commands: vec![],
+            name: id.into(),
+            price_per_gpu_hour: None,
+            min_rental_minutes: 60,
+            paused: false,
         }
     }
 
@@ -622,13 +741,15 @@ mod tests {
             ..node("node-1")
         };
         n.inventory.private.hostname = evil.into();
+        n.name = evil.into();
+        n.paused = true;
         n.inventory.private.gpu_uuids = vec![evil.into()];
         n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()) };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
-                server(&ctx, &n, 6),
+                server(&ctx, &n, 6, Some(SettingsError::NameControl)),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
                 confirm_delete(&ctx, evil),
             ] {
