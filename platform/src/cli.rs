@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gpum_common::text::{Escaped, escape_controls};
-use gpum_protocol::{CommandKind, NodeList};
+use gpum_protocol::{CommandKind, NodeList, UpdateNodeRequest};
 use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
@@ -157,6 +157,54 @@ enum NodesCmd {
     RotateToken { id: String },
     /// Set the gpum.managed containers the platform knows on a node (none: forget them all).
     KnownContainers { id: String, container_ids: Vec<String> },
+    /// Change a server's name, price, minimum rental time or pause, as the owner's page does
+    /// (`PATCH /api/v1/admin/nodes/{id}`); prints its settings as they now are.
+    Set(SetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SetArgs {
+    id: String,
+    /// The server's name (1-64 characters).
+    #[arg(long, conflicts_with = "host_name")]
+    name: Option<String>,
+    /// Give the server its host name back as its name.
+    #[arg(long)]
+    host_name: bool,
+    /// The price per GPU-hour in the platform's currency, as typed on the page (`12.50`).
+    #[arg(long, conflicts_with = "no_price", value_parser = parse_price)]
+    price: Option<u64>,
+    /// Take the server off rent ("not for rent yet").
+    #[arg(long)]
+    no_price: bool,
+    /// The minimum rental time, in minutes (1-10080).
+    #[arg(long, value_name = "MINUTES")]
+    min_rental: Option<u32>,
+    /// Take the server off the offer to tenants.
+    #[arg(long, conflicts_with = "resume")]
+    pause: bool,
+    /// Offer it again.
+    #[arg(long)]
+    resume: bool,
+}
+
+fn parse_price(s: &str) -> Result<u64, String> {
+    crate::web::pages::parse_price(s).ok_or_else(|| format!("{s:?} is not a price such as 12.50"))
+}
+
+impl SetArgs {
+    fn request(&self) -> UpdateNodeRequest {
+        UpdateNodeRequest {
+            name: if self.host_name { Some(None) } else { self.name.clone().map(Some) },
+            price_per_gpu_hour: if self.no_price { Some(None) } else { self.price.map(Some) },
+            min_rental_minutes: self.min_rental,
+            paused: match (self.pause, self.resume) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -336,6 +384,22 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Nodes { cmd: NodesCmd::RotateToken { id } } => {
             let v = tx(&|c| Ok(serde_json::to_value(store::rotate_token(c, now, &id)?)?))?;
             out(&v, v["node_token"].as_str().unwrap_or_default().to_owned());
+        }
+        Cmd::Nodes { cmd: NodesCmd::Set(args) } => {
+            let req = args.request();
+            let v = tx(&|c| Ok(serde_json::to_value(store::update_node(c, &args.id, &req)?)?))?;
+            let price = v["price_per_gpu_hour"].as_u64().map_or_else(
+                || "not for rent yet".to_owned(),
+                |p| format!("{} per GPU-hour", crate::web::pages::price_text(p)),
+            );
+            let paused = if v["paused"].as_bool() == Some(true) { ", paused" } else { "" };
+            let human = format!(
+                "{}: {}, {price}, at least {} min{paused}",
+                args.id,
+                v["name"].as_str().unwrap_or_default(),
+                v["min_rental_minutes"]
+            );
+            out(&v, human);
         }
         Cmd::Nodes { cmd: NodesCmd::KnownContainers { id, container_ids } } => {
             let v = tx(&|c| {

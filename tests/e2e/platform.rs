@@ -550,6 +550,41 @@ async fn admin_api_sets_a_servers_name_price_and_pause() {
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(settings(&p), ("owner-box".to_owned(), None, 90, false));
 
+    // The operator's CLI sets the same, through the same checks.
+    let v = p.cli_json(&[
+        "nodes",
+        "set",
+        &r.node_id,
+        "--name",
+        "Rack 4",
+        "--price",
+        "12,5",
+        "--min-rental",
+        "120",
+        "--pause",
+    ]);
+    assert_eq!(
+        v,
+        serde_json::json!({"id": r.node_id, "name": "Rack 4", "price_per_gpu_hour": 1250,
+                           "min_rental_minutes": 120, "paused": true})
+    );
+    let out = p.cli(["nodes", "set", &r.node_id, "--host-name", "--no-price", "--resume"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}: owner-box, not for rent yet, at least 120 min", r.node_id)
+    );
+    assert_eq!(settings(&p), ("owner-box".to_owned(), None, 120, false));
+    for bad in
+        [&["--price", "12.505"][..], &["--min-rental", "0"], &["--name", "a\u{7}b"], &["--pause", "--resume"]]
+    {
+        let mut args = vec!["nodes", "set", r.node_id.as_str()];
+        args.extend_from_slice(bad);
+        let out = p.cli(&args);
+        assert!(!out.status.success(), "{bad:?}: {out:?}");
+    }
+    assert_eq!(settings(&p), ("owner-box".to_owned(), None, 120, false), "nothing changed by a refusal");
+
     // The admin token is needed; an unknown or deleted node is 404.
     let a = api.send(api.c.patch(&url).json(&serde_json::json!({"paused": true}))).await;
     assert_eq!(a.code(), ErrorCode::AdminUnauthorized);

@@ -27,7 +27,7 @@
 #![allow(clippy::result_large_err)]
 
 mod i18n;
-mod pages;
+pub(crate) mod pages;
 mod session;
 pub mod throttle;
 
