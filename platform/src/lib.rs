@@ -18,6 +18,7 @@ pub mod db;
 pub mod error;
 pub mod install;
 pub mod listen;
+pub mod rentable;
 pub mod server;
 pub mod store;
 pub mod web;

@@ -793,12 +793,15 @@ pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
                 known_containers: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
                 removed_containers: Vec::new(),
                 commands: Vec::new(),
+                rentable: Default::default(),
             })
         })?
         .collect::<Result<_, _>>()?;
+    let check_image_chosen = probe_image(conn)?.is_some();
     for n in &mut nodes {
         n.removed_containers = removals(conn, &n.id)?;
         n.commands = command_history(conn, &n.id)?;
+        n.rentable = crate::rentable::verdict(n, check_image_chosen);
     }
     Ok(NodeList { nodes })
 }

@@ -559,6 +559,40 @@ pub struct NodeSummary {
     /// Paused by the owner: not offered to tenants.
     #[serde(default)]
     pub paused: bool,
+    /// Rentable, or the one reason why not (computed by the platform on every read).
+    #[serde(default)]
+    pub rentable: Rentable,
+}
+
+named_enum! {
+    /// Whether a server is rentable, or the first reason why not, in this order of precedence.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub enum RentableState {
+        /// No heartbeat within [`OFFLINE_AFTER_SECS`] (or none yet).
+        #[default]
+        Offline = "offline",
+        /// NVML is not working (`health.nvml` other than `ok`), or the inventory lists no GPU.
+        NoGpu = "no_gpu",
+        /// The GPU check ran and failed.
+        CheckFailed = "check_failed",
+        /// No check has run because the platform's operator has chosen no check image.
+        AwaitingOperator = "awaiting_operator",
+        /// A check image is chosen; the check has not run yet.
+        AwaitingCheck = "awaiting_check",
+        /// The owner has set no price.
+        NoPrice = "no_price",
+        /// Paused by the owner.
+        Paused = "paused",
+        Rentable = "rentable",
+    }
+}
+
+/// A server's verdict: rentable, or exactly why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Rentable {
+    pub state: RentableState,
+    /// Unix seconds: for `offline`, the last heartbeat (`None`: never seen); else `None`.
+    pub since: Option<u64>,
 }
 
 /// The minimum rental time of a server whose owner has not set one.

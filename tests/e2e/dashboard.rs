@@ -20,8 +20,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use gpum_protocol::{
-    GpuPublic, HeartbeatRequest, Inventory, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure, ProbeReport,
-    RegisterRequest, RegisterResponse, VerificationState, limits,
+    GpuPublic, Health, HeartbeatRequest, Inventory, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure,
+    ProbeReport, RegisterRequest, RegisterResponse, VerificationState, limits,
 };
 use gpum_tests::bin;
 use gpum_tests::browser::Browser;
@@ -610,6 +610,246 @@ async fn name_price_minimum_time_and_pause_in_both_languages_with_hostile_names_
         b.click("#save").await;
         wait_text(&b, "#server-name", "gpu-box-7").await;
         assert_eq!(settings(), ("gpu-box-7".to_owned(), None, 60, false));
+        b.close().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rentable, or exactly why not (issue 32)
+
+/// A heartbeat whose `health.nvml` is `nvml`.
+async fn heartbeat_nvml(
+    p: &TestPlatform,
+    token: &str,
+    seq: u64,
+    inv: &Inventory,
+    nvml: NvmlState,
+    probe: Option<ProbeReport>,
+) {
+    let req = HeartbeatRequest {
+        seq,
+        inventory_hash: inv.hash(),
+        probe,
+        health: Health { nvml, docker_ok: true, ..Default::default() },
+        ..Default::default()
+    };
+    let resp = p
+        .http_client()
+        .post(format!("{}{PATH_HEARTBEAT}", p.url()))
+        .bearer_auth(token)
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
+
+fn probe(state: VerificationState, reason: Option<ProbeFailure>) -> Option<ProbeReport> {
+    Some(ProbeReport { state, reason, output: "probe output".into(), finished_at: 1, image: "img".into() })
+}
+
+/// Waits until the verdict in `scope` is `state`, and returns its text.
+async fn wait_verdict(b: &Browser, scope: &str, state: &str) -> String {
+    let css = format!("{scope} .verdict[data-state='{state}']");
+    b.wait_for(&css).await;
+    text_now(b, &css).await.as_str().unwrap_or_default().to_owned()
+}
+
+/// How many elements in `scope` are drawn in the dashboard's green.
+async fn green_in(b: &Browser, scope: &str) -> serde_json::Value {
+    let scope = serde_json::to_string(scope).unwrap();
+    b.js(&format!(
+        "const s = document.querySelector({scope}); if (!s) return null; \
+         return Array.from(s.querySelectorAll('*')).concat([s]) \
+           .filter(e => getComputedStyle(e).color === 'rgb(27, 122, 53)').map(e => e.className)"
+    ))
+    .await
+}
+
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn rentable_or_exactly_why_not_in_both_languages_and_no_gpu_is_never_green() {
+    struct Case {
+        lang: &'static str,
+        accept: &'static str,
+        offline_never: &'static str,
+        awaiting_operator: &'static str,
+        awaiting_check: &'static str,
+        check_failed: &'static str,
+        no_gpu_driver: &'static str,
+        no_gpu_listed: &'static str,
+        no_price: &'static str,
+        paused: &'static str,
+        rentable: &'static str,
+        offline_since: &'static str,
+        copy: &'static str,
+    }
+    let cases = [
+        Case {
+            lang: "en",
+            accept: "en-US,en",
+            offline_never: "not rentable: offline, not seen yet",
+            awaiting_operator: "not rentable yet: waiting for the platform's operator to choose a check image; \
+                                nothing to do on your side",
+            awaiting_check: "not rentable yet: awaiting the GPU check",
+            check_failed: "not rentable: the GPU check failed: Docker has no nvidia runtime",
+            no_gpu_driver: "not rentable: no GPU or no NVIDIA driver: the NVIDIA driver's library (libnvidia-ml) \
+                            is not found",
+            no_gpu_listed: "not rentable: no GPU or no NVIDIA driver: the hardware lists no GPU",
+            no_price: "not for rent yet: no price set",
+            paused: "not rentable: paused by you",
+            rentable: "rentable",
+            offline_since: "not rentable: offline since ",
+            copy: "Copy",
+        },
+        Case {
+            lang: "ru",
+            accept: "ru-RU,ru;q=0.9",
+            offline_never: "не сдаётся: офлайн, ещё не выходил на связь",
+            awaiting_operator: "пока не сдаётся: ждём, когда оператор платформы выберет образ для проверки; \
+                                от вас ничего не требуется",
+            awaiting_check: "пока не сдаётся: ожидает проверки видеокарты",
+            check_failed: "не сдаётся: проверка видеокарты не пройдена: в Docker не настроена среда nvidia",
+            no_gpu_driver: "не сдаётся: нет видеокарты или драйвера NVIDIA: библиотека драйвера NVIDIA \
+                            (libnvidia-ml) не найдена",
+            no_gpu_listed: "не сдаётся: нет видеокарты или драйвера NVIDIA: в оборудовании нет ни одной видеокарты",
+            no_price: "пока не сдаётся: цена не назначена",
+            paused: "не сдаётся: приостановлен вами",
+            rentable: "сдаётся",
+            offline_since: "не сдаётся: офлайн с ",
+            copy: "Копировать",
+        },
+    ];
+    const FIX: &str = "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker";
+    for c in cases {
+        let p = TestPlatform::start(PlatformOpts::insecure_http());
+        let inv = sample_inventory("rent-box", &["GPU-R1"]);
+        let node = register_raw(&p, inv.clone(), "0.1.0").await;
+        let (id, tok) = (node.node_id.clone(), node.node_token.clone());
+        let api = |id: &str| {
+            let r = p.node(id).unwrap().rentable;
+            (r.state.as_str(), r.since)
+        };
+        let b = Browser::start(&format!("rentable_{}", c.lang), c.accept).await;
+        sign_in(&b, &p).await;
+        let row = format!("tr.server[data-node='{id}']");
+        let page = format!("{}/dashboard/servers/{id}", p.url());
+
+        // Registered, never seen.
+        assert_eq!(api(&id), ("offline", None));
+        assert_eq!(wait_verdict(&b, &row, "offline").await, c.offline_never);
+
+        // Online, NVML works, no check image chosen: the operator's matter.
+        heartbeat_nvml(&p, &tok, 1, &inv, NvmlState::Ok, None).await;
+        assert_eq!(api(&id), ("awaiting_operator", None));
+        assert_eq!(wait_verdict(&b, &row, "awaiting_operator").await, c.awaiting_operator);
+
+        // The operator chooses one: now the check itself is awaited.
+        p.set_probe_image(&format!("registry.example/probe@sha256:{}", "0".repeat(64)));
+        assert_eq!(api(&id), ("awaiting_check", None));
+        assert_eq!(wait_verdict(&b, &row, "awaiting_check").await, c.awaiting_check);
+
+        // The check failed: why, and the fix in a monospace block with a Copy button.
+        heartbeat_nvml(
+            &p,
+            &tok,
+            2,
+            &inv,
+            NvmlState::Ok,
+            probe(VerificationState::Failed, Some(ProbeFailure::NoNvidiaRuntime)),
+        )
+        .await;
+        assert_eq!(api(&id).0, "check_failed");
+        let text = wait_verdict(&b, &row, "check_failed").await;
+        assert!(text.starts_with(c.check_failed), "{text}");
+        for scope in [row.clone(), "#rentable".to_owned()] {
+            if scope == "#rentable" {
+                b.goto(&page).await;
+                assert!(wait_verdict(&b, &scope, "check_failed").await.starts_with(c.check_failed));
+            }
+            let fix = format!("{scope} pre code#fix-{id}");
+            wait_text(&b, &fix, FIX).await;
+            let button = format!("{scope} button.copy[data-copy='fix-{id}']");
+            wait_text(&b, &button, c.copy).await;
+        }
+        // The button copies (or, without a clipboard, selects) the fix and says so. The live
+        // region is replaced every 2 s, which may undo either; a few tries.
+        let mut tries = Vec::new();
+        for _ in 0..5 {
+            b.click(&format!("#rentable button.copy[data-copy='fix-{id}']")).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let done = b
+                .js(&format!(
+                    "const btn = document.querySelector(\"#rentable button.copy[data-copy='fix-{id}']\"); \
+                     return [String(window.getSelection()), btn ? btn.textContent : null]"
+                ))
+                .await;
+            let ok = done[0] == FIX || (done[1] != c.copy && done[1] != serde_json::Value::Null);
+            tries.push(done);
+            if ok {
+                break;
+            }
+            assert!(tries.len() < 5, "the Copy button neither copied nor selected the fix: {tries:?}");
+        }
+        b.goto(&format!("{}/dashboard", p.url())).await;
+
+        // The driver's library is missing: no GPU, and never green, whatever the last check said.
+        heartbeat_nvml(
+            &p,
+            &tok,
+            3,
+            &inv,
+            NvmlState::LibraryMissing,
+            probe(VerificationState::Verified, None),
+        )
+        .await;
+        assert_eq!(api(&id).0, "no_gpu");
+        assert_eq!(wait_verdict(&b, &row, "no_gpu").await, c.no_gpu_driver);
+        assert_eq!(green_in(&b, &row).await, serde_json::json!([]), "the list");
+        b.goto(&page).await;
+        assert_eq!(wait_verdict(&b, "#rentable", "no_gpu").await, c.no_gpu_driver);
+        assert_eq!(green_in(&b, "#server").await, serde_json::json!([]), "the server page");
+
+        // A machine whose inventory lists no GPU at all, NVML or not, is no GPU either.
+        let empty_inv = sample_inventory("empty-box", &[]);
+        let empty = register_raw(&p, empty_inv.clone(), "0.1.0").await;
+        heartbeat_nvml(
+            &p,
+            &empty.node_token,
+            1,
+            &empty_inv,
+            NvmlState::Ok,
+            probe(VerificationState::Verified, None),
+        )
+        .await;
+        assert_eq!(api(&empty.node_id).0, "no_gpu");
+        b.goto(&format!("{}/dashboard", p.url())).await;
+        let empty_row = format!("tr.server[data-node='{}']", empty.node_id);
+        assert_eq!(wait_verdict(&b, &empty_row, "no_gpu").await, c.no_gpu_listed);
+        assert_eq!(green_in(&b, &empty_row).await, serde_json::json!([]), "a server with no GPU");
+
+        // The driver works again and the check passed: only the price is missing.
+        heartbeat_nvml(&p, &tok, 4, &inv, NvmlState::Ok, None).await;
+        assert_eq!(api(&id).0, "no_price");
+        assert_eq!(wait_verdict(&b, &row, "no_price").await, c.no_price);
+
+        // Priced but paused; then resumed: rentable, and green.
+        p.cli_json(&["nodes", "set", &id, "--price", "2.50", "--pause"]);
+        assert_eq!(api(&id).0, "paused");
+        assert_eq!(wait_verdict(&b, &row, "paused").await, c.paused);
+        p.cli_json(&["nodes", "set", &id, "--resume"]);
+        assert_eq!(api(&id), ("rentable", None));
+        assert_eq!(wait_verdict(&b, &row, "rentable").await, c.rentable);
+        assert_ne!(green_in(&b, &format!("{row} td.rentable")).await, serde_json::json!([]));
+
+        // No heartbeat for two minutes: offline since the last one, which the API gives too.
+        let last = p.node(&id).unwrap().last_heartbeat_at;
+        p.advance_clock(120);
+        assert_eq!(api(&id), ("offline", last));
+        let text = wait_verdict(&b, &row, "offline").await;
+        assert!(text.starts_with(c.offline_since) && text.ends_with(" (UTC)"), "{text}");
+        b.goto(&page).await;
+        assert_eq!(wait_verdict(&b, "#rentable", "offline").await, text);
         b.close().await;
     }
 }

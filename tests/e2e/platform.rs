@@ -521,6 +521,9 @@ async fn admin_api_sets_a_servers_name_price_and_pause() {
         api.send(api.c.get(format!("{}{PATH_ADMIN_NODES}", p.url())).bearer_auth(t)).await.ok();
     assert_eq!(list.nodes[0].price_per_gpu_hour, Some(1250));
     assert_eq!(list, p.nodes());
+    // The verdict rides along, machine-readable: no heartbeat yet, so offline since never.
+    let raw = api.send(api.c.get(format!("{}{PATH_ADMIN_NODES}", p.url())).bearer_auth(t)).await;
+    assert_eq!(raw.body["nodes"][0]["rentable"], serde_json::json!({"state": "offline", "since": null}));
 
     // Refusals: 400 with the field named, and nothing written, not even the good fields.
     for (body, code, word) in [

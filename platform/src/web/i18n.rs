@@ -9,7 +9,7 @@
 
 use gpum_common::Lang;
 pub use gpum_common::texts::fill;
-use gpum_protocol::{ProbeFailure, VerificationState};
+use gpum_protocol::{NvmlState, ProbeFailure, VerificationState};
 
 gpum_common::texts! {
     /// A text of the dashboard.
@@ -237,6 +237,30 @@ gpum_common::texts! {
         ),
         Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
         NotFound => ("Такого сервера нет.", "No such server."),
+        // Rentable, or exactly why not ([`crate::rentable::verdict`]).
+        ColRentable => ("Сдаётся?", "Rentable?"),
+        RentYes => ("сдаётся", "rentable"),
+        RentOfflineSince => ("не сдаётся: офлайн с {at} (UTC)", "not rentable: offline since {at} (UTC)"),
+        RentOfflineNever => ("не сдаётся: офлайн, ещё не выходил на связь", "not rentable: offline, not seen yet"),
+        RentNoGpu => ("не сдаётся: нет видеокарты или драйвера NVIDIA", "not rentable: no GPU or no NVIDIA driver"),
+        NvmlLibraryMissing => (
+            "библиотека драйвера NVIDIA (libnvidia-ml) не найдена",
+            "the NVIDIA driver's library (libnvidia-ml) is not found",
+        ),
+        NvmlNoDevices => ("драйвер не видит ни одной видеокарты", "the driver sees no GPU"),
+        NvmlError => ("драйвер NVIDIA ответил ошибкой", "the NVIDIA driver answered with an error"),
+        NoGpuListed => ("в оборудовании нет ни одной видеокарты", "the hardware lists no GPU"),
+        RentCheckFailed => ("не сдаётся: проверка видеокарты не пройдена", "not rentable: the GPU check failed"),
+        RentFix => ("Как исправить — выполните на машине:", "To fix it, run on the machine:"),
+        RentAwaitingOperator => (
+            "пока не сдаётся: ждём, когда оператор платформы выберет образ для проверки; от вас \
+             ничего не требуется",
+            "not rentable yet: waiting for the platform's operator to choose a check image; \
+             nothing to do on your side",
+        ),
+        RentAwaitingCheck => ("пока не сдаётся: ожидает проверки видеокарты", "not rentable yet: awaiting the GPU check"),
+        RentNoPrice => ("пока не сдаётся: цена не назначена", "not for rent yet: no price set"),
+        RentPaused => ("не сдаётся: приостановлен вами", "not rentable: paused by you"),
         // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.
         ProbeNoNvidiaRuntime => (
             "в Docker не настроена среда nvidia: выполните sudo nvidia-ctk runtime configure \
@@ -305,6 +329,33 @@ pub fn probe_failure(f: ProbeFailure, lang: Lang) -> &'static str {
         },
         lang,
     )
+}
+
+/// The command that fixes a failed probe, run on the machine, where there is one.
+pub fn probe_fix(f: ProbeFailure) -> Option<&'static str> {
+    use ProbeFailure::*;
+    match f {
+        NoNvidiaRuntime | NvmlUnknownError => {
+            Some("sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker")
+        }
+        DriverLibraryMismatch => Some("sudo reboot"),
+        DockerUnavailable => Some("sudo systemctl restart docker"),
+        DeviceRequestRefused | NvidiaSmiFailed | ImagePullFailed | Timeout | ImageNotPinned
+        | RegistryNotAccepted => None,
+    }
+}
+
+/// Why NVML does not work, as the "no GPU or no driver" verdict explains it; `None` when it
+/// works (then the inventory lists no GPU).
+pub fn nvml_problem(s: NvmlState, lang: Lang) -> Option<&'static str> {
+    let m = match s {
+        NvmlState::Ok => return None,
+        NvmlState::LibraryMissing => Msg::NvmlLibraryMissing,
+        NvmlState::DriverLibraryMismatch => Msg::ProbeDriverLibraryMismatch,
+        NvmlState::NoDevices => Msg::NvmlNoDevices,
+        NvmlState::Error => Msg::NvmlError,
+    };
+    Some(t(m, lang))
 }
 
 /// The language of a request: the switch's cookie, else the first of `ru`/`en` by

@@ -8,10 +8,10 @@
 //! replaces a button under the owner's pointer.
 
 use gpum_common::Lang;
-use gpum_protocol::{NodeSummary, VerificationState};
+use gpum_protocol::{NodeSummary, RentableState, VerificationState};
 use maud::{DOCTYPE, Markup, html};
 
-use super::i18n::{Msg, fill, probe_failure, t, verification};
+use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
 use crate::store::SettingsError;
 
 /// What every page needs: the language, the path (for the language switch) and, when signed
@@ -137,11 +137,80 @@ fn verification_label(ctx: &Ctx, n: &NodeSummary) -> String {
     s
 }
 
-fn verification_class(v: VerificationState) -> &'static str {
-    match v {
+/// A machine with no GPU or no driver never looks healthy: its check is not shown green.
+fn verification_class(n: &NodeSummary) -> &'static str {
+    match n.verification {
+        VerificationState::Verified if crate::rentable::no_gpu(n) => "bad",
         VerificationState::Verified => "ok",
         VerificationState::AwaitingCheck => "wait",
         VerificationState::Failed => "bad",
+    }
+}
+
+/// The state cell's classes: green only when online with a working GPU.
+fn state_class(n: &NodeSummary) -> &'static str {
+    match (n.online, crate::rentable::no_gpu(n)) {
+        (true, false) => "online",
+        (true, true) => "online nogpu",
+        (false, _) => "offline",
+    }
+}
+
+fn rentable_class(s: RentableState) -> &'static str {
+    match s {
+        RentableState::Rentable => "ok",
+        RentableState::Offline | RentableState::NoGpu | RentableState::CheckFailed => "bad",
+        RentableState::AwaitingOperator
+        | RentableState::AwaitingCheck
+        | RentableState::NoPrice
+        | RentableState::Paused => "wait",
+    }
+}
+
+/// The verdict in words: rentable, or exactly why not.
+fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
+    let r = &n.rentable;
+    match r.state {
+        RentableState::Offline => match r.since {
+            Some(at) => fill(ctx.t(Msg::RentOfflineSince), &[("at", &utc(at))]),
+            None => ctx.t(Msg::RentOfflineNever).to_owned(),
+        },
+        RentableState::NoGpu => {
+            let why = n
+                .health
+                .as_ref()
+                .and_then(|h| nvml_problem(h.nvml, ctx.lang))
+                .unwrap_or_else(|| ctx.t(Msg::NoGpuListed));
+            format!("{}: {why}", ctx.t(Msg::RentNoGpu))
+        }
+        RentableState::CheckFailed => match n.last_probe_reason {
+            Some(f) => format!("{}: {}", ctx.t(Msg::RentCheckFailed), probe_failure(f, ctx.lang)),
+            None => ctx.t(Msg::RentCheckFailed).to_owned(),
+        },
+        RentableState::AwaitingOperator => ctx.t(Msg::RentAwaitingOperator).to_owned(),
+        RentableState::AwaitingCheck => ctx.t(Msg::RentAwaitingCheck).to_owned(),
+        RentableState::NoPrice => ctx.t(Msg::RentNoPrice).to_owned(),
+        RentableState::Paused => ctx.t(Msg::RentPaused).to_owned(),
+        RentableState::Rentable => ctx.t(Msg::RentYes).to_owned(),
+    }
+}
+
+/// The verdict, and for a failed check the command that fixes it, copyable.
+fn rentable_verdict(ctx: &Ctx, n: &NodeSummary) -> Markup {
+    let fix = match n.rentable.state {
+        RentableState::CheckFailed => n.last_probe_reason.and_then(probe_fix),
+        _ => None,
+    };
+    html! {
+        span.verdict.(rentable_class(n.rentable.state)) data-state=(n.rentable.state.as_str()) {
+            (rentable_text(ctx, n))
+        }
+        @if let Some(fix) = fix {
+            div.fix {
+                p.help { (ctx.t(Msg::RentFix)) }
+                (copyable(ctx, &format!("fix-{}", n.id), fix))
+            }
+        }
     }
 }
 
@@ -274,6 +343,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                 table {
                     thead { tr {
                         th { (ctx.t(Msg::ColServer)) br; (seen_by(ctx, false)) }
+                        th { (ctx.t(Msg::ColRentable)) br; (seen_by(ctx, false)) }
                         th { (ctx.t(Msg::ColState)) br; (seen_by(ctx, true)) }
                         th { (ctx.t(Msg::ColVerification)) br; (seen_by(ctx, true)) }
                         th { (ctx.t(Msg::ColPrice)) br; (seen_by(ctx, true)) }
@@ -289,11 +359,12 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                                     br;
                                     span.node-id { (n.id) }
                                 }
-                                td.state.(if n.online { "online" } else { "offline" }) {
+                                td.rentable { (rentable_verdict(ctx, n)) }
+                                td.state.(state_class(n)) {
                                     (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
                                     @if n.paused { br; span.paused { (ctx.t(Msg::PausedByYou)) } }
                                 }
-                                td.verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                                td.verification.(verification_class(n)) { (verification_label(ctx, n)) }
                                 td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
                                     (price_label(ctx, n))
                                 }
@@ -413,8 +484,8 @@ pub fn join_status(ctx: &Ctx, state: JoinState<'_>) -> Markup {
                     " "
                     a #open-server href={ "/dashboard/servers/" (n.id) } { (ctx.t(Msg::OpenServer)) }
                 }
-                p #join-verification.(verification_class(n.verification))
-                    data-verification=(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                p #join-verification.(verification_class(n))
+                    data-verification=(verification_class(n)) { (verification_label(ctx, n)) }
             },
         }
     }
@@ -505,8 +576,13 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
         div #server data-live={ "/dashboard/servers/" (n.id) } {
             table.facts {
                 tr {
+                    th { (ctx.t(Msg::ColRentable)) }
+                    td.value #rentable { (rentable_verdict(ctx, n)) }
+                    td { (seen_by(ctx, false)) }
+                }
+                tr {
                     th { (ctx.t(Msg::ColState)) }
-                    td.value #state.(if n.online { "online" } else { "offline" }) {
+                    td.value #state.(state_class(n)) {
                         (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
                         " · " (ago(ctx, n.last_heartbeat_at, now))
                     }
@@ -514,7 +590,7 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
                 }
                 tr {
                     th { (ctx.t(Msg::ColVerification)) }
-                    td.value #verification.(verification_class(n.verification)) { (verification_label(ctx, n)) }
+                    td.value #verification.(verification_class(n)) { (verification_label(ctx, n)) }
                     td { (seen_by(ctx, true)) }
                 }
                 tr {
@@ -674,6 +750,43 @@ mod tests {
         assert!(server(&ctx, &n, 6, None).into_string().contains("пока не сдаётся"));
     }
 
+    /// Each verdict in words in both languages; a failed check's fix is copyable; a machine with
+    /// no GPU is never green, whatever its last check said.
+    #[test]
+    fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
+        use gpum_protocol::{GpuPublic, Health, NvmlState, ProbeFailure, Rentable};
+        let mut n = node("node-1");
+        n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
+        n.health = Some(Health { nvml: NvmlState::LibraryMissing, ..Default::default() });
+        n.verification = VerificationState::Verified;
+        n.rentable = crate::rentable::verdict(&n, true);
+        assert_eq!(n.rentable.state, RentableState::NoGpu);
+        for lang in [Lang::Ru, Lang::En] {
+            let ctx = Ctx { lang, path: "/".into(), csrf: None };
+            for page in [servers(&ctx, std::slice::from_ref(&n), 6, None), server(&ctx, &n, 6, None)] {
+                let s = page.into_string();
+                assert!(!s.contains("class=\"ok") && !s.contains("class=\"online\""), "{s}");
+                assert!(s.contains("libnvidia-ml"), "{s}");
+            }
+        }
+        n.health = Some(Health { nvml: NvmlState::Ok, ..Default::default() });
+        n.verification = VerificationState::Failed;
+        n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
+        n.rentable = crate::rentable::verdict(&n, true);
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
+        let s = server(&ctx, &n, 6, None).into_string();
+        assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
+        assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
+        assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
+        n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
+        let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
+        assert!(
+            server(&ru, &n, 6, None).into_string().contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
+        );
+        n.rentable.state = RentableState::AwaitingOperator;
+        assert!(servers(&ru, &[n], 6, None).into_string().contains("оператор платформы выберет образ"));
+    }
+
     #[test]
     fn utc_dates() {
         assert_eq!(utc(0), "1970-01-01 00:00");
@@ -716,6 +829,7 @@ mod tests {
             price_per_gpu_hour: None,
             min_rental_minutes: 60,
             paused: false,
+            rentable: Default::default(),
         }
     }
 

@@ -1,0 +1,167 @@
+//! Rentable, or exactly why not: one verdict per server, computed here only, which the admin
+//! API (`NodeSummary::rentable`), the servers list and the server page all show.
+
+use gpum_protocol::{NodeSummary, NvmlState, Rentable, RentableState, VerificationState};
+
+/// The verdict on `n`, the first reason in this order: offline (since its last heartbeat), no
+/// GPU or no driver, the GPU check failed, awaiting the operator's check image, awaiting the
+/// check, no price, paused by the owner; else rentable. `check_image_chosen`: the operator has
+/// set a probe image. A deleted server is not listed, so it has no verdict.
+pub fn verdict(n: &NodeSummary, check_image_chosen: bool) -> Rentable {
+    let state = if !n.online {
+        return Rentable { state: RentableState::Offline, since: n.last_heartbeat_at };
+    } else if no_gpu(n) {
+        RentableState::NoGpu
+    } else if n.verification == VerificationState::Failed {
+        RentableState::CheckFailed
+    } else if n.verification == VerificationState::AwaitingCheck {
+        if check_image_chosen { RentableState::AwaitingCheck } else { RentableState::AwaitingOperator }
+    } else if n.price_per_gpu_hour.is_none() {
+        RentableState::NoPrice
+    } else if n.paused {
+        RentableState::Paused
+    } else {
+        RentableState::Rentable
+    };
+    Rentable { state, since: None }
+}
+
+/// No GPU or no driver: NVML does not work (a node that sent no health yet counts as one whose
+/// NVML is unknown, so not working), or the inventory lists no GPU.
+pub fn no_gpu(n: &NodeSummary) -> bool {
+    n.health.as_ref().is_none_or(|h| h.nvml != NvmlState::Ok) || n.inventory.public.gpus.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpum_protocol::{GpuPublic, Health, Rentable as V};
+
+    /// A server that is rentable: online, NVML ok, one GPU, verified, priced, not paused.
+    fn rentable() -> NodeSummary {
+        let mut n = NodeSummary {
+            id: "n".into(),
+            online: true,
+            verification: VerificationState::Verified,
+            last_probe_output: None,
+            last_probe_reason: None,
+            last_heartbeat_at: Some(100),
+            registered_at: 1,
+            agent_version: "1".into(),
+            inventory: Default::default(),
+            last_metrics: None,
+            health: Some(Health { nvml: NvmlState::Ok, ..Default::default() }),
+            last_seq: None,
+            managed_containers: vec![],
+            known_containers: vec![],
+            removed_containers: vec![],
+            commands: vec![],
+            name: "n".into(),
+            price_per_gpu_hour: Some(150),
+            min_rental_minutes: 60,
+            paused: false,
+            rentable: Default::default(),
+        };
+        n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
+        n
+    }
+
+    fn state(n: &NodeSummary, image: bool) -> RentableState {
+        verdict(n, image).state
+    }
+
+    #[test]
+    fn each_reason_alone() {
+        use RentableState::*;
+        let n = rentable();
+        assert_eq!(verdict(&n, true), V { state: Rentable, since: None });
+        // The check image matters only while a check is awaited.
+        assert_eq!(state(&n, false), Rentable);
+
+        let mut off = rentable();
+        off.online = false;
+        assert_eq!(verdict(&off, true), V { state: Offline, since: Some(100) });
+        off.last_heartbeat_at = None;
+        assert_eq!(verdict(&off, true), V { state: Offline, since: None });
+
+        for nvml in [
+            NvmlState::LibraryMissing,
+            NvmlState::DriverLibraryMismatch,
+            NvmlState::NoDevices,
+            NvmlState::Error,
+        ] {
+            let mut m = rentable();
+            m.health.as_mut().unwrap().nvml = nvml;
+            assert_eq!(state(&m, true), NoGpu, "{nvml:?}");
+        }
+        let mut m = rentable();
+        m.health = None;
+        assert_eq!(state(&m, true), NoGpu, "no health reported yet");
+        let mut m = rentable();
+        m.inventory.public.gpus.clear();
+        assert_eq!(state(&m, true), NoGpu, "NVML ok but no GPU listed");
+
+        let mut m = rentable();
+        m.verification = VerificationState::Failed;
+        assert_eq!(state(&m, true), CheckFailed);
+
+        let mut m = rentable();
+        m.verification = VerificationState::AwaitingCheck;
+        assert_eq!(state(&m, false), AwaitingOperator);
+        assert_eq!(state(&m, true), AwaitingCheck);
+
+        let mut m = rentable();
+        m.price_per_gpu_hour = None;
+        assert_eq!(state(&m, true), NoPrice);
+
+        let mut m = rentable();
+        m.paused = true;
+        assert_eq!(state(&m, true), Paused);
+    }
+
+    /// Every reason present at once, then removed one by one: each time the verdict is the
+    /// next reason in the order of precedence.
+    #[test]
+    fn the_order_of_precedence() {
+        use RentableState::*;
+        let mut n = rentable();
+        n.online = false;
+        n.health = Some(Health { nvml: NvmlState::LibraryMissing, ..Default::default() });
+        n.inventory.public.gpus.clear();
+        n.verification = VerificationState::Failed;
+        n.price_per_gpu_hour = None;
+        n.paused = true;
+        let mut seen = vec![state(&n, false)];
+        n.online = true;
+        seen.push(state(&n, false));
+        n.health.as_mut().unwrap().nvml = NvmlState::Ok;
+        seen.push(state(&n, false));
+        n.inventory.public.gpus = rentable().inventory.public.gpus;
+        seen.push(state(&n, false));
+        n.verification = VerificationState::AwaitingCheck;
+        seen.push(state(&n, false));
+        seen.push(state(&n, true));
+        n.verification = VerificationState::Verified;
+        seen.push(state(&n, true));
+        n.price_per_gpu_hour = Some(1);
+        seen.push(state(&n, true));
+        n.paused = false;
+        seen.push(state(&n, true));
+        assert_eq!(
+            seen,
+            [Offline, NoGpu, NoGpu, CheckFailed, AwaitingOperator, AwaitingCheck, NoPrice, Paused, Rentable]
+        );
+        // Every state is reached.
+        for s in RentableState::ALL {
+            assert!(seen.contains(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn on_the_wire() {
+        let v = serde_json::to_value(V { state: RentableState::AwaitingOperator, since: None }).unwrap();
+        assert_eq!(v, serde_json::json!({"state": "awaiting_operator", "since": null}));
+        let v = serde_json::to_value(V { state: RentableState::Offline, since: Some(7) }).unwrap();
+        assert_eq!(v, serde_json::json!({"state": "offline", "since": 7}));
+    }
+}
