@@ -987,7 +987,11 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
         finished_at: 1,
         image: "x".into(),
     };
-    heartbeat_raw(&p, &ok.node_token, 1, &inv, Some(verified)).await;
+    // Machines whose driver answers (health.nvml ok), as real ones with these GPUs would: the
+    // screenshots show one server rentable (priced) and one whose check failed.
+    heartbeat_nvml(&p, &ok.node_token, 1, &inv, NvmlState::Ok, Some(verified)).await;
+    let priced = p.cli(["nodes", "set", &ok.node_id, "--price", "1.20"]);
+    assert!(priced.status.success(), "{priced:?}");
     let inv2 = sample_inventory("gpu-box-2", &["GPU-77c3"]);
     let bad = register_raw(&p, inv2.clone(), "0.1.0").await;
     let failed = ProbeReport {
@@ -997,7 +1001,7 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
         finished_at: 1,
         image: "x".into(),
     };
-    heartbeat_raw(&p, &bad.node_token, 1, &inv2, Some(failed)).await;
+    heartbeat_nvml(&p, &bad.node_token, 1, &inv2, NvmlState::Ok, Some(failed)).await;
 
     let keep = std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1");
     let tmp = tempfile::tempdir().unwrap();
@@ -1019,6 +1023,7 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
             .starts_with("Проверка не пройдена: Видеокарта не видна внутри контейнера")
     );
     assert!(ru.body_text().await.contains("видят арендаторы"));
+    assert_eq!(ru.text(&format!("{} td.rentable", row(&ok.node_id))).await, "сдаётся");
     shoot(&ru, &dir, "servers.ru").await;
 
     // Every page, in Russian and then in English through the switch (remembered by a cookie).
