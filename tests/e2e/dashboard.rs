@@ -425,7 +425,9 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
     b.goto(&format!("{}/dashboard/servers/{id}/command", p.url())).await;
     assert!(b.body_text().await.contains("method_not_allowed"));
     assert!(p.node(&id).unwrap().commands.is_empty());
-    // The same forms with the right key work, from the page.
+    // The same forms with the right key work, from the page (once the server is online: an
+    // offline one is refused commands).
+    heartbeat_raw(&p, &node.node_token, 1, &sample_inventory("box", &["GPU-1"]), None).await;
     b.goto(&format!("{}/dashboard/servers/{id}", p.url())).await;
     b.click("#restart").await;
     b.wait_for("tr.command[data-kind='restart']").await;
@@ -445,12 +447,12 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
         format!("sudo /opt/gpum-agent/gpum-agent configure --server {} --node-id {id}", p.url())
     );
     let inv = sample_inventory("box", &["GPU-1"]);
-    heartbeat_raw(&p, &token, 1, &inv, None).await;
+    heartbeat_raw(&p, &token, 2, &inv, None).await;
     let old = p
         .http_client()
         .post(format!("{}{PATH_HEARTBEAT}", p.url()))
         .bearer_auth(&node.node_token)
-        .json(&HeartbeatRequest { seq: 2, ..Default::default() })
+        .json(&HeartbeatRequest { seq: 3, ..Default::default() })
         .send()
         .await
         .unwrap();
@@ -850,6 +852,81 @@ async fn rentable_or_exactly_why_not_in_both_languages_and_no_gpu_is_never_green
         assert!(text.starts_with(c.offline_since) && text.ends_with(" (UTC)"), "{text}");
         b.goto(&page).await;
         assert_eq!(wait_verdict(&b, "#rentable", "offline").await, text);
+        b.close().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands on an offline server (issue 32)
+
+/// Whether `css` is disabled, read in the page at once.
+async fn disabled(b: &Browser, css: &str) -> bool {
+    b.js(&format!("return document.querySelector({css:?}).disabled")).await == serde_json::json!(true)
+}
+
+/// A command reaches the agent only at its heartbeat: on an offline server "Check again" and
+/// "Restart" are disabled with why, in both languages, and a POST made anyway (the button
+/// re-enabled by hand) is answered 409 with why, and queues nothing; online, they work.
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_are_disabled_and_refused_on_an_offline_server_in_both_languages() {
+    for (lang, accept, why, refused) in [
+        (
+            "en",
+            "en-US,en",
+            "The server is offline: commands reach it only when it is online.",
+            "The command was not sent",
+        ),
+        (
+            "ru",
+            "ru-RU,ru",
+            "Сервер офлайн: команды доходят до него, только когда он онлайн.",
+            "Команда не отправлена",
+        ),
+    ] {
+        let p = TestPlatform::start(PlatformOpts::insecure_http());
+        let inv = sample_inventory("cmd-box", &["GPU-C1"]);
+        let node = register_raw(&p, inv.clone(), "0.1.0").await;
+        let id = node.node_id.clone();
+        let b = Browser::start(&format!("offline_commands_{lang}"), accept).await;
+        sign_in(&b, &p).await;
+        let page = format!("{}/dashboard/servers/{id}", p.url());
+        let queued = || p.node(&id).unwrap().commands.len();
+
+        // Registered, never seen: offline.
+        b.goto(&page).await;
+        assert!(disabled(&b, "#recheck").await && disabled(&b, "#restart").await, "{lang}");
+        assert_eq!(b.text("#commands-offline").await, why);
+        // A POST anyway: refused with why, in the page's language; nothing queued.
+        for kind in ["recheck", "restart"] {
+            b.goto(&page).await;
+            b.js(&format!("document.querySelector('#{kind}').disabled = false")).await;
+            b.click(&format!("#{kind}")).await;
+            b.wait_for("#command-refused").await;
+            assert_eq!(b.text("#command-refused").await, why);
+            assert_eq!(b.text("h1").await, refused);
+            assert_eq!(queued(), 0, "{lang} {kind}: nothing queued");
+        }
+
+        // Online: enabled, no reason shown, and a command is queued.
+        heartbeat_raw(&p, &node.node_token, 1, &inv, None).await;
+        b.goto(&page).await;
+        assert!(!disabled(&b, "#recheck").await && !disabled(&b, "#restart").await, "{lang}");
+        assert!(!b.has("#commands-offline").await);
+        b.click("#restart").await;
+        b.wait_for("tr.command[data-kind='restart']").await;
+        assert_eq!(queued(), 1);
+
+        // Offline again (two minutes without a heartbeat), with the page still open from
+        // before: the POST is refused, and nothing more is queued.
+        b.goto(&page).await;
+        assert!(!disabled(&b, "#recheck").await);
+        p.advance_clock(120);
+        b.click("#recheck").await;
+        b.wait_for("#command-refused").await;
+        assert_eq!(queued(), 1, "{lang}: still only the restart");
+        b.goto(&page).await;
+        assert!(disabled(&b, "#recheck").await && disabled(&b, "#restart").await);
         b.close().await;
     }
 }

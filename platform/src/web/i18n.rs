@@ -152,6 +152,11 @@ gpum_common::texts! {
         CommandOk => ("выполнена", "done"),
         CommandFailed => ("не выполнена", "failed"),
         NoCommands => ("Команд ещё не было.", "No commands yet."),
+        CommandsOffline => (
+            "Сервер офлайн: команды доходят до него, только когда он онлайн.",
+            "The server is offline: commands reach it only when it is online.",
+        ),
+        CommandRefused => ("Команда не отправлена", "The command was not sent"),
         RotateToken => ("Заменить токен", "Replace the token"),
         RotateTitle => ("Заменить токен сервера {node}?", "Replace the token of server {node}?"),
         RotateExplain => (

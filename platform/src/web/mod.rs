@@ -352,8 +352,23 @@ async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -
     let kind = CommandKind::parse(&f.kind).map(CommandKind::as_str).unwrap_or("").to_owned();
     let now = web.app.clock.now();
     let i = id.clone();
-    match web.app.db.call(move |c| store::queue_command(c, now, &i, &kind)).await {
-        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+    // A command reaches the agent only at its heartbeat, so an offline server is refused one
+    // (the page disables its buttons; a crafted POST queues nothing either). Whether it is
+    // online is read by the same rule as the list, in the same database call as the queueing.
+    let queued = web
+        .app
+        .db
+        .call(move |c| {
+            let online = store::list_nodes(c, now)?.nodes.iter().find(|n| n.id == i).map(|n| n.online);
+            if online == Some(false) {
+                return Ok(false);
+            }
+            store::queue_command(c, now, &i, &kind).map(|_| true)
+        })
+        .await;
+    match queued {
+        Ok(true) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Ok(false) => page(StatusCode::CONFLICT, pages::command_refused(&r.ctx, &id)),
         Err(e) => api_error(&r, e),
     }
 }

@@ -544,15 +544,20 @@ pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>
                 " " span.help { (ctx.t(Msg::PauseHelp)) }
             }
             div.actions {
+                // A command reaches the agent only at its heartbeat: on an offline server the
+                // buttons are disabled, with why (and the POST is refused, `web::command`).
+                @if !n.online {
+                    p.help #commands-offline { (ctx.t(Msg::CommandsOffline)) }
+                }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="recheck";
-                    button #recheck type="submit" { (ctx.t(Msg::Recheck)) }
+                    button #recheck type="submit" disabled[!n.online] { (ctx.t(Msg::Recheck)) }
                 }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="restart";
-                    button #restart type="submit" { (ctx.t(Msg::Restart)) }
+                    button #restart type="submit" disabled[!n.online] { (ctx.t(Msg::Restart)) }
                 }
                 a.button #rotate href={ (base) "/rotate-token" } { (ctx.t(Msg::RotateToken)) }
                 a.button.danger #delete href={ (base) "/delete" } { (ctx.t(Msg::Delete)) }
@@ -664,6 +669,18 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
             }
         }
     }
+}
+
+/// A command refused because the server is offline: nothing was queued.
+pub fn command_refused(ctx: &Ctx, id: &str) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::CommandRefused),
+        html! {
+            p.error #command-refused { (ctx.t(Msg::CommandsOffline)) }
+            p { a href={ "/dashboard/servers/" (id) } { (ctx.t(Msg::Back)) } }
+        },
+    )
 }
 
 pub fn confirm_delete(ctx: &Ctx, id: &str) -> Markup {
