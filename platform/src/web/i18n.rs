@@ -109,6 +109,20 @@ gpum_common::texts! {
             "If /tmp forbids running programs, replace sudo bash in the command with \
              sudo env TMPDIR=/var/tmp bash.",
         ),
+        NoDist => (
+            "Команды установки здесь нет: платформа не раздаёт установщик и агент. Оператору \
+             платформы: запустите её с --dist КАТАЛОГ, где лежат файлы выпуска (docs/operator-guide.md).",
+            "No install command here: the platform does not serve the installer and the agent. \
+             For the platform's operator: start it with --dist DIR holding the release's files \
+             (docs/operator-guide.md, \"Serving releases\").",
+        ),
+        DistIncomplete => (
+            "Команды установки здесь нет: в каталоге --dist платформы не хватает файлов выпуска: \
+             {files}. Оператору платформы: положите их туда (docs/operator-guide.md).",
+            "No install command here: the platform's --dist directory lacks release files: \
+             {files}. For the platform's operator: put them there (docs/operator-guide.md, \
+             \"Serving releases\").",
+        ),
         Copy => ("Копировать", "Copy"),
         Copied => ("Скопировано", "Copied"),
         WaitingMachine => (

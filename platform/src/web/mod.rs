@@ -486,11 +486,31 @@ async fn delete(State(web): St, r: Req, Path(id): Path<String>, req: Request) ->
 // ---------------------------------------------------------------------------------------------
 // Adding a machine
 
+/// What the install command fetches from `/dl/`: `install.sh` the installer and its checksum,
+/// the installer the signed manifest and the agent (docs/operator-guide.md, "Serving releases").
+pub(crate) const DIST_FILES: [&str; 5] =
+    ["gpum-install", "gpum-install.sha256", "manifest.json", "manifest.json.sig", "gpum-agent"];
+
+/// Whether `/dl/` serves every file of [`DIST_FILES`] now: looked at on each page, so a dist
+/// filled in after start counts, and by the rule `/dl/` serves by (regular files only).
+async fn dist(web: &Web) -> pages::Dist {
+    let Some(dir) = web.app.cfg.dist.clone() else { return pages::Dist::Off };
+    let lacks = tokio::task::spawn_blocking(move || {
+        DIST_FILES
+            .into_iter()
+            .filter(|f| crate::server::open_regular(&dir.join(f)).is_none())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_else(|_| DIST_FILES.to_vec());
+    if lacks.is_empty() { pages::Dist::Served } else { pages::Dist::Lacks(lacks) }
+}
+
 async fn add_form(State(web): St, r: Req) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    page(StatusCode::OK, pages::add(&r.ctx))
+    page(StatusCode::OK, pages::add(&r.ctx, &dist(&web).await))
 }
 
 #[derive(Deserialize)]
@@ -522,6 +542,7 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
             created.expires_at,
             &hash,
             status,
+            &dist(&web).await,
         ),
     )
 }
@@ -570,6 +591,10 @@ mod tests {
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
     fn app(dir: &std::path::Path, admin: bool) -> Router {
+        app_with(dir, admin, None)
+    }
+
+    fn app_with(dir: &std::path::Path, admin: bool, dist: Option<std::path::PathBuf>) -> Router {
         let conn = store::open(&dir.join("p.db")).unwrap();
         let state = Arc::new(AppState {
             db: Db::start(conn),
@@ -577,7 +602,7 @@ mod tests {
             cfg: Config {
                 heartbeat_interval_secs: 10,
                 admin_token_hash: admin.then(|| Sha256::digest(TOKEN.as_bytes()).into()),
-                dist: None,
+                dist,
                 public_url: "https://gpum.example".into(),
                 body_timeout: Duration::from_secs(5),
             },
@@ -637,10 +662,20 @@ mod tests {
         (sid, csrf)
     }
 
+    /// A `--dist` directory holding `files`, each a few bytes.
+    fn dist_with(dir: &std::path::Path, files: &[&str]) -> std::path::PathBuf {
+        let d = dir.join("dist");
+        std::fs::create_dir_all(&d).unwrap();
+        for f in files {
+            std::fs::write(d.join(f), b"x").unwrap();
+        }
+        d
+    }
+
     #[tokio::test]
     async fn sign_in_csrf_and_headers() {
         let dir = tempfile::tempdir().unwrap();
-        let app = app(dir.path(), true);
+        let app = app_with(dir.path(), true, Some(dist_with(dir.path(), &DIST_FILES)));
         let r = call(&app, "GET", "/dashboard", "", "").await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
         assert_eq!(r.headers()[header::CONTENT_SECURITY_POLICY], CSP);
@@ -674,6 +709,54 @@ mod tests {
         let r = call(&app, "POST", "/dashboard/logout", &cookie, &format!("csrf={csrf}")).await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
         assert_eq!(call(&app, "GET", "/dashboard", &cookie, "").await.status(), StatusCode::SEE_OTHER);
+    }
+
+    /// The install command is shown only when `/dl/` serves what it fetches; otherwise the page
+    /// says what the operator must do, in the page's language.
+    #[tokio::test]
+    async fn the_install_command_only_when_the_platform_serves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = dist_with(dir.path(), &DIST_FILES);
+        let lacking = dir.path().join("lacking");
+        std::fs::create_dir(&lacking).unwrap();
+        for f in ["gpum-install", "gpum-install.sha256", "manifest.json"] {
+            std::fs::write(lacking.join(f), b"x").unwrap();
+        }
+        // A symlink is not served by `/dl/`, so it does not count.
+        std::os::unix::fs::symlink(full.join("gpum-agent"), lacking.join("gpum-agent")).unwrap();
+        let cases: [(Option<std::path::PathBuf>, &[&str]); 3] = [
+            (Some(full), &[]),
+            (None, &["start it with --dist DIR", "запустите её с --dist КАТАЛОГ"]),
+            (
+                Some(lacking),
+                &[
+                    "lacks release files: manifest.json.sig, gpum-agent.",
+                    "не хватает файлов выпуска: manifest.json.sig, gpum-agent.",
+                ],
+            ),
+        ];
+        for (dist, says) in cases {
+            let app = app_with(dir.path(), true, dist);
+            let (sid, csrf) = sign_in(&app).await;
+            for (i, lang) in ["en", "ru"].into_iter().enumerate() {
+                let cookie = format!("{SESSION_COOKIE}={sid}; {LANG_COOKIE}={lang}");
+                let form = text(call(&app, "GET", "/dashboard/add", &cookie, "").await).await;
+                let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
+                assert_eq!(r.status(), StatusCode::OK);
+                let created = text(r).await;
+                assert!(created.contains("id=\"join-code\""), "{created}");
+                if says.is_empty() {
+                    assert!(created.contains("id=\"cmd-install\""), "{created}");
+                    assert!(!form.contains("no-install-command") && !created.contains("no-install-command"));
+                } else {
+                    for page in [&form, &created] {
+                        assert!(page.contains("id=\"no-install-command\""), "{page}");
+                        assert!(page.contains(says[i]), "{lang}: {page}");
+                    }
+                    assert!(!created.contains("cmd-install") && !created.contains("install.sh"), "{created}");
+                }
+            }
+        }
     }
 
     #[tokio::test]

@@ -380,11 +380,12 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
     }
 }
 
-pub fn add(ctx: &Ctx) -> Markup {
+pub fn add(ctx: &Ctx, dist: &Dist) -> Markup {
     layout(
         ctx,
         ctx.t(Msg::AddTitle),
         html! {
+            @if let Some(m) = no_install_command(ctx, dist) { (m) }
             p { (ctx.t(Msg::AddHelp)) }
             form #create-code method="post" action="/dashboard/add" {
                 (csrf_field(ctx))
@@ -417,6 +418,26 @@ pub fn commands(public_url: &str, code: &str) -> [String; 3] {
     ]
 }
 
+/// Whether the platform serves what the install command fetches (`serve --dist`).
+pub enum Dist {
+    Served,
+    /// No `--dist`.
+    Off,
+    /// `--dist` lacks these files (as `/dl/` serves them: regular files).
+    Lacks(Vec<&'static str>),
+}
+
+/// What the operator must do instead of an install command that would fail; `None` when the
+/// platform serves the installer and the agent.
+fn no_install_command(ctx: &Ctx, dist: &Dist) -> Option<Markup> {
+    let text = match dist {
+        Dist::Served => return None,
+        Dist::Off => ctx.t(Msg::NoDist).to_owned(),
+        Dist::Lacks(files) => fill(ctx.t(Msg::DistIncomplete), &[("files", &files.join(", "))]),
+    };
+    Some(html! { p.error #no-install-command { (text) } })
+}
+
 fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
     html! {
         div.copyable {
@@ -433,6 +454,7 @@ pub fn code_created(
     expires_at: u64,
     code_hash: &str,
     status: Markup,
+    dist: &Dist,
 ) -> Markup {
     let [install, dry, noexec] = commands(public_url, code);
     layout(
@@ -442,14 +464,18 @@ pub fn code_created(
             h2 { (ctx.t(Msg::CodeCreated)) }
             p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
             h2 { (ctx.t(Msg::InstallCommand)) }
-            p { (ctx.t(Msg::InstallHelp)) }
-            (copyable(ctx, "cmd-install", &install))
-            h3 { (ctx.t(Msg::DryRunCommand)) }
-            p { (ctx.t(Msg::DryRunHelp)) }
-            (copyable(ctx, "cmd-dry-run", &dry))
-            h3 { (ctx.t(Msg::NoexecCommand)) }
-            p { (ctx.t(Msg::NoexecHelp)) }
-            (copyable(ctx, "cmd-noexec", &noexec))
+            @if let Some(m) = no_install_command(ctx, dist) {
+                (m)
+            } @else {
+                p { (ctx.t(Msg::InstallHelp)) }
+                (copyable(ctx, "cmd-install", &install))
+                h3 { (ctx.t(Msg::DryRunCommand)) }
+                p { (ctx.t(Msg::DryRunHelp)) }
+                (copyable(ctx, "cmd-dry-run", &dry))
+                h3 { (ctx.t(Msg::NoexecCommand)) }
+                p { (ctx.t(Msg::NoexecHelp)) }
+                (copyable(ctx, "cmd-noexec", &noexec))
+            }
             (join_region(code_hash, status))
         },
     )
