@@ -86,13 +86,7 @@ fn read_all_at(f: &fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
 
 impl Host for RealHost {
     fn run(&self, cmd: &Cmd) -> io::Result<Output> {
-        let mut c = Command::new(&cmd.program);
-        c.args(&cmd.args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if cmd.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let mut child = c.spawn()?;
+        let mut child = command(cmd, &cmd.args).spawn()?;
         if let Some(data) = &cmd.stdin {
             let mut sin = child.stdin.take().expect("piped stdin");
             // A child that exits without reading stdin gives EPIPE; its exit code tells more.
@@ -235,13 +229,7 @@ impl Host for RealHost {
             .map_err(io::Error::from)?;
         let fd = writer.as_raw_fd().to_string();
         let args: Vec<String> = cmd.args.iter().map(|a| a.replace(crate::STATUS_FD, &fd)).collect();
-        let mut c = Command::new(&cmd.program);
-        c.args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if cmd.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let spawned = c.spawn();
+        let spawned = command(cmd, &args).spawn();
         drop(writer);
         let mut child = spawned?;
         if let Some(data) = &cmd.stdin {
@@ -337,13 +325,7 @@ impl Host for RealHost {
         };
         // F_GETLK asks "would this write lock conflict, and with whom?" without taking it; it
         // needs no write access to the file.
-        let mut fl = libc::flock {
-            l_type: libc::F_WRLCK as libc::c_short,
-            l_whence: libc::SEEK_SET as libc::c_short,
-            l_start: 0,
-            l_len: 0,
-            l_pid: 0,
-        };
+        let mut fl = whole_file_write_lock();
         nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_GETLK(&mut fl)).map_err(io::Error::from)?;
         Ok(if fl.l_type == libc::F_UNLCK as libc::c_short { None } else { Some(fl.l_pid) })
     }
@@ -358,13 +340,7 @@ impl Host for RealHost {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(self.map(path))?;
-        let mut fl = libc::flock {
-            l_type: libc::F_WRLCK as libc::c_short,
-            l_whence: libc::SEEK_SET as libc::c_short,
-            l_start: 0,
-            l_len: 0,
-            l_pid: 0,
-        };
+        let mut fl = whole_file_write_lock();
         match nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_SETLK(&fl)) {
             Ok(_) => Ok(Ok(crate::HeldLock::on(f))),
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
@@ -489,6 +465,28 @@ impl Drop for RealPartial {
         if !self.tmp.as_os_str().is_empty() {
             let _ = fs::remove_file(&self.tmp);
         }
+    }
+}
+
+/// `cmd`'s program with `args`, stdout and stderr piped, stdin piped when `cmd` has some.
+fn command(cmd: &Cmd, args: &[String]) -> Command {
+    let mut c = Command::new(&cmd.program);
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if cmd.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    c
+}
+
+/// A POSIX write lock over the whole file (`F_GETLK` asks about it, `F_SETLK` takes it).
+fn whole_file_write_lock() -> libc::flock {
+    libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
     }
 }
 
@@ -666,10 +664,30 @@ mod tests {
         assert_eq!(&line, b"locked\n");
         let h = RealHost::with_root(&dir);
         let held = h.lock_holder(Path::new("/lock-frontend"));
+        let taken = h.try_lock(Path::new("/lock-frontend")).unwrap().map(|_| ());
         drop(child.stdin.take()); // EOF: perl exits and the lock goes with it.
         child.wait().unwrap();
         assert_eq!(held.unwrap(), Some(child.id() as i32));
+        assert_eq!(taken, Err(child.id() as i32), "try_lock names the holder and takes nothing");
         assert_eq!(h.lock_holder(Path::new("/lock-frontend")).unwrap(), None);
+        let lock = h.try_lock(Path::new("/lock-frontend")).unwrap();
+        assert!(lock.is_ok(), "free once the holder is gone");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn try_lock_creates_its_file_0600_and_refuses_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gpum-host-try-lock-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let h = RealHost::with_root(&dir);
+        let lock = h.try_lock(Path::new("/install.lock")).unwrap();
+        assert!(lock.is_ok());
+        assert_eq!(fs::metadata(dir.join("install.lock")).unwrap().permissions().mode() & 0o7777, 0o600);
+        std::os::unix::fs::symlink(dir.join("elsewhere"), dir.join("planted")).unwrap();
+        assert!(h.try_lock(Path::new("/planted")).is_err(), "O_NOFOLLOW");
+        assert!(!dir.join("elsewhere").exists(), "nothing created through the link");
+        drop(lock);
         fs::remove_dir_all(&dir).unwrap();
     }
 

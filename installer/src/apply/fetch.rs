@@ -101,15 +101,7 @@ impl Fetcher for NetFetcher {
         wanted: &download::Wanted,
         dest: &Path,
     ) -> Result<download::Fetched, Failure> {
-        self.rt.block_on(download::fetch_verified(
-            host,
-            &self.client,
-            &self.dl_base,
-            wanted,
-            dest,
-            0o700,
-            &self.keys,
-        ))
+        self.agent_watched(host, wanted, dest, &mut |_, _| {})
     }
     fn agent_watched(
         &self,
