@@ -18,10 +18,11 @@ use gpum_common::text::{Escaped, escape_controls};
 use gpum_protocol::{CommandKind, NodeList, UpdateNodeRequest};
 use sha2::{Digest, Sha256};
 
+use crate::accounts;
 use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::server::{self, AppState, Config};
-use crate::store;
+use crate::store::{self, Scope};
 
 #[derive(Debug, Parser)]
 #[command(name = "gpum-platform", version, about = "The gpum reference control plane")]
@@ -54,6 +55,11 @@ enum Cmd {
     Nodes {
         #[command(subcommand)]
         cmd: NodesCmd,
+    },
+    /// Owners' accounts: invite (a one-time link to set a password), list, disable, enable.
+    Owners {
+        #[command(subcommand)]
+        cmd: OwnersCmd,
     },
     /// The image of the GPU probe container.
     ProbeImage {
@@ -138,7 +144,29 @@ enum JoinCodeCmd {
         /// Lifetime: 24h, 30m, 90s, 7d or plain seconds.
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
         ttl: u64,
+        /// The owner (e-mail or id) whose server it registers; without it, the operator's own.
+        #[arg(long, value_name = "OWNER")]
+        owner: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum OwnersCmd {
+    /// Invite an owner by e-mail; prints the one-time link (valid 7 days) that sets their
+    /// password. Inviting an existing owner again gives a new link, e.g. for a forgotten password.
+    Invite {
+        email: String,
+        /// The platform's public URL, as `serve --public-url` has it: the link starts with it.
+        #[arg(long, value_name = "URL")]
+        public_url: String,
+    },
+    /// List owners.
+    List,
+    /// Disable an owner (e-mail or id): they cannot sign in, their sessions end, their API keys
+    /// are refused. Their servers stay.
+    Disable { owner: String },
+    /// Enable a disabled owner again.
+    Enable { owner: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -356,12 +384,19 @@ fn run(cli: Cli) -> Result<()> {
     };
     match cli.cmd {
         Cmd::Serve(_) | Cmd::Backup { .. } => unreachable!("handled above"),
-        Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl } } => {
-            let v = tx(&|c| Ok(serde_json::to_value(store::create_join_code(c, now, ttl)?)?))?;
+        Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl, owner } } => {
+            let v = tx(&|c| {
+                let scope = match &owner {
+                    Some(o) => Scope::Owner(accounts::find_owner(c, o)?.id),
+                    None => Scope::All,
+                };
+                Ok(serde_json::to_value(store::create_join_code(c, now, ttl, &scope)?)?)
+            })?;
             out(&v, v["code"].as_str().unwrap_or_default().to_owned());
         }
+        Cmd::Owners { cmd } => owners(cmd, now, json, &tx)?,
         Cmd::Nodes { cmd: NodesCmd::List } => {
-            let v = tx(&|c| Ok(serde_json::to_value(store::list_nodes(c, now)?)?))?;
+            let v = tx(&|c| Ok(serde_json::to_value(store::list_nodes(c, now, &Scope::All)?)?))?;
             let list: NodeList = serde_json::from_value(v.clone())?;
             if json {
                 println!("{v}");
@@ -371,23 +406,24 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Nodes { cmd: NodesCmd::Delete { id } } => {
             let v = tx(&|c| {
-                store::delete_node(c, now, &id)?;
+                store::delete_node(c, now, &id, &Scope::All)?;
                 Ok(serde_json::json!({ "deleted": id }))
             })?;
             out(&v, format!("deleted {id}"));
         }
         Cmd::Nodes { cmd: NodesCmd::Command { id, kind } } => {
             let kind = CommandKind::parse(&kind).map(|k| k.as_str()).unwrap_or("");
-            let v = tx(&|c| Ok(serde_json::to_value(store::queue_command(c, now, &id, kind)?)?))?;
+            let v =
+                tx(&|c| Ok(serde_json::to_value(store::queue_command(c, now, &id, kind, &Scope::All)?)?))?;
             out(&v, format!("queued {kind} for {id}: {}", v["id"].as_str().unwrap_or_default()));
         }
         Cmd::Nodes { cmd: NodesCmd::RotateToken { id } } => {
-            let v = tx(&|c| Ok(serde_json::to_value(store::rotate_token(c, now, &id)?)?))?;
+            let v = tx(&|c| Ok(serde_json::to_value(store::rotate_token(c, now, &id, &Scope::All)?)?))?;
             out(&v, v["node_token"].as_str().unwrap_or_default().to_owned());
         }
         Cmd::Nodes { cmd: NodesCmd::Set(args) } => {
             let req = args.request();
-            let v = tx(&|c| Ok(serde_json::to_value(store::update_node(c, &args.id, &req)?)?))?;
+            let v = tx(&|c| Ok(serde_json::to_value(store::update_node(c, &args.id, &req, &Scope::All)?)?))?;
             let price = v["price_per_gpu_hour"].as_u64().map_or_else(
                 || "not for rent yet".to_owned(),
                 |p| format!("{} per GPU-hour", crate::web::pages::price_text(p)),
@@ -421,6 +457,68 @@ fn run(cli: Cli) -> Result<()> {
                 ProbeImageCmd::Show => tx(&|c| Ok(serde_json::json!({ "image": store::probe_image(c)? })))?,
             };
             out(&v, v["image"].as_str().unwrap_or("(none)").to_owned());
+        }
+    }
+    Ok(())
+}
+
+type Tx<'a> = dyn Fn(&dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
+    + 'a;
+
+/// `owners …`: each one transaction; the invitation link is printed once (the database keeps
+/// its hash).
+fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
+    let print = |v: &serde_json::Value, human: String| {
+        if json {
+            println!("{v}");
+        } else {
+            println!("{}", escape_controls(&human));
+        }
+    };
+    match cmd {
+        OwnersCmd::Invite { email, public_url } => {
+            crate::install::check_public_url(&public_url)
+                .map_err(|e| anyhow::anyhow!("--public-url: {e}"))?;
+            let v = tx(&|c| {
+                let (owner, token, expires_at) = accounts::invite(c, now, &email)?;
+                let invitation_url = crate::server::invitation_url(&public_url, &token);
+                Ok(serde_json::to_value(gpum_protocol::OwnerInvited { owner, invitation_url, expires_at })?)
+            })?;
+            print(&v, v["invitation_url"].as_str().unwrap_or_default().to_owned());
+        }
+        OwnersCmd::List => {
+            let v = tx(&|c| {
+                Ok(serde_json::to_value(gpum_protocol::OwnerList { owners: accounts::list_owners(c)? })?)
+            })?;
+            let list: gpum_protocol::OwnerList = serde_json::from_value(v.clone())?;
+            let mut s = format!(
+                "{:<20} {:<32} {:<9} {:<8} {:<5} SERVERS",
+                "ID", "EMAIL", "STATE", "PASSWORD", "TOTP"
+            );
+            for o in &list.owners {
+                s.push_str(&format!(
+                    "\n{:<20} {:<32} {:<9} {:<8} {:<5} {}",
+                    Escaped(&o.id),
+                    Escaped(&o.email),
+                    if o.disabled { "disabled" } else { "enabled" },
+                    if o.password_set { "set" } else { "not yet" },
+                    if o.totp { "on" } else { "off" },
+                    o.servers
+                ));
+            }
+            if json {
+                println!("{v}");
+            } else {
+                println!("{s}");
+            }
+        }
+        OwnersCmd::Disable { owner } => {
+            let v = tx(&|c| Ok(serde_json::to_value(accounts::set_disabled(c, now, &owner, true)?)?))?;
+            print(&v, format!("disabled {}", v["email"].as_str().unwrap_or_default()));
+        }
+        OwnersCmd::Enable { owner } => {
+            let v = tx(&|c| Ok(serde_json::to_value(accounts::set_disabled(c, now, &owner, false)?)?))?;
+            print(&v, format!("enabled {}", v["email"].as_str().unwrap_or_default()));
         }
     }
     Ok(())

@@ -6,12 +6,15 @@
 //!
 //! - [`store`]: schema, migrations and every operation over a `rusqlite::Connection`; the HTTP
 //!   admin API and the CLI both call it.
+//! - [`accounts`]: owners, invitations, passwords (Argon2id), TOTP, dashboard sessions and API
+//!   keys; every node and join code belongs to an owner or to the operator ([`store::Scope`]).
 //! - [`db`]: the single database thread with group commit, used by the server.
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
 #![allow(clippy::disallowed_methods)]
 
+pub mod accounts;
 pub mod cli;
 pub mod clock;
 pub mod db;

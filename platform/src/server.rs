@@ -22,18 +22,22 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
-    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, NodeDeleted, PATH_ADMIN_JOIN_CODES,
-    PATH_ADMIN_NODES, PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_REGISTER,
-    QueueCommandRequest, RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest, UpdateNodeRequest,
+    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, InviteOwnerRequest, NodeDeleted,
+    OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES, PATH_ADMIN_OWNERS,
+    PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
+    PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest, SetKnownContainersRequest,
+    SetProbeImageRequest, UpdateNodeRequest, UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+use crate::accounts;
 use crate::clock::Clock;
 use crate::db::Db;
 use crate::error::ApiError;
-use crate::store;
+use crate::store::{self, Scope};
 use crate::web::throttle::{self, Door, Throttle};
+use axum::Extension;
 
 /// The largest request body accepted. A heartbeat with a full inventory, 4 KiB of probe output
 /// and a thousand container ids stays far below it.
@@ -54,6 +58,15 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/v1/admin/nodes/{id}/known-containers"),
     ("GET", PATH_ADMIN_PROBE_IMAGE),
     ("PUT", PATH_ADMIN_PROBE_IMAGE),
+    ("POST", PATH_ADMIN_OWNERS),
+    ("GET", PATH_ADMIN_OWNERS),
+    ("PATCH", "/api/v1/admin/owners/{id}"),
+    ("POST", PATH_OWNER_JOIN_CODES),
+    ("GET", PATH_OWNER_NODES),
+    ("PATCH", "/api/v1/owner/nodes/{id}"),
+    ("DELETE", "/api/v1/owner/nodes/{id}"),
+    ("POST", "/api/v1/owner/nodes/{id}/commands"),
+    ("POST", "/api/v1/owner/nodes/{id}/rotate-token"),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
 ];
@@ -88,7 +101,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
+        .route(PATH_ADMIN_OWNERS, post(invite_owner).get(list_owners))
+        .route(&format!("{PATH_ADMIN_OWNERS}/{{id}}"), axum::routing::patch(update_owner))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), admin_auth));
+    // An owner's API: the same handlers, on their own servers only (the `Scope` their key
+    // gives). What only the operator does (known containers, the check image, owners) is not here.
+    let owner = Router::new()
+        .route(PATH_OWNER_JOIN_CODES, post(create_join_code))
+        .route(PATH_OWNER_NODES, get(list_nodes))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}"), delete(delete_node).patch(update_node))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/commands"), post(queue_command))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
+        .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), owner_auth));
     Router::new()
         .route(PATH_ENROLL, post(enroll))
         .route(PATH_REGISTER, post(register))
@@ -96,6 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
         .merge(admin)
+        .merge(owner)
         .merge(crate::web::router(state.clone(), throttle))
         .fallback(|| async { ApiError::not_found("endpoint") })
         .method_not_allowed_fallback(|| async {
@@ -276,7 +301,46 @@ async fn admin_answer(st: &AppState, throttle: &Throttle, req: Request, next: Ne
         return ApiError::new(ErrorCode::AdminUnauthorized, "wrong admin token").into_response();
     }
     throttle.succeeded(client);
+    let mut req = req;
+    req.extensions_mut().insert(Scope::All);
     next.run(req).await
+}
+
+/// The owner API's guard: the bearer must be a live API key of an enabled owner; the handlers
+/// then see only that owner's servers (`Scope::Owner`). Wrong keys count against the address
+/// like wrong admin tokens. Every answer is `Cache-Control: no-store`.
+async fn owner_auth(
+    State((st, throttle)): State<(Arc<AppState>, Arc<Throttle>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut resp = owner_answer(&st, &throttle, req, next).await;
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+async fn owner_answer(st: &AppState, throttle: &Throttle, mut req: Request, next: Next) -> Response {
+    let client = throttle::client_key(&req);
+    if let Err(wait) = throttle.check(client, Door::OwnerApi) {
+        return throttle::too_many(wait);
+    }
+    let Some(key) = bearer(req.headers()).map(str::to_owned) else {
+        return ApiError::new(ErrorCode::Unauthorized, "missing API key (Authorization: Bearer gpumk_…)")
+            .into_response();
+    };
+    let now = st.clock.now();
+    match st.db.call(move |c| accounts::owner_by_api_key(c, now, &key)).await {
+        Ok(Some(owner)) => {
+            throttle.succeeded(client);
+            req.extensions_mut().insert(Scope::Owner(owner));
+            next.run(req).await
+        }
+        Ok(None) => {
+            throttle.failed(client, Door::OwnerApi);
+            ApiError::new(ErrorCode::Unauthorized, "unknown, revoked or disabled API key").into_response()
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,7 +395,11 @@ async fn revocation_or(st: &AppState, token: &str, body_err: ApiError) -> ApiErr
 // ---------------------------------------------------------------------------------------------
 // Admin endpoints
 
-async fn create_join_code(State(st): St, req: Request) -> Result<Response, ApiError> {
+async fn create_join_code(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    req: Request,
+) -> Result<Response, ApiError> {
     let bytes = read_body(req, st.cfg.body_timeout).await?;
     // An empty body means the defaults.
     let req: CreateJoinCodeRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -341,44 +409,92 @@ async fn create_join_code(State(st): St, req: Request) -> Result<Response, ApiEr
     };
     let now = st.clock.now();
     let ttl = req.ttl_secs.unwrap_or(store::DEFAULT_JOIN_CODE_TTL_SECS);
-    let r = st.db.call(move |c| store::create_join_code(c, now, ttl)).await?;
+    let r = st.db.call(move |c| store::create_join_code(c, now, ttl, &scope)).await?;
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-async fn list_nodes(State(st): St) -> Result<Response, ApiError> {
+async fn list_nodes(State(st): St, Extension(scope): Extension<Scope>) -> Result<Response, ApiError> {
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| store::list_nodes(c, now)).await?).into_response())
+    Ok(Json(st.db.call(move |c| store::list_nodes(c, now, &scope)).await?).into_response())
 }
 
-async fn delete_node(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn delete_node(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let now = st.clock.now();
     let i = id.clone();
-    st.db.call(move |c| store::delete_node(c, now, &i)).await?;
+    st.db.call(move |c| store::delete_node(c, now, &i, &scope)).await?;
     Ok(Json(NodeDeleted { deleted: id }).into_response())
 }
 
 /// The owner's settings of a server: name, price, minimum rental time, paused.
 async fn update_node(
     State(st): St,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<UpdateNodeRequest>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(st.db.call(move |c| store::update_node(c, &id, &req)).await?).into_response())
+    Ok(Json(st.db.call(move |c| store::update_node(c, &id, &req, &scope)).await?).into_response())
 }
 
 async fn queue_command(
     State(st): St,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<QueueCommandRequest>,
 ) -> Result<Response, ApiError> {
     let now = st.clock.now();
-    let r = st.db.call(move |c| store::queue_command(c, now, &id, &req.kind)).await?;
+    let r = st.db.call(move |c| store::queue_command(c, now, &id, &req.kind, &scope)).await?;
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-async fn rotate_token(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn rotate_token(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| store::rotate_token(c, now, &id)).await?).into_response())
+    Ok(Json(st.db.call(move |c| store::rotate_token(c, now, &id, &scope)).await?).into_response())
+}
+
+/// Invites an owner: the one-time link to set a password, shown once.
+async fn invite_owner(
+    State(st): St,
+    ApiJson(req): ApiJson<InviteOwnerRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let (owner, token, expires_at) = st.db.call(move |c| accounts::invite(c, now, &req.email)).await?;
+    let invitation_url = invitation_url(&st.cfg.public_url, &token);
+    Ok((StatusCode::CREATED, Json(OwnerInvited { owner, invitation_url, expires_at })).into_response())
+}
+
+/// Where an invitation token is used: the dashboard's page that sets the password.
+pub fn invitation_url(public_url: &str, token: &str) -> String {
+    format!("{}/dashboard/invite/{token}", public_url.trim_end_matches('/'))
+}
+
+async fn list_owners(State(st): St) -> Result<Response, ApiError> {
+    let owners = st.db.call(accounts::list_owners).await?;
+    Ok(Json(OwnerList { owners }).into_response())
+}
+
+/// Disables or enables an owner (by id or e-mail).
+async fn update_owner(
+    State(st): St,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateOwnerRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let r = st
+        .db
+        .call(move |c| match req.disabled {
+            Some(d) => accounts::set_disabled(c, now, &id, d),
+            None => accounts::find_owner(c, &id),
+        })
+        .await?;
+    Ok(Json(r).into_response())
 }
 
 async fn set_known_containers(

@@ -124,6 +124,49 @@ ALTER TABLE nodes ADD COLUMN price_per_gpu_hour INTEGER;
 ALTER TABLE nodes ADD COLUMN min_rental_minutes INTEGER NOT NULL DEFAULT 60;
 ALTER TABLE nodes ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 "#,
+    // Owners' accounts (issue 32): each join code and node belongs to an owner (NULL: the
+    // operator's own); invitations, dashboard sessions and API keys are kept as hashes only.
+    r#"
+CREATE TABLE owners (
+    id             TEXT PRIMARY KEY,
+    email          TEXT NOT NULL UNIQUE,
+    password_hash  TEXT,
+    totp_secret    TEXT,
+    totp_last_step INTEGER,
+    created_at     INTEGER NOT NULL,
+    disabled_at    INTEGER
+);
+CREATE TABLE invitations (
+    token_hash  TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    used_at     INTEGER
+);
+CREATE INDEX invitations_owner ON invitations(owner_id);
+CREATE TABLE sessions (
+    id_hash     TEXT PRIMARY KEY,
+    owner_id    TEXT,
+    csrf        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
+CREATE INDEX sessions_owner ON sessions(owner_id, created_at);
+CREATE TABLE api_keys (
+    id            TEXT PRIMARY KEY,
+    owner_id      TEXT NOT NULL,
+    key_hash      TEXT NOT NULL UNIQUE,
+    label         TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    last_used_at  INTEGER,
+    revoked_at    INTEGER
+);
+CREATE INDEX api_keys_owner ON api_keys(owner_id);
+ALTER TABLE nodes ADD COLUMN owner_id TEXT;
+ALTER TABLE join_codes ADD COLUMN owner_id TEXT;
+CREATE INDEX nodes_owner ON nodes(owner_id);
+CREATE INDEX join_codes_owner ON join_codes(owner_id, expires_at);
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
@@ -188,23 +231,38 @@ fn enum_parse<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
 // ---------------------------------------------------------------------------------------------
 // Join codes
 
-pub fn create_join_code(conn: &Connection, now: u64, ttl_secs: u64) -> Result<JoinCodeCreated, ApiError> {
+/// A new join code for `scope`'s owner (the operator's codes belong to no owner): the node it
+/// registers is theirs.
+pub fn create_join_code(
+    conn: &Connection,
+    now: u64,
+    ttl_secs: u64,
+    scope: &Scope,
+) -> Result<JoinCodeCreated, ApiError> {
     if ttl_secs == 0 || ttl_secs > 365 * 24 * 3600 {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "ttl_secs must be between 1 and 31536000"));
     }
     let code = JoinCode::generate().to_string();
     let expires_at = now + ttl_secs;
-    conn.prepare_cached("INSERT INTO join_codes (code_hash, created_at, expires_at) VALUES (?1, ?2, ?3)")?
-        .execute(params![hash_secret(&code), now as i64, expires_at as i64])?;
+    conn.prepare_cached(
+        "INSERT INTO join_codes (code_hash, created_at, expires_at, owner_id) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![hash_secret(&code), now as i64, expires_at as i64, scope.owner()])?;
     Ok(JoinCodeCreated { code, expires_at })
 }
 
 /// A join code, looked up by its hash (what the dashboard's waiting page holds): when it
-/// expires and the node it created, if it was used. Read only.
-pub fn join_code_use(conn: &Connection, code_hash: &str) -> Result<Option<(u64, Option<String>)>, ApiError> {
+/// expires and the node it created, if it was used; `None` for another owner's. Read only.
+pub fn join_code_use(
+    conn: &Connection,
+    code_hash: &str,
+    scope: &Scope,
+) -> Result<Option<(u64, Option<String>)>, ApiError> {
     Ok(conn
-        .prepare_cached("SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1")?
-        .query_row(params![code_hash], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
+        .prepare_cached(
+            "SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1 AND (?2 IS NULL OR owner_id = ?2)",
+        )?
+        .query_row(params![code_hash, scope.owner()], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
         .optional()?)
 }
 
@@ -408,7 +466,9 @@ pub fn register(
         // The same installation asking again (it never saw the first answer, or crashed
         // before saving the token), within the code's lifetime: the same node, a new token.
         return match (&install_id_hash, &row.install_id_hash, &row.node_id) {
-            (Some(_), Some(_), Some(node_id)) if live && same_install && live_node(conn, node_id).is_ok() => {
+            (Some(_), Some(_), Some(node_id))
+                if live && same_install && live_node(conn, node_id, &Scope::All).is_ok() =>
+            {
                 count_repeat(conn, &code_hash, &row)?;
                 register_again(conn, now, req, node_id, heartbeat_interval_secs)
             }
@@ -432,8 +492,8 @@ pub fn register(
     let token = new_token();
     let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
     conn.prepare_cached(
-        "INSERT INTO nodes (id, token_hash, registered_at, agent_version, inventory_json, inventory_hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO nodes (id, token_hash, registered_at, agent_version, inventory_json, inventory_hash, owner_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT owner_id FROM join_codes WHERE code_hash = ?7))",
     )?
     .execute(params![
         node_id,
@@ -441,7 +501,8 @@ pub fn register(
         now as i64,
         truncate(&req.agent_version, 64),
         inventory_json,
-        inventory_hash
+        inventory_hash,
+        code_hash
     ])?;
     set_gpus(conn, &node_id, &req.inventory.private.gpu_uuids)?;
     Ok(RegisterResponse {
@@ -462,7 +523,7 @@ fn register_again(
     heartbeat_interval_secs: u64,
 ) -> Result<RegisterResponse, ApiError> {
     check_gpus_free(conn, &req.inventory.private.gpu_uuids, Some(node_id))?;
-    let TokenRotated { node_token } = rotate_token(conn, now, node_id)?;
+    let TokenRotated { node_token } = rotate_token(conn, now, node_id, &Scope::All)?;
     let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
     conn.prepare_cached(
         "UPDATE nodes SET agent_version = ?1, inventory_json = ?2, inventory_hash = ?3 WHERE id = ?4",
@@ -745,27 +806,49 @@ pub fn heartbeat_prepared(
 // ---------------------------------------------------------------------------------------------
 // Admin
 
-fn live_node(conn: &Connection, id: &str) -> Result<(), ApiError> {
-    let found: Option<Option<i64>> = conn
-        .prepare_cached("SELECT deleted_at FROM nodes WHERE id = ?1")?
-        .query_row(params![id], |r| r.get(0))
+/// Whose servers a request may see and change: the operator's (every server, through the admin
+/// token: the admin API, the CLI, the operator's sign-in) or one owner's (their session or API
+/// key). Every function below that names a node takes one, so no handler can forget it: a node
+/// of another owner is "not found", exactly like one that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Owner(String),
+}
+
+impl Scope {
+    /// The owner whose rows these are; `None` for the operator.
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Scope::All => None,
+            Scope::Owner(id) => Some(id),
+        }
+    }
+}
+
+/// A live node within `scope`; `not_found` for a deleted one, another owner's, or none.
+fn live_node(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
+    let found: Option<(Option<i64>, Option<String>)> = conn
+        .prepare_cached("SELECT deleted_at, owner_id FROM nodes WHERE id = ?1")?
+        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    match found {
-        Some(None) => Ok(()),
+    match (found, scope) {
+        (Some((None, _)), Scope::All) => Ok(()),
+        (Some((None, Some(o))), Scope::Owner(want)) if o == *want => Ok(()),
         _ => Err(ApiError::not_found("node")),
     }
 }
 
-pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
+pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused
-         FROM nodes WHERE deleted_at IS NULL ORDER BY registered_at, id",
+         FROM nodes WHERE deleted_at IS NULL AND (?1 IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
     let mut nodes: Vec<NodeSummary> = stmt
-        .query_map([], |r| {
+        .query_map(params![scope.owner()], |r| {
             let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
             let inventory: Inventory = serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default();
             Ok(NodeSummary {
@@ -915,9 +998,14 @@ pub fn check_update(req: &UpdateNodeRequest) -> Result<Option<Option<String>>, S
 }
 
 /// Changes the owner's settings of a live node: only the fields `req` carries, all or none.
-pub fn update_node(conn: &Connection, id: &str, req: &UpdateNodeRequest) -> Result<NodeSettings, ApiError> {
+pub fn update_node(
+    conn: &Connection,
+    id: &str,
+    req: &UpdateNodeRequest,
+    scope: &Scope,
+) -> Result<NodeSettings, ApiError> {
     let name = check_update(req)?;
-    live_node(conn, id)?;
+    live_node(conn, id, scope)?;
     conn.prepare_cached(
         "UPDATE nodes SET
              name = CASE WHEN ?2 THEN ?3 ELSE name END,
@@ -970,8 +1058,8 @@ pub fn node_settings(conn: &Connection, id: &str) -> Result<NodeSettings, ApiErr
 
 /// Deletes a node: its next heartbeat gets 410 `node_deleted`. Everything but the id, the token
 /// hash and the deletion time goes.
-pub fn delete_node(conn: &Connection, now: u64, id: &str) -> Result<(), ApiError> {
-    live_node(conn, id)?;
+pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<(), ApiError> {
+    live_node(conn, id, scope)?;
     conn.prepare_cached(
         "UPDATE nodes SET deleted_at = ?1, inventory_json = '{}', inventory_hash = '', metrics_json = NULL,
              health_json = NULL, probe_output = NULL, probe_reason = NULL, managed_json = '[]', known_json = '[]',
@@ -985,14 +1073,20 @@ pub fn delete_node(conn: &Connection, now: u64, id: &str) -> Result<(), ApiError
     Ok(())
 }
 
-pub fn queue_command(conn: &Connection, now: u64, id: &str, kind: &str) -> Result<CommandQueued, ApiError> {
+pub fn queue_command(
+    conn: &Connection,
+    now: u64,
+    id: &str,
+    kind: &str,
+    scope: &Scope,
+) -> Result<CommandQueued, ApiError> {
     let Some(kind) = CommandKind::parse(kind) else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
             format!("unknown command kind {kind:?}; one of: recheck, restart"),
         ));
     };
-    live_node(conn, id)?;
+    live_node(conn, id, scope)?;
     let cmd_id = new_id("cmd-");
     let seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM commands", [], |r| r.get(0))?;
     conn.prepare_cached(
@@ -1002,8 +1096,8 @@ pub fn queue_command(conn: &Connection, now: u64, id: &str, kind: &str) -> Resul
     Ok(CommandQueued { id: cmd_id })
 }
 
-pub fn rotate_token(conn: &Connection, now: u64, id: &str) -> Result<TokenRotated, ApiError> {
-    live_node(conn, id)?;
+pub fn rotate_token(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<TokenRotated, ApiError> {
+    live_node(conn, id, scope)?;
     let old: String = conn
         .prepare_cached("SELECT token_hash FROM nodes WHERE id = ?1")?
         .query_row(params![id], |r| r.get(0))?;
@@ -1032,7 +1126,7 @@ pub fn set_known_containers(conn: &Connection, id: &str, ids: &[String]) -> Resu
             limits::MAX_KNOWN_CONTAINERS
         )));
     }
-    live_node(conn, id)?;
+    live_node(conn, id, &Scope::All)?;
     conn.prepare_cached("UPDATE nodes SET known_json = ?1 WHERE id = ?2")?
         .execute(params![serde_json::to_string(ids)?, id])?;
     Ok(())
@@ -1137,7 +1231,7 @@ mod tests {
             .unwrap();
         }
         let c = open(&p).unwrap();
-        let n = &list_nodes(&c, 2).unwrap().nodes[0];
+        let n = &list_nodes(&c, 2, &Scope::All).unwrap().nodes[0];
         assert_eq!(
             (n.name.as_str(), n.price_per_gpu_hour, n.min_rental_minutes, n.paused),
             ("old-box", None, 60, false)
@@ -1147,7 +1241,7 @@ mod tests {
     #[test]
     fn settings_change_only_what_is_sent_and_are_checked_first() {
         let (_d, c) = db();
-        let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let code = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         let mut inventory = Inventory::default();
         inventory.private.hostname = "gpu-box".into();
         let req = RegisterRequest { join_code: code, agent_version: "1".into(), inventory, install_id: None };
@@ -1158,7 +1252,7 @@ mod tests {
             ("gpu-box", None, 60, false)
         );
 
-        let upd = |r: UpdateNodeRequest| update_node(&c, &id, &r);
+        let upd = |r: UpdateNodeRequest| update_node(&c, &id, &r, &Scope::All);
         let s = upd(UpdateNodeRequest {
             name: Some(Some("  Rack 3 «A100» ".into())),
             price_per_gpu_hour: Some(Some(1250)),
@@ -1176,7 +1270,7 @@ mod tests {
             (s.name.as_str(), s.price_per_gpu_hour, s.min_rental_minutes, s.paused),
             ("Rack 3 «A100»", Some(1250), 120, true)
         );
-        let n = list_nodes(&c, 1001).unwrap().nodes.remove(0);
+        let n = list_nodes(&c, 1001, &Scope::All).unwrap().nodes.remove(0);
         assert_eq!(
             (n.name.as_str(), n.price_per_gpu_hour, n.min_rental_minutes, n.paused),
             ("Rack 3 «A100»", Some(1250), 120, true)
@@ -1261,10 +1355,10 @@ mod tests {
         // Unknown and deleted nodes are 404; deletion forgets the settings.
         upd(UpdateNodeRequest { name: Some(Some("x".into())), ..Default::default() }).unwrap();
         assert_eq!(
-            update_node(&c, "node-nope", &UpdateNodeRequest::default()).unwrap_err().code,
+            update_node(&c, "node-nope", &UpdateNodeRequest::default(), &Scope::All).unwrap_err().code,
             ErrorCode::NotFound
         );
-        delete_node(&c, 1002, &id).unwrap();
+        delete_node(&c, 1002, &id, &Scope::All).unwrap();
         assert_eq!(upd(UpdateNodeRequest::default()).unwrap_err().code, ErrorCode::NotFound);
         assert_eq!(count(&c, "SELECT COUNT(*) FROM nodes WHERE name IS NOT NULL"), 0);
     }
@@ -1272,7 +1366,7 @@ mod tests {
     #[test]
     fn join_code_lifecycle() {
         let (_d, c) = db();
-        let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let code = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         let err = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
         assert_eq!(err(reg(&c, 1000, "GPUM-123", "g")), ErrorCode::JoinCodeMalformed);
         assert_eq!(err(reg(&c, 1000, &JoinCode::generate().to_string(), "g")), ErrorCode::JoinCodeUnknown);
@@ -1280,17 +1374,17 @@ mod tests {
         let r = reg(&c, 1059, &code.to_lowercase(), "g").unwrap();
         assert_eq!(r.node_token.len(), 64);
         assert_eq!(err(reg(&c, 1059, &code, "g")), ErrorCode::JoinCodeUsed);
-        let code2 = create_join_code(&c, 1000, 60).unwrap().code;
+        let code2 = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         assert_eq!(err(reg(&c, 1001, &code2, "g")), ErrorCode::GpuAlreadyRegistered);
         // The refusal did not consume the code: after deleting the old node it works.
-        delete_node(&c, 1002, &r.node_id).unwrap();
+        delete_node(&c, 1002, &r.node_id, &Scope::All).unwrap();
         reg(&c, 1003, &code2, "g").unwrap();
     }
 
     #[test]
     fn heartbeat_commands_revocation() {
         let (_d, c) = db();
-        let code = create_join_code(&c, 0, 60).unwrap().code;
+        let code = create_join_code(&c, 0, 60, &Scope::All).unwrap().code;
         let r = reg(&c, 0, &code, "g").unwrap();
         let mut hb = HeartbeatRequest { seq: 1, ..Default::default() };
         let a = heartbeat(&c, 1, &r.node_token, &hb, 10).unwrap();
@@ -1307,8 +1401,11 @@ mod tests {
             heartbeat(&c, 1, &r.node_token, &too_many, 10).unwrap_err().code,
             ErrorCode::InvalidRequest
         );
-        let q = queue_command(&c, 2, &r.node_id, "recheck").unwrap();
-        assert_eq!(queue_command(&c, 2, &r.node_id, "format").unwrap_err().code, ErrorCode::InvalidRequest);
+        let q = queue_command(&c, 2, &r.node_id, "recheck", &Scope::All).unwrap();
+        assert_eq!(
+            queue_command(&c, 2, &r.node_id, "format", &Scope::All).unwrap_err().code,
+            ErrorCode::InvalidRequest
+        );
         hb.seq = 0;
         let a = heartbeat(&c, 2, &r.node_token, &hb, 10).unwrap();
         assert!(a.commands.is_empty(), "a handshake (smoke) never takes a command");
@@ -1326,18 +1423,18 @@ mod tests {
         assert!(a.commands.is_empty(), "delivered once");
         hb.command_results = vec![CommandResult { id: q.id.clone(), ok: true, message: "done".into() }];
         heartbeat(&c, 5, &r.node_token, &hb, 10).unwrap();
-        let n = &list_nodes(&c, 5).unwrap().nodes[0];
+        let n = &list_nodes(&c, 5, &Scope::All).unwrap().nodes[0];
         assert!(n.online);
         assert_eq!(n.verification, VerificationState::Verified);
         assert_eq!(n.last_probe_output.as_ref().unwrap().len(), PROBE_OUTPUT_MAX);
         assert_eq!(n.commands[0].result.as_ref().unwrap().message, "done");
-        assert!(!list_nodes(&c, 5 + OFFLINE_AFTER_SECS).unwrap().nodes[0].online);
+        assert!(!list_nodes(&c, 5 + OFFLINE_AFTER_SECS, &Scope::All).unwrap().nodes[0].online);
 
-        let new = rotate_token(&c, 6, &r.node_id).unwrap();
+        let new = rotate_token(&c, 6, &r.node_id, &Scope::All).unwrap();
         assert_eq!(heartbeat(&c, 7, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::TokenReplaced);
         heartbeat(&c, 7, &new.node_token, &hb, 10).unwrap();
         assert_eq!(heartbeat(&c, 7, &new_token(), &hb, 10).unwrap_err().code, ErrorCode::Unauthorized);
-        delete_node(&c, 8, &r.node_id).unwrap();
+        delete_node(&c, 8, &r.node_id, &Scope::All).unwrap();
         assert_eq!(heartbeat(&c, 9, &new.node_token, &hb, 10).unwrap_err().code, ErrorCode::NodeDeleted);
         assert_eq!(heartbeat(&c, 9, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::NodeDeleted);
         assert_eq!(
@@ -1345,8 +1442,8 @@ mod tests {
             ErrorCode::NodeDeleted,
             "revocation wins over a bad body"
         );
-        assert_eq!(delete_node(&c, 9, &r.node_id).unwrap_err().code, ErrorCode::NotFound);
-        assert!(list_nodes(&c, 9).unwrap().nodes.is_empty());
+        assert_eq!(delete_node(&c, 9, &r.node_id, &Scope::All).unwrap_err().code, ErrorCode::NotFound);
+        assert!(list_nodes(&c, 9, &Scope::All).unwrap().nodes.is_empty());
     }
 
     const ID_A: &str = "0123456789abcdef0123456789abcdef";
@@ -1355,7 +1452,7 @@ mod tests {
     #[test]
     fn a_repeat_with_the_same_install_id_gets_the_same_node_and_a_new_token() {
         let (_d, c) = db();
-        let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let code = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         let first = reg_id(&c, 1000, &code, "g", ID_A).unwrap();
         // The same installation again (its answer was lost): same node, fresh token, and the
         // first token is revoked.
@@ -1368,7 +1465,7 @@ mod tests {
             ErrorCode::TokenReplaced
         );
         heartbeat(&c, 1011, &again.node_token, &hb, 10).unwrap();
-        assert_eq!(list_nodes(&c, 1011).unwrap().nodes.len(), 1, "exactly one node");
+        assert_eq!(list_nodes(&c, 1011, &Scope::All).unwrap().nodes.len(), 1, "exactly one node");
         // Every other reuse stays `join_code_used`: another install id, none, or too late.
         let used = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
         assert_eq!(used(reg_id(&c, 1012, &code, "g", ID_B)), ErrorCode::JoinCodeUsed);
@@ -1379,14 +1476,14 @@ mod tests {
             "past the code's lifetime"
         );
         // Nor after the node was deleted.
-        delete_node(&c, 1013, &first.node_id).unwrap();
+        delete_node(&c, 1013, &first.node_id, &Scope::All).unwrap();
         assert_eq!(used(reg_id(&c, 1014, &code, "g", ID_A)), ErrorCode::JoinCodeUsed);
         // A code first used without an install id cannot be repeated with one.
-        let code2 = create_join_code(&c, 1000, 60).unwrap().code;
+        let code2 = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         reg(&c, 1015, &code2, "h").unwrap();
         assert_eq!(used(reg_id(&c, 1016, &code2, "h", ID_A)), ErrorCode::JoinCodeUsed);
         // A malformed install id is refused before the code is used.
-        let code3 = create_join_code(&c, 1000, 60).unwrap().code;
+        let code3 = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
         for bad in ["", "0123", "g123456789abcdef0123456789abcdef", &format!("{ID_A}0")] {
             assert_eq!(used(reg_id(&c, 1017, &code3, "k", bad)), ErrorCode::InvalidRequest, "{bad:?}");
         }
@@ -1405,22 +1502,25 @@ mod tests {
     #[test]
     fn a_repeat_cannot_take_another_nodes_gpu() {
         let (_d, c) = db();
-        let code = create_join_code(&c, 0, 60).unwrap().code;
-        let other = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "theirs").unwrap();
+        let code = create_join_code(&c, 0, 60, &Scope::All).unwrap().code;
+        let other = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "theirs").unwrap();
         let mine = reg_id(&c, 0, &code, "mine", ID_A).unwrap();
         assert_eq!(reg_id(&c, 1, &code, "theirs", ID_A).unwrap_err().code, ErrorCode::GpuAlreadyRegistered);
         // The refusal changed nothing: the first token still works.
         heartbeat(&c, 2, &mine.node_token, &HeartbeatRequest { seq: 1, ..Default::default() }, 10).unwrap();
-        assert_eq!(list_nodes(&c, 2).unwrap().nodes.iter().filter(|n| n.id == other.node_id).count(), 1);
+        assert_eq!(
+            list_nodes(&c, 2, &Scope::All).unwrap().nodes.iter().filter(|n| n.id == other.node_id).count(),
+            1
+        );
     }
 
     #[test]
     fn commands_come_in_bounded_batches_oldest_first() {
         let (_d, c) = db();
-        let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
         let n = 2 * limits::MAX_COMMANDS_PER_RESPONSE + 3;
         let queued: Vec<String> =
-            (0..n).map(|_| queue_command(&c, 1, &r.node_id, "recheck").unwrap().id).collect();
+            (0..n).map(|_| queue_command(&c, 1, &r.node_id, "recheck", &Scope::All).unwrap().id).collect();
         let mut got = Vec::new();
         for seq in 1.. {
             let a =
@@ -1457,7 +1557,7 @@ mod tests {
     #[test]
     fn histories_stay_bounded_per_node() {
         let (_d, c) = db();
-        let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
         let long = "x".repeat(100_000);
         for seq in 1..=50u64 {
             let hb = HeartbeatRequest {
@@ -1481,7 +1581,7 @@ mod tests {
         assert!(count(&c, "SELECT MAX(length(name) + length(reason)) FROM container_removals") <= 768);
         assert!(count(&c, "SELECT length(health_json) FROM nodes") < 2 * limits::MAX_TEXT_LEN as i64);
         // The newest records are the ones kept.
-        let n = &list_nodes(&c, 51).unwrap().nodes[0];
+        let n = &list_nodes(&c, 51, &Scope::All).unwrap().nodes[0];
         assert_eq!(
             n.removed_containers.last().unwrap().id,
             format!("50-{}", limits::MAX_REMOVED_CONTAINERS - 1)
@@ -1498,7 +1598,7 @@ mod tests {
 
         // Delivered commands too: pending ones always stay.
         for _ in 0..COMMAND_HISTORY_PER_NODE + 40 {
-            queue_command(&c, 52, &r.node_id, "recheck").unwrap();
+            queue_command(&c, 52, &r.node_id, "recheck", &Scope::All).unwrap();
         }
         for seq in 60..100 {
             heartbeat(&c, 53, &r.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10).unwrap();
@@ -1514,7 +1614,7 @@ mod tests {
         inv.private.gpu_uuids = vec!["g".into()];
         inv.private.hostname = "h".repeat(500_000);
         inv.public.gpus = vec![gpum_protocol::GpuPublic { model: "m".repeat(5000), vram_mib: 1 }];
-        let code = create_join_code(&c, 0, 60).unwrap().code;
+        let code = create_join_code(&c, 0, 60, &Scope::All).unwrap().code;
         let r = register(
             &c,
             0,
@@ -1527,7 +1627,7 @@ mod tests {
             10,
         )
         .unwrap();
-        let n = &list_nodes(&c, 1).unwrap().nodes[0];
+        let n = &list_nodes(&c, 1, &Scope::All).unwrap().nodes[0];
         assert_eq!(n.inventory.private.hostname.len(), limits::MAX_TEXT_LEN);
         assert_eq!(n.inventory.public.gpus[0].model.len(), limits::MAX_TEXT_LEN);
         assert_eq!(n.agent_version.len(), 64);
@@ -1548,8 +1648,8 @@ mod tests {
     #[test]
     fn a_heartbeat_cannot_take_another_nodes_gpu() {
         let (_d, c) = db();
-        let a = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "GPU-a").unwrap();
-        let b = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "GPU-b").unwrap();
+        let a = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "GPU-a").unwrap();
+        let b = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "GPU-b").unwrap();
         let beat = |uuids: &[&str], seq: u64| {
             let mut inv = Inventory::default();
             inv.private.gpu_uuids = uuids.iter().map(|u| u.to_string()).collect();
@@ -1564,13 +1664,14 @@ mod tests {
         assert_eq!(err.code, ErrorCode::GpuAlreadyRegistered);
         assert_eq!(owner("GPU-a"), Some(a.node_id.clone()), "A keeps its GPU");
         assert_eq!(owner("GPU-b"), Some(b.node_id.clone()), "nothing of the refused heartbeat was stored");
-        let n = list_nodes(&c, 1).unwrap().nodes.into_iter().find(|n| n.id == b.node_id).unwrap();
+        let n =
+            list_nodes(&c, 1, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == b.node_id).unwrap();
         assert_eq!(n.last_seq, None);
         // Its own GPUs, a new free one, or one listed twice are fine.
         heartbeat(&c, 2, &b.node_token, &beat(&["GPU-b", "GPU-c", "GPU-c"], 2), 10).unwrap();
         assert_eq!(owner("GPU-c"), Some(b.node_id.clone()));
         // Once A is deleted its GPU is free, for a heartbeat as for a registration.
-        delete_node(&c, 3, &a.node_id).unwrap();
+        delete_node(&c, 3, &a.node_id, &Scope::All).unwrap();
         heartbeat(&c, 4, &b.node_token, &beat(&["GPU-b", "GPU-a"], 3), 10).unwrap();
         assert_eq!(owner("GPU-a"), Some(b.node_id.clone()));
     }

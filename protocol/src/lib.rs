@@ -21,6 +21,12 @@ pub const PATH_HEARTBEAT: &str = "/api/v1/agent/heartbeat";
 pub const PATH_ADMIN_JOIN_CODES: &str = "/api/v1/admin/join-codes";
 pub const PATH_ADMIN_NODES: &str = "/api/v1/admin/nodes";
 pub const PATH_ADMIN_PROBE_IMAGE: &str = "/api/v1/admin/probe-image";
+/// The operator's owners: POST invites one (a one-time link), GET lists them.
+pub const PATH_ADMIN_OWNERS: &str = "/api/v1/admin/owners";
+/// An owner's API (bearer: one of their API keys): the same operations as the admin API's
+/// nodes and join codes, on their own servers only.
+pub const PATH_OWNER_NODES: &str = "/api/v1/owner/nodes";
+pub const PATH_OWNER_JOIN_CODES: &str = "/api/v1/owner/join-codes";
 /// The bootstrap script, with the platform URL filled in.
 pub const PATH_INSTALL_SH: &str = "/install.sh";
 /// Downloads: `/dl/<file>` (the installer, the agent, their `.sha256` and `.sig`).
@@ -688,6 +694,53 @@ pub struct SetProbeImageRequest {
 pub struct TokenRotated {
     /// The new token, shown once.
     pub node_token: String,
+}
+
+/// `POST /api/v1/admin/owners`: invite an owner by e-mail. Inviting an existing owner again
+/// gives a new link (the old one stops working); accepting it sets a new password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InviteOwnerRequest {
+    pub email: String,
+}
+
+/// An owner as the operator sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerSummary {
+    pub id: String,
+    pub email: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// A disabled owner cannot sign in, and their API keys are refused.
+    pub disabled: bool,
+    /// Whether they accepted an invitation (set a password).
+    pub password_set: bool,
+    /// Whether they signed in with a second factor (TOTP).
+    pub totp: bool,
+    /// Their live servers.
+    pub servers: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct OwnerList {
+    pub owners: Vec<OwnerSummary>,
+}
+
+/// The answer to an invitation: the one-time link, shown once (the platform keeps its hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInvited {
+    pub owner: OwnerSummary,
+    pub invitation_url: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+/// `PATCH /api/v1/admin/owners/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateOwnerRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
 }
 
 #[cfg(test)]

@@ -27,15 +27,22 @@ use gpum_tests::bin;
 use gpum_tests::browser::Browser;
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 
+// Issue 32: an owner's account in the browser (invitation, password, second factor, API keys).
+#[path = "dashboard_owners.rs"]
+mod owners;
+
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LIVE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/// Signs in as the operator, with the admin token (`/dashboard/operator`): every server.
 async fn sign_in(b: &Browser, p: &TestPlatform) {
     b.goto(&format!("{}/dashboard", p.url())).await;
     assert!(b.url().await.ends_with("/dashboard/login"), "signed out goes to the form: {}", b.url().await);
+    assert!(!b.has("#token").await, "the owners' form never asks for the admin token");
+    b.goto(&format!("{}/dashboard/operator", p.url())).await;
     b.find("#token").await.send_keys(p.admin_token()).await.expect("type the token");
     b.click("#sign-in").await;
     b.wait_for("#nav-servers").await;
@@ -1001,7 +1008,7 @@ async fn sessions_sign_in_only_with_the_token_end_and_expire() {
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let url = p.url().to_owned();
     // A wrong token: the form again, with a message, and no session.
-    b.goto(&format!("{url}/dashboard/login")).await;
+    b.goto(&format!("{url}/dashboard/operator")).await;
     assert_eq!(b.find("#login").await.attr("method").await.unwrap().as_deref(), Some("post"));
     b.find("#token").await.send_keys(&"0".repeat(64)).await.unwrap();
     b.click("#sign-in").await;
@@ -1010,7 +1017,7 @@ async fn sessions_sign_in_only_with_the_token_end_and_expire() {
 
     // A sign-in whose form did not come from this browser (no sign-in cookie) is refused.
     let r = raw_client(&p)
-        .post(format!("{url}/dashboard/login"))
+        .post(format!("{url}/dashboard/operator"))
         .form(&[("csrf", "a".repeat(64)), ("token", p.admin_token().to_owned())])
         .send()
         .await
@@ -1044,7 +1051,7 @@ async fn over_tls_the_cookies_are_secure_and_without_a_token_the_dashboard_is_of
     let p = TestPlatform::start(PlatformOpts::default());
     assert!(p.url().starts_with("https://"));
     let c = raw_client(&p);
-    let form = c.get(format!("{}/dashboard/login", p.url())).send().await.unwrap();
+    let form = c.get(format!("{}/dashboard/operator", p.url())).send().await.unwrap();
     assert_eq!(form.status(), 200);
     let h = form.headers();
     assert_eq!(
@@ -1056,7 +1063,7 @@ async fn over_tls_the_cookies_are_secure_and_without_a_token_the_dashboard_is_of
     let login_cookies = set_cookies(&form);
     let login = cookie_value(&login_cookies, "gpum_login");
     let r = c
-        .post(format!("{}/dashboard/login", p.url()))
+        .post(format!("{}/dashboard/operator", p.url()))
         .header("cookie", format!("gpum_login={login}"))
         .form(&[("csrf", login.as_str()), ("token", p.admin_token())])
         .send()

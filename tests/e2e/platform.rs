@@ -23,6 +23,9 @@ use reqwest::{Client, StatusCode};
 mod auth;
 #[path = "platform_limits.rs"]
 mod conn_limits;
+// Issue 32: owners' accounts, and every page and endpoint tried as another owner.
+#[path = "platform_owners.rs"]
+mod owners;
 
 fn inventory(uuid: &str) -> Inventory {
     let mut inv = Inventory::default();
@@ -922,7 +925,9 @@ fn schemathesis() -> Option<&'static str> {
 }
 
 /// schemathesis (from PyPI, not written here) generates requests from docs/openapi.yaml and
-/// checks the real server: no 5xx, and every answer conforms to the schema.
+/// checks the real server: no 5xx, and every answer conforms to the schema. Twice: with the admin
+/// token (every operation; the owner API's answer 401 to it, as documented), then with an owner's
+/// API key on the owner API's operations, with a server of theirs to find.
 #[tokio::test]
 async fn schemathesis_finds_no_5xx_and_no_schema_violation() {
     let Some(st) = schemathesis() else {
@@ -932,28 +937,46 @@ async fn schemathesis_finds_no_5xx_and_no_schema_violation() {
     // Some state for the generated requests to find.
     let api = Api::new(&p);
     let _: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
+    let owner = gpum_tests::owner::OwnerSession::accept(
+        &p,
+        &p.invite_owner("st@example.com"),
+        "schemathesis password",
+    )
+    .await;
+    let key = owner.create_api_key("schemathesis").await;
+    let _: RegisterResponse = api.register(&p.owner_join_code("st@example.com"), "GPU-st").await.ok();
     let spec = gpum_tests::workspace_root().join("docs/openapi.yaml");
-    let out = tokio::task::spawn_blocking({
-        let url = p.url().to_owned();
-        let token = p.admin_token().to_owned();
-        move || {
-            Command::new(st)
-                .arg("run")
-                .arg(&spec)
-                .args(["--url", &url])
-                .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance"])
-                .args(["--max-examples", "25"])
-                .args(["--header", &format!("Authorization: Bearer {token}")])
-                .args(["--no-color"])
-                .env("SCHEMATHESIS_HOOKS", "")
-                .output()
-                .expect("run schemathesis")
+    for (bearer, only_owner) in [(p.admin_token().to_owned(), false), (key, true)] {
+        let out = tokio::task::spawn_blocking({
+            let (url, spec) = (p.url().to_owned(), spec.clone());
+            move || {
+                let mut cmd = Command::new(st);
+                cmd.arg("run")
+                    .arg(&spec)
+                    .args(["--url", &url])
+                    .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance"])
+                    .args(["--max-examples", "25"])
+                    .args(["--header", &format!("Authorization: Bearer {bearer}")])
+                    .args(["--no-color"])
+                    .env("SCHEMATHESIS_HOOKS", "");
+                if only_owner {
+                    cmd.args(["--include-tag", "owner"]);
+                }
+                cmd.output().expect("run schemathesis")
+            }
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "schemathesis (owner API only: {only_owner}) failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if only_owner {
+            assert!(stdout.contains("/api/v1/owner/nodes"), "the owner API was exercised: {stdout}");
         }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "schemathesis failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
     assert!(p.log().lines().all(|l| !l.contains("panicked")), "{}", p.log());
 }
 

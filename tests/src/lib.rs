@@ -7,6 +7,7 @@
 
 pub mod browser;
 pub mod images;
+pub mod owner;
 pub mod platform;
 pub mod testhost;
 

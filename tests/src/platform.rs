@@ -290,6 +290,19 @@ impl TestPlatform {
         self.cli_json(&a);
     }
 
+    /// Invites an owner with the real CLI (`owners invite`); returns the one-time link.
+    pub fn invite_owner(&self, email: &str) -> String {
+        self.cli_json(&["owners", "invite", email, "--public-url", self.url()])["invitation_url"]
+            .as_str()
+            .expect("invitation_url")
+            .to_owned()
+    }
+
+    /// A join code for an owner's server (`join-code create --owner`).
+    pub fn owner_join_code(&self, owner: &str) -> String {
+        self.cli_json(&["join-code", "create", "--owner", owner])["code"].as_str().expect("code").to_owned()
+    }
+
     /// Moves the platform's clock (server and CLI) forward by `secs` (backward if negative).
     pub fn advance_clock(&self, secs: i64) {
         let f = self.dir.path().join("clock");

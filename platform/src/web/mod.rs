@@ -7,11 +7,15 @@
 //! so no rule exists twice.
 //!
 //! Security, because a node's inventory is written by whoever holds a join code:
-//! - **Sign-in** with the admin token through a form (never in a URL), compared as SHA-256
-//!   digests in constant time; it starts a server-side session ([`session`]) whose cookie is
-//!   `HttpOnly`, `SameSite=Strict`, `Path=/dashboard`, and `Secure` when the public URL is https.
-//!   Wrong tokens count against the client's address with the admin API's ([`throttle`]): past
-//!   five, the form answers 429 for a growing while.
+//! - **Sign-in**: an owner with e-mail, password and (when on) a TOTP code ([`account`]); the
+//!   operator with the admin token at `/dashboard/operator`, compared as SHA-256 digests in
+//!   constant time. Both through a form (never in a URL); both start a session kept in the
+//!   database ([`crate::accounts`]) whose cookie is `HttpOnly`, `SameSite=Strict`,
+//!   `Path=/dashboard`, and `Secure` when the public URL is https. Failures count against the
+//!   client's address with the admin API's ([`throttle`]): past five, the form answers 429 for a
+//!   growing while.
+//! - **Scope**: an owner's session sees only their servers and join codes ([`Req::scope`] into
+//!   every `store` call); the operator's sees all.
 //! - **Every state-changing request is a POST with the session's CSRF token**, compared in
 //!   constant time; the sign-in form carries a token of its own (a double-submit cookie). A GET
 //!   changes nothing on the server (`?lang=` only sets the browser's language cookie).
@@ -26,9 +30,10 @@
 // responses, made at most once per request; boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 
+mod account;
 mod i18n;
 pub(crate) mod pages;
-mod session;
+pub(crate) mod session;
 pub mod throttle;
 
 use std::sync::Arc;
@@ -47,11 +52,12 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+use crate::accounts::{self, SessionRow};
 use crate::error::ApiError;
 use crate::server::{AppState, read_body};
-use crate::store;
+use crate::store::{self, Scope};
 use pages::{Ctx, JoinState, LoginError};
-use session::{Session, Sessions, ct_eq};
+use session::ct_eq;
 use throttle::{Door, Throttle};
 
 const SESSION_COOKIE: &str = "gpum_session";
@@ -69,21 +75,34 @@ const TTL_CHOICES: [u64; 3] = [3600, 86_400, 604_800];
 
 pub struct Web {
     app: Arc<AppState>,
-    sessions: Sessions,
     /// Shared with the admin API's bearer check.
     throttle: Arc<Throttle>,
+    /// Password hashes checked at once (each Argon2id takes 19 MiB and tens of milliseconds of
+    /// a core): a flood of sign-ins queues here instead of taking the machine's memory.
+    hashing: tokio::sync::Semaphore,
 }
+
+/// Password hashes computed or checked at once.
+const HASHING_AT_ONCE: usize = 2;
 
 type St = State<Arc<Web>>;
 
 /// The dashboard's routes, to merge into the platform's router; `throttle` is the admin API's.
 pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Arc<Throttle>) -> Router<S> {
-    let web = Arc::new(Web { app, sessions: Sessions::default(), throttle });
+    let web = Arc::new(Web { app, throttle, hashing: tokio::sync::Semaphore::new(HASHING_AT_ONCE) });
     Router::new()
         .route("/", get(|| async { Redirect::to("/dashboard") }))
         .route("/dashboard", get(servers))
-        .route("/dashboard/login", get(login_form).post(login))
+        .route("/dashboard/login", get(account::login_form).post(account::login))
+        .route("/dashboard/operator", get(login_form).post(login))
         .route("/dashboard/logout", axum::routing::post(logout))
+        .route("/dashboard/invite/{token}", get(account::invite_form).post(account::accept))
+        .route("/dashboard/account", get(account::account))
+        .route("/dashboard/account/keys", axum::routing::post(account::create_key))
+        .route("/dashboard/account/keys/{id}/revoke", axum::routing::post(account::revoke_key))
+        .route("/dashboard/account/totp", axum::routing::post(account::totp_start))
+        .route("/dashboard/account/totp/confirm", axum::routing::post(account::totp_confirm))
+        .route("/dashboard/account/totp/off", axum::routing::post(account::totp_off))
         .route("/dashboard/add", get(add_form).post(create_code))
         .route("/dashboard/join/{hash}", get(join_state))
         .route("/dashboard/servers/{id}", get(server))
@@ -141,10 +160,27 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
-/// The request as a page sees it: its language, its path, and the session, if any.
+/// The request as a page sees it: its language, its path, and the session, if any (its id and
+/// its row).
 struct Req {
     ctx: Ctx,
-    session: Option<(String, Session)>,
+    session: Option<(String, SessionRow)>,
+}
+
+impl Req {
+    /// Whose servers this request may see: the signed-in owner's, or all for the operator.
+    /// Only meaningful behind [`signed_in`].
+    fn scope(&self) -> Scope {
+        match self.session.as_ref().and_then(|(_, s)| s.owner.clone()) {
+            Some(o) => Scope::Owner(o),
+            None => Scope::All,
+        }
+    }
+
+    /// The signed-in owner's id; `None` for the operator or no session.
+    fn owner(&self) -> Option<&str> {
+        self.session.as_ref().and_then(|(_, s)| s.owner.as_deref())
+    }
 }
 
 impl FromRequestParts<Arc<Web>> for Req {
@@ -158,10 +194,21 @@ impl FromRequestParts<Arc<Web>> for Req {
             )
         });
         let now = web.app.clock.now();
-        let session = cookie(&parts.headers, SESSION_COOKIE)
-            .and_then(|id| web.sessions.get(id, now).map(|s| (id.to_owned(), s)));
+        // Sessions live in the database, so a restart signs no one out. An id that is not 64
+        // hex digits is no session of ours and costs no lookup.
+        let session = match cookie(&parts.headers, SESSION_COOKIE) {
+            Some(id) if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                let i = id.to_owned();
+                match web.app.db.call(move |c| accounts::session(c, now, &i)).await {
+                    Ok(Some(s)) => Some((id.to_owned(), s)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         let csrf = session.as_ref().map(|(_, s)| s.csrf.clone());
-        Ok(Req { ctx: Ctx { lang, path: parts.uri.path().to_owned(), csrf }, session })
+        let account = session.as_ref().and_then(|(_, s)| s.email.clone());
+        Ok(Req { ctx: Ctx { lang, path: parts.uri.path().to_owned(), csrf, account }, session })
     }
 }
 
@@ -171,6 +218,11 @@ fn page(status: StatusCode, m: Markup) -> Response {
 
 fn to_login() -> Response {
     Redirect::to("/dashboard/login").into_response()
+}
+
+/// A session cookie for `id` (empty and expired: signs out).
+fn session_cookie(web: &Web, id: &str) -> HeaderValue {
+    cookie_header(web, SESSION_COOKIE, id, if id.is_empty() { 0 } else { accounts::SESSION_TTL_SECS })
 }
 
 /// The guard of every signed-in page: `Err` is the answer to give instead (disabled, or off to
@@ -219,6 +271,11 @@ fn cookie_header(web: &Web, name: &str, value: &str, max_age: u64) -> HeaderValu
 // ---------------------------------------------------------------------------------------------
 // Sign-in
 
+// ---------------------------------------------------------------------------------------------
+// The operator's sign-in, with the admin token (`/dashboard/operator`): sees every server.
+// Owners sign in with their e-mail and password (`account`), and the page never asks them for
+// the admin token.
+
 async fn login_form(State(web): St, r: Req) -> Response {
     if web.app.cfg.admin_token_hash.is_none() {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
@@ -231,7 +288,7 @@ async fn login_form(State(web): St, r: Req) -> Response {
 
 fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<LoginError>) -> Response {
     let token = session::random_hex();
-    let mut resp = page(status, pages::login(&r.ctx, &token, error));
+    let mut resp = page(status, pages::operator_login(&r.ctx, &token, error));
     resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
     resp
 }
@@ -272,11 +329,25 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
         return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
     }
     web.throttle.succeeded(client);
-    let id = web.sessions.create(web.app.clock.now());
+    tracing::info!(client = %client_text(client), "dashboard: the operator signed in");
+    start_session(&web, &r, None).await
+}
+
+fn client_text(c: std::net::IpAddr) -> String {
+    c.to_string()
+}
+
+/// Starts a session (`owner`: `None` for the operator) and sends the browser to the servers.
+async fn start_session(web: &Web, r: &Req, owner: Option<String>) -> Response {
+    let now = web.app.clock.now();
+    let id = match web.app.db.call(move |c| accounts::create_session(c, now, owner.as_deref())).await {
+        Ok(id) => id,
+        Err(e) => return api_error(r, e),
+    };
     let mut resp = Redirect::to("/dashboard").into_response();
     let h = resp.headers_mut();
-    h.append(header::SET_COOKIE, cookie_header(&web, SESSION_COOKIE, &id, session::SESSION_TTL_SECS));
-    h.append(header::SET_COOKIE, cookie_header(&web, LOGIN_COOKIE, "", 0));
+    h.append(header::SET_COOKIE, session_cookie(web, &id));
+    h.append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, "", 0));
     resp
 }
 
@@ -288,19 +359,22 @@ async fn logout(State(web): St, r: Req, req: Request) -> Response {
         return resp;
     }
     if let Some((id, _)) = &r.session {
-        web.sessions.remove(id);
+        let i = id.clone();
+        if let Err(e) = web.app.db.call(move |c| accounts::end_session(c, &i)).await {
+            return api_error(&r, e);
+        }
     }
     let mut resp = to_login();
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(&web, SESSION_COOKIE, "", 0));
+    resp.headers_mut().append(header::SET_COOKIE, session_cookie(&web, ""));
     resp
 }
 
 // ---------------------------------------------------------------------------------------------
 // Servers
 
-async fn nodes(web: &Web) -> Result<(Vec<NodeSummary>, u64), ApiError> {
+async fn nodes(web: &Web, scope: Scope) -> Result<(Vec<NodeSummary>, u64), ApiError> {
     let now = web.app.clock.now();
-    let list = web.app.db.call(move |c| store::list_nodes(c, now)).await?;
+    let list = web.app.db.call(move |c| store::list_nodes(c, now, &scope)).await?;
     Ok((list.nodes, now))
 }
 
@@ -318,14 +392,14 @@ async fn servers(State(web): St, r: Req, q: LenientQuery<ServersQuery>) -> Respo
         return resp;
     }
     let deleted = q.ok().and_then(|q| q.0.deleted);
-    match nodes(&web).await {
+    match nodes(&web, r.scope()).await {
         Ok((list, now)) => page(StatusCode::OK, pages::servers(&r.ctx, &list, now, deleted.as_deref())),
         Err(e) => api_error(&r, e),
     }
 }
 
-async fn one_node(web: &Web, id: &str) -> Result<(NodeSummary, u64), ApiError> {
-    let (list, now) = nodes(web).await?;
+async fn one_node(web: &Web, r: &Req, id: &str) -> Result<(NodeSummary, u64), ApiError> {
+    let (list, now) = nodes(web, r.scope()).await?;
     list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
 }
 
@@ -333,7 +407,7 @@ async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    match one_node(&web, &id).await {
+    match one_node(&web, &r, &id).await {
         Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now, None)),
         Err(e) => api_error(&r, e),
     }
@@ -352,6 +426,7 @@ async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -
     let kind = CommandKind::parse(&f.kind).map(CommandKind::as_str).unwrap_or("").to_owned();
     let now = web.app.clock.now();
     let i = id.clone();
+    let scope = r.scope();
     // A command reaches the agent only at its heartbeat, so an offline server is refused one
     // (the page disables its buttons; a crafted POST queues nothing either). Whether it is
     // online is read by the same rule as the list, in the same database call as the queueing.
@@ -359,11 +434,12 @@ async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -
         .app
         .db
         .call(move |c| {
-            let online = store::list_nodes(c, now)?.nodes.iter().find(|n| n.id == i).map(|n| n.online);
+            let online =
+                store::list_nodes(c, now, &scope)?.nodes.iter().find(|n| n.id == i).map(|n| n.online);
             if online == Some(false) {
                 return Ok(false);
             }
-            store::queue_command(c, now, &i, &kind).map(|_| true)
+            store::queue_command(c, now, &i, &kind, &scope).map(|_| true)
         })
         .await;
     match queued {
@@ -405,14 +481,14 @@ async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) 
     let upd = match upd {
         Ok(u) => u,
         Err(e) => {
-            return match one_node(&web, &id).await {
+            return match one_node(&web, &r, &id).await {
                 Ok((n, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, now, Some(e))),
                 Err(e) => api_error(&r, e),
             };
         }
     };
-    let i = id.clone();
-    match web.app.db.call(move |c| store::update_node(c, &i, &upd)).await {
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
         Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
         Err(e) => api_error(&r, e),
     }
@@ -429,8 +505,8 @@ async fn pause(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> 
         Err(resp) => return resp,
     };
     let upd = UpdateNodeRequest { paused: Some(f.paused), ..Default::default() };
-    let i = id.clone();
-    match web.app.db.call(move |c| store::update_node(c, &i, &upd)).await {
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
         Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
         Err(e) => api_error(&r, e),
     }
@@ -440,7 +516,7 @@ async fn rotate_form(State(web): St, r: Req, Path(id): Path<String>) -> Response
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    match one_node(&web, &id).await {
+    match one_node(&web, &r, &id).await {
         Ok((n, _)) => page(StatusCode::OK, pages::confirm_rotate(&r.ctx, &n.id)),
         Err(e) => api_error(&r, e),
     }
@@ -451,8 +527,8 @@ async fn rotate(State(web): St, r: Req, Path(id): Path<String>, req: Request) ->
         return resp;
     }
     let now = web.app.clock.now();
-    let i = id.clone();
-    match web.app.db.call(move |c| store::rotate_token(c, now, &i)).await {
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::rotate_token(c, now, &i, &scope)).await {
         Ok(t) => page(StatusCode::OK, pages::rotated(&r.ctx, &id, &t.node_token, &web.app.cfg.public_url)),
         Err(e) => api_error(&r, e),
     }
@@ -462,7 +538,7 @@ async fn delete_form(State(web): St, r: Req, Path(id): Path<String>) -> Response
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    match one_node(&web, &id).await {
+    match one_node(&web, &r, &id).await {
         Ok((n, _)) => page(StatusCode::OK, pages::confirm_delete(&r.ctx, &n.id)),
         Err(e) => api_error(&r, e),
     }
@@ -473,8 +549,8 @@ async fn delete(State(web): St, r: Req, Path(id): Path<String>, req: Request) ->
         return resp;
     }
     let now = web.app.clock.now();
-    let i = id.clone();
-    match web.app.db.call(move |c| store::delete_node(c, now, &i)).await {
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::delete_node(c, now, &i, &scope)).await {
         Ok(()) => {
             let q = serde_urlencoded::to_string([("deleted", id.as_str())]).unwrap_or_default();
             Redirect::to(&format!("/dashboard?{q}")).into_response()
@@ -527,7 +603,8 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
     }
     let now = web.app.clock.now();
-    let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl)).await {
+    let scope = r.scope();
+    let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl, &scope)).await {
         Ok(c) => c,
         Err(e) => return api_error(&r, e),
     };
@@ -556,13 +633,13 @@ async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Respons
     if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
         return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
     }
-    let h = hash.clone();
-    let used = match web.app.db.call(move |c| store::join_code_use(c, &h)).await {
+    let (h, scope) = (hash.clone(), r.scope());
+    let used = match web.app.db.call(move |c| store::join_code_use(c, &h, &scope)).await {
         Ok(Some(u)) => u,
         Ok(None) => return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx)),
         Err(e) => return api_error(&r, e),
     };
-    let (list, now) = match nodes(&web).await {
+    let (list, now) = match nodes(&web, r.scope()).await {
         Ok(v) => v,
         Err(e) => return api_error(&r, e),
     };
@@ -640,12 +717,12 @@ mod tests {
 
     /// Signs in; returns the session cookie's value and the page's CSRF token.
     async fn sign_in(app: &Router) -> (String, String) {
-        let form = call(app, "GET", "/dashboard/login", "", "").await;
+        let form = call(app, "GET", "/dashboard/operator", "", "").await;
         let login = value(&set_cookie(&form, LOGIN_COOKIE));
         let r = call(
             app,
             "POST",
-            "/dashboard/login",
+            "/dashboard/operator",
             &format!("{LOGIN_COOKIE}={login}"),
             &format!("csrf={login}&token={TOKEN}"),
         )
@@ -681,12 +758,13 @@ mod tests {
         assert_eq!(r.headers()[header::CONTENT_SECURITY_POLICY], CSP);
         assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
         // A wrong token, and a form this browser was not given.
-        let form = call(&app, "GET", "/dashboard/login", "", "").await;
+        let form = call(&app, "GET", "/dashboard/operator", "", "").await;
         let login = value(&set_cookie(&form, LOGIN_COOKIE));
         let cookie = format!("{LOGIN_COOKIE}={login}");
-        let r = call(&app, "POST", "/dashboard/login", &cookie, &format!("csrf={login}&token=wrong")).await;
+        let r =
+            call(&app, "POST", "/dashboard/operator", &cookie, &format!("csrf={login}&token=wrong")).await;
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-        let r = call(&app, "POST", "/dashboard/login", "", &format!("csrf={login}&token={TOKEN}")).await;
+        let r = call(&app, "POST", "/dashboard/operator", "", &format!("csrf={login}&token={TOKEN}")).await;
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
 
         let (sid, csrf) = sign_in(&app).await;

@@ -19,11 +19,14 @@ use crate::store::SettingsError;
 pub struct Ctx {
     pub lang: Lang,
     pub path: String,
+    /// The session's form key; `Some` when signed in.
     pub csrf: Option<String>,
+    /// The signed-in owner's e-mail; `None` for the operator or no session.
+    pub account: Option<String>,
 }
 
 impl Ctx {
-    fn t(&self, m: Msg) -> &'static str {
+    pub(crate) fn t(&self, m: Msg) -> &'static str {
         t(m, self.lang)
     }
 }
@@ -40,7 +43,7 @@ fn cut(s: &str) -> String {
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM` (UTC).
-pub fn utc(ts: u64) -> String {
+pub(crate) fn utc(ts: u64) -> String {
     let days = (ts / 86_400) as i64;
     let secs = ts % 86_400;
     // Howard Hinnant's days-to-civil.
@@ -214,7 +217,7 @@ fn rentable_verdict(ctx: &Ctx, n: &NodeSummary) -> Markup {
     }
 }
 
-fn csrf_field(ctx: &Ctx) -> Markup {
+pub(crate) fn csrf_field(ctx: &Ctx) -> Markup {
     html! { input type="hidden" name="csrf" value=(ctx.csrf.as_deref().unwrap_or("")); }
 }
 
@@ -250,6 +253,11 @@ pub fn layout(ctx: &Ctx, title: &str, body: Markup) -> Markup {
                             a #nav-servers href="/dashboard" { (ctx.t(Msg::NavServers)) }
                             a #nav-add href="/dashboard/add" { (ctx.t(Msg::NavAdd)) }
                         }
+                        @if let Some(email) = &ctx.account {
+                            a #nav-account href="/dashboard/account" title=(email) { (ctx.t(Msg::NavAccount)) }
+                        } @else if ctx.csrf.is_some() {
+                            span #nav-operator { (ctx.t(Msg::NavOperator)) }
+                        }
                         a #lang-switch href={ (ctx.path) "?lang=" (other) } { (ctx.t(Msg::LangSwitch)) }
                         @if ctx.csrf.is_some() {
                             form.inline method="post" action="/dashboard/logout" {
@@ -276,17 +284,18 @@ pub enum LoginError {
     TooMany(u64),
 }
 
-pub fn login(ctx: &Ctx, login_csrf: &str, error: Option<LoginError>) -> Markup {
+/// The operator's sign-in form, with the admin token (`/dashboard/operator`).
+pub fn operator_login(ctx: &Ctx, login_csrf: &str, error: Option<LoginError>) -> Markup {
     let error = error.map(|e| match e {
         LoginError::WrongToken => ctx.t(Msg::WrongToken).to_owned(),
         LoginError::TooMany(secs) => fill(ctx.t(Msg::TooManyAttempts), &[("n", &secs.to_string())]),
     });
     layout(
         ctx,
-        ctx.t(Msg::SignInTitle),
+        ctx.t(Msg::OperatorSignInTitle),
         html! {
             @if let Some(e) = error { p.error #login-error { (e) } }
-            form #login method="post" action="/dashboard/login" autocomplete="off" {
+            form #login method="post" action="/dashboard/operator" autocomplete="off" {
                 input type="hidden" name="csrf" value=(login_csrf);
                 p { (ctx.t(Msg::SignInHelp)) }
                 label for="token" { (ctx.t(Msg::AdminToken)) }
@@ -438,7 +447,7 @@ fn no_install_command(ctx: &Ctx, dist: &Dist) -> Option<Markup> {
     Some(html! { p.error #no-install-command { (text) } })
 }
 
-fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
+pub(crate) fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
     html! {
         div.copyable {
             pre { code #(id) { (text) } }
@@ -783,7 +792,7 @@ mod tests {
         }
         assert_eq!(price_text(1250), "12.50");
         assert_eq!(price_text(7), "0.07");
-        let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
+        let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
         let mut n = node("node-1");
         n.price_per_gpu_hour = Some(1250);
         n.paused = true;
@@ -805,7 +814,7 @@ mod tests {
         n.rentable = crate::rentable::verdict(&n, true);
         assert_eq!(n.rentable.state, RentableState::NoGpu);
         for lang in [Lang::Ru, Lang::En] {
-            let ctx = Ctx { lang, path: "/".into(), csrf: None };
+            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
             for page in [servers(&ctx, std::slice::from_ref(&n), 6, None), server(&ctx, &n, 6, None)] {
                 let s = page.into_string();
                 assert!(!s.contains("class=\"ok") && !s.contains("class=\"online\""), "{s}");
@@ -816,13 +825,13 @@ mod tests {
         n.verification = VerificationState::Failed;
         n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
         n.rentable = crate::rentable::verdict(&n, true);
-        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
         let s = server(&ctx, &n, 6, None).into_string();
         assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
         assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
         assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
         n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
-        let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
+        let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
         assert!(
             server(&ru, &n, 6, None).into_string().contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
@@ -845,7 +854,7 @@ mod tests {
         n.inventory.public.ram_mib = u64::MAX;
         n.inventory.public.disk_gib = u64::MAX;
         n.inventory.public.cpu_cores = u32::MAX;
-        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
         assert!(server(&ctx, &n, u64::MAX, None).into_string().contains("2 × G"));
         assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
     }
@@ -903,7 +912,7 @@ mod tests {
         n.inventory.private.gpu_uuids = vec![evil.into()];
         n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
         for lang in [Lang::Ru, Lang::En] {
-            let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()) };
+            let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
                 server(&ctx, &n, 6, Some(SettingsError::NameControl)),

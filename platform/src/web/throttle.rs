@@ -1,5 +1,6 @@
-//! The limit on admin-token guessing (issue 29, item 6), shared by the dashboard's sign-in and
-//! the admin API's bearer check: one budget per client address for both.
+//! The limit on guessing (issue 29, item 6; issue 32): wrong admin tokens (the admin API, the
+//! operator's sign-in), owners' wrong passwords and codes (the dashboard's sign-in) and wrong API
+//! keys (the owner API) share one budget per client address.
 //!
 //! - An address may get the token wrong [`FREE_FAILURES`] times. From then on each failure
 //!   blocks it for a backoff that doubles, from 1 s up to [`MAX_BACKOFF`]; while blocked, every
@@ -42,6 +43,8 @@ pub const MAX_TRACKED: usize = 4096;
 pub enum Door {
     SignIn,
     AdminApi,
+    /// The owner API's keys.
+    OwnerApi,
 }
 
 impl Door {
@@ -49,6 +52,7 @@ impl Door {
         match self {
             Door::SignIn => "dashboard sign-in",
             Door::AdminApi => "admin API",
+            Door::OwnerApi => "owner API",
         }
     }
 }

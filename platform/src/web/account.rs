@@ -1,0 +1,521 @@
+//! Owners in the dashboard: sign-in with e-mail and password (and a TOTP code when turned on),
+//! the invitation link that sets the password, and the account page (the second factor, API
+//! keys). The store side is [`crate::accounts`].
+//!
+//! - Sign-in attempts count against the client's address with the admin token's
+//!   ([`super::throttle`]): past five failures, the form answers 429 for a growing while. Each
+//!   attempt is logged (address, e-mail, outcome), never a password or a code.
+//! - A wrong address, a wrong password and a wrong code give the same answer, and an unknown
+//!   address is checked against a decoy hash, so the answer tells nothing about which accounts
+//!   exist.
+//! - Argon2id runs off the database thread, at most [`super::HASHING_AT_ONCE`] at a time.
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::i18n::{Msg, fill};
+use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
+use super::throttle::{self, Door};
+use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie, cookie_header, form, page, session};
+use crate::accounts::{self, AccountError, ApiKeyRow};
+use crate::server::read_body;
+
+// ---------------------------------------------------------------------------------------------
+// Sign-in
+
+/// Why the owner's sign-in form is shown again.
+enum SignInError {
+    Wrong,
+    TooMany(u64),
+}
+
+pub(super) async fn login_form(State(web): St, r: Req) -> Response {
+    if web.app.cfg.admin_token_hash.is_none() {
+        return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
+    }
+    if r.session.is_some() {
+        return Redirect::to("/dashboard").into_response();
+    }
+    login_page(&web, &r, StatusCode::OK, None, "")
+}
+
+fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
+    let token = session::random_hex();
+    let ctx = &r.ctx;
+    let error = error.map(|e| match e {
+        SignInError::Wrong => ctx.t(Msg::WrongPassword).to_owned(),
+        SignInError::TooMany(secs) => fill(ctx.t(Msg::TooManySignIns), &[("n", &secs.to_string())]),
+    });
+    let m = layout(
+        ctx,
+        ctx.t(Msg::SignInTitle),
+        html! {
+            @if let Some(e) = error { p.error #login-error { (e) } }
+            form #login method="post" action="/dashboard/login" {
+                input type="hidden" name="csrf" value=(token);
+                p { (ctx.t(Msg::OwnerSignInHelp)) }
+                label for="email" { (ctx.t(Msg::Email)) }
+                input #email type="email" name="email" value=(email) autocomplete="username" required autofocus;
+                label for="password" { (ctx.t(Msg::Password)) }
+                input #password type="password" name="password" autocomplete="current-password" required;
+                label for="code" { (ctx.t(Msg::TotpCodeOptional)) }
+                input #code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" maxlength="8";
+                button #sign-in type="submit" { (ctx.t(Msg::SignIn)) }
+            }
+        },
+    );
+    let mut resp = page(status, m);
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
+    resp
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    csrf: String,
+    email: String,
+    password: String,
+    #[serde(default)]
+    code: String,
+}
+
+pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
+    if web.app.cfg.admin_token_hash.is_none() {
+        return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
+    }
+    // A blocked address is refused before its form is read.
+    let client = throttle::client_key(&req);
+    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+        let secs = throttle::retry_after(wait);
+        let mut resp =
+            login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "");
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return resp;
+    }
+    let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
+    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(f) = serde_urlencoded::from_bytes::<LoginForm>(&bytes) else {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    };
+    if login_cookie.is_empty() || !session::ct_eq(&f.csrf, &login_cookie) {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    }
+    let email = f.email.trim().to_lowercase();
+    let owner = match signed_in_owner(&web, &f).await {
+        Ok(o) => o,
+        Err(e) => return api_error(&r, e),
+    };
+    let Some(owner) = owner else {
+        let blocked = web.throttle.failed(client, Door::SignIn);
+        tracing::warn!(client = %client, email = %email, blocked_for = ?blocked, "dashboard: an owner's sign-in failed");
+        return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
+    };
+    web.throttle.succeeded(client);
+    tracing::info!(client = %client, email = %email, "dashboard: an owner signed in");
+    super::start_session(&web, &r, Some(owner)).await
+}
+
+/// The owner whose e-mail, password and (when on) code these are. An unknown address is checked
+/// against a decoy hash, so it takes as long as a wrong password.
+async fn signed_in_owner(web: &Web, f: &LoginForm) -> Result<Option<String>, crate::error::ApiError> {
+    let email = f.email.clone();
+    let row = web.app.db.call(move |c| accounts::sign_in_row(c, &email)).await?;
+    let stored =
+        row.as_ref().map(|r| r.password_hash.clone()).unwrap_or_else(|| accounts::decoy_hash().to_owned());
+    let password = f.password.clone();
+    let ok = {
+        let _permit = web.hashing.acquire().await.map_err(|_| crate::error::ApiError::internal())?;
+        tokio::task::spawn_blocking(move || accounts::verify_password(&stored, &password))
+            .await
+            .unwrap_or(false)
+    };
+    let Some(row) = row.filter(|_| ok) else { return Ok(None) };
+    if row.totp_secret.is_some() {
+        let (now, id, code) = (web.app.clock.now(), row.id.clone(), f.code.clone());
+        if !web.app.db.call(move |c| accounts::use_totp_code(c, now, &id, &code, None)).await? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(row.id))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invitations
+
+fn invite_gone(ctx: &Ctx) -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        layout(ctx, ctx.t(Msg::InviteTitle), html! { p.error #invite-gone { (ctx.t(Msg::InviteGone)) } }),
+    )
+}
+
+fn invite_page(web: &Web, r: &Req, token: &str, email: &str, error: Option<AccountError>) -> Response {
+    let ctx = &r.ctx;
+    let form_key = session::random_hex();
+    let m = layout(
+        ctx,
+        ctx.t(Msg::InviteTitle),
+        html! {
+            @if let Some(e) = error { p.error #invite-error { (account_error(ctx, e)) } }
+            form #invite method="post" action={ "/dashboard/invite/" (token) } {
+                input type="hidden" name="csrf" value=(form_key);
+                p { (fill(ctx.t(Msg::InviteHelp), &[("email", email), ("n", &accounts::MIN_PASSWORD_CHARS.to_string())])) }
+                input type="email" name="email" value=(email) autocomplete="username" readonly hidden;
+                label for="password" { (ctx.t(Msg::Password)) }
+                input #password type="password" name="password" autocomplete="new-password" required autofocus;
+                label for="again" { (ctx.t(Msg::PasswordAgain)) }
+                input #again type="password" name="again" autocomplete="new-password" required;
+                button #set-password type="submit" { (ctx.t(Msg::SetPassword)) }
+            }
+        },
+    );
+    let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let mut resp = page(status, m);
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &form_key, 3600));
+    resp
+}
+
+fn account_error(ctx: &Ctx, e: AccountError) -> String {
+    let n = |m: Msg, n: usize| fill(ctx.t(m), &[("n", &n.to_string())]);
+    match e {
+        AccountError::PasswordShort => n(Msg::PasswordShort, accounts::MIN_PASSWORD_CHARS),
+        AccountError::PasswordLong => ctx.t(Msg::PasswordLong).to_owned(),
+        AccountError::PasswordMismatch => ctx.t(Msg::PasswordMismatch).to_owned(),
+        AccountError::TotpCode => ctx.t(Msg::TotpWrong).to_owned(),
+        AccountError::KeyLabel => n(Msg::KeyLabelBad, accounts::MAX_KEY_LABEL_CHARS),
+        AccountError::TooManyKeys => n(Msg::TooManyKeys, accounts::MAX_API_KEYS_PER_OWNER),
+        AccountError::Email | AccountError::OwnerDisabled => ctx.t(Msg::InviteGone).to_owned(),
+    }
+}
+
+/// An invitation token as the link carries it: 64 hex digits; anything else is no invitation
+/// and costs no lookup.
+fn token_shape(t: &str) -> bool {
+    t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+pub(super) async fn invite_form(State(web): St, r: Req, Path(token): Path<String>) -> Response {
+    if !token_shape(&token) {
+        return invite_gone(&r.ctx);
+    }
+    let (now, t) = (web.app.clock.now(), token.clone());
+    match web.app.db.call(move |c| accounts::invitation(c, now, &t)).await {
+        Ok(Some((_, email))) => invite_page(&web, &r, &token, &email, None),
+        Ok(None) => invite_gone(&r.ctx),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct InviteForm {
+    csrf: String,
+    password: String,
+    again: String,
+}
+
+pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, req: Request) -> Response {
+    if !token_shape(&token) {
+        return invite_gone(&r.ctx);
+    }
+    let form_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
+    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(f) = serde_urlencoded::from_bytes::<InviteForm>(&bytes) else {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    };
+    if form_cookie.is_empty() || !session::ct_eq(&f.csrf, &form_cookie) {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    }
+    let (now, t) = (web.app.clock.now(), token.clone());
+    let email = match web.app.db.call(move |c| accounts::invitation(c, now, &t)).await {
+        Ok(Some((_, email))) => email,
+        Ok(None) => return invite_gone(&r.ctx),
+        Err(e) => return api_error(&r, e),
+    };
+    if let Err(e) = accounts::check_new_password(&f.password, &f.again) {
+        return invite_page(&web, &r, &token, &email, Some(e));
+    }
+    let hash = {
+        let Ok(_permit) = web.hashing.acquire().await else {
+            return api_error(&r, crate::error::ApiError::internal());
+        };
+        let pw = f.password;
+        tokio::task::spawn_blocking(move || accounts::hash_password(&pw)).await.unwrap_or_default()
+    };
+    if hash.is_empty() {
+        return api_error(&r, crate::error::ApiError::internal());
+    }
+    let (now, t) = (web.app.clock.now(), token.clone());
+    match web.app.db.call(move |c| accounts::accept_invitation(c, now, &t, &hash)).await {
+        Ok(Some(owner)) => {
+            tracing::info!(email = %email, "dashboard: an owner set their password from an invitation");
+            super::start_session(&web, &r, Some(owner)).await
+        }
+        Ok(None) => invite_gone(&r.ctx),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The account page
+
+/// The guard of the account pages: a signed-in owner (the operator has no account here).
+fn owner_of(web: &Web, r: &Req) -> Result<String, Response> {
+    super::signed_in(web, r)?;
+    r.owner().map(str::to_owned).ok_or_else(|| Redirect::to("/dashboard").into_response())
+}
+
+fn account_page(ctx: &Ctx, totp: bool, keys: &[ApiKeyRow], error: Option<AccountError>) -> Markup {
+    let email = ctx.account.clone().unwrap_or_default();
+    layout(
+        ctx,
+        ctx.t(Msg::AccountTitle),
+        html! {
+            p #signed-in-as { (fill(ctx.t(Msg::SignedInAs), &[("email", &email)])) }
+            @if let Some(e) = error { p.error #account-error { (account_error(ctx, e)) } }
+            section #totp {
+                h2 { (ctx.t(Msg::TotpTitle)) }
+                @if totp {
+                    p #totp-state data-on="true" { (ctx.t(Msg::TotpOn)) }
+                    form method="post" action="/dashboard/account/totp/off" {
+                        (csrf_field(ctx))
+                        label for="totp-off-code" { (ctx.t(Msg::TotpCode)) }
+                        input #totp-off-code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" required;
+                        button #totp-turn-off type="submit" { (ctx.t(Msg::TotpTurnOff)) }
+                    }
+                } @else {
+                    p #totp-state data-on="false" { (ctx.t(Msg::TotpOff)) }
+                    form method="post" action="/dashboard/account/totp" {
+                        (csrf_field(ctx))
+                        button #totp-turn-on type="submit" { (ctx.t(Msg::TotpTurnOn)) }
+                    }
+                }
+            }
+            section #api-keys {
+                h2 { (ctx.t(Msg::ApiKeysTitle)) }
+                p { (ctx.t(Msg::ApiKeysHelp)) }
+                @if keys.is_empty() {
+                    p #no-keys { (ctx.t(Msg::NoApiKeys)) }
+                } @else {
+                    table.stack #keys {
+                        thead { tr {
+                            th { (ctx.t(Msg::ColKeyLabel)) } th { (ctx.t(Msg::ColCreated)) }
+                            th { (ctx.t(Msg::ColLastUsed)) } th {}
+                        } }
+                        tbody {
+                            @for k in keys {
+                                tr data-key=(k.id) {
+                                    td.label { (k.label) }
+                                    td { (utc(k.created_at)) }
+                                    td { @match k.last_used_at { Some(t) => (utc(t)), None => (ctx.t(Msg::NeverUsed)) } }
+                                    td {
+                                        form.inline method="post" action={ "/dashboard/account/keys/" (k.id) "/revoke" } {
+                                            (csrf_field(ctx))
+                                            button.danger type="submit" { (ctx.t(Msg::Revoke)) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                form #new-key method="post" action="/dashboard/account/keys" {
+                    (csrf_field(ctx))
+                    label for="label" { (ctx.t(Msg::KeyLabel)) }
+                    input #label type="text" name="label" required maxlength=(accounts::MAX_KEY_LABEL_CHARS);
+                    button #create-key type="submit" { (ctx.t(Msg::CreateKey)) }
+                }
+            }
+        },
+    )
+}
+
+async fn show_account(web: &Web, r: &Req, owner: String, error: Option<AccountError>) -> Response {
+    match web.app.db.call(move |c| accounts::list_api_keys(c, &owner)).await {
+        Ok(keys) => {
+            let totp = r.session.as_ref().is_some_and(|(_, s)| s.totp);
+            let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+            page(status, account_page(&r.ctx, totp, &keys, error))
+        }
+        Err(e) => api_error(r, e),
+    }
+}
+
+pub(super) async fn account(State(web): St, r: Req) -> Response {
+    match owner_of(&web, &r) {
+        Ok(owner) => show_account(&web, &r, owner, None).await,
+        Err(resp) => resp,
+    }
+}
+
+#[derive(Deserialize)]
+struct KeyForm {
+    label: String,
+}
+
+pub(super) async fn create_key(State(web): St, r: Req, req: Request) -> Response {
+    let owner = match owner_of(&web, &r) {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
+    let f: KeyForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let (now, o) = (web.app.clock.now(), owner.clone());
+    match web.app.db.call(move |c| accounts::create_api_key(c, now, &o, &f.label)).await {
+        Ok((_, key)) => {
+            let ctx = &r.ctx;
+            page(
+                StatusCode::OK,
+                layout(
+                    ctx,
+                    ctx.t(Msg::KeyCreatedTitle),
+                    html! {
+                        p { (ctx.t(Msg::KeyCreatedHelp)) }
+                        (copyable(ctx, "api-key", &key))
+                        p { a #to-account href="/dashboard/account" { (ctx.t(Msg::ToAccount)) } }
+                    },
+                ),
+            )
+        }
+        Err(e) => {
+            let err = if e.message.contains("at most") {
+                AccountError::TooManyKeys
+            } else {
+                AccountError::KeyLabel
+            };
+            show_account(&web, &r, owner, Some(err)).await
+        }
+    }
+}
+
+pub(super) async fn revoke_key(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
+    let owner = match owner_of(&web, &r) {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
+    if let Err(resp) = form::<Empty>(&web, &r, req).await {
+        return resp;
+    }
+    let now = web.app.clock.now();
+    match web.app.db.call(move |c| accounts::revoke_api_key(c, now, &owner, &id)).await {
+        Ok(()) => Redirect::to("/dashboard/account").into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+fn totp_setup(ctx: &Ctx, secret: &str, error: bool) -> Markup {
+    let email = ctx.account.clone().unwrap_or_default();
+    layout(
+        ctx,
+        ctx.t(Msg::TotpTitle),
+        html! {
+            @if error { p.error #totp-error { (ctx.t(Msg::TotpWrong)) } }
+            p { (ctx.t(Msg::TotpSetupHelp)) }
+            h2 { (ctx.t(Msg::TotpKey)) }
+            (copyable(ctx, "totp-secret", secret))
+            h2 { (ctx.t(Msg::TotpLink)) }
+            (copyable(ctx, "totp-link", &accounts::totp_link(secret, &email)))
+            form #totp-confirm method="post" action="/dashboard/account/totp/confirm" {
+                (csrf_field(ctx))
+                input type="hidden" name="secret" value=(secret);
+                label for="code" { (ctx.t(Msg::TotpCode)) }
+                input #code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" required autofocus;
+                button #totp-confirm-button type="submit" { (ctx.t(Msg::TotpConfirm)) }
+            }
+        },
+    )
+}
+
+/// The first step: a fresh secret, shown with a form that confirms it with a code. Nothing is
+/// stored until a code for it is accepted.
+pub(super) async fn totp_start(State(web): St, r: Req, req: Request) -> Response {
+    if let Err(resp) = owner_of(&web, &r) {
+        return resp;
+    }
+    if let Err(resp) = form::<Empty>(&web, &r, req).await {
+        return resp;
+    }
+    page(StatusCode::OK, totp_setup(&r.ctx, &accounts::new_totp_secret(), false))
+}
+
+#[derive(Deserialize)]
+struct TotpConfirmForm {
+    secret: String,
+    code: String,
+}
+
+pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Response {
+    let owner = match owner_of(&web, &r) {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
+    let f: TotpConfirmForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    // A secret this platform could have made: 32 base32 characters.
+    if f.secret.len() != 32 || !f.secret.bytes().all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
+    {
+        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    }
+    let now = web.app.clock.now();
+    let secret = f.secret.clone();
+    let done = web
+        .app
+        .db
+        .call(move |c| {
+            if !accounts::use_totp_code(c, now, &owner, &f.code, Some(&secret))? {
+                return Ok(false);
+            }
+            accounts::set_totp(c, &owner, Some(&secret)).map(|_| true)
+        })
+        .await;
+    match done {
+        Ok(true) => Redirect::to("/dashboard/account").into_response(),
+        Ok(false) => page(StatusCode::BAD_REQUEST, totp_setup(&r.ctx, &f.secret, true)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CodeForm {
+    code: String,
+}
+
+/// Turning the second factor off takes a current code, so a session left open is not enough.
+pub(super) async fn totp_off(State(web): St, r: Req, req: Request) -> Response {
+    let owner = match owner_of(&web, &r) {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
+    let f: CodeForm = match form(&web, &r, req).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let now = web.app.clock.now();
+    let o = owner.clone();
+    let done = web
+        .app
+        .db
+        .call(move |c| {
+            if !accounts::use_totp_code(c, now, &o, &f.code, None)? {
+                return Ok(false);
+            }
+            accounts::set_totp(c, &o, None).map(|_| true)
+        })
+        .await;
+    match done {
+        Ok(true) => Redirect::to("/dashboard/account").into_response(),
+        Ok(false) => show_account(&web, &r, owner, Some(AccountError::TotpCode)).await,
+        Err(e) => api_error(&r, e),
+    }
+}
