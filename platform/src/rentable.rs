@@ -61,6 +61,7 @@ mod tests {
             min_rental_minutes: 60,
             paused: false,
             rentable: Default::default(),
+            owner: None,
         };
         n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
         n

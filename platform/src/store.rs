@@ -843,7 +843,8 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
-                name, price_per_gpu_hour, min_rental_minutes, paused
+                name, price_per_gpu_hour, min_rental_minutes, paused,
+                (SELECT email FROM owners WHERE owners.id = nodes.owner_id)
          FROM nodes WHERE deleted_at IS NULL AND (?1 IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
@@ -877,6 +878,7 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
                 removed_containers: Vec::new(),
                 commands: Vec::new(),
                 rentable: Default::default(),
+                owner: r.get(17)?,
             })
         })?
         .collect::<Result<_, _>>()?;

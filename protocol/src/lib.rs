@@ -568,6 +568,10 @@ pub struct NodeSummary {
     /// Rentable, or the one reason why not (computed by the platform on every read).
     #[serde(default)]
     pub rentable: Rentable,
+    /// The e-mail of the owner whose server it is; `None` for the operator's own (registered
+    /// with a join code that belongs to no owner).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 named_enum! {

@@ -135,6 +135,9 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     let lb = b.get("/dashboard").await.body;
     assert!(listed(&lb, &node_b.node_id) && !listed(&lb, &node_a.node_id), "{lb}");
     assert_eq!(p.nodes().nodes.len(), 3, "the operator's CLI sees all");
+    assert_eq!(p.node(&node_a.node_id).unwrap().owner.as_deref(), Some("ann@example.com"));
+    assert_eq!(p.node(&node_b.node_id).unwrap().owner.as_deref(), Some("bob@example.com"));
+    assert_eq!(p.node(&node_op.node_id).unwrap().owner, None, "the operator's own");
 
     // Every server page and form, as B, on A's server: 404, and nothing changes.
     let before = p.node(&node_a.node_id).unwrap();

@@ -367,6 +367,10 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                                     a.node-link href={ "/dashboard/servers/" (n.id) } { span.name { (cut(&n.name)) } }
                                     br;
                                     span.node-id { (n.id) }
+                                    @if ctx.account.is_none() {
+                                        br;
+                                        span.owner { (n.owner.as_deref().unwrap_or(ctx.t(Msg::OperatorsOwn))) }
+                                    }
                                 }
                                 td.rentable { (rentable_verdict(ctx, n)) }
                                 td.state.(state_class(n)) {
@@ -882,6 +886,7 @@ mod tests {
             min_rental_minutes: 60,
             paused: false,
             rentable: Default::default(),
+            owner: None,
         }
     }
 
@@ -908,6 +913,7 @@ mod tests {
         };
         n.inventory.private.hostname = evil.into();
         n.name = evil.into();
+        n.owner = Some(evil.into());
         n.paused = true;
         n.inventory.private.gpu_uuids = vec![evil.into()];
         n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
