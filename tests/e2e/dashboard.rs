@@ -1220,6 +1220,8 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
                        lines: lines.length, \
                        first: lines.length ? lines[0].points.numberOfItems : 0, \
                        chartRight: svg ? svg.getBoundingClientRect().right : null, \
+                       tablesFit: Array.from(document.querySelectorAll('#server table')) \
+                         .every(t => t.getBoundingClientRect().right <= window.innerWidth), \
                        kinds: Array.from(document.querySelectorAll('#event-log tr.event')).map(e => e.dataset.kind), \
                        events: t('#event-log tr.event td.what'), \
                        times: t('#event-log tr.event td.time') }")
@@ -1249,11 +1251,20 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
                 assert!(t.len() == 16 && t.as_bytes()[4] == b'-' && t.as_bytes()[13] == b':', "{at}: {t:?}");
             }
             assert!(read["chartRight"].as_f64().unwrap() <= f64::from(width), "{at}: the chart fits");
+            assert_eq!(read["tablesFit"], serde_json::json!(true), "{at}: no table is cut");
             assert!(fits(&b).await, "{at}: nothing is wider than the window");
             // Only the one script file, and no inline style anywhere.
             let inline =
                 b.js("return [document.scripts.length, document.querySelectorAll('[style]').length]").await;
             assert_eq!(inline, serde_json::json!([1, 0]), "{at}");
+            if std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1") {
+                // The whole page, as tall as it is.
+                let h = b.js("return document.documentElement.scrollHeight").await.as_u64().unwrap();
+                b.client.set_window_size(width, h as u32).await.unwrap();
+                let dir = gpum_tests::workspace_root().join("docs/screenshots");
+                let name = if width == 360 { "server-figures.phone" } else { "server-figures" };
+                shoot(&b, &dir, &format!("{name}.{}", c.lang)).await;
+            }
         }
         b.close().await;
     }
@@ -1410,7 +1421,13 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
     };
     // Machines whose driver answers (health.nvml ok), as real ones with these GPUs would: the
     // screenshots show one server rentable (priced) and one whose check failed.
-    heartbeat_nvml(&p, &ok.node_token, 1, &inv, NvmlState::Ok, Some(verified)).await;
+    // Two hours of figures (a beat every 50 s), so that the server's page shows its chart.
+    for i in 0..144u32 {
+        let util = [5, 40, 90, 97, 95, 60, 20, 85][(i / 18) as usize];
+        beat_with(&p, &ok.node_token, u64::from(i) + 1, &inv, figures(util), |_| {}).await;
+        p.advance_clock(50);
+    }
+    beat_with(&p, &ok.node_token, 145, &inv, figures(87), |r| r.probe = Some(verified)).await;
     let priced = p.cli(["nodes", "set", &ok.node_id, "--price", "1.20"]);
     assert!(priced.status.success(), "{priced:?}");
     let inv2 = sample_inventory("gpu-box-2", &["GPU-77c3"]);

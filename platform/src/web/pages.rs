@@ -772,10 +772,18 @@ fn figures(ctx: &Ctx, n: &NodeSummary) -> Markup {
                                                     " · " (cut(&model.model))
                                                 }
                                             }
-                                            td.util { (percent(ctx, f64::from(g.util_pct))) }
-                                            td.mem { (used_of(ctx, g.mem_used_mib, g.mem_total_mib)) }
-                                            td.temp { (fill(ctx.t(Msg::Celsius), &[("n", &g.temp_c.to_string())])) }
-                                            td.power { (fill(ctx.t(Msg::Watts), &[("n", &decimal(ctx, f64::from(g.power_w)))])) }
+                                            td.util data-label=(ctx.t(Msg::ColUtil)) {
+                                                (percent(ctx, f64::from(g.util_pct)))
+                                            }
+                                            td.mem data-label=(ctx.t(Msg::ColGpuMem)) {
+                                                (used_of(ctx, g.mem_used_mib, g.mem_total_mib))
+                                            }
+                                            td.temp data-label=(ctx.t(Msg::ColTemp)) {
+                                                (fill(ctx.t(Msg::Celsius), &[("n", &g.temp_c.to_string())]))
+                                            }
+                                            td.power data-label=(ctx.t(Msg::ColPower)) {
+                                                (fill(ctx.t(Msg::Watts), &[("n", &decimal(ctx, f64::from(g.power_w)))]))
+                                            }
                                         }
                                     }
                                 }
@@ -850,6 +858,7 @@ fn series_lines(
 fn points(line: &[(f64, f64)]) -> String {
     let one;
     let line = if let [(x, y)] = line {
+        let x = x.clamp(2.0, CHART_W - 2.0);
         one = [(x - 2.0, *y), (x + 2.0, *y)];
         &one[..]
     } else {
