@@ -952,12 +952,14 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
     (text, detail)
 }
 
+/// What went wrong is red; nothing in the log is green, since a log of the past never says the
+/// server is healthy now (a machine with no GPU never looks healthy, whatever it once passed).
 fn event_class(k: NodeEventKind) -> &'static str {
     use NodeEventKind::*;
     match k {
-        Online | CheckPassed | CommandOk => "ok",
         Offline | CheckFailed | CommandFailed | Deleted => "bad",
-        Registered | HardwareChanged | CommandSent | ContainerRemoved | TokenReplaced => "",
+        Registered | Online | HardwareChanged | CheckPassed | CommandSent | CommandOk | ContainerRemoved
+        | TokenReplaced => "",
     }
 }
 
