@@ -1352,11 +1352,24 @@ mod tests {
         n.paused = true;
         n.inventory.private.gpu_uuids = vec![evil.into()];
         n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
+        // What a node sends also reaches the event log and the figures.
+        let history = History {
+            samples: vec![MetricsSample { at: 5, metrics: Metrics::default() }],
+            events: [
+                NodeEventKind::ContainerRemoved,
+                NodeEventKind::CommandFailed,
+                NodeEventKind::CheckFailed,
+            ]
+            .into_iter()
+            .map(|kind| NodeEvent { at: 5, kind, subject: evil.into(), detail: evil.into() })
+            .collect(),
+        };
+        n.last_metrics = Some(Metrics::default());
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()) };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
-                server(&ctx, &n, &History::default(), 6, Some(SettingsError::NameControl)),
+                server(&ctx, &n, &history, 6, Some(SettingsError::NameControl)),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
                 confirm_delete(&ctx, evil),
             ] {
