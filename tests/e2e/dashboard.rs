@@ -1148,6 +1148,15 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
     assert_eq!(ev.events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), kinds);
     let cli = p.cli_json(&["nodes", "events", &id]);
     assert_eq!(cli, serde_json::to_value(&ev).unwrap(), "the CLI gives the same");
+    let human = p.cli(["nodes", "events", &id]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.lines().nth(1).is_some_and(|l| l.contains("hardware_changed") && l.contains("software")),
+        "{human}"
+    );
+    assert!(human.lines().last().is_some_and(|l| l.contains("registered")), "{human}");
+    let cli: NodeMetrics = serde_json::from_value(p.cli_json(&["nodes", "metrics", &id])).unwrap();
+    assert_eq!(cli, m, "the CLI gives the same samples");
 
     struct Case {
         lang: &'static str,

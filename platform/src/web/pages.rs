@@ -107,12 +107,8 @@ pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
     })
 }
 
-fn gib(mib: u64) -> String {
-    if mib >= 1024 { format!("{:.0} GiB", mib as f64 / 1024.0) } else { format!("{mib} MiB") }
-}
-
-/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`.
-fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
+/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`, the memory in the language's units.
+fn gpu_summary(ctx: &Ctx, n: &NodeSummary, max: Option<usize>) -> Vec<String> {
     let mut groups: Vec<(&str, u64, usize)> = Vec::new();
     for g in &n.inventory.public.gpus {
         match groups.iter_mut().find(|(m, v, _)| *m == g.model && *v == g.vram_mib) {
@@ -124,7 +120,7 @@ fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
         .into_iter()
         .map(|(m, v, c)| {
             let m = if max.is_some() { cut(m) } else { m.to_owned() };
-            format!("{c} × {m} ({})", gib(v))
+            format!("{c} × {m} ({})", memory(ctx, v))
         })
         .collect()
 }
@@ -371,7 +367,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                                 td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
                                     (price_label(ctx, n))
                                 }
-                                td.gpus { @for g in gpu_summary(n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.gpus { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
                                 td.agent { (cut(&n.agent_version)) }
                                 td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
                             }
@@ -616,7 +612,7 @@ fn opt(v: &Option<String>) -> &str {
 fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
-    let gpus = gpu_summary(n, None).join(", ");
+    let gpus = gpu_summary(ctx, n, None).join(", ");
     // Saturating: the platform refuses out-of-range numbers (`Inventory::check_ranges`), but a
     // database written before it did may still hold two GPUs of `u64::MAX` MiB.
     let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
@@ -667,10 +663,10 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Marku
             table.facts #inventory {
                 (row(ctx, Msg::GpuModel, true, &gpus))
                 (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
-                (row(ctx, Msg::GpuMemory, true, &gib(vram)))
+                (row(ctx, Msg::GpuMemory, true, &memory(ctx, vram)))
                 (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
-                (row(ctx, Msg::Ram, true, &gib(inv.public.ram_mib)))
-                (row(ctx, Msg::Disk, true, &format!("{} GiB", inv.public.disk_gib)))
+                (row(ctx, Msg::Ram, true, &memory(ctx, inv.public.ram_mib)))
+                (row(ctx, Msg::Disk, true, &fill(ctx.t(Msg::Gib), &[("n", &inv.public.disk_gib.to_string())])))
                 tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
                 tr {
                     th { (ctx.t(Msg::GpuUuids)) }
@@ -1265,6 +1261,16 @@ mod tests {
                 at = i + e.len();
             }
             assert!(!page.contains("<b>") && !page.contains("<i>"), "escaped");
+            // The inventory's memory in the language's units too, here and in the list.
+            let gpus = match lang {
+                Lang::Ru => "2 × NVIDIA A100 (80 ГиБ)",
+                Lang::En => "2 × NVIDIA A100 (80 GiB)",
+            };
+            assert!(page.contains(gpus), "{gpus}");
+            assert!(servers(&ctx, std::slice::from_ref(&n), now, None).into_string().contains(gpus));
+            if lang == Lang::Ru {
+                assert!(!page.contains("GiB") && !page.contains("MiB"), "{page}");
+            }
             assert!(!page.contains("style="), "no inline style");
             // Four series, each in two lines (the gap breaks them), nine samples.
             assert_eq!(page.matches("<polyline").count(), 8, "{page}");
