@@ -375,6 +375,10 @@ pub enum ProbeFailure {
     RegistryNotAccepted,
 }
 
+/// Why an agent removes a managed container: the platform does not know it. The dashboard shows
+/// this reason in the owner's language; any other as it came.
+pub const REMOVAL_REASON_UNKNOWN: &str = "unknown to the platform";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemovedContainer {
     pub id: String,

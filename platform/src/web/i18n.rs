@@ -316,8 +316,8 @@ gpum_common::texts! {
         SeriesCpu => ("загрузка процессора", "CPU load"),
         SeriesRam => ("ОЗУ занято", "RAM used"),
         ChartTitle => (
-            "График показателей сервера за сутки, {n} отсчётов",
-            "The server's figures over the last day, {n} samples",
+            "График показателей сервера за сутки; отсчётов: {n}",
+            "The server's figures over the last day; samples: {n}",
         ),
         TimeUtc => ("{at} (UTC)", "{at} (UTC)"),
         EventsTitle => ("Журнал событий", "Event log"),
@@ -345,6 +345,7 @@ gpum_common::texts! {
         CmdRecheck => ("повторная проверка", "check again"),
         CmdRestart => ("перезапуск агента", "restart the agent"),
         EvContainerRemoved => ("агент удалил контейнер {name}", "the agent removed container {name}"),
+        RemovalUnknown => ("платформа его не знает", "unknown to the platform"),
         EvTokenReplaced => ("токен сервера заменён", "the server's token was replaced"),
         EvDeleted => ("сервер удалён", "the server was deleted"),
         // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.

@@ -912,7 +912,14 @@ fn command_name(ctx: &Ctx, kind: &str) -> String {
 /// An event in words, and the message that goes with it, if any (a node's text, shown as such).
 fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
     use NodeEventKind::*;
-    let detail = (!e.detail.is_empty()).then(|| e.detail.clone());
+    let detail = match e.detail.as_str() {
+        "" => None,
+        // The agent's one reason for removing a container, in the owner's language.
+        gpum_protocol::REMOVAL_REASON_UNKNOWN if e.kind == NodeEventKind::ContainerRemoved => {
+            Some(ctx.t(Msg::RemovalUnknown).to_owned())
+        }
+        d => Some(d.to_owned()),
+    };
     let text = match e.kind {
         Registered => ctx.t(Msg::EvRegistered).to_owned(),
         Online => ctx.t(Msg::EvOnline).to_owned(),
@@ -1174,7 +1181,7 @@ mod tests {
             ev(now - 20, CommandSent, "restart", ""),
             ev(now - 30, CheckFailed, "timeout", ""),
             ev(now - 40, HardwareChanged, "gpus,software", ""),
-            ev(now - 50, ContainerRemoved, "<i>job</i>", "unknown"),
+            ev(now - 50, ContainerRemoved, "<i>job</i>", gpum_protocol::REMOVAL_REASON_UNKNOWN),
             ev(now - 3600, Online, "", ""),
             ev(now - 7200, Offline, "", ""),
             ev(1, Registered, "", ""),
@@ -1200,7 +1207,7 @@ mod tests {
                     "command sent: restart the agent",
                     "the GPU check failed: the check did not finish in time",
                     "the hardware changed: GPUs, software",
-                    "the agent removed container <i>job</i>: unknown",
+                    "the agent removed container <i>job</i>: unknown to the platform",
                     "came online",
                     "went offline: no heartbeat after this",
                     "the server registered",
@@ -1225,7 +1232,7 @@ mod tests {
                     "отправлена команда: перезапуск агента",
                     "проверка видеокарты не пройдена: проверка не уложилась в отведённое время",
                     "изменилось оборудование: видеокарты, программы",
-                    "агент удалил контейнер <i>job</i>: unknown",
+                    "агент удалил контейнер <i>job</i>: платформа его не знает",
                     "вышел на связь",
                     "офлайн: после этого агент не выходил на связь",
                     "сервер зарегистрирован",
