@@ -1231,6 +1231,8 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
                        chartRight: svg ? svg.getBoundingClientRect().right : null, \
                        tablesFit: Array.from(document.querySelectorAll('#server table')) \
                          .every(t => t.getBoundingClientRect().right <= window.innerWidth), \
+                       narrowValues: Array.from(document.querySelectorAll('#server table.facts td.value')) \
+                         .filter(td => td.getBoundingClientRect().width < 120).map(td => td.id || td.textContent), \
                        kinds: Array.from(document.querySelectorAll('#event-log tr.event')).map(e => e.dataset.kind), \
                        events: t('#event-log tr.event td.what'), \
                        times: t('#event-log tr.event td.time') }")
@@ -1261,6 +1263,7 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
             }
             assert!(read["chartRight"].as_f64().unwrap() <= f64::from(width), "{at}: the chart fits");
             assert_eq!(read["tablesFit"], serde_json::json!(true), "{at}: no table is cut");
+            assert_eq!(read["narrowValues"], serde_json::json!([]), "{at}: no value a few letters wide");
             assert!(fits(&b).await, "{at}: nothing is wider than the window");
             // Only the one script file, and no inline style anywhere.
             let inline =
