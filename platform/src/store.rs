@@ -1859,6 +1859,38 @@ mod tests {
         assert_eq!(node_samples(&c, "node-none", now).unwrap_err().code, ErrorCode::NotFound);
     }
 
+    /// The hot path's writes, counted by SQLite: a steady beat changes one row (the node's), a
+    /// beat that takes a sample two (and the day's oldest sample goes), none writes an event.
+    #[test]
+    fn a_steady_heartbeat_writes_one_row() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
+        let beat = |t: u64, seq: u64| {
+            let before = c.total_changes();
+            let hb = HeartbeatRequest { seq, metrics: metrics(5), ..Default::default() };
+            heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
+            c.total_changes() - before
+        };
+        assert_eq!(beat(1, 1), 3, "the first: the node, an online event, a sample");
+        for seq in 2..30 {
+            assert_eq!(beat(seq, seq), 1, "beat {seq}");
+        }
+        // A beat every 50 s for a day and more: one in six takes a sample, and once a day of
+        // them is kept, each of those also drops the oldest.
+        let mut changes = std::collections::BTreeMap::<u64, usize>::new();
+        let mut t = 1;
+        for seq in 30..(30 + 2 * SAMPLE_WINDOW_SECS / 50) {
+            t += 50;
+            *changes.entry(beat(t, seq)).or_default() += 1;
+        }
+        let keys: Vec<u64> = changes.keys().copied().collect();
+        assert_eq!(keys, [1, 2, 3], "{changes:?}");
+        let sampled = changes[&2] + changes[&3];
+        assert_eq!(sampled as u64, 2 * SAMPLE_WINDOW_SECS / SAMPLE_INTERVAL_SECS, "{changes:?}");
+        let events = count(&c, "SELECT COUNT(*) FROM node_events");
+        assert_eq!(events, 2, "registered and online, nothing more");
+    }
+
     /// A clock moved back, then forward, never piles samples up past the bound.
     #[test]
     fn samples_stay_bounded_when_the_clock_jumps() {
