@@ -663,14 +663,23 @@ pub fn heartbeat_prepared(
             })
         })
         .optional()?;
-    let row = match row {
+    let BeatRow {
+        id: node_id,
+        inventory_hash: stored_hash,
+        known_json,
+        probe_image,
+        last_heartbeat_at,
+        last_sample_at,
+        verification,
+        probe_reason,
+        ..
+    } = match row {
         Some(row) if row.deleted_at.is_none() => row,
         _ => {
             authenticate_hash(conn, &prep.token_hash)?;
             return Err(ApiError::internal());
         }
     };
-    let BeatRow { id: node_id, inventory_hash: stored_hash, known_json, probe_image, .. } = &row;
     let node_id = node_id.as_str();
     let mut send_inventory = false;
     if let (Some(inv), Some((json, hash))) = (&req.inventory, &prep.inventory) {
@@ -679,13 +688,13 @@ pub fn heartbeat_prepared(
         check_gpus_free(conn, &inv.private.gpu_uuids, Some(node_id))?;
         // Only an inventory that differs from the one held is an event (an agent sends it again
         // at each start).
-        if hash != stored_hash {
+        if *hash != stored_hash {
             hardware_changed(conn, now, node_id, json, hash)?;
         }
         conn.prepare_cached("UPDATE nodes SET inventory_json = ?1, inventory_hash = ?2 WHERE id = ?3")?
             .execute(params![json, hash, node_id])?;
         set_gpus(conn, node_id, &inv.private.gpu_uuids)?;
-    } else if req.inventory_hash != *stored_hash {
+    } else if req.inventory_hash != stored_hash {
         send_inventory = true;
     }
 
@@ -693,7 +702,7 @@ pub fn heartbeat_prepared(
     // before it (while it lasts, `node_events` derives it), so no timer has to watch the nodes
     // and a beat writes an event only on this transition.
     let now_i = now as i64;
-    match row.last_heartbeat_at {
+    match last_heartbeat_at {
         None => record(conn, node_id, now, NodeEventKind::Online, "", "")?,
         Some(last) if now_i >= last.saturating_add(OFFLINE_AFTER_SECS as i64) => {
             record(conn, node_id, last.max(0) as u64, NodeEventKind::Offline, "", "")?;
@@ -705,8 +714,8 @@ pub fn heartbeat_prepared(
     if let Some(p) = &req.probe {
         // The check's verdict is an event when it changes (a failure also when its reason does).
         let reason = p.reason.map(enum_str);
-        let changed = enum_str(p.state) != row.verification
-            || (p.state == VerificationState::Failed && reason != row.probe_reason);
+        let changed = enum_str(p.state) != verification
+            || (p.state == VerificationState::Failed && reason != probe_reason);
         match p.state {
             VerificationState::Verified if changed => {
                 record(conn, node_id, now, NodeEventKind::CheckPassed, "", "")?
@@ -729,7 +738,7 @@ pub fn heartbeat_prepared(
 
     // At most one sample of the figures per interval, decided by the node's own row: most
     // beats write none.
-    let sample = row.last_sample_at.is_none_or(|t| now_i >= t.saturating_add(SAMPLE_INTERVAL_SECS as i64));
+    let sample = last_sample_at.is_none_or(|t| now_i >= t.saturating_add(SAMPLE_INTERVAL_SECS as i64));
     conn.prepare_cached(
         "UPDATE nodes SET last_heartbeat_at = ?1, last_seq = ?2, metrics_json = ?3, health_json = ?4, managed_json = ?5,
              last_sample_at = CASE WHEN ?7 THEN ?1 ELSE last_sample_at END
@@ -825,15 +834,9 @@ pub fn heartbeat_prepared(
         .execute(params![node_id, COMMAND_HISTORY_PER_NODE as i64])?;
     }
 
-    let mut known_containers: Vec<String> = serde_json::from_str(known_json)?;
+    let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
     known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
-    Ok(HeartbeatResponse {
-        heartbeat_interval_secs,
-        commands,
-        known_containers,
-        probe_image: probe_image.clone(),
-        send_inventory,
-    })
+    Ok(HeartbeatResponse { heartbeat_interval_secs, commands, known_containers, probe_image, send_inventory })
 }
 
 /// The node's row as a heartbeat reads it, in its one lookup.
