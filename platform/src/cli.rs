@@ -185,6 +185,11 @@ enum NodesCmd {
     RotateToken { id: String },
     /// Set the gpum.managed containers the platform knows on a node (none: forget them all).
     KnownContainers { id: String, container_ids: Vec<String> },
+    /// A node's event log, newest first (`GET /api/v1/admin/nodes/{id}/events`).
+    Events { id: String },
+    /// A node's figures over the last day, a sample per 5 minutes, oldest first
+    /// (`GET /api/v1/admin/nodes/{id}/metrics`).
+    Metrics { id: String },
     /// Change a server's name, price, minimum rental time or pause, as the owner's page does
     /// (`PATCH /api/v1/admin/nodes/{id}`); prints its settings as they now are.
     Set(SetArgs),
@@ -421,6 +426,32 @@ fn run(cli: Cli) -> Result<()> {
             let v = tx(&|c| Ok(serde_json::to_value(store::rotate_token(c, now, &id, &Scope::All)?)?))?;
             out(&v, v["node_token"].as_str().unwrap_or_default().to_owned());
         }
+        Cmd::Nodes { cmd: NodesCmd::Events { id } } => {
+            let v = tx(&|c| {
+                Ok(serde_json::to_value(store::node_events(
+                    c,
+                    &id,
+                    now,
+                    gpum_protocol::MAX_EVENTS_PER_NODE,
+                    &Scope::All,
+                )?)?)
+            })?;
+            if json {
+                println!("{v}");
+            } else {
+                let list: gpum_protocol::NodeEvents = serde_json::from_value(v)?;
+                println!("{}", human_events(&list));
+            }
+        }
+        Cmd::Nodes { cmd: NodesCmd::Metrics { id } } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::node_samples(c, &id, now, &Scope::All)?)?))?;
+            if json {
+                println!("{v}");
+            } else {
+                let m: gpum_protocol::NodeMetrics = serde_json::from_value(v)?;
+                println!("{}", human_metrics(&m));
+            }
+        }
         Cmd::Nodes { cmd: NodesCmd::Set(args) } => {
             let req = args.request();
             let v = tx(&|c| Ok(serde_json::to_value(store::update_node(c, &args.id, &req, &Scope::All)?)?))?;
@@ -547,6 +578,39 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
             Escaped(&n.agent_version),
             seen,
             Escaped(&gpus.join(", "))
+        ));
+    }
+    s
+}
+
+/// The event log, a line per event (UTC), with what a node sent escaped.
+fn human_events(list: &gpum_protocol::NodeEvents) -> String {
+    let mut s = format!("{:<16} {:<18} {:<20} DETAIL", "AT (UTC)", "EVENT", "SUBJECT");
+    for e in &list.events {
+        s.push_str(&format!(
+            "\n{:<16} {:<18} {:<20} {}",
+            crate::web::pages::utc(e.at),
+            e.kind.as_str(),
+            Escaped(&e.subject),
+            Escaped(&e.detail)
+        ));
+    }
+    s
+}
+
+/// The day's samples, a line each: the host's figures, then each GPU's utilisation.
+fn human_metrics(m: &gpum_protocol::NodeMetrics) -> String {
+    let mut s = format!("{:<16} {:>6} {:>15} {:>9} GPU UTIL %", "AT (UTC)", "CPU %", "RAM MiB", "DISK GiB");
+    for x in &m.samples {
+        let g = &x.metrics;
+        let util: Vec<String> = g.gpus.iter().map(|g| g.util_pct.to_string()).collect();
+        s.push_str(&format!(
+            "\n{:<16} {:>6.1} {:>15} {:>9} {}",
+            crate::web::pages::utc(x.at),
+            g.cpu_load_pct,
+            format!("{}/{}", g.ram_used_mib, g.ram_total_mib),
+            g.disk_free_gib,
+            util.join(" ")
         ));
     }
     s

@@ -22,11 +22,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
-    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, InviteOwnerRequest, NodeDeleted,
-    OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES, PATH_ADMIN_OWNERS,
-    PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
-    PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest, SetKnownContainersRequest,
-    SetProbeImageRequest, UpdateNodeRequest, UpdateOwnerRequest,
+    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, InviteOwnerRequest,
+    MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES,
+    PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH,
+    PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest,
+    SetKnownContainersRequest, SetProbeImageRequest, UpdateNodeRequest, UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -56,6 +56,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/admin/nodes/{id}/commands"),
     ("POST", "/api/v1/admin/nodes/{id}/rotate-token"),
     ("PUT", "/api/v1/admin/nodes/{id}/known-containers"),
+    ("GET", "/api/v1/admin/nodes/{id}/events"),
+    ("GET", "/api/v1/admin/nodes/{id}/metrics"),
     ("GET", PATH_ADMIN_PROBE_IMAGE),
     ("PUT", PATH_ADMIN_PROBE_IMAGE),
     ("POST", PATH_ADMIN_OWNERS),
@@ -67,6 +69,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/api/v1/owner/nodes/{id}"),
     ("POST", "/api/v1/owner/nodes/{id}/commands"),
     ("POST", "/api/v1/owner/nodes/{id}/rotate-token"),
+    ("GET", "/api/v1/owner/nodes/{id}/events"),
+    ("GET", "/api/v1/owner/nodes/{id}/metrics"),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
 ];
@@ -100,6 +104,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/events"), get(node_events))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/metrics"), get(node_metrics))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
         .route(PATH_ADMIN_OWNERS, post(invite_owner).get(list_owners))
         .route(&format!("{PATH_ADMIN_OWNERS}/{{id}}"), axum::routing::patch(update_owner))
@@ -112,6 +118,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_OWNER_NODES}/{{id}}"), delete(delete_node).patch(update_node))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/events"), get(node_events))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/metrics"), get(node_metrics))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), owner_auth));
     Router::new()
         .route(PATH_ENROLL, post(enroll))
@@ -505,6 +513,27 @@ async fn set_known_containers(
     let ids = req.container_ids.clone();
     st.db.call(move |c| store::set_known_containers(c, &id, &ids)).await?;
     Ok(Json(req).into_response())
+}
+
+/// The node's event log, newest first (a deleted node's holds only `deleted`).
+async fn node_events(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let r = st.db.call(move |c| store::node_events(c, &id, now, MAX_EVENTS_PER_NODE, &scope)).await?;
+    Ok(Json(r).into_response())
+}
+
+/// The node's figures over the last day, oldest first.
+async fn node_metrics(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::node_samples(c, &id, now, &scope)).await?).into_response())
 }
 
 async fn get_probe_image(State(st): St) -> Result<Response, ApiError> {

@@ -22,9 +22,11 @@ use gpum_protocol::joincode::JoinCode;
 use gpum_protocol::{
     CommandKind, CommandQueued, CommandResult, CommandStatus, ENROLL_GRACE_SECS, EnrollRequest,
     EnrollResponse, ErrorCode, Health, HeartbeatRequest, HeartbeatResponse, Inventory, JoinCodeCreated,
-    MAX_MIN_RENTAL_MINUTES, MAX_NODE_NAME_CHARS, MAX_PRICE_PER_GPU_HOUR, Metrics, NodeList, NodeSettings,
-    NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, RegisterRequest, RegisterResponse,
-    RemovedContainer, TokenRotated, UpdateNodeRequest, VerificationState, limits,
+    MAX_EVENTS_PER_NODE, MAX_MIN_RENTAL_MINUTES, MAX_NODE_NAME_CHARS, MAX_PRICE_PER_GPU_HOUR,
+    MAX_SAMPLES_PER_NODE, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeEvents, NodeList,
+    NodeMetrics, NodeSettings, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure,
+    RegisterRequest, RegisterResponse, RemovedContainer, SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS,
+    TokenRotated, UpdateNodeRequest, VerificationState, limits,
 };
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -166,6 +168,26 @@ ALTER TABLE nodes ADD COLUMN owner_id TEXT;
 ALTER TABLE join_codes ADD COLUMN owner_id TEXT;
 CREATE INDEX nodes_owner ON nodes(owner_id);
 CREATE INDEX join_codes_owner ON join_codes(owner_id, expires_at);
+"#,
+    // The owner's view of a server over time (issue 32): samples of its figures, at most one per
+    // `SAMPLE_INTERVAL_SECS` (`last_sample_at` decides it without a lookup) and a day of them;
+    // and its event log, bounded per node.
+    r#"
+ALTER TABLE nodes ADD COLUMN last_sample_at INTEGER;
+CREATE TABLE node_samples (
+    node_id       TEXT NOT NULL,
+    at            INTEGER NOT NULL,
+    metrics_json  TEXT NOT NULL
+);
+CREATE INDEX node_samples_node ON node_samples(node_id, at);
+CREATE TABLE node_events (
+    node_id  TEXT NOT NULL,
+    at       INTEGER NOT NULL,
+    kind     TEXT NOT NULL,
+    subject  TEXT NOT NULL DEFAULT '',
+    detail   TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX node_events_node ON node_events(node_id);
 "#,
 ];
 
@@ -505,6 +527,7 @@ pub fn register(
         code_hash
     ])?;
     set_gpus(conn, &node_id, &req.inventory.private.gpu_uuids)?;
+    record(conn, &node_id, now, NodeEventKind::Registered, "", "")?;
     Ok(RegisterResponse {
         node_id,
         node_token: token,
@@ -525,6 +548,7 @@ fn register_again(
     check_gpus_free(conn, &req.inventory.private.gpu_uuids, Some(node_id))?;
     let TokenRotated { node_token } = rotate_token(conn, now, node_id, &Scope::All)?;
     let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
+    hardware_changed(conn, now, node_id, &inventory_json, &inventory_hash)?;
     conn.prepare_cached(
         "UPDATE nodes SET agent_version = ?1, inventory_json = ?2, inventory_hash = ?3 WHERE id = ?4",
     )?
@@ -677,37 +701,91 @@ pub fn heartbeat_prepared(
     prep: &PreparedBeat,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    // One lookup serves the common case (the probe image rides along); the slow path tells the
-    // revocation answers apart.
-    type Row = (String, Option<i64>, String, String, Option<String>);
-    let row: Option<Row> = conn
+    // One lookup serves the common case (the probe image rides along, and what the event log
+    // and the samples compare with); the slow path tells the revocation answers apart.
+    let row: Option<BeatRow> = conn
         .prepare_cached(
             "SELECT id, deleted_at, inventory_hash, known_json,
-                    (SELECT value FROM settings WHERE key = 'probe_image')
+                    (SELECT value FROM settings WHERE key = 'probe_image'),
+                    last_heartbeat_at, last_sample_at, verification, probe_reason
              FROM nodes WHERE token_hash = ?1",
         )?
-        .query_row(params![prep.token_hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .query_row(params![prep.token_hash], |r| {
+            Ok(BeatRow {
+                id: r.get(0)?,
+                deleted_at: r.get(1)?,
+                inventory_hash: r.get(2)?,
+                known_json: r.get(3)?,
+                probe_image: r.get(4)?,
+                last_heartbeat_at: r.get(5)?,
+                last_sample_at: r.get(6)?,
+                verification: r.get(7)?,
+                probe_reason: r.get(8)?,
+            })
+        })
         .optional()?;
-    let (node_id, stored_hash, known_json, probe_image) = match row {
-        Some((id, None, h, k, img)) => (id, h, k, img),
+    let BeatRow {
+        id: node_id,
+        inventory_hash: stored_hash,
+        known_json,
+        probe_image,
+        last_heartbeat_at,
+        last_sample_at,
+        verification,
+        probe_reason,
+        ..
+    } = match row {
+        Some(row) if row.deleted_at.is_none() => row,
         _ => {
             authenticate_hash(conn, &prep.token_hash)?;
             return Err(ApiError::internal());
         }
     };
+    let node_id = node_id.as_str();
     let mut send_inventory = false;
     if let (Some(inv), Some((json, hash))) = (&req.inventory, &prep.inventory) {
         // The rule of registration: a GPU of another live node cannot be taken over. Nothing
         // of this heartbeat is stored then (this is the first write).
-        check_gpus_free(conn, &inv.private.gpu_uuids, Some(&node_id))?;
+        check_gpus_free(conn, &inv.private.gpu_uuids, Some(node_id))?;
+        // Only an inventory that differs from the one held is an event (an agent sends it again
+        // at each start).
+        if *hash != stored_hash {
+            hardware_changed(conn, now, node_id, json, hash)?;
+        }
         conn.prepare_cached("UPDATE nodes SET inventory_json = ?1, inventory_hash = ?2 WHERE id = ?3")?
             .execute(params![json, hash, node_id])?;
-        set_gpus(conn, &node_id, &inv.private.gpu_uuids)?;
+        set_gpus(conn, node_id, &inv.private.gpu_uuids)?;
     } else if req.inventory_hash != stored_hash {
         send_inventory = true;
     }
 
+    // Online after a gap: the gap is recorded when it ends, as "offline" at the last heartbeat
+    // before it (while it lasts, `node_events` derives it), so no timer has to watch the nodes
+    // and a beat writes an event only on this transition.
+    let now_i = now as i64;
+    match last_heartbeat_at {
+        None => record(conn, node_id, now, NodeEventKind::Online, "", "")?,
+        Some(last) if now_i >= last.saturating_add(OFFLINE_AFTER_SECS as i64) => {
+            record(conn, node_id, last.max(0) as u64, NodeEventKind::Offline, "", "")?;
+            record(conn, node_id, now, NodeEventKind::Online, "", "")?;
+        }
+        Some(_) => {}
+    }
+
     if let Some(p) = &req.probe {
+        // The check's verdict is an event when it changes (a failure also when its reason does).
+        let reason = p.reason.map(enum_str);
+        let changed = enum_str(p.state) != verification
+            || (p.state == VerificationState::Failed && reason != probe_reason);
+        match p.state {
+            VerificationState::Verified if changed => {
+                record(conn, node_id, now, NodeEventKind::CheckPassed, "", "")?
+            }
+            VerificationState::Failed if changed => {
+                record(conn, node_id, now, NodeEventKind::CheckFailed, reason.as_deref().unwrap_or(""), "")?
+            }
+            _ => {}
+        }
         conn.prepare_cached(
             "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3 WHERE id = ?4",
         )?
@@ -719,18 +797,36 @@ pub fn heartbeat_prepared(
         ])?;
     }
 
+    // At most one sample of the figures per interval, decided by the node's own row: most
+    // beats write none.
+    let sample = last_sample_at.is_none_or(|t| now_i >= t.saturating_add(SAMPLE_INTERVAL_SECS as i64));
     conn.prepare_cached(
-        "UPDATE nodes SET last_heartbeat_at = ?1, last_seq = ?2, metrics_json = ?3, health_json = ?4, managed_json = ?5
+        "UPDATE nodes SET last_heartbeat_at = ?1, last_seq = ?2, metrics_json = ?3, health_json = ?4, managed_json = ?5,
+             last_sample_at = CASE WHEN ?7 THEN ?1 ELSE last_sample_at END
          WHERE id = ?6",
     )?
     .execute(params![
-        now as i64,
+        now_i,
         req.seq as i64,
         prep.metrics_json,
         prep.health_json,
         prep.managed_json,
-        node_id
+        node_id,
+        sample
     ])?;
+    if sample {
+        conn.prepare_cached("INSERT INTO node_samples (node_id, at, metrics_json) VALUES (?1, ?2, ?3)")?
+            .execute(params![node_id, now_i, prep.metrics_json])?;
+        // A day of them, and never more than a day's worth (a clock moved back cannot pile
+        // them up).
+        conn.prepare_cached("DELETE FROM node_samples WHERE node_id = ?1 AND at <= ?2")?
+            .execute(params![node_id, now_i - SAMPLE_WINDOW_SECS as i64])?;
+        conn.prepare_cached(
+            "DELETE FROM node_samples WHERE node_id = ?1 AND rowid <= (
+                 SELECT rowid FROM node_samples WHERE node_id = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2)",
+        )?
+        .execute(params![node_id, MAX_SAMPLES_PER_NODE as i64])?;
+    }
 
     if !req.removed_containers.is_empty() {
         for r in &req.removed_containers {
@@ -755,17 +851,18 @@ pub fn heartbeat_prepared(
 
     // Results are recorded once, and only for this node's own commands.
     for r in &req.command_results {
-        conn.prepare_cached(
-            "UPDATE commands SET result_ok = ?1, result_message = ?2, completed_at = ?3
-             WHERE id = ?4 AND node_id = ?5 AND completed_at IS NULL",
-        )?
-        .execute(params![
-            r.ok,
-            truncate(&r.message, limits::MAX_TEXT_LEN),
-            now as i64,
-            r.id,
-            node_id
-        ])?;
+        let message = truncate(&r.message, limits::MAX_TEXT_LEN);
+        let kind: Option<String> = conn
+            .prepare_cached(
+                "UPDATE commands SET result_ok = ?1, result_message = ?2, completed_at = ?3
+                 WHERE id = ?4 AND node_id = ?5 AND completed_at IS NULL RETURNING kind",
+            )?
+            .query_row(params![r.ok, message, now as i64, r.id, node_id], |r| r.get(0))
+            .optional()?;
+        if let Some(kind) = kind {
+            let k = if r.ok { NodeEventKind::CommandOk } else { NodeEventKind::CommandFailed };
+            record(conn, node_id, now, k, &kind, &message)?;
+        }
     }
 
     // Pending commands are delivered once, oldest first and at most
@@ -803,6 +900,91 @@ pub fn heartbeat_prepared(
     Ok(HeartbeatResponse { heartbeat_interval_secs, commands, known_containers, probe_image, send_inventory })
 }
 
+/// The node's row as a heartbeat reads it, in its one lookup.
+struct BeatRow {
+    id: String,
+    deleted_at: Option<i64>,
+    inventory_hash: String,
+    known_json: String,
+    probe_image: Option<String>,
+    last_heartbeat_at: Option<i64>,
+    last_sample_at: Option<i64>,
+    verification: String,
+    probe_reason: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The event log and the samples
+
+/// Appends an event to a node's log, which keeps its newest [`MAX_EVENTS_PER_NODE`]. Called
+/// where the event happens, and on a heartbeat only on a transition.
+fn record(
+    conn: &Connection,
+    node_id: &str,
+    at: u64,
+    kind: NodeEventKind,
+    subject: &str,
+    detail: &str,
+) -> Result<(), ApiError> {
+    conn.prepare_cached(
+        "INSERT INTO node_events (node_id, at, kind, subject, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        node_id,
+        at as i64,
+        kind.as_str(),
+        truncate(subject, 256),
+        truncate(detail, limits::MAX_TEXT_LEN)
+    ])?;
+    conn.prepare_cached(
+        "DELETE FROM node_events WHERE node_id = ?1 AND rowid <= (
+             SELECT rowid FROM node_events WHERE node_id = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2)",
+    )?
+    .execute(params![node_id, MAX_EVENTS_PER_NODE as i64])?;
+    Ok(())
+}
+
+/// Records `hardware_changed` when the inventory `json` (as stored, with its `hash`) differs from
+/// the one the node holds, naming the parts that changed.
+fn hardware_changed(
+    conn: &Connection,
+    now: u64,
+    node_id: &str,
+    json: &str,
+    hash: &str,
+) -> Result<(), ApiError> {
+    let (old_json, old_hash): (String, String) = conn
+        .prepare_cached("SELECT inventory_json, inventory_hash FROM nodes WHERE id = ?1")?
+        .query_row(params![node_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if old_hash == hash {
+        return Ok(());
+    }
+    let old: Inventory = serde_json::from_str(&old_json).unwrap_or_default();
+    let new: Inventory = serde_json::from_str(json).unwrap_or_default();
+    let (o, n) = (&old.private, &new.private);
+    let parts = [
+        ("gpus", old.public.gpus != new.public.gpus || o.gpu_uuids != n.gpu_uuids),
+        ("cpu", old.public.cpu_model != new.public.cpu_model || old.public.cpu_cores != new.public.cpu_cores),
+        ("ram", old.public.ram_mib != new.public.ram_mib),
+        ("disk", old.public.disk_gib != new.public.disk_gib),
+        (
+            "software",
+            (&o.os, &o.kernel, &o.driver_version, &o.cuda_version, &o.docker_version, &o.toolkit_version)
+                != (
+                    &n.os,
+                    &n.kernel,
+                    &n.driver_version,
+                    &n.cuda_version,
+                    &n.docker_version,
+                    &n.toolkit_version,
+                ),
+        ),
+        ("hostname", o.hostname != n.hostname),
+    ];
+    let changed: Vec<&str> = parts.iter().filter(|(_, c)| *c).map(|(p, _)| *p).collect();
+    record(conn, node_id, now, NodeEventKind::HardwareChanged, &changed.join(","), "")
+}
+
 // ---------------------------------------------------------------------------------------------
 // Admin
 
@@ -823,6 +1005,19 @@ impl Scope {
             Scope::All => None,
             Scope::Owner(id) => Some(id),
         }
+    }
+}
+
+/// A node (live or deleted) within `scope`; `not_found` for another owner's.
+fn owned(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
+    let Scope::Owner(want) = scope else { return Ok(()) };
+    let owner: Option<Option<String>> = conn
+        .prepare_cached("SELECT owner_id FROM nodes WHERE id = ?1")?
+        .query_row(params![id], |r| r.get(0))
+        .optional()?;
+    match owner {
+        Some(Some(o)) if o == *want => Ok(()),
+        _ => Err(ApiError::not_found("node")),
     }
 }
 
@@ -929,6 +1124,89 @@ fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus
         .collect::<Result<_, _>>()?;
     v.reverse();
     Ok(v)
+}
+
+/// The node's row: its last heartbeat and whether it was deleted; `not_found` if there never
+/// was such a node.
+fn node_row(conn: &Connection, id: &str) -> Result<(Option<i64>, bool), ApiError> {
+    conn.prepare_cached("SELECT last_heartbeat_at, deleted_at IS NOT NULL FROM nodes WHERE id = ?1")?
+        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("node"))
+}
+
+/// A node's figures over the last day before `now`, oldest first: at most one sample per
+/// [`SAMPLE_INTERVAL_SECS`]. A deleted node has none.
+pub fn node_samples(
+    conn: &Connection,
+    node_id: &str,
+    now: u64,
+    scope: &Scope,
+) -> Result<NodeMetrics, ApiError> {
+    owned(conn, node_id, scope)?;
+    node_row(conn, node_id)?;
+    let now = now as i64;
+    let samples = conn
+        .prepare_cached(
+            "SELECT at, metrics_json FROM node_samples WHERE node_id = ?1 AND at > ?2 AND at <= ?3
+             ORDER BY at, rowid",
+        )?
+        .query_map(params![node_id, now - SAMPLE_WINDOW_SECS as i64, now], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })?
+        .filter_map(|row| match row {
+            Ok((at, json)) => serde_json::from_str::<Metrics>(&json)
+                .ok()
+                .map(|metrics| Ok(MetricsSample { at: at as u64, metrics })),
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(NodeMetrics { interval_secs: SAMPLE_INTERVAL_SECS, samples })
+}
+
+/// A node's event log, newest first, at most `limit` entries: the recorded events, the
+/// containers its agent removed (kept apart, in `container_removals`), and, while it is offline
+/// now, `offline` at its last heartbeat (recorded only once the gap ends). A deleted node's log
+/// holds only `deleted`.
+pub fn node_events(
+    conn: &Connection,
+    node_id: &str,
+    now: u64,
+    limit: usize,
+    scope: &Scope,
+) -> Result<NodeEvents, ApiError> {
+    owned(conn, node_id, scope)?;
+    let (last_beat, deleted) = node_row(conn, node_id)?;
+    let mut events = Vec::new();
+    if let Some(last) = last_beat
+        && !deleted
+        && now as i64 >= last.saturating_add(OFFLINE_AFTER_SECS as i64)
+        && limit > 0
+    {
+        events.push(NodeEvent {
+            at: last.max(0) as u64,
+            kind: NodeEventKind::Offline,
+            subject: String::new(),
+            detail: String::new(),
+        });
+    }
+    let rows = conn
+        .prepare_cached(
+            "SELECT at, kind, subject, detail, 0 AS src, rowid FROM node_events WHERE node_id = ?1
+             UNION ALL
+             SELECT at, 'container_removed', name, reason, 1 AS src, rowid FROM container_removals
+             WHERE node_id = ?1
+             ORDER BY at DESC, src DESC, rowid DESC LIMIT ?2",
+        )?
+        .query_map(params![node_id, (limit - events.len()) as i64], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    // A kind this version does not know (written by a newer one) is left out.
+    events.extend(rows.into_iter().filter_map(|(at, kind, subject, detail)| {
+        Some(NodeEvent { at: at.max(0) as u64, kind: enum_parse(&kind)?, subject, detail })
+    }));
+    Ok(NodeEvents { events })
 }
 
 /// Why the owner's settings of a server are refused; [`SettingsError::message`] is the API's
@@ -1063,7 +1341,7 @@ pub fn node_settings(conn: &Connection, id: &str) -> Result<NodeSettings, ApiErr
 pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<(), ApiError> {
     live_node(conn, id, scope)?;
     conn.prepare_cached(
-        "UPDATE nodes SET deleted_at = ?1, inventory_json = '{}', inventory_hash = '', metrics_json = NULL,
+        "UPDATE nodes SET deleted_at = ?1, inventory_json = '{}', inventory_hash = '', metrics_json = NULL, last_sample_at = NULL,
              health_json = NULL, probe_output = NULL, probe_reason = NULL, managed_json = '[]', known_json = '[]',
              agent_version = '', name = NULL, price_per_gpu_hour = NULL, paused = 0
          WHERE id = ?2",
@@ -1072,6 +1350,10 @@ pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Resu
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![id])?;
     conn.prepare_cached("DELETE FROM commands WHERE node_id = ?1")?.execute(params![id])?;
     conn.prepare_cached("DELETE FROM container_removals WHERE node_id = ?1")?.execute(params![id])?;
+    // Its history goes too: the event log keeps only that it was deleted, and when.
+    conn.prepare_cached("DELETE FROM node_samples WHERE node_id = ?1")?.execute(params![id])?;
+    conn.prepare_cached("DELETE FROM node_events WHERE node_id = ?1")?.execute(params![id])?;
+    record(conn, id, now, NodeEventKind::Deleted, "", "")?;
     Ok(())
 }
 
@@ -1095,6 +1377,7 @@ pub fn queue_command(
         "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![cmd_id, id, kind.as_str(), now as i64, seq])?;
+    record(conn, id, now, NodeEventKind::CommandSent, kind.as_str(), "")?;
     Ok(CommandQueued { id: cmd_id })
 }
 
@@ -1118,6 +1401,7 @@ pub fn rotate_token(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Res
     .execute(params![id, limits::MAX_REPLACED_TOKENS_PER_NODE as i64])?;
     conn.prepare_cached("UPDATE nodes SET token_hash = ?1 WHERE id = ?2")?
         .execute(params![hash_secret(&token), id])?;
+    record(conn, id, now, NodeEventKind::TokenReplaced, "", "")?;
     Ok(TokenRotated { node_token: token })
 }
 
@@ -1645,6 +1929,266 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(heartbeat(&c, 3, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::InvalidRequest);
+    }
+
+    fn metrics(util: u32) -> Metrics {
+        Metrics {
+            cpu_load_pct: 12.5,
+            ram_used_mib: 1000,
+            ram_total_mib: 4000,
+            disk_free_gib: 100,
+            gpus: vec![gpum_protocol::GpuMetrics {
+                index: 0,
+                util_pct: util,
+                mem_used_mib: 10,
+                mem_total_mib: 20,
+                temp_c: 50,
+                power_w: 70.5,
+            }],
+        }
+    }
+
+    fn kinds(c: &Connection, id: &str, now: u64) -> Vec<NodeEventKind> {
+        node_events(c, id, now, MAX_EVENTS_PER_NODE, &Scope::All)
+            .unwrap()
+            .events
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    /// A beat every 10 s for two days: one sample per interval at most, none older than a day,
+    /// a day's worth at most; the samples are what the beats carried.
+    #[test]
+    fn samples_are_at_most_one_per_interval_and_a_day_of_them() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
+        let mut beats = 0;
+        let mut t = 1000;
+        while t <= 1000 + 2 * SAMPLE_WINDOW_SECS {
+            let hb = HeartbeatRequest {
+                seq: beats + 1,
+                metrics: metrics((t / 10 % 100) as u32),
+                ..Default::default()
+            };
+            heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
+            beats += 1;
+            // The table itself, not only what the read gives back, stays bounded.
+            let rows = count(&c, "SELECT COUNT(*) FROM node_samples") as usize;
+            assert!(rows <= MAX_SAMPLES_PER_NODE, "{rows} rows at {t}");
+            t += 10;
+        }
+        let now = t - 10;
+        let m = node_samples(&c, &r.node_id, now, &Scope::All).unwrap();
+        assert_eq!(m.interval_secs, SAMPLE_INTERVAL_SECS);
+        assert_eq!(m.samples.len(), (SAMPLE_WINDOW_SECS / SAMPLE_INTERVAL_SECS) as usize, "{beats} beats");
+        assert!(m.samples.iter().all(|s| s.at > now - SAMPLE_WINDOW_SECS && s.at <= now));
+        for w in m.samples.windows(2) {
+            assert!(w[1].at - w[0].at >= SAMPLE_INTERVAL_SECS, "{} then {}", w[0].at, w[1].at);
+        }
+        let last = m.samples.last().unwrap();
+        assert_eq!(last.metrics, metrics((last.at / 10 % 100) as u32), "the figures of that beat");
+        // Past a day without beats, nothing is left to show; a deleted node keeps no sample.
+        assert!(
+            node_samples(&c, &r.node_id, now + SAMPLE_WINDOW_SECS, &Scope::All).unwrap().samples.is_empty()
+        );
+        delete_node(&c, now, &r.node_id, &Scope::All).unwrap();
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM node_samples"), 0);
+        assert_eq!(node_samples(&c, "node-none", now, &Scope::All).unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// The hot path's writes, counted by SQLite: a steady beat changes one row (the node's), a
+    /// beat that takes a sample two (and the day's oldest sample goes), none writes an event.
+    #[test]
+    fn a_steady_heartbeat_writes_one_row() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
+        let beat = |t: u64, seq: u64| {
+            let before = c.total_changes();
+            let hb = HeartbeatRequest { seq, metrics: metrics(5), ..Default::default() };
+            heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
+            c.total_changes() - before
+        };
+        assert_eq!(beat(1, 1), 3, "the first: the node, an online event, a sample");
+        for seq in 2..30 {
+            assert_eq!(beat(seq, seq), 1, "beat {seq}");
+        }
+        // A beat every 50 s for a day and more: one in six takes a sample, and once a day of
+        // them is kept, each of those also drops the oldest.
+        let mut changes = std::collections::BTreeMap::<u64, usize>::new();
+        let mut t = 1;
+        for seq in 30..(30 + 2 * SAMPLE_WINDOW_SECS / 50) {
+            t += 50;
+            *changes.entry(beat(t, seq)).or_default() += 1;
+        }
+        let keys: Vec<u64> = changes.keys().copied().collect();
+        assert_eq!(keys, [1, 2, 3], "{changes:?}");
+        let sampled = changes[&2] + changes[&3];
+        assert_eq!(sampled as u64, 2 * SAMPLE_WINDOW_SECS / SAMPLE_INTERVAL_SECS, "{changes:?}");
+        let events = count(&c, "SELECT COUNT(*) FROM node_events");
+        assert_eq!(events, 2, "registered and online, nothing more");
+    }
+
+    /// A clock moved back, then forward, never piles samples up past the bound.
+    #[test]
+    fn samples_stay_bounded_when_the_clock_jumps() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
+        let mut seq = 1;
+        for round in 0..3u64 {
+            for i in 0..400u64 {
+                let t = 10_000 + round * 7 + i * SAMPLE_INTERVAL_SECS;
+                let hb = HeartbeatRequest { seq, metrics: metrics(1), ..Default::default() };
+                heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
+                seq += 1;
+            }
+            // Back to the start: no sample until the clock passes the last one again.
+            heartbeat(&c, 10_000, &r.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10)
+                .unwrap();
+            seq += 1;
+        }
+        assert!(count(&c, "SELECT COUNT(*) FROM node_samples") as usize <= MAX_SAMPLES_PER_NODE);
+    }
+
+    /// Each kind of event is recorded once, on its transition, never on a repeated beat; the
+    /// log is newest first; a deleted node keeps only `deleted`.
+    #[test]
+    fn each_event_is_recorded_once_on_its_transition() {
+        use NodeEventKind::*;
+        let (_d, c) = db();
+        let code = create_join_code(&c, 0, 3600, &Scope::All).unwrap().code;
+        let r = reg(&c, 100, &code, "g").unwrap();
+        let id = r.node_id.clone();
+        assert_eq!(kinds(&c, &id, 100), [Registered]);
+        let mut seq = 0;
+        let mut beat = |t: u64, f: &dyn Fn(&mut HeartbeatRequest)| {
+            seq += 1;
+            let mut hb = HeartbeatRequest { seq, ..Default::default() };
+            f(&mut hb);
+            heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
+        };
+        // Online at the first beat, and not again while beats keep coming.
+        for t in [110, 120, 130] {
+            beat(t, &|_| {});
+        }
+        assert_eq!(kinds(&c, &id, 130), [Online, Registered]);
+        // Offline while no beat comes (derived, not stored), then both recorded once it returns.
+        let gap_end = 130 + OFFLINE_AFTER_SECS + 50;
+        assert_eq!(kinds(&c, &id, gap_end - 1), [Offline, Online, Registered]);
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM node_events WHERE kind = 'offline'"), 0);
+        beat(gap_end, &|_| {});
+        beat(gap_end + 10, &|_| {});
+        let ev = node_events(&c, &id, gap_end + 10, 50, &Scope::All).unwrap().events;
+        assert_eq!(ev.iter().map(|e| e.kind).collect::<Vec<_>>(), [Online, Offline, Online, Registered]);
+        assert_eq!((ev[0].at, ev[1].at), (gap_end, 130), "offline since its last heartbeat");
+        // The check: passed once, failed once per reason, passed again.
+        let probe = |state, reason| ProbeReport {
+            state,
+            reason,
+            output: "o".into(),
+            finished_at: 1,
+            image: "i".into(),
+        };
+        let t0 = gap_end + 20;
+        for (i, (state, reason)) in [
+            (VerificationState::Verified, None),
+            (VerificationState::Verified, None),
+            (VerificationState::Failed, Some(ProbeFailure::Timeout)),
+            (VerificationState::Failed, Some(ProbeFailure::Timeout)),
+            (VerificationState::Failed, Some(ProbeFailure::NoNvidiaRuntime)),
+            (VerificationState::Verified, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let p = probe(state, reason);
+            beat(t0 + i as u64, &|hb| hb.probe = Some(p.clone()));
+        }
+        let ev = node_events(&c, &id, t0 + 10, 4, &Scope::All).unwrap().events;
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.subject.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (CheckPassed, ""),
+                (CheckFailed, "no_nvidia_runtime"),
+                (CheckFailed, "timeout"),
+                (CheckPassed, "")
+            ]
+        );
+        // Hardware: a changed inventory once, naming what changed; the same one again, nothing.
+        let t1 = t0 + 20;
+        let mut inv = Inventory::default();
+        inv.private.gpu_uuids = vec!["g".into()];
+        inv.public.ram_mib = 64_000;
+        inv.private.driver_version = Some("550".into());
+        for i in 0..3 {
+            let inv = inv.clone();
+            beat(t1 + i, &move |hb| {
+                hb.inventory_hash = inv.hash();
+                hb.inventory = Some(inv.clone());
+            });
+        }
+        let ev = &node_events(&c, &id, t1 + 5, 1, &Scope::All).unwrap().events[0];
+        assert_eq!((ev.kind, ev.subject.as_str()), (HardwareChanged, "ram,software"));
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM node_events WHERE kind = 'hardware_changed'"), 1);
+        // A command: sent, then its result once, however often the agent repeats it.
+        let t2 = t1 + 10;
+        let q = queue_command(&c, t2, &id, "restart", &Scope::All).unwrap();
+        beat(t2 + 1, &|_| {});
+        for i in 2..5 {
+            let q = q.id.clone();
+            beat(t2 + i, &move |hb| {
+                hb.command_results =
+                    vec![CommandResult { id: q.clone(), ok: false, message: "no <docker>".into() }]
+            });
+        }
+        let ev = node_events(&c, &id, t2 + 5, 2, &Scope::All).unwrap().events;
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.subject.as_str(), e.detail.as_str())).collect();
+        assert_eq!(got, [(CommandFailed, "restart", "no <docker>"), (CommandSent, "restart", "")]);
+        // Containers removed come from their own history, in time order with the rest.
+        let t3 = t2 + 10;
+        beat(t3, &|hb| {
+            hb.removed_containers =
+                vec![RemovedContainer { id: "c1".into(), name: "job-1".into(), reason: "unknown".into() }]
+        });
+        rotate_token(&c, t3 + 1, &id, &Scope::All).unwrap();
+        let ev = node_events(&c, &id, t3 + 1, 2, &Scope::All).unwrap().events;
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.subject.as_str(), e.detail.as_str())).collect();
+        assert_eq!(got, [(TokenReplaced, "", ""), (ContainerRemoved, "job-1", "unknown")]);
+        // Times never go up as the log goes down.
+        let all = node_events(&c, &id, t3 + 1, MAX_EVENTS_PER_NODE, &Scope::All).unwrap().events;
+        assert!(all.windows(2).all(|w| w[0].at >= w[1].at), "{all:?}");
+        // Deleted: only that remains, and nothing else can be done to it.
+        delete_node(&c, t3 + 2, &id, &Scope::All).unwrap();
+        assert_eq!(kinds(&c, &id, t3 + 500), [Deleted]);
+        assert_eq!(node_events(&c, "node-none", 1, 10, &Scope::All).unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// However many transitions a node goes through, its log keeps the newest
+    /// `MAX_EVENTS_PER_NODE` (and the removals their own bound).
+    #[test]
+    fn the_event_log_stays_bounded_per_node() {
+        let (_d, c) = db();
+        let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
+        let other = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "h").unwrap();
+        let mut t = 10;
+        for seq in 1..=(MAX_EVENTS_PER_NODE as u64) {
+            // A gap before each beat: offline and online, two events each time.
+            heartbeat(&c, t, &r.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10).unwrap();
+            queue_command(&c, t, &r.node_id, "recheck", &Scope::All).unwrap();
+            t += OFFLINE_AFTER_SECS + 1;
+        }
+        let rows = |id: &str| {
+            c.query_row("SELECT COUNT(*) FROM node_events WHERE node_id = ?1", [id], |r| r.get::<_, i64>(0))
+                .unwrap()
+        };
+        assert_eq!(rows(&r.node_id) as usize, MAX_EVENTS_PER_NODE);
+        assert_eq!(rows(&other.node_id), 1, "another node's log is its own");
+        let ev = node_events(&c, &r.node_id, t, usize::MAX >> 1, &Scope::All).unwrap().events;
+        assert_eq!(ev.len(), MAX_EVENTS_PER_NODE + 1, "and the derived offline");
+        assert_eq!(ev[1].kind, NodeEventKind::CommandSent, "the newest are kept");
+        assert_eq!(node_events(&c, &r.node_id, t, 3, &Scope::All).unwrap().events.len(), 3);
+        assert!(node_events(&c, &r.node_id, t, 0, &Scope::All).unwrap().events.is_empty());
     }
 
     #[test]

@@ -49,6 +49,16 @@ pub fn path_admin_node_known_containers(id: &str) -> String {
     format!("{PATH_ADMIN_NODES}/{id}/known-containers")
 }
 
+/// `/api/v1/admin/nodes/{id}/events`: GET gives the node's event log ([`NodeEvents`]).
+pub fn path_admin_node_events(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/events")
+}
+/// `/api/v1/admin/nodes/{id}/metrics`: GET gives the node's figures over the last day
+/// ([`NodeMetrics`]).
+pub fn path_admin_node_metrics(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/metrics")
+}
+
 /// The heartbeat interval the platform gives when not told otherwise.
 pub const DEFAULT_HEARTBEAT_INTERVAL_SECS: u64 = 10;
 /// A node with no heartbeat for this long is offline.
@@ -370,6 +380,10 @@ pub enum ProbeFailure {
     /// The probe image's registry is not one the node accepts; nothing was pulled.
     RegistryNotAccepted,
 }
+
+/// Why an agent removes a managed container: the platform does not know it. The dashboard shows
+/// this reason in the owner's language; any other as it came.
+pub const REMOVAL_REASON_UNKNOWN: &str = "unknown to the platform";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemovedContainer {
@@ -745,6 +759,90 @@ pub struct OwnerInvited {
 pub struct UpdateOwnerRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// History: the figures over the last day, and the event log
+
+/// The platform keeps at most one sample of a node's figures per this many seconds.
+pub const SAMPLE_INTERVAL_SECS: u64 = 300;
+/// How far back the samples go: a day.
+pub const SAMPLE_WINDOW_SECS: u64 = 86_400;
+/// Samples kept per node: a day of them, and one more.
+pub const MAX_SAMPLES_PER_NODE: usize = (SAMPLE_WINDOW_SECS / SAMPLE_INTERVAL_SECS) as usize + 1;
+/// Events the platform keeps per node (older ones are pruned); removed containers are kept
+/// apart, [`limits::MAX_REMOVED_HISTORY_PER_NODE`] of them.
+pub const MAX_EVENTS_PER_NODE: usize = 256;
+
+/// One sample of a node's figures, as its heartbeat carried them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsSample {
+    /// Unix seconds.
+    pub at: u64,
+    pub metrics: Metrics,
+}
+
+/// `GET /api/v1/admin/nodes/{id}/metrics`: the samples of the last day, oldest first, at most one
+/// per [`SAMPLE_INTERVAL_SECS`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeMetrics {
+    pub interval_secs: u64,
+    pub samples: Vec<MetricsSample>,
+}
+
+named_enum! {
+    /// What happened to a node, as its event log names it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum NodeEventKind {
+        /// The node registered with a join code.
+        Registered = "registered",
+        /// Its first heartbeat, or the first after a gap of [`OFFLINE_AFTER_SECS`] or more.
+        Online = "online",
+        /// No heartbeat after `at` (its last one) for [`OFFLINE_AFTER_SECS`] or more.
+        Offline = "offline",
+        /// The heartbeat carried an inventory that differs from the one held; `subject` lists
+        /// the parts that changed (`gpus`, `cpu`, `ram`, `disk`, `software`, `hostname`),
+        /// comma-separated.
+        HardwareChanged = "hardware_changed",
+        /// The GPU check passed, where it had not before.
+        CheckPassed = "check_passed",
+        /// The GPU check failed, where it had not before or for another reason; `subject` is
+        /// the [`ProbeFailure`], if the agent gave one.
+        CheckFailed = "check_failed",
+        /// A command was queued; `subject` is its kind.
+        CommandSent = "command_sent",
+        /// The agent reported a command done; `subject` is its kind, `detail` its message.
+        CommandOk = "command_ok",
+        /// The agent reported a command failed; `subject` is its kind, `detail` its message.
+        CommandFailed = "command_failed",
+        /// The agent removed a container; `subject` is its name, `detail` why.
+        ContainerRemoved = "container_removed",
+        /// The node's token was replaced (by an admin, or by the same installation
+        /// registering again).
+        TokenReplaced = "token_replaced",
+        /// The node was deleted; the only event a deleted node keeps.
+        Deleted = "deleted",
+    }
+}
+
+/// One entry of a node's event log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvent {
+    /// Unix seconds.
+    pub at: u64,
+    pub kind: NodeEventKind,
+    /// What the event is about, by kind (see [`NodeEventKind`]); empty when nothing.
+    #[serde(default)]
+    pub subject: String,
+    /// A message that goes with it, by kind; empty when none.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// `GET /api/v1/admin/nodes/{id}/events`: the node's event log, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvents {
+    pub events: Vec<NodeEvent>,
 }
 
 #[cfg(test)]

@@ -20,8 +20,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use gpum_protocol::{
-    GpuPublic, Health, HeartbeatRequest, Inventory, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure,
-    ProbeReport, RegisterRequest, RegisterResponse, VerificationState, limits,
+    CommandResult, GpuMetrics, GpuPublic, Health, HeartbeatRequest, Inventory, Metrics, NodeEvents,
+    NodeMetrics, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure, ProbeReport, RegisterRequest,
+    RegisterResponse, RemovedContainer, VerificationState, limits,
 };
 use gpum_tests::bin;
 use gpum_tests::browser::Browser;
@@ -999,6 +1000,307 @@ async fn commands_are_disabled_and_refused_on_an_offline_server_in_both_language
 }
 
 // ---------------------------------------------------------------------------------------------
+// Figures, the day's chart and the event log (issue 32)
+
+/// Resizes the window to `width` CSS pixels (and checks the page got them).
+async fn set_width(b: &Browser, width: u32) {
+    b.client.set_window_size(width, 900).await.unwrap_or_else(|e| panic!("resize to {width}: {e}"));
+    assert_eq!(b.js("return window.innerWidth").await, serde_json::json!(width), "the page's width");
+}
+
+/// Whether the page is no wider than the window (nothing overflows horizontally).
+async fn fits(b: &Browser) -> bool {
+    b.js("return document.documentElement.scrollWidth <= window.innerWidth").await == serde_json::json!(true)
+}
+
+/// Two GPUs' figures; the first GPU's utilisation is `util`.
+fn figures(util: u32) -> Metrics {
+    Metrics {
+        cpu_load_pct: 12.5,
+        ram_used_mib: 65_536,
+        ram_total_mib: 262_144,
+        disk_free_gib: 870,
+        gpus: vec![
+            GpuMetrics {
+                index: 0,
+                util_pct: util,
+                mem_used_mib: 40_960,
+                mem_total_mib: 81_920,
+                temp_c: 61,
+                power_w: 250.4,
+            },
+            GpuMetrics {
+                index: 1,
+                util_pct: 3,
+                mem_used_mib: 512,
+                mem_total_mib: 81_920,
+                temp_c: 35,
+                power_w: 60.5,
+            },
+        ],
+    }
+}
+
+/// A heartbeat with figures, a driver that answers, and whatever `f` adds.
+async fn beat_with(
+    p: &TestPlatform,
+    token: &str,
+    seq: u64,
+    inv: &Inventory,
+    m: Metrics,
+    f: impl FnOnce(&mut HeartbeatRequest),
+) {
+    let mut req = HeartbeatRequest {
+        seq,
+        inventory_hash: inv.hash(),
+        metrics: m,
+        health: Health { nvml: NvmlState::Ok, docker_ok: true, ..Default::default() },
+        ..Default::default()
+    };
+    f(&mut req);
+    let resp = p
+        .http_client()
+        .post(format!("{}{PATH_HEARTBEAT}", p.url()))
+        .bearer_auth(token)
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
+
+/// The admin API's answer to a GET of `path`.
+async fn admin_get<T: serde::de::DeserializeOwned>(p: &TestPlatform, path: &str) -> T {
+    let resp =
+        p.http_client().get(format!("{}{path}", p.url())).bearer_auth(p.admin_token()).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.unwrap()
+}
+
+/// A server whose agent reported figures for 40 minutes (a beat every 50 s, so never offline),
+/// went quiet for half an hour, came back, passed its check, ran a command, removed a container
+/// and changed its driver: its page shows the last figures per GPU and host, a chart of the
+/// samples (one per 5 minutes, the line broken at the gap) and each event once, newest first, in
+/// both languages, at 1280 px and at 360 px with nothing wider than the window; the admin API
+/// gives the same samples and events.
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_and_phone_widths() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let inv = sample_inventory("metrics-box", &["GPU-M1", "GPU-M2"]);
+    let node = register_raw(&p, inv.clone(), "0.1.0").await;
+    let (id, tok) = (node.node_id.clone(), node.node_token.clone());
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+    // Eight 5-minute rounds of six beats: eight samples.
+    for round in 0..8u32 {
+        for _ in 0..6 {
+            beat_with(&p, &tok, next(), &inv, figures(round * 10), |_| {}).await;
+            p.advance_clock(50);
+        }
+    }
+    // Half an hour without a beat, then back: the ninth sample, after a gap.
+    p.advance_clock(1800);
+    beat_with(&p, &tok, next(), &inv, figures(87), |_| {}).await;
+    p.advance_clock(1);
+    let verified = probe(VerificationState::Verified, None);
+    beat_with(&p, &tok, next(), &inv, figures(87), |r| r.probe = verified).await;
+    p.advance_clock(1);
+    let cmd = p.command(&id, "restart");
+    p.advance_clock(1);
+    beat_with(&p, &tok, next(), &inv, figures(87), |_| {}).await;
+    p.advance_clock(1);
+    beat_with(&p, &tok, next(), &inv, figures(87), |r| {
+        r.command_results = vec![CommandResult { id: cmd, ok: true, message: "exit 75".into() }]
+    })
+    .await;
+    p.advance_clock(1);
+    beat_with(&p, &tok, next(), &inv, figures(87), |r| {
+        r.removed_containers = vec![RemovedContainer {
+            id: "9e1f03aa7c21".into(),
+            name: "old-job".into(),
+            reason: "unknown to the platform".into(),
+        }]
+    })
+    .await;
+    p.advance_clock(1);
+    let mut inv2 = inv.clone();
+    inv2.private.driver_version = Some("555.42.02".into());
+    beat_with(&p, &tok, next(), &inv2, figures(87), |r| r.inventory = Some(inv2.clone())).await;
+
+    // The admin API: nine samples, the events newest first.
+    let m: NodeMetrics = admin_get(&p, &format!("/api/v1/admin/nodes/{id}/metrics")).await;
+    assert_eq!(
+        m.samples.len(),
+        9,
+        "one per 5 minutes: {:?}",
+        m.samples.iter().map(|s| s.at).collect::<Vec<_>>()
+    );
+    assert_eq!(m.samples[8].metrics, figures(87));
+    let kinds = [
+        "hardware_changed",
+        "container_removed",
+        "command_ok",
+        "command_sent",
+        "check_passed",
+        "online",
+        "offline",
+        "online",
+        "registered",
+    ];
+    let ev: NodeEvents = admin_get(&p, &format!("/api/v1/admin/nodes/{id}/events")).await;
+    assert_eq!(ev.events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), kinds);
+    let cli = p.cli_json(&["nodes", "events", &id]);
+    assert_eq!(cli, serde_json::to_value(&ev).unwrap(), "the CLI gives the same");
+    let human = p.cli(["nodes", "events", &id]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.lines().nth(1).is_some_and(|l| l.contains("hardware_changed") && l.contains("software")),
+        "{human}"
+    );
+    assert!(human.lines().last().is_some_and(|l| l.contains("registered")), "{human}");
+    let cli: NodeMetrics = serde_json::from_value(p.cli_json(&["nodes", "metrics", &id])).unwrap();
+    assert_eq!(cli, m, "the CLI gives the same samples");
+
+    struct Case {
+        lang: &'static str,
+        accept: &'static str,
+        headings: [&'static str; 3],
+        gpu0: [&'static str; 4],
+        gpu1_power: &'static str,
+        host: [&'static str; 3],
+        events: [&'static str; 9],
+    }
+    let cases = [
+        Case {
+            lang: "en",
+            accept: "en-US,en",
+            headings: ["Figures", "The last day", "Event log"],
+            gpu0: ["87%", "40 GiB of 80 GiB", "61 °C", "250 W"],
+            gpu1_power: "60.5 W",
+            host: ["12.5%", "64 GiB of 256 GiB", "870 GiB"],
+            events: [
+                "the hardware changed: software",
+                "the agent removed container old-job: unknown to the platform",
+                "command done: restart the agent: exit 75",
+                "command sent: restart the agent",
+                "the GPU check passed",
+                "came online",
+                "went offline: no heartbeat after this",
+                "came online",
+                "the server registered",
+            ],
+        },
+        Case {
+            lang: "ru",
+            accept: "ru-RU,ru;q=0.9",
+            headings: ["Показатели", "За последние сутки", "Журнал событий"],
+            gpu0: ["87 %", "40 ГиБ из 80 ГиБ", "61 °C", "250 Вт"],
+            gpu1_power: "60,5 Вт",
+            host: ["12,5 %", "64 ГиБ из 256 ГиБ", "870 ГиБ"],
+            events: [
+                "изменилось оборудование: программы",
+                "агент удалил контейнер old-job: платформа его не знает",
+                "команда выполнена: перезапуск агента: exit 75",
+                "отправлена команда: перезапуск агента",
+                "проверка видеокарты пройдена",
+                "вышел на связь",
+                "офлайн: после этого агент не выходил на связь",
+                "вышел на связь",
+                "сервер зарегистрирован",
+            ],
+        },
+    ];
+    let page = format!("{}/dashboard/servers/{id}", p.url());
+    for c in cases {
+        let b = Browser::start(&format!("figures_chart_events_{}", c.lang), c.accept).await;
+        sign_in(&b, &p).await;
+        for width in [1280, 360] {
+            set_width(&b, width).await;
+            b.goto(&page).await;
+            b.wait_for("#figures").await;
+            // Read in the page at once: the live region is replaced every 2 s.
+            let read = b
+                .js("const t = s => Array.from(document.querySelectorAll(s)).map(e => e.textContent.trim()); \
+                     const svg = document.querySelector('#history svg.chart'); \
+                     const lines = Array.from(document.querySelectorAll('#history polyline')); \
+                     return { \
+                       headings: t('#figures h2, #history h2, #events h2'), \
+                       gpu0: t('#gpu-figures tr.gpu[data-index=\"0\"] td').slice(1), \
+                       gpu1: t('#gpu-figures tr.gpu[data-index=\"1\"] td'), \
+                       host: t('#cpu-load, #ram-used, #disk-free'), \
+                       samples: svg && svg.dataset.samples, \
+                       lines: lines.length, \
+                       first: lines.length ? lines[0].points.numberOfItems : 0, \
+                       chartRight: svg ? svg.getBoundingClientRect().right : null, \
+                       tablesFit: Array.from(document.querySelectorAll('#server table')) \
+                         .every(t => t.getBoundingClientRect().right <= window.innerWidth), \
+                       narrowValues: Array.from(document.querySelectorAll('#server table.facts td.value')) \
+                         .filter(td => td.getBoundingClientRect().width < 120).map(td => td.id || td.textContent), \
+                       kinds: Array.from(document.querySelectorAll('#event-log tr.event')).map(e => e.dataset.kind), \
+                       events: t('#event-log tr.event td.what'), \
+                       times: t('#event-log tr.event td.time') }")
+                .await;
+            let at = format!("{} at {width} px", c.lang);
+            let headings: Vec<String> = serde_json::from_value(read["headings"].clone()).unwrap();
+            for (h, want) in headings.iter().zip(c.headings) {
+                assert!(h.starts_with(want), "{at}: {h:?} is not {want:?}");
+            }
+            assert_eq!(read["gpu0"], serde_json::json!(c.gpu0), "{at}");
+            assert!(
+                read["gpu1"][0].as_str().unwrap().starts_with("1 · NVIDIA A100"),
+                "{at}: {}",
+                read["gpu1"]
+            );
+            assert_eq!(read["gpu1"][4], serde_json::json!(c.gpu1_power), "{at}");
+            assert_eq!(read["host"], serde_json::json!(c.host), "{at}");
+            // The chart: nine samples, each of the four series in two lines (the gap breaks
+            // them), the first of eight points.
+            assert_eq!(read["samples"], serde_json::json!("9"), "{at}");
+            assert_eq!(read["lines"], serde_json::json!(8), "{at}");
+            assert_eq!(read["first"], serde_json::json!(8), "{at}");
+            assert_eq!(read["kinds"], serde_json::json!(kinds), "{at}");
+            assert_eq!(read["events"], serde_json::json!(c.events), "{at}");
+            for t in read["times"].as_array().unwrap() {
+                let t = t.as_str().unwrap();
+                assert!(t.len() == 16 && t.as_bytes()[4] == b'-' && t.as_bytes()[13] == b':', "{at}: {t:?}");
+            }
+            assert!(read["chartRight"].as_f64().unwrap() <= f64::from(width), "{at}: the chart fits");
+            assert_eq!(read["tablesFit"], serde_json::json!(true), "{at}: no table is cut");
+            assert_eq!(read["narrowValues"], serde_json::json!([]), "{at}: no value a few letters wide");
+            assert!(fits(&b).await, "{at}: nothing is wider than the window");
+            // Only the one script file, and no inline style anywhere.
+            let inline =
+                b.js("return [document.scripts.length, document.querySelectorAll('[style]').length]").await;
+            assert_eq!(inline, serde_json::json!([1, 0]), "{at}");
+            if std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1") {
+                // The whole page, as tall as it is.
+                let h = b.js("return document.documentElement.scrollHeight").await.as_u64().unwrap();
+                b.client.set_window_size(width, h as u32).await.unwrap();
+                let dir = gpum_tests::workspace_root().join("docs/screenshots");
+                let name = if width == 360 { "server-figures.phone" } else { "server-figures" };
+                shoot(&b, &dir, &format!("{name}.{}", c.lang)).await;
+            }
+        }
+        b.close().await;
+    }
+
+    // Offline now: the log says so at once, at its last heartbeat, before anything is recorded.
+    p.advance_clock(120);
+    let ev: NodeEvents = admin_get(&p, &format!("/api/v1/admin/nodes/{id}/events")).await;
+    assert_eq!(ev.events[0].kind.as_str(), "offline");
+    assert_eq!(Some(ev.events[0].at), p.node(&id).unwrap().last_heartbeat_at);
+    let b = Browser::start("figures_chart_events_offline", "en-US,en").await;
+    sign_in(&b, &p).await;
+    b.goto(&page).await;
+    wait_text(&b, "#event-log tr.event td.what", "went offline: no heartbeat after this").await;
+    b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Sessions
 
 #[ignore = "needs chromium and chromedriver"]
@@ -1138,7 +1440,13 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
     };
     // Machines whose driver answers (health.nvml ok), as real ones with these GPUs would: the
     // screenshots show one server rentable (priced) and one whose check failed.
-    heartbeat_nvml(&p, &ok.node_token, 1, &inv, NvmlState::Ok, Some(verified)).await;
+    // Two hours of figures (a beat every 50 s), so that the server's page shows its chart.
+    for i in 0..144u32 {
+        let util = [5, 40, 90, 97, 95, 60, 20, 85][(i / 18) as usize];
+        beat_with(&p, &ok.node_token, u64::from(i) + 1, &inv, figures(util), |_| {}).await;
+        p.advance_clock(50);
+    }
+    beat_with(&p, &ok.node_token, 145, &inv, figures(87), |r| r.probe = Some(verified)).await;
     let priced = p.cli(["nodes", "set", &ok.node_id, "--price", "1.20"]);
     assert!(priced.status.success(), "{priced:?}");
     let inv2 = sample_inventory("gpu-box-2", &["GPU-77c3"]);

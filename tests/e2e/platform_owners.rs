@@ -162,7 +162,7 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     let key_a = a.create_api_key("ci").await;
     let key_b = b.create_api_key("laptop").await;
     let routes = owner_node_routes();
-    assert_eq!(routes.len(), 4, "{routes:?}");
+    assert_eq!(routes.len(), 6, "{routes:?}");
     for (m, path, body) in &routes {
         let path = path.replace("{id}", &node_a.node_id);
         let (status, text) = owner_api(&p, m, &path, &key_b, *body).await;

@@ -38,8 +38,8 @@ pub const MIN_BEATS: u32 = 3;
 pub const MIN_AGE: Duration = Duration::from_secs(60);
 /// How long `docker stop` waits for the container to exit before killing it.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
-/// The reason sent to the platform and logged.
-pub const REASON_UNKNOWN: &str = "unknown to the platform";
+/// The reason sent to the platform (which shows it in the owner's language) and logged.
+pub const REASON_UNKNOWN: &str = gpum_protocol::REMOVAL_REASON_UNKNOWN;
 
 /// A `gpum.managed=true` container as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -403,12 +403,39 @@ async fn one_node(web: &Web, r: &Req, id: &str) -> Result<(NodeSummary, u64), Ap
     list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
 }
 
+/// How many events the server's page shows.
+const EVENTS_SHOWN: usize = 50;
+
+/// A node with what its page shows of its past (the day's samples, the newest events), read in
+/// one database call.
+async fn node_with_history(
+    web: &Web,
+    r: &Req,
+    id: &str,
+) -> Result<(NodeSummary, pages::History, u64), ApiError> {
+    let now = web.app.clock.now();
+    let (id, scope) = (id.to_owned(), r.scope());
+    web.app
+        .db
+        .call(move |c| {
+            let n = store::list_nodes(c, now, &scope)?
+                .nodes
+                .into_iter()
+                .find(|n| n.id == id)
+                .ok_or_else(|| ApiError::not_found("node"))?;
+            let samples = store::node_samples(c, &id, now, &scope)?.samples;
+            let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
+            Ok((n, pages::History { samples, events }, now))
+        })
+        .await
+}
+
 async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    match one_node(&web, &r, &id).await {
-        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now, None)),
+    match node_with_history(&web, &r, &id).await {
+        Ok((n, h, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, &h, now, None)),
         Err(e) => api_error(&r, e),
     }
 }
@@ -481,8 +508,8 @@ async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) 
     let upd = match upd {
         Ok(u) => u,
         Err(e) => {
-            return match one_node(&web, &r, &id).await {
-                Ok((n, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, now, Some(e))),
+            return match node_with_history(&web, &r, &id).await {
+                Ok((n, h, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, &h, now, Some(e))),
                 Err(e) => api_error(&r, e),
             };
         }

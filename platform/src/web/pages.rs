@@ -8,7 +8,10 @@
 //! replaces a button under the owner's pointer.
 
 use gpum_common::Lang;
-use gpum_protocol::{NodeSummary, RentableState, VerificationState};
+use gpum_protocol::{
+    CommandKind, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeSummary, RentableState,
+    SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS, VerificationState,
+};
 use maud::{DOCTYPE, Markup, html};
 
 use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
@@ -107,12 +110,8 @@ pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
     })
 }
 
-fn gib(mib: u64) -> String {
-    if mib >= 1024 { format!("{:.0} GiB", mib as f64 / 1024.0) } else { format!("{mib} MiB") }
-}
-
-/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`.
-fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
+/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`, the memory in the language's units.
+fn gpu_summary(ctx: &Ctx, n: &NodeSummary, max: Option<usize>) -> Vec<String> {
     let mut groups: Vec<(&str, u64, usize)> = Vec::new();
     for g in &n.inventory.public.gpus {
         match groups.iter_mut().find(|(m, v, _)| *m == g.model && *v == g.vram_mib) {
@@ -124,7 +123,7 @@ fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
         .into_iter()
         .map(|(m, v, c)| {
             let m = if max.is_some() { cut(m) } else { m.to_owned() };
-            format!("{c} × {m} ({})", gib(v))
+            format!("{c} × {m} ({})", memory(ctx, v))
         })
         .collect()
 }
@@ -381,7 +380,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                                 td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
                                     (price_label(ctx, n))
                                 }
-                                td.gpus { @for g in gpu_summary(n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.gpus { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
                                 td.agent { (cut(&n.agent_version)) }
                                 td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
                             }
@@ -542,8 +541,22 @@ fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
     html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
 }
 
+/// What a server's page shows of its past: the samples of the last day (oldest first) and the
+/// newest events (newest first), as `store::node_samples` and `store::node_events` give them.
+#[derive(Default)]
+pub struct History {
+    pub samples: Vec<MetricsSample>,
+    pub events: Vec<NodeEvent>,
+}
+
 /// The server's page; `error` is why the settings form was refused, shown above it.
-pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>) -> Markup {
+pub fn server(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    history: &History,
+    now: u64,
+    error: Option<SettingsError>,
+) -> Markup {
     let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
     let base = format!("/dashboard/servers/{}", n.id);
     // The host name is the default: the field stays empty (with it as the hint) until the owner
@@ -553,7 +566,7 @@ pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>
         ctx,
         &title,
         html! {
-            (server_live(ctx, n, now))
+            (server_live(ctx, n, history, now))
             h2 { (ctx.t(Msg::SettingsTitle)) }
             @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
             form #settings method="post" action={ (base) "/settings" } {
@@ -609,10 +622,10 @@ fn opt(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("—")
 }
 
-fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
+fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
-    let gpus = gpu_summary(n, None).join(", ");
+    let gpus = gpu_summary(ctx, n, None).join(", ");
     // Saturating: the platform refuses out-of-range numbers (`Inventory::check_ranges`), but a
     // database written before it did may still hold two GPUs of `u64::MAX` MiB.
     let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
@@ -657,14 +670,16 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
                     td { (seen_by(ctx, false)) }
                 }
             }
+            (figures(ctx, n))
+            (history_chart(ctx, &history.samples, now))
             h2 { (ctx.t(Msg::Inventory)) }
             table.facts #inventory {
                 (row(ctx, Msg::GpuModel, true, &gpus))
                 (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
-                (row(ctx, Msg::GpuMemory, true, &gib(vram)))
+                (row(ctx, Msg::GpuMemory, true, &memory(ctx, vram)))
                 (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
-                (row(ctx, Msg::Ram, true, &gib(inv.public.ram_mib)))
-                (row(ctx, Msg::Disk, true, &format!("{} GiB", inv.public.disk_gib)))
+                (row(ctx, Msg::Ram, true, &memory(ctx, inv.public.ram_mib)))
+                (row(ctx, Msg::Disk, true, &fill(ctx.t(Msg::Gib), &[("n", &inv.public.disk_gib.to_string())])))
                 tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
                 tr {
                     th { (ctx.t(Msg::GpuUuids)) }
@@ -701,6 +716,288 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
                                 },
                                 (None, Some(_)) => td.result.wait data-result="delivered" { (ctx.t(Msg::CommandDelivered)) },
                                 (None, None) => td.result.wait data-result="queued" { (ctx.t(Msg::CommandQueued)) },
+                            }
+                        }
+                    }
+                }
+            }
+            (event_log(ctx, &history.events))
+        }
+    }
+}
+
+/// A number with at most one decimal, in the language's way (`1.5`, `1,5`); whole numbers bare.
+fn decimal(ctx: &Ctx, v: f64) -> String {
+    let s = if v.fract().abs() < 0.05 || v.abs() >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+    match ctx.lang {
+        Lang::Ru => s.replace('.', ","),
+        Lang::En => s,
+    }
+}
+
+/// An amount of memory in the language's units: MiB below a GiB, else GiB.
+fn memory(ctx: &Ctx, mib: u64) -> String {
+    if mib >= 1024 {
+        fill(ctx.t(Msg::Gib), &[("n", &decimal(ctx, mib as f64 / 1024.0))])
+    } else {
+        fill(ctx.t(Msg::Mib), &[("n", &mib.to_string())])
+    }
+}
+
+fn used_of(ctx: &Ctx, used: u64, total: u64) -> String {
+    fill(ctx.t(Msg::UsedOf), &[("used", &memory(ctx, used)), ("total", &memory(ctx, total))])
+}
+
+fn percent(ctx: &Ctx, v: f64) -> String {
+    fill(ctx.t(Msg::Percent), &[("n", &decimal(ctx, v))])
+}
+
+/// The figures of the last heartbeat: per GPU, and the host's.
+fn figures(ctx: &Ctx, n: &NodeSummary) -> Markup {
+    html! {
+        section #figures {
+            h2 { (ctx.t(Msg::FiguresTitle)) " " (seen_by(ctx, false)) }
+            @match (&n.last_metrics, n.last_heartbeat_at) {
+                (Some(m), Some(at)) => {
+                    p.help { (fill(ctx.t(Msg::FiguresAsOf), &[("at", &utc(at))])) }
+                    @if m.gpus.is_empty() {
+                        p #no-gpu-figures { (ctx.t(Msg::NoGpuFigures)) }
+                    } @else {
+                        div.scroll {
+                            table #gpu-figures {
+                                thead { tr {
+                                    th { (ctx.t(Msg::ColGpu)) }
+                                    th { (ctx.t(Msg::ColUtil)) }
+                                    th { (ctx.t(Msg::ColGpuMem)) }
+                                    th { (ctx.t(Msg::ColTemp)) }
+                                    th { (ctx.t(Msg::ColPower)) }
+                                } }
+                                tbody {
+                                    @for g in &m.gpus {
+                                        tr.gpu data-index=(g.index) {
+                                            td.gpu-name {
+                                                (g.index)
+                                                @if let Some(model) = n.inventory.public.gpus.get(g.index as usize) {
+                                                    " · " (cut(&model.model))
+                                                }
+                                            }
+                                            td.util data-label=(ctx.t(Msg::ColUtil)) {
+                                                (percent(ctx, f64::from(g.util_pct)))
+                                            }
+                                            td.mem data-label=(ctx.t(Msg::ColGpuMem)) {
+                                                (used_of(ctx, g.mem_used_mib, g.mem_total_mib))
+                                            }
+                                            td.temp data-label=(ctx.t(Msg::ColTemp)) {
+                                                (fill(ctx.t(Msg::Celsius), &[("n", &g.temp_c.to_string())]))
+                                            }
+                                            td.power data-label=(ctx.t(Msg::ColPower)) {
+                                                (fill(ctx.t(Msg::Watts), &[("n", &decimal(ctx, f64::from(g.power_w)))]))
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    table.facts #host-figures {
+                        tr { th { (ctx.t(Msg::HostCpuLoad)) } td.value #cpu-load { (percent(ctx, f64::from(m.cpu_load_pct))) } }
+                        tr { th { (ctx.t(Msg::HostRamUsed)) } td.value #ram-used { (used_of(ctx, m.ram_used_mib, m.ram_total_mib)) } }
+                        tr {
+                            th { (ctx.t(Msg::HostDiskFree)) }
+                            td.value #disk-free { (fill(ctx.t(Msg::Gib), &[("n", &m.disk_free_gib.to_string())])) }
+                        }
+                    }
+                },
+                _ => p #no-figures { (ctx.t(Msg::NoFigures)) },
+            }
+        }
+    }
+}
+
+/// A series of the chart: a share in percent of one sample's figures, `None` where the sample
+/// has nothing to give (no GPU, no total).
+type Series = (&'static str, Msg, fn(&Metrics) -> Option<f64>);
+
+const SERIES: [Series; 4] = [
+    ("s-gpu", Msg::SeriesGpuUtil, |m| {
+        (!m.gpus.is_empty())
+            .then(|| m.gpus.iter().map(|g| f64::from(g.util_pct)).sum::<f64>() / m.gpus.len() as f64)
+    }),
+    ("s-vram", Msg::SeriesGpuMem, |m| {
+        let total: f64 = m.gpus.iter().map(|g| g.mem_total_mib as f64).sum();
+        (total > 0.0).then(|| m.gpus.iter().map(|g| g.mem_used_mib as f64).sum::<f64>() * 100.0 / total)
+    }),
+    ("s-cpu", Msg::SeriesCpu, |m| Some(f64::from(m.cpu_load_pct))),
+    ("s-ram", Msg::SeriesRam, |m| {
+        (m.ram_total_mib > 0).then(|| m.ram_used_mib as f64 * 100.0 / m.ram_total_mib as f64)
+    }),
+];
+
+/// The chart's drawing area, in its own units: the day across, 0 to 100 % up.
+const CHART_W: f64 = 1000.0;
+const CHART_H: f64 = 100.0;
+
+/// The polylines of one series: a line breaks where samples are more than two intervals apart
+/// (the server was offline) or where the series has no value.
+fn series_lines(
+    samples: &[MetricsSample],
+    now: u64,
+    value: fn(&Metrics) -> Option<f64>,
+) -> Vec<Vec<(f64, f64)>> {
+    let start = now.saturating_sub(SAMPLE_WINDOW_SECS);
+    let mut lines: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut prev: Option<u64> = None;
+    for s in samples {
+        let Some(v) = value(&s.metrics).filter(|v| v.is_finite()) else {
+            prev = None;
+            continue;
+        };
+        let x = (s.at.saturating_sub(start) as f64 / SAMPLE_WINDOW_SECS as f64 * CHART_W).clamp(0.0, CHART_W);
+        let y = CHART_H - v.clamp(0.0, 100.0) * CHART_H / 100.0;
+        match (prev, lines.last_mut()) {
+            (Some(p), Some(line)) if s.at.saturating_sub(p) <= 2 * SAMPLE_INTERVAL_SECS => line.push((x, y)),
+            _ => lines.push(vec![(x, y)]),
+        }
+        prev = Some(s.at);
+    }
+    lines
+}
+
+/// `x,y x,y …`; a line of one sample is drawn as a short dash, so that it shows.
+fn points(line: &[(f64, f64)]) -> String {
+    let one;
+    let line = if let [(x, y)] = line {
+        let x = x.clamp(2.0, CHART_W - 2.0);
+        one = [(x - 2.0, *y), (x + 2.0, *y)];
+        &one[..]
+    } else {
+        line
+    };
+    line.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The day's chart: server-rendered SVG (no script, no CDN, no inline style), as wide as the
+/// page; the legend and the times are HTML, so they keep their size on a phone.
+fn history_chart(ctx: &Ctx, samples: &[MetricsSample], now: u64) -> Markup {
+    html! {
+        section #history {
+            h2 { (ctx.t(Msg::HistoryTitle)) " " (seen_by(ctx, false)) }
+            @if samples.is_empty() {
+                p #no-history { (ctx.t(Msg::NoHistory)) }
+            } @else {
+                p.help { (ctx.t(Msg::HistoryHelp)) }
+                svg.chart viewBox={ "0 0 " (CHART_W) " " (CHART_H) } preserveAspectRatio="none"
+                    role="img" data-samples=(samples.len()) {
+                    title { (fill(ctx.t(Msg::ChartTitle), &[("n", &samples.len().to_string())])) }
+                    @for y in [0.0, 25.0, 50.0, 75.0, 100.0] {
+                        line.grid x1="0" x2=(CHART_W) y1=(y) y2=(y) vector-effect="non-scaling-stroke" {}
+                    }
+                    @for (class, _, value) in SERIES {
+                        @for line in series_lines(samples, now, value) {
+                            polyline.series.(class) points=(points(&line)) fill="none"
+                                vector-effect="non-scaling-stroke" {}
+                        }
+                    }
+                }
+                div.axis {
+                    span { (fill(ctx.t(Msg::TimeUtc), &[("at", &utc(now.saturating_sub(SAMPLE_WINDOW_SECS)))])) }
+                    span { (fill(ctx.t(Msg::TimeUtc), &[("at", &utc(now))])) }
+                }
+                ul.series-legend {
+                    @for (class, label, _) in SERIES {
+                        li { span.swatch.(class) {} " " (ctx.t(label)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A command's kind in words; an unknown one as it came.
+fn command_name(ctx: &Ctx, kind: &str) -> String {
+    match CommandKind::parse(kind) {
+        Some(CommandKind::Recheck) => ctx.t(Msg::CmdRecheck).to_owned(),
+        Some(CommandKind::Restart) => ctx.t(Msg::CmdRestart).to_owned(),
+        None => kind.to_owned(),
+    }
+}
+
+/// An event in words, and the message that goes with it, if any (a node's text, shown as such).
+fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
+    use NodeEventKind::*;
+    let detail = match e.detail.as_str() {
+        "" => None,
+        // The agent's one reason for removing a container, in the owner's language.
+        gpum_protocol::REMOVAL_REASON_UNKNOWN if e.kind == NodeEventKind::ContainerRemoved => {
+            Some(ctx.t(Msg::RemovalUnknown).to_owned())
+        }
+        d => Some(d.to_owned()),
+    };
+    let text = match e.kind {
+        Registered => ctx.t(Msg::EvRegistered).to_owned(),
+        Online => ctx.t(Msg::EvOnline).to_owned(),
+        Offline => ctx.t(Msg::EvOffline).to_owned(),
+        HardwareChanged => {
+            let parts: Vec<&str> = e
+                .subject
+                .split(',')
+                .filter_map(|p| match p {
+                    "gpus" => Some(ctx.t(Msg::PartGpus)),
+                    "cpu" => Some(ctx.t(Msg::PartCpu)),
+                    "ram" => Some(ctx.t(Msg::PartRam)),
+                    "disk" => Some(ctx.t(Msg::PartDisk)),
+                    "software" => Some(ctx.t(Msg::PartSoftware)),
+                    "hostname" => Some(ctx.t(Msg::PartHostname)),
+                    _ => None,
+                })
+                .collect();
+            fill(ctx.t(Msg::EvHardwareChanged), &[("parts", &parts.join(", "))])
+        }
+        CheckPassed => ctx.t(Msg::EvCheckPassed).to_owned(),
+        CheckFailed => match serde_json::from_value(serde_json::Value::String(e.subject.clone())) {
+            Ok(reason) => format!("{}: {}", ctx.t(Msg::EvCheckFailed), probe_failure(reason, ctx.lang)),
+            Err(_) => ctx.t(Msg::EvCheckFailed).to_owned(),
+        },
+        CommandSent => fill(ctx.t(Msg::EvCommandSent), &[("cmd", &command_name(ctx, &e.subject))]),
+        CommandOk => fill(ctx.t(Msg::EvCommandOk), &[("cmd", &command_name(ctx, &e.subject))]),
+        CommandFailed => fill(ctx.t(Msg::EvCommandFailed), &[("cmd", &command_name(ctx, &e.subject))]),
+        ContainerRemoved => fill(ctx.t(Msg::EvContainerRemoved), &[("name", &cut(&e.subject))]),
+        TokenReplaced => ctx.t(Msg::EvTokenReplaced).to_owned(),
+        Deleted => ctx.t(Msg::EvDeleted).to_owned(),
+    };
+    (text, detail)
+}
+
+/// What went wrong is red; nothing in the log is green, since a log of the past never says the
+/// server is healthy now (a machine with no GPU never looks healthy, whatever it once passed).
+fn event_class(k: NodeEventKind) -> &'static str {
+    use NodeEventKind::*;
+    match k {
+        Offline | CheckFailed | CommandFailed | Deleted => "bad",
+        Registered | Online | HardwareChanged | CheckPassed | CommandSent | CommandOk | ContainerRemoved
+        | TokenReplaced => "",
+    }
+}
+
+/// The event log, newest first, times in UTC.
+fn event_log(ctx: &Ctx, events: &[NodeEvent]) -> Markup {
+    html! {
+        section #events {
+            h2 { (ctx.t(Msg::EventsTitle)) " " (seen_by(ctx, false)) }
+            @if events.is_empty() {
+                p #no-events { (ctx.t(Msg::NoEvents)) }
+            } @else {
+                table #event-log {
+                    thead { tr { th.time { (ctx.t(Msg::ColTime)) } th { (ctx.t(Msg::ColEvent)) } } }
+                    tbody {
+                        @for e in events {
+                            @let (text, detail) = event_text(ctx, e);
+                            tr.event data-kind=(e.kind.as_str()) {
+                                td.time { (utc(e.at)) }
+                                td.what.(event_class(e.kind)) {
+                                    (text)
+                                    @if let Some(d) = detail { ": " span.detail { (d) } }
+                                }
                             }
                         }
                     }
@@ -803,7 +1100,7 @@ mod tests {
         let s = servers(&ctx, &[n.clone()], 6, None).into_string();
         assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
         n.price_per_gpu_hour = None;
-        assert!(server(&ctx, &n, 6, None).into_string().contains("пока не сдаётся"));
+        assert!(server(&ctx, &n, &History::default(), 6, None).into_string().contains("пока не сдаётся"));
     }
 
     /// Each verdict in words in both languages; a failed check's fix is copyable; a machine with
@@ -819,7 +1116,10 @@ mod tests {
         assert_eq!(n.rentable.state, RentableState::NoGpu);
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
-            for page in [servers(&ctx, std::slice::from_ref(&n), 6, None), server(&ctx, &n, 6, None)] {
+            for page in [
+                servers(&ctx, std::slice::from_ref(&n), 6, None),
+                server(&ctx, &n, &History::default(), 6, None),
+            ] {
                 let s = page.into_string();
                 assert!(!s.contains("class=\"ok") && !s.contains("class=\"online\""), "{s}");
                 assert!(s.contains("libnvidia-ml"), "{s}");
@@ -830,17 +1130,180 @@ mod tests {
         n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
         n.rentable = crate::rentable::verdict(&n, true);
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
-        let s = server(&ctx, &n, 6, None).into_string();
+        let s = server(&ctx, &n, &History::default(), 6, None).into_string();
         assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
         assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
         assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
         n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
         let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
         assert!(
-            server(&ru, &n, 6, None).into_string().contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
+            server(&ru, &n, &History::default(), 6, None)
+                .into_string()
+                .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
         n.rentable.state = RentableState::AwaitingOperator;
         assert!(servers(&ru, &[n], 6, None).into_string().contains("оператор платформы выберет образ"));
+    }
+
+    /// The figures per GPU and host, the day's chart (a line per series, broken at a gap) and the
+    /// event log, in both languages, with a node's text escaped and no inline style.
+    #[test]
+    fn figures_chart_and_event_log_in_both_languages() {
+        use NodeEventKind::*;
+        use gpum_protocol::{GpuMetrics, GpuPublic};
+        let m = |util| Metrics {
+            cpu_load_pct: 12.5,
+            ram_used_mib: 65_536,
+            ram_total_mib: 262_144,
+            disk_free_gib: 870,
+            gpus: vec![
+                GpuMetrics {
+                    index: 0,
+                    util_pct: util,
+                    mem_used_mib: 40_960,
+                    mem_total_mib: 81_920,
+                    temp_c: 61,
+                    power_w: 250.4,
+                },
+                GpuMetrics {
+                    index: 1,
+                    util_pct: 0,
+                    mem_used_mib: 512,
+                    mem_total_mib: 81_920,
+                    temp_c: 35,
+                    power_w: 60.5,
+                },
+            ],
+        };
+        let mut n = node("node-1");
+        n.inventory.public.gpus = vec![GpuPublic { model: "NVIDIA A100".into(), vram_mib: 81_920 }; 2];
+        n.last_metrics = Some(m(87));
+        let now = 100_000;
+        // Six samples 5 minutes apart, an hour's gap, then three more.
+        let mut samples: Vec<MetricsSample> =
+            (0..6).map(|i| MetricsSample { at: now - 7200 + i * 300, metrics: m(10 * i as u32) }).collect();
+        samples.extend((0..3).map(|i| MetricsSample { at: now - 600 + i * 300, metrics: m(50) }));
+        let ev = |at, kind, subject: &str, detail: &str| NodeEvent {
+            at,
+            kind,
+            subject: subject.into(),
+            detail: detail.into(),
+        };
+        let events = vec![
+            ev(now - 10, CommandFailed, "restart", "<b>no</b>"),
+            ev(now - 20, CommandSent, "restart", ""),
+            ev(now - 30, CheckFailed, "timeout", ""),
+            ev(now - 40, HardwareChanged, "gpus,software", ""),
+            ev(now - 50, ContainerRemoved, "<i>job</i>", gpum_protocol::REMOVAL_REASON_UNKNOWN),
+            ev(now - 3600, Online, "", ""),
+            ev(now - 7200, Offline, "", ""),
+            ev(1, Registered, "", ""),
+        ];
+        let h = History { samples, events };
+        let cases = [
+            (
+                Lang::En,
+                [
+                    "87%",
+                    "40 GiB of 80 GiB",
+                    "512 MiB of 80 GiB",
+                    "61 °C",
+                    "250 W",
+                    "60.5 W",
+                    "12.5%",
+                    "64 GiB of 256 GiB",
+                    "870 GiB",
+                    "0 · NVIDIA A100",
+                ],
+                [
+                    "command failed: restart the agent: <b>no</b>",
+                    "command sent: restart the agent",
+                    "the GPU check failed: the check did not finish in time",
+                    "the hardware changed: GPUs, software",
+                    "the agent removed container <i>job</i>: unknown to the platform",
+                    "came online",
+                    "went offline: no heartbeat after this",
+                    "the server registered",
+                ],
+            ),
+            (
+                Lang::Ru,
+                [
+                    "87 %",
+                    "40 ГиБ из 80 ГиБ",
+                    "512 МиБ из 80 ГиБ",
+                    "61 °C",
+                    "250 Вт",
+                    "60,5 Вт",
+                    "12,5 %",
+                    "64 ГиБ из 256 ГиБ",
+                    "870 ГиБ",
+                    "0 · NVIDIA A100",
+                ],
+                [
+                    "команда не выполнена: перезапуск агента: <b>no</b>",
+                    "отправлена команда: перезапуск агента",
+                    "проверка видеокарты не пройдена: проверка не уложилась в отведённое время",
+                    "изменилось оборудование: видеокарты, программы",
+                    "агент удалил контейнер <i>job</i>: платформа его не знает",
+                    "вышел на связь",
+                    "офлайн: после этого агент не выходил на связь",
+                    "сервер зарегистрирован",
+                ],
+            ),
+        ];
+        for (lang, figures, events) in cases {
+            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+            let page = server(&ctx, &n, &h, now, None).into_string();
+            // Text as a browser shows it: tags dropped, entities read.
+            let text = |from: &str, to: &str| {
+                let part = &page[page.find(from).unwrap()..page.find(to).unwrap()];
+                let mut out = String::new();
+                let mut in_tag = false;
+                for c in part.chars() {
+                    match c {
+                        '<' => in_tag = true,
+                        '>' => in_tag = false,
+                        c if !in_tag => out.push(c),
+                        _ => {}
+                    }
+                }
+                out.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("&quot;", "\"")
+            };
+            let shown = text("id=\"figures\"", "id=\"history\"");
+            for f in figures {
+                assert!(shown.contains(f), "{lang:?} {f:?} in {shown}");
+            }
+            let log = text("id=\"events\"", "</main>");
+            let mut at = 0;
+            for e in events {
+                let i = log[at..].find(e).unwrap_or_else(|| panic!("{lang:?}: {e:?} in order in {log}")) + at;
+                at = i + e.len();
+            }
+            assert!(!page.contains("<b>") && !page.contains("<i>"), "escaped");
+            // The inventory's memory in the language's units too, here and in the list.
+            let gpus = match lang {
+                Lang::Ru => "2 × NVIDIA A100 (80 ГиБ)",
+                Lang::En => "2 × NVIDIA A100 (80 GiB)",
+            };
+            assert!(page.contains(gpus), "{gpus}");
+            assert!(servers(&ctx, std::slice::from_ref(&n), now, None).into_string().contains(gpus));
+            if lang == Lang::Ru {
+                assert!(!page.contains("GiB") && !page.contains("MiB"), "{page}");
+            }
+            assert!(!page.contains("style="), "no inline style");
+            // Four series, each in two lines (the gap breaks them), nine samples.
+            assert_eq!(page.matches("<polyline").count(), 8, "{page}");
+            assert!(page.contains("data-samples=\"9\""));
+            assert_eq!(page.matches("</polyline>").count(), 8, "closed, so nothing nests in them");
+        }
+        // With nothing yet: said so, no chart.
+        let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+        let page = server(&ctx, &node("node-2"), &History::default(), now, None).into_string();
+        for id in ["no-figures", "no-history", "no-events"] {
+            assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
+        }
+        assert!(!page.contains("<svg"));
     }
 
     #[test]
@@ -859,7 +1322,7 @@ mod tests {
         n.inventory.public.disk_gib = u64::MAX;
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
-        assert!(server(&ctx, &n, u64::MAX, None).into_string().contains("2 × G"));
+        assert!(server(&ctx, &n, &History::default(), u64::MAX, None).into_string().contains("2 × G"));
         assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
     }
 
@@ -917,11 +1380,24 @@ mod tests {
         n.paused = true;
         n.inventory.private.gpu_uuids = vec![evil.into()];
         n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: evil.into(), vram_mib: 1 }];
+        // What a node sends also reaches the event log and the figures.
+        let history = History {
+            samples: vec![MetricsSample { at: 5, metrics: Metrics::default() }],
+            events: [
+                NodeEventKind::ContainerRemoved,
+                NodeEventKind::CommandFailed,
+                NodeEventKind::CheckFailed,
+            ]
+            .into_iter()
+            .map(|kind| NodeEvent { at: 5, kind, subject: evil.into(), detail: evil.into() })
+            .collect(),
+        };
+        n.last_metrics = Some(Metrics::default());
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
-                server(&ctx, &n, 6, Some(SettingsError::NameControl)),
+                server(&ctx, &n, &history, 6, Some(SettingsError::NameControl)),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
                 confirm_delete(&ctx, evil),
             ] {
