@@ -124,6 +124,11 @@ ALTER TABLE nodes ADD COLUMN price_per_gpu_hour INTEGER;
 ALTER TABLE nodes ADD COLUMN min_rental_minutes INTEGER NOT NULL DEFAULT 60;
 ALTER TABLE nodes ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 "#,
+    // A page that never misleads (issue 32): when the last probe report arrived, so that a
+    // recheck is judged by the report that followed it, not by the command's acknowledgement.
+    r#"
+ALTER TABLE nodes ADD COLUMN probe_at INTEGER;
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
@@ -206,6 +211,36 @@ pub fn join_code_use(conn: &Connection, code_hash: &str) -> Result<Option<(u64, 
         .prepare_cached("SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1")?
         .query_row(params![code_hash], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
         .optional()?)
+}
+
+/// An unused, unexpired join code, as the "add a machine" page lists it: by its hash (the code
+/// itself is not stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCode {
+    pub hash: String,
+    pub created_at: u64,
+    pub expires_at: u64,
+}
+
+/// The most open codes the page lists.
+pub const OPEN_CODES_SHOWN: usize = 50;
+
+/// The join codes not used yet and not expired at `now`, newest first (at most
+/// [`OPEN_CODES_SHOWN`]).
+pub fn open_join_codes(conn: &Connection, now: u64) -> Result<Vec<OpenCode>, ApiError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT code_hash, created_at, expires_at FROM join_codes
+             WHERE used_at IS NULL AND expires_at > ?1 ORDER BY created_at DESC, code_hash LIMIT ?2",
+        )?
+        .query_map(params![now as i64, OPEN_CODES_SHOWN as i64], |r| {
+            Ok(OpenCode {
+                hash: r.get(0)?,
+                created_at: r.get::<_, i64>(1)? as u64,
+                expires_at: r.get::<_, i64>(2)? as u64,
+            })
+        })?
+        .collect::<Result<_, _>>()?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -648,12 +683,14 @@ pub fn heartbeat_prepared(
 
     if let Some(p) = &req.probe {
         conn.prepare_cached(
-            "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3 WHERE id = ?4",
+            "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3, probe_at = ?4
+             WHERE id = ?5",
         )?
         .execute(params![
             enum_str(p.state),
             truncate(&p.output, PROBE_OUTPUT_MAX),
             p.reason.map(enum_str),
+            now as i64,
             node_id
         ])?;
     }
@@ -756,11 +793,17 @@ fn live_node(conn: &Connection, id: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Whether a node whose last heartbeat was at `last` is online at `now`: the one rule of the
+/// list, the dashboard and the refusal of commands.
+fn online(last: Option<u64>, now: u64) -> bool {
+    last.is_some_and(|t| now < t.saturating_add(OFFLINE_AFTER_SECS))
+}
+
 pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
-                name, price_per_gpu_hour, min_rental_minutes, paused
+                name, price_per_gpu_hour, min_rental_minutes, paused, probe_at
          FROM nodes WHERE deleted_at IS NULL ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
@@ -777,7 +820,8 @@ pub fn list_nodes(conn: &Connection, now: u64) -> Result<NodeList, ApiError> {
                 min_rental_minutes: r.get::<_, i64>(15)?.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
                 paused: r.get(16)?,
                 inventory,
-                online: last_heartbeat_at.is_some_and(|t| now < t + OFFLINE_AFTER_SECS),
+                online: online(last_heartbeat_at, now),
+                last_probe_at: r.get::<_, Option<i64>>(17)?.map(|v| v as u64),
                 last_heartbeat_at,
                 last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
                 last_metrics: r
@@ -822,7 +866,7 @@ fn removals(conn: &Connection, node_id: &str) -> Result<Vec<RemovedContainer>, A
 fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus>, ApiError> {
     let mut v: Vec<CommandStatus> = conn
         .prepare_cached(
-            "SELECT id, kind, queued_at, delivered_at, result_ok, result_message FROM commands
+            "SELECT id, kind, queued_at, delivered_at, result_ok, result_message, completed_at FROM commands
              WHERE node_id = ?1 ORDER BY seq DESC LIMIT ?2",
         )?
         .query_map(params![node_id, HISTORY], |r| {
@@ -839,6 +883,7 @@ fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus
                 kind: r.get(1)?,
                 queued_at: r.get::<_, i64>(2)? as u64,
                 delivered_at: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                completed_at: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
             })
         })?
         .collect::<Result<_, _>>()?;
@@ -993,6 +1038,17 @@ pub fn queue_command(conn: &Connection, now: u64, id: &str, kind: &str) -> Resul
         ));
     };
     live_node(conn, id)?;
+    // A command reaches the agent only at its heartbeat: an offline server is refused one, by
+    // every door (the dashboard, the admin API, the CLI), and nothing is queued.
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT last_heartbeat_at FROM nodes WHERE id = ?1")?
+        .query_row(params![id], |r| r.get(0))?;
+    if !online(last.map(|v| v as u64), now) {
+        return Err(ApiError::new(
+            ErrorCode::NodeOffline,
+            "the server is offline: a command reaches it only at its heartbeat; nothing was queued",
+        ));
+    }
     let cmd_id = new_id("cmd-");
     let seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM commands", [], |r| r.get(0))?;
     conn.prepare_cached(
@@ -1273,6 +1329,9 @@ mod tests {
     fn join_code_lifecycle() {
         let (_d, c) = db();
         let code = create_join_code(&c, 1000, 60).unwrap().code;
+        let open = open_join_codes(&c, 1000).unwrap();
+        assert_eq!(open, vec![OpenCode { hash: hash_secret(&code), created_at: 1000, expires_at: 1060 }]);
+        assert!(open_join_codes(&c, 1060).unwrap().is_empty(), "expired: not open");
         let err = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
         assert_eq!(err(reg(&c, 1000, "GPUM-123", "g")), ErrorCode::JoinCodeMalformed);
         assert_eq!(err(reg(&c, 1000, &JoinCode::generate().to_string(), "g")), ErrorCode::JoinCodeUnknown);
@@ -1281,6 +1340,12 @@ mod tests {
         assert_eq!(r.node_token.len(), 64);
         assert_eq!(err(reg(&c, 1059, &code, "g")), ErrorCode::JoinCodeUsed);
         let code2 = create_join_code(&c, 1000, 60).unwrap().code;
+        let open = open_join_codes(&c, 1059).unwrap();
+        assert_eq!(
+            open.iter().map(|o| o.hash.clone()).collect::<Vec<_>>(),
+            [hash_secret(&code2)],
+            "used: not open"
+        );
         assert_eq!(err(reg(&c, 1001, &code2, "g")), ErrorCode::GpuAlreadyRegistered);
         // The refusal did not consume the code: after deleting the old node it works.
         delete_node(&c, 1002, &r.node_id).unwrap();
@@ -1331,7 +1396,13 @@ mod tests {
         assert_eq!(n.verification, VerificationState::Verified);
         assert_eq!(n.last_probe_output.as_ref().unwrap().len(), PROBE_OUTPUT_MAX);
         assert_eq!(n.commands[0].result.as_ref().unwrap().message, "done");
+        // When the result and the probe report arrived: what the page judges a command by.
+        assert_eq!((n.commands[0].delivered_at, n.commands[0].completed_at), (Some(3), Some(5)));
+        assert_eq!(n.last_probe_at, Some(5), "each beat carrying a report");
         assert!(!list_nodes(&c, 5 + OFFLINE_AFTER_SECS).unwrap().nodes[0].online);
+        let late = queue_command(&c, 5 + OFFLINE_AFTER_SECS, &r.node_id, "restart").unwrap_err();
+        assert_eq!((late.code, late.code.http_status()), (ErrorCode::NodeOffline, 409));
+        assert_eq!(list_nodes(&c, 5).unwrap().nodes[0].commands.len(), 1, "nothing queued");
 
         let new = rotate_token(&c, 6, &r.node_id).unwrap();
         assert_eq!(heartbeat(&c, 7, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::TokenReplaced);
@@ -1419,6 +1490,11 @@ mod tests {
         let (_d, c) = db();
         let r = reg(&c, 0, &create_join_code(&c, 0, 60).unwrap().code, "g").unwrap();
         let n = 2 * limits::MAX_COMMANDS_PER_RESPONSE + 3;
+        // Never seen: offline, and refused a command (nothing queued); a handshake brings it
+        // online without taking any.
+        assert_eq!(queue_command(&c, 1, &r.node_id, "recheck").unwrap_err().code, ErrorCode::NodeOffline);
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM commands"), 0);
+        heartbeat(&c, 1, &r.node_token, &HeartbeatRequest::default(), 10).unwrap();
         let queued: Vec<String> =
             (0..n).map(|_| queue_command(&c, 1, &r.node_id, "recheck").unwrap().id).collect();
         let mut got = Vec::new();

@@ -361,6 +361,24 @@ async fn commands_probe_state_containers_and_offline() {
 
     p.set_probe_image("gpum-test/probe:1");
     p.set_known_containers(&r.node_id, &["aaa", "bbb"]);
+    // Never seen: offline. A command would wait for a heartbeat that may never come, so the
+    // admin API and the CLI refuse it (409 `node_offline`, as the dashboard does) and queue
+    // nothing.
+    let commands = format!("{}{PATH_ADMIN_NODES}/{}/commands", p.url(), r.node_id);
+    let a = api
+        .send(
+            api.c.post(&commands).bearer_auth(p.admin_token()).json(&serde_json::json!({"kind": "recheck"})),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (StatusCode::CONFLICT, ErrorCode::NodeOffline));
+    let out = p.cli(["--json", "nodes", "command", &r.node_id, "restart"]);
+    assert_eq!(out.status.code(), Some(1));
+    let b: ErrorBody = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(b.error.code, ErrorCode::NodeOffline);
+    assert!(p.node(&r.node_id).unwrap().commands.is_empty(), "nothing queued");
+    // A handshake (seq 0) brings it online and takes no command.
+    let hb: HeartbeatResponse = api.heartbeat(&r.node_token, &beat(0)).await.ok();
+    assert!(hb.commands.is_empty());
     let cmd = p.command(&r.node_id, "recheck");
     let mut req = beat(1);
     req.managed_containers = vec!["aaa".into(), "zzz".into()];

@@ -8,11 +8,11 @@
 //! replaces a button under the owner's pointer.
 
 use gpum_common::Lang;
-use gpum_protocol::{NodeSummary, RentableState, VerificationState};
+use gpum_protocol::{CommandKind, CommandStatus, NodeSummary, RentableState, VerificationState};
 use maud::{DOCTYPE, Markup, html};
 
 use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
-use crate::store::SettingsError;
+use crate::store::{OpenCode, SettingsError};
 
 /// What every page needs: the language, the path (for the language switch) and, when signed
 /// in, the session's CSRF token (for every form).
@@ -54,6 +54,27 @@ pub fn utc(ts: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+/// Unix seconds as the time of day `HH:MM:SS` (UTC).
+pub fn hms(ts: u64) -> String {
+    let secs = ts % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// The line above a live region: when it was last updated, or that the connection or the
+/// session is lost. `dashboard.js` rewrites it after each refresh from the texts in its `data-`
+/// attributes (rendered here, in the page's language), with the time the fresh region carries
+/// in `data-at`.
+fn live_status(ctx: &Ctx, now: u64) -> Markup {
+    html! {
+        p #live-status.live-status data-state="updated"
+            data-updated=(ctx.t(Msg::LiveUpdated)) data-lost=(ctx.t(Msg::LiveLost))
+            data-signed-out=(ctx.t(Msg::LiveSignedOut)) data-sign-in=(ctx.t(Msg::SignInAgain))
+            data-login="/dashboard/login" role="status" {
+            (fill(ctx.t(Msg::LiveUpdated), &[("time", &hms(now))]))
+        }
+    }
 }
 
 fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
@@ -104,12 +125,17 @@ pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
     })
 }
 
-fn gib(mib: u64) -> String {
-    if mib >= 1024 { format!("{:.0} GiB", mib as f64 / 1024.0) } else { format!("{mib} MiB") }
+/// Memory in the page's language: `80 GiB`, `80 ГиБ` (as the owner's guide writes units).
+fn gib(ctx: &Ctx, mib: u64) -> String {
+    if mib >= 1024 {
+        fill(ctx.t(Msg::Gib), &[("n", &format!("{:.0}", mib as f64 / 1024.0))])
+    } else {
+        fill(ctx.t(Msg::Mib), &[("n", &mib.to_string())])
+    }
 }
 
 /// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`.
-fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
+fn gpu_summary(ctx: &Ctx, n: &NodeSummary, max: Option<usize>) -> Vec<String> {
     let mut groups: Vec<(&str, u64, usize)> = Vec::new();
     for g in &n.inventory.public.gpus {
         match groups.iter_mut().find(|(m, v, _)| *m == g.model && *v == g.vram_mib) {
@@ -121,7 +147,7 @@ fn gpu_summary(n: &NodeSummary, max: Option<usize>) -> Vec<String> {
         .into_iter()
         .map(|(m, v, c)| {
             let m = if max.is_some() { cut(m) } else { m.to_owned() };
-            format!("{c} × {m} ({})", gib(v))
+            format!("{c} × {m} ({})", gib(ctx, v))
         })
         .collect()
 }
@@ -328,6 +354,7 @@ pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>
                 p { (seen_by(ctx, true)) " " (ctx.t(Msg::LegendTenants)) }
                 p { (seen_by(ctx, false)) " " (ctx.t(Msg::LegendOwner)) }
             }
+            (live_status(ctx, now))
             (servers_table(ctx, nodes, now))
             p { a.button #add-machine href="/dashboard/add" { (ctx.t(Msg::NavAdd)) } }
         },
@@ -336,11 +363,11 @@ pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>
 
 fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
     html! {
-        div #servers data-live="/dashboard" {
+        div #servers data-live="/dashboard" data-at=(hms(now)) {
             @if nodes.is_empty() {
                 p #no-servers { (ctx.t(Msg::NoServers)) }
             } @else {
-                table {
+                table.cards {
                     thead { tr {
                         th { (ctx.t(Msg::ColServer)) br; (seen_by(ctx, false)) }
                         th { (ctx.t(Msg::ColRentable)) br; (seen_by(ctx, false)) }
@@ -354,23 +381,26 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                     tbody {
                         @for n in nodes {
                             tr.server data-node=(n.id) {
-                                td {
+                                td data-label=(ctx.t(Msg::ColServer)) {
                                     a.node-link href={ "/dashboard/servers/" (n.id) } { span.name { (cut(&n.name)) } }
                                     br;
                                     span.node-id { (n.id) }
                                 }
-                                td.rentable { (rentable_verdict(ctx, n)) }
-                                td.state.(state_class(n)) {
+                                td.rentable data-label=(ctx.t(Msg::ColRentable)) { (rentable_verdict(ctx, n)) }
+                                td.state.(state_class(n)) data-label=(ctx.t(Msg::ColState)) {
                                     (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
                                     @if n.paused { br; span.paused { (ctx.t(Msg::PausedByYou)) } }
                                 }
-                                td.verification.(verification_class(n)) { (verification_label(ctx, n)) }
-                                td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
+                                td.verification.(verification_class(n)) data-label=(ctx.t(Msg::ColVerification)) {
+                                    (verification_label(ctx, n))
+                                }
+                                td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" })
+                                    data-label=(ctx.t(Msg::ColPrice)) {
                                     (price_label(ctx, n))
                                 }
-                                td.gpus { @for g in gpu_summary(n, Some(CELL_MAX_CHARS)) { (g) br; } }
-                                td.agent { (cut(&n.agent_version)) }
-                                td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
+                                td.gpus data-label=(ctx.t(Msg::ColGpus)) { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.agent data-label=(ctx.t(Msg::ColAgent)) { (cut(&n.agent_version)) }
+                                td.seen data-label=(ctx.t(Msg::ColLastSeen)) { (ago(ctx, n.last_heartbeat_at, now)) }
                             }
                         }
                     }
@@ -380,7 +410,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
     }
 }
 
-pub fn add(ctx: &Ctx, dist: &Dist) -> Markup {
+pub fn add(ctx: &Ctx, dist: &Dist, open: &[OpenCode], now: u64) -> Markup {
     layout(
         ctx,
         ctx.t(Msg::AddTitle),
@@ -397,8 +427,42 @@ pub fn add(ctx: &Ctx, dist: &Dist) -> Markup {
                 }
                 button #create type="submit" { (ctx.t(Msg::CreateCode)) }
             }
+            h2 { (ctx.t(Msg::OpenCodes)) }
+            (live_status(ctx, now))
+            (open_codes(ctx, open, now))
         },
     )
+}
+
+/// The unused, unexpired join codes, each with its expiry and a link to its live status; a
+/// code used meanwhile leaves the list at the next refresh. The codes themselves are not
+/// stored (only their hashes), so none is shown here.
+fn open_codes(ctx: &Ctx, open: &[OpenCode], now: u64) -> Markup {
+    html! {
+        div #open-codes data-live="/dashboard/add" data-at=(hms(now)) {
+            @if open.is_empty() {
+                p #no-open-codes { (ctx.t(Msg::NoOpenCodes)) }
+            } @else {
+                table.cards {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColCreated)) } th { (ctx.t(Msg::ColExpires)) } th { (ctx.t(Msg::ColStatus)) }
+                    } }
+                    tbody {
+                        @for c in open {
+                            tr.open-code data-code=(c.hash) {
+                                td data-label=(ctx.t(Msg::ColCreated)) { (utc(c.created_at)) }
+                                td data-label=(ctx.t(Msg::ColExpires)) { (utc(c.expires_at)) }
+                                td.wait data-label=(ctx.t(Msg::ColStatus)) {
+                                    (ctx.t(Msg::CodeWaiting)) " · "
+                                    a href={ "/dashboard/join/" (c.hash) } { (ctx.t(Msg::OpenCodePage)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The install command for `public_url` and `code`, in its three variants: the install, the
@@ -447,38 +511,50 @@ fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
     }
 }
 
-pub fn code_created(
-    ctx: &Ctx,
-    public_url: &str,
-    code: &str,
-    expires_at: u64,
-    code_hash: &str,
-    status: Markup,
-    dist: &Dist,
-) -> Markup {
-    let [install, dry, noexec] = commands(public_url, code);
-    layout(
-        ctx,
-        ctx.t(Msg::AddTitle),
-        html! {
-            h2 { (ctx.t(Msg::CodeCreated)) }
-            p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
-            h2 { (ctx.t(Msg::InstallCommand)) }
-            @if let Some(m) = no_install_command(ctx, dist) {
-                (m)
-            } @else {
-                p { (ctx.t(Msg::InstallHelp)) }
-                (copyable(ctx, "cmd-install", &install))
-                h3 { (ctx.t(Msg::DryRunCommand)) }
-                p { (ctx.t(Msg::DryRunHelp)) }
-                (copyable(ctx, "cmd-dry-run", &dry))
-                h3 { (ctx.t(Msg::NoexecCommand)) }
-                p { (ctx.t(Msg::NoexecHelp)) }
-                (copyable(ctx, "cmd-noexec", &noexec))
+/// What the join page shows under the live status: the fresh code and its install command
+/// (once, right after it was created), or why not.
+pub enum Shown<'a> {
+    /// The code, fresh from the POST that created it (the one-time flash).
+    Code { code: &'a str, expires_at: u64, public_url: &'a str, dist: &'a Dist },
+    /// Not used yet, but shown already: it is not stored, so it cannot be shown again.
+    Once,
+    /// Used or expired: its command is of no more use.
+    Closed,
+}
+
+fn shown_code(ctx: &Ctx, shown: Shown<'_>) -> Markup {
+    match shown {
+        Shown::Code { code, expires_at, public_url, dist } => {
+            let [install, dry, noexec] = commands(public_url, code);
+            html! {
+                // Removed by `dashboard.js` as soon as the code is used or expires.
+                div #code-once data-open-only {
+                    h2 { (ctx.t(Msg::CodeCreated)) }
+                    p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
+                    p.help { (ctx.t(Msg::CodeShownOnce)) }
+                    h2 { (ctx.t(Msg::InstallCommand)) }
+                    @if let Some(m) = no_install_command(ctx, dist) {
+                        (m)
+                    } @else {
+                        p { (ctx.t(Msg::InstallHelp)) }
+                        (copyable(ctx, "cmd-install", &install))
+                        h3 { (ctx.t(Msg::DryRunCommand)) }
+                        p { (ctx.t(Msg::DryRunHelp)) }
+                        (copyable(ctx, "cmd-dry-run", &dry))
+                        h3 { (ctx.t(Msg::NoexecCommand)) }
+                        p { (ctx.t(Msg::NoexecHelp)) }
+                        (copyable(ctx, "cmd-noexec", &noexec))
+                    }
+                }
             }
-            (join_region(code_hash, status))
+        }
+        Shown::Once => html! {
+            p #code-shown-once data-open-only {
+                (ctx.t(Msg::CodeShownOnce)) " " a href="/dashboard/add" { (ctx.t(Msg::NewCode)) }
+            }
         },
-    )
+        Shown::Closed => html! { p #code-closed.help { (ctx.t(Msg::CodeUsedNoCommand)) } },
+    }
 }
 
 /// Where the join code stands, as the waiting page shows it.
@@ -517,12 +593,38 @@ pub fn join_status(ctx: &Ctx, state: JoinState<'_>) -> Markup {
     }
 }
 
-pub fn join_region(code_hash: &str, status: Markup) -> Markup {
-    html! { div #join data-live={ "/dashboard/join/" (code_hash) } { (status) } }
+/// The live region of the join page; `open` (unused and unexpired) goes to `data-open`, by
+/// which `dashboard.js` removes the install command once the code is used.
+pub fn join_region(code_hash: &str, status: Markup, open: bool, now: u64) -> Markup {
+    html! {
+        div #join data-live={ "/dashboard/join/" (code_hash) } data-at=(hms(now))
+            data-open=(if open { "true" } else { "false" }) { (status) }
+    }
 }
 
-pub fn join_page(ctx: &Ctx, code_hash: &str, status: Markup) -> Markup {
-    layout(ctx, ctx.t(Msg::AddTitle), join_region(code_hash, status))
+/// The join page: the live status of the install at the top, then the code and its command
+/// (only right after it was created), or why they are not shown.
+pub fn join_page(
+    ctx: &Ctx,
+    code_hash: &str,
+    status: Markup,
+    open: bool,
+    shown: Shown<'_>,
+    now: u64,
+) -> Markup {
+    let shown = match shown {
+        Shown::Code { .. } | Shown::Once if !open => Shown::Closed,
+        s => s,
+    };
+    layout(
+        ctx,
+        ctx.t(Msg::AddTitle),
+        html! {
+            (live_status(ctx, now))
+            (join_region(code_hash, status, open, now))
+            (shown_code(ctx, shown))
+        },
+    )
 }
 
 fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
@@ -540,6 +642,7 @@ pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>
         ctx,
         &title,
         html! {
+            (live_status(ctx, now))
             (server_live(ctx, n, now))
             h2 { (ctx.t(Msg::SettingsTitle)) }
             @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
@@ -571,19 +674,18 @@ pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>
             }
             div.actions {
                 // A command reaches the agent only at its heartbeat: on an offline server the
-                // buttons are disabled, with why (and the POST is refused, `web::command`).
-                @if !n.online {
-                    p.help #commands-offline { (ctx.t(Msg::CommandsOffline)) }
-                }
+                // buttons are disabled, with why (and the POST is refused, `web::command`); the
+                // live refresh keeps them so (`dashboard.js`, from the region's `data-online`).
+                p.help #commands-offline hidden[n.online] { (ctx.t(Msg::CommandsOffline)) }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="recheck";
-                    button #recheck type="submit" disabled[!n.online] { (ctx.t(Msg::Recheck)) }
+                    button #recheck type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Recheck)) }
                 }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="restart";
-                    button #restart type="submit" disabled[!n.online] { (ctx.t(Msg::Restart)) }
+                    button #restart type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Restart)) }
                 }
                 a.button #rotate href={ (base) "/rotate-token" } { (ctx.t(Msg::RotateToken)) }
                 a.button.danger #delete href={ (base) "/delete" } { (ctx.t(Msg::Delete)) }
@@ -599,12 +701,13 @@ fn opt(v: &Option<String>) -> &str {
 fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
-    let gpus = gpu_summary(n, None).join(", ");
+    let gpus = gpu_summary(ctx, n, None).join(", ");
     // Saturating: the platform refuses out-of-range numbers (`Inventory::check_ranges`), but a
     // database written before it did may still hold two GPUs of `u64::MAX` MiB.
     let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
     html! {
-        div #server data-live={ "/dashboard/servers/" (n.id) } {
+        div #server data-live={ "/dashboard/servers/" (n.id) } data-at=(hms(now))
+            data-online=(if n.online { "true" } else { "false" }) {
             table.facts {
                 tr {
                     th { (ctx.t(Msg::ColRentable)) }
@@ -648,10 +751,10 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
             table.facts #inventory {
                 (row(ctx, Msg::GpuModel, true, &gpus))
                 (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
-                (row(ctx, Msg::GpuMemory, true, &gib(vram)))
+                (row(ctx, Msg::GpuMemory, true, &gib(ctx, vram)))
                 (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
-                (row(ctx, Msg::Ram, true, &gib(inv.public.ram_mib)))
-                (row(ctx, Msg::Disk, true, &format!("{} GiB", inv.public.disk_gib)))
+                (row(ctx, Msg::Ram, true, &gib(ctx, inv.public.ram_mib)))
+                (row(ctx, Msg::Disk, true, &fill(ctx.t(Msg::Gib), &[("n", &inv.public.disk_gib.to_string())])))
                 tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
                 tr {
                     th { (ctx.t(Msg::GpuUuids)) }
@@ -676,24 +779,101 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
             @if n.commands.is_empty() {
                 p #no-commands { (ctx.t(Msg::NoCommands)) }
             } @else {
-                table #commands {
-                    @for c in n.commands.iter().rev() {
-                        tr.command data-kind=(c.kind) {
-                            td { (utc(c.queued_at)) }
-                            td { (c.kind) }
-                            @match (&c.result, c.delivered_at) {
-                                (Some(r), _) => td.result.(if r.ok { "ok" } else { "bad" }) data-result=(if r.ok { "ok" } else { "failed" }) {
-                                    (ctx.t(if r.ok { Msg::CommandOk } else { Msg::CommandFailed }))
-                                    @if !r.message.is_empty() { ": " (r.message) }
-                                },
-                                (None, Some(_)) => td.result.wait data-result="delivered" { (ctx.t(Msg::CommandDelivered)) },
-                                (None, None) => td.result.wait data-result="queued" { (ctx.t(Msg::CommandQueued)) },
+                table.cards #commands {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColWhen)) } th { (ctx.t(Msg::ColCommand)) } th { (ctx.t(Msg::ColResult)) }
+                    } }
+                    tbody {
+                        @for c in n.commands.iter().rev() {
+                            @let (class, result, text) = command_outcome(ctx, n, c);
+                            tr.command data-kind=(c.kind) {
+                                td data-label=(ctx.t(Msg::ColWhen)) { (utc(c.queued_at)) }
+                                td data-label=(ctx.t(Msg::ColCommand)) { (command_name(ctx, &c.kind)) }
+                                td.result.(class) data-label=(ctx.t(Msg::ColResult)) data-result=(result) { (text) }
                             }
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// A command's kind in the page's language; an unknown one (queued by an older platform) as
+/// it was stored.
+fn command_name(ctx: &Ctx, kind: &str) -> String {
+    match CommandKind::parse(kind) {
+        Some(CommandKind::Recheck) => ctx.t(Msg::CmdRecheck).to_owned(),
+        Some(CommandKind::Restart) => ctx.t(Msg::CmdRestart).to_owned(),
+        None => kind.to_owned(),
+    }
+}
+
+/// What became of a command, judged by what followed it, never by the acknowledgement alone:
+/// the class (`ok` green, `wait`, `bad`), the `data-result` and the words.
+///
+/// - Not delivered: waiting for the agent, or, offline, not delivered.
+/// - A restart: "restarting" from its delivery until a heartbeat later than the agent's
+///   acknowledgement (the agent acknowledges, then exits; systemd starts it again), then "back
+///   online"; offline meanwhile: it did not come back.
+/// - A recheck: green only when a probe report arrived after the acknowledgement and the check
+///   passed; "no check ran" when the operator has chosen no check image; else running, or
+///   offline with no result.
+fn command_outcome(ctx: &Ctx, n: &NodeSummary, c: &CommandStatus) -> (&'static str, &'static str, String) {
+    let w = |m: Msg| ctx.t(m).to_owned();
+    let kind = CommandKind::parse(&c.kind);
+    let Some(r) = &c.result else {
+        return match (c.delivered_at, n.online, kind) {
+            (None, true, _) => ("wait", "queued", w(Msg::CommandQueued)),
+            (None, false, _) => ("bad", "undelivered", w(Msg::CommandUndelivered)),
+            (Some(_), false, _) => ("bad", "lost", w(Msg::CommandLost)),
+            (Some(_), true, Some(CommandKind::Restart)) => ("wait", "restarting", w(Msg::Restarting)),
+            (Some(_), true, Some(CommandKind::Recheck)) => ("wait", "delivered", w(Msg::RecheckDelivered)),
+            (Some(_), true, None) => ("wait", "delivered", w(Msg::CommandDelivered)),
+        };
+    };
+    if !r.ok {
+        let mut t = w(Msg::CommandFailed);
+        if !r.message.is_empty() {
+            t.push_str(": ");
+            t.push_str(&r.message);
+        }
+        return ("bad", "failed", t);
+    }
+    let done = c.completed_at.unwrap_or(0);
+    match kind {
+        Some(CommandKind::Restart) => {
+            if n.online && n.last_heartbeat_at.is_some_and(|h| h > done) {
+                ("ok", "back-online", w(Msg::BackOnline))
+            } else if n.online {
+                ("wait", "restarting", w(Msg::Restarting))
+            } else {
+                ("bad", "not-back", w(Msg::NotBack))
+            }
+        }
+        Some(CommandKind::Recheck) => {
+            if n.last_probe_at.is_some_and(|p| p >= done) {
+                match verification_class(n) {
+                    "ok" => ("ok", "passed", w(Msg::RecheckPassed)),
+                    "bad" => {
+                        let mut t = w(Msg::RecheckFailed);
+                        if let Some(f) = n.last_probe_reason {
+                            t.push_str(": ");
+                            t.push_str(probe_failure(f, ctx.lang));
+                        }
+                        ("bad", "check-failed", t)
+                    }
+                    _ => ("wait", "checking", w(Msg::RecheckRunning)),
+                }
+            } else if n.rentable.state == RentableState::AwaitingOperator {
+                ("wait", "no-check", w(Msg::RecheckNoImage))
+            } else if n.online {
+                ("wait", "checking", w(Msg::RecheckRunning))
+            } else {
+                ("bad", "no-result", w(Msg::RecheckNoResult))
+            }
+        }
+        None => ("ok", "ok", w(Msg::CommandOk)),
     }
 }
 
@@ -857,6 +1037,7 @@ mod tests {
             verification: VerificationState::AwaitingCheck,
             last_probe_output: None,
             last_probe_reason: None,
+            last_probe_at: None,
             last_heartbeat_at: Some(5),
             registered_at: 1,
             agent_version: "1".into(),
@@ -894,6 +1075,7 @@ mod tests {
                     ok: false,
                     message: evil.into(),
                 }),
+                completed_at: Some(3),
             }],
             ..node("node-1")
         };
@@ -907,7 +1089,7 @@ mod tests {
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
                 server(&ctx, &n, 6, Some(SettingsError::NameControl)),
-                join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
+                join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
                 confirm_delete(&ctx, evil),
             ] {
                 let s = page.into_string();
