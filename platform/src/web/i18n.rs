@@ -93,7 +93,7 @@ gpum_common::texts! {
         CodeExpires => ("действует до {at} (UTC)", "valid until {at} (UTC)"),
         InstallCommand => ("Команда установки", "Install command"),
         InstallHelp => (
-            "Запустите на машине. Нужны права root: установщик запускается через sudo.",
+            "Запустите на машине. Нужны права суперпользователя (root): установщик запускается через sudo.",
             "Run it on the machine. It needs root: the installer runs through sudo.",
         ),
         DryRunCommand => ("Только проверка (--dry-run)", "Check only (--dry-run)"),

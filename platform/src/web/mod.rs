@@ -371,6 +371,12 @@ async fn servers(State(web): St, r: Req, q: LenientQuery<ServersQuery>) -> Respo
     }
 }
 
+/// Whether the platform's operator has chosen a check image (without one, a recheck runs no
+/// check, whatever the agent acknowledges).
+async fn check_image(web: &Web) -> bool {
+    web.app.db.call(store::probe_image).await.is_ok_and(|i| i.is_some())
+}
+
 async fn one_node(web: &Web, id: &str) -> Result<(NodeSummary, u64), ApiError> {
     let (list, now) = nodes(web).await?;
     list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
@@ -381,7 +387,7 @@ async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
         return resp;
     }
     match one_node(&web, &id).await {
-        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now, None)),
+        Ok((n, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, now, None, check_image(&web).await)),
         Err(e) => api_error(&r, e),
     }
 }
@@ -444,7 +450,10 @@ async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) 
         Ok(u) => u,
         Err(e) => {
             return match one_node(&web, &id).await {
-                Ok((n, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, now, Some(e))),
+                Ok((n, now)) => page(
+                    StatusCode::BAD_REQUEST,
+                    pages::server(&r.ctx, &n, now, Some(e), check_image(&web).await),
+                ),
                 Err(e) => api_error(&r, e),
             };
         }

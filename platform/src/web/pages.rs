@@ -631,8 +631,16 @@ fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
     html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
 }
 
-/// The server's page; `error` is why the settings form was refused, shown above it.
-pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>) -> Markup {
+/// The server's page; `error` is why the settings form was refused, shown above it;
+/// `check_image` whether the platform's operator has chosen a check image (without one, no
+/// recheck runs a check).
+pub fn server(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    now: u64,
+    error: Option<SettingsError>,
+    check_image: bool,
+) -> Markup {
     let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
     let base = format!("/dashboard/servers/{}", n.id);
     // The host name is the default: the field stays empty (with it as the hint) until the owner
@@ -643,7 +651,7 @@ pub fn server(ctx: &Ctx, n: &NodeSummary, now: u64, error: Option<SettingsError>
         &title,
         html! {
             (live_status(ctx, now))
-            (server_live(ctx, n, now))
+            (server_live(ctx, n, now, check_image))
             h2 { (ctx.t(Msg::SettingsTitle)) }
             @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
             form #settings method="post" action={ (base) "/settings" } {
@@ -698,7 +706,7 @@ fn opt(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("—")
 }
 
-fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
+fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64, check_image: bool) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
     let gpus = gpu_summary(ctx, n, None).join(", ");
@@ -785,7 +793,7 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, now: u64) -> Markup {
                     } }
                     tbody {
                         @for c in n.commands.iter().rev() {
-                            @let (class, result, text) = command_outcome(ctx, n, c);
+                            @let (class, result, text) = command_outcome(ctx, n, c, check_image);
                             tr.command data-kind=(c.kind) {
                                 td data-label=(ctx.t(Msg::ColWhen)) { (utc(c.queued_at)) }
                                 td data-label=(ctx.t(Msg::ColCommand)) { (command_name(ctx, &c.kind)) }
@@ -819,7 +827,12 @@ fn command_name(ctx: &Ctx, kind: &str) -> String {
 /// - A recheck: green only when a probe report arrived after the acknowledgement and the check
 ///   passed; "no check ran" when the operator has chosen no check image; else running, or
 ///   offline with no result.
-fn command_outcome(ctx: &Ctx, n: &NodeSummary, c: &CommandStatus) -> (&'static str, &'static str, String) {
+fn command_outcome(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    c: &CommandStatus,
+    check_image: bool,
+) -> (&'static str, &'static str, String) {
     let w = |m: Msg| ctx.t(m).to_owned();
     let kind = CommandKind::parse(&c.kind);
     let Some(r) = &c.result else {
@@ -855,6 +868,9 @@ fn command_outcome(ctx: &Ctx, n: &NodeSummary, c: &CommandStatus) -> (&'static s
             if n.last_probe_at.is_some_and(|p| p >= done) {
                 match verification_class(n) {
                     "ok" => ("ok", "passed", w(Msg::RecheckPassed)),
+                    "bad" if n.verification == VerificationState::Verified => {
+                        ("bad", "no-gpu", w(Msg::RentNoGpu))
+                    }
                     "bad" => {
                         let mut t = w(Msg::RecheckFailed);
                         if let Some(f) = n.last_probe_reason {
@@ -865,7 +881,7 @@ fn command_outcome(ctx: &Ctx, n: &NodeSummary, c: &CommandStatus) -> (&'static s
                     }
                     _ => ("wait", "checking", w(Msg::RecheckRunning)),
                 }
-            } else if n.rentable.state == RentableState::AwaitingOperator {
+            } else if !check_image {
                 ("wait", "no-check", w(Msg::RecheckNoImage))
             } else if n.online {
                 ("wait", "checking", w(Msg::RecheckRunning))
@@ -970,7 +986,7 @@ mod tests {
         let s = servers(&ctx, &[n.clone()], 6, None).into_string();
         assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
         n.price_per_gpu_hour = None;
-        assert!(server(&ctx, &n, 6, None).into_string().contains("пока не сдаётся"));
+        assert!(server(&ctx, &n, 6, None, true).into_string().contains("пока не сдаётся"));
     }
 
     /// Each verdict in words in both languages; a failed check's fix is copyable; a machine with
@@ -986,7 +1002,7 @@ mod tests {
         assert_eq!(n.rentable.state, RentableState::NoGpu);
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/".into(), csrf: None };
-            for page in [servers(&ctx, std::slice::from_ref(&n), 6, None), server(&ctx, &n, 6, None)] {
+            for page in [servers(&ctx, std::slice::from_ref(&n), 6, None), server(&ctx, &n, 6, None, true)] {
                 let s = page.into_string();
                 assert!(!s.contains("class=\"ok") && !s.contains("class=\"online\""), "{s}");
                 assert!(s.contains("libnvidia-ml"), "{s}");
@@ -997,17 +1013,294 @@ mod tests {
         n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
         n.rentable = crate::rentable::verdict(&n, true);
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
-        let s = server(&ctx, &n, 6, None).into_string();
+        let s = server(&ctx, &n, 6, None, true).into_string();
         assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
         assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
         assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
         n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
         let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
         assert!(
-            server(&ru, &n, 6, None).into_string().contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
+            server(&ru, &n, 6, None, true)
+                .into_string()
+                .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
         n.rentable.state = RentableState::AwaitingOperator;
         assert!(servers(&ru, &[n], 6, None).into_string().contains("оператор платформы выберет образ"));
+    }
+
+    /// Proper names a Russian text may carry in Latin letters: product and program names,
+    /// standard abbreviations, the name of the other language on its switch, and keys.
+    const LATIN_ALLOWED: &[&str] = &[
+        "gpum", "GPU", "NVIDIA", "CUDA", "Docker", "UUID", "UTC", "ID", "TOTP", "URL", "English", "Enter",
+        "Ctrl", "D", "root",
+    ];
+
+    /// What a Russian text may quote verbatim because the owner types or reads it as it is: the
+    /// commands, flags, files and paths it names. Cut out before the Latin words are counted.
+    const QUOTED: &[&str] = &[
+        "sudo nvidia-ctk runtime configure --runtime=docker",
+        "sudo nvidia-ctk runtime \
+             configure --runtime=docker",
+        "sudo systemctl restart docker",
+        "sudo /opt/gpum-agent/gpum-agent uninstall --yes",
+        "sudo env TMPDIR=/var/tmp bash",
+        "sudo bash",
+        "sudo",
+        "--admin-token-file",
+        "--dist",
+        "--dry-run",
+        "docs/operator-guide.md",
+        "libnvidia-ml",
+        "nvidia-smi",
+        "/tmp",
+        "(noexec)",
+        "@sha256:",
+        "NVIDIA Container Toolkit",
+    ];
+
+    /// The Latin words of `text` (maximal runs of ASCII letters) that are not allowed in
+    /// Russian: none may remain once the quoted commands are cut out.
+    fn english_in(text: &str) -> Vec<String> {
+        // Placeholders (`{n}`) are filled by the caller.
+        let mut t = String::new();
+        let mut rest = text;
+        while let Some(a) = rest.find('{') {
+            t.push_str(&rest[..a]);
+            rest = rest[a..].find('}').map_or("", |b| &rest[a + b + 1..]);
+        }
+        t.push_str(rest);
+        for q in QUOTED {
+            t = t.replace(q, " ");
+        }
+        t.split(|c: char| !c.is_ascii_alphabetic())
+            .filter(|w| !w.is_empty() && !LATIN_ALLOWED.contains(w))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A page's text as the owner reads it: tags and code blocks (`pre`, `code`: commands,
+    /// copied as they are) cut out, the script and stylesheet links with them.
+    fn prose(html: &str) -> String {
+        let mut s = html.to_owned();
+        for tag in ["pre", "code", "title"] {
+            while let Some(a) = s.find(&format!("<{tag}")) {
+                let end = format!("</{tag}>");
+                let Some(b) = s[a..].find(&end) else { break };
+                s.replace_range(a..a + b + end.len(), " ");
+            }
+        }
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in s.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => {
+                    in_tag = false;
+                    out.push(' ');
+                }
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out.replace("&amp;", "&").replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">")
+    }
+
+    /// Issue 32: Russian reads naturally and never mixes English in. Every Russian text of the
+    /// message table, and every page rendered in Russian (with a node whose own values are
+    /// Russian, so that only the page's words are read), has no Latin word but the proper
+    /// names of [`LATIN_ALLOWED`] and the commands of [`QUOTED`].
+    ///
+    /// The wording review fixed these phrases:
+    /// - «80 GiB», «512 MiB», «870 GiB» (units) → «80 ГиБ», «512 МиБ», «870 ГиБ», as the owner's guide;
+    /// - command names «recheck», «restart» shown raw in the command history → «повторная
+    ///   проверка», «перезапуск агента»;
+    /// - «Система» (OS) → «Операционная система»;
+    /// - «ждёт агента» → «ждёт, когда агент выйдет на связь»;
+    /// - «Машина зарегистрирована, ждём первой связи агента» → «…; ждём, когда агент впервые
+    ///   выйдет на связь»;
+    /// - «Пустое поле — имя компьютера» → «Если оставить поле пустым, названием будет имя
+    ///   компьютера»;
+    /// - «в Docker не настроена среда nvidia» → «в Docker не настроена среда выполнения NVIDIA»;
+    /// - «Docker отказал контейнеру в доступе к GPU» → «… к видеокарте»;
+    /// - «nvidia-smi в контейнере завершился с ошибкой» → «программа nvidia-smi в контейнере
+    ///   завершилась с ошибкой»;
+    /// - «образ для проверки не закреплён по дайджесту» → «образ для проверки указан без
+    ///   контрольной суммы (@sha256:…)»;
+    /// - «реестр образа для проверки не разрешён» → «хранилище образа для проверки не разрешено»;
+    /// - «Нужны права root» → «Нужны права суперпользователя (root)».
+    #[test]
+    fn russian_reads_without_english_words() {
+        let mut found = Vec::new();
+        for m in Msg::ALL {
+            if *m == Msg::LangSwitch {
+                continue; // "English": the other language, named in its own words
+            }
+            let ru = t(*m, Lang::Ru);
+            let bad = english_in(ru);
+            if !bad.is_empty() {
+                found.push(format!("{m:?}: {bad:?} in «{ru}»"));
+            }
+        }
+
+        let ctx = Ctx { lang: Lang::Ru, path: "/dashboard".into(), csrf: Some("к".into()) };
+        let mut n = node("узел-1");
+        n.name = "стойка".into();
+        n.agent_version = "1".into();
+        n.inventory.public.gpus =
+            vec![gpum_protocol::GpuPublic { model: "видеокарта".into(), vram_mib: 81_920 }];
+        n.inventory.public.cpu_model = "процессор".into();
+        n.inventory.public.ram_mib = 512;
+        n.inventory.public.disk_gib = 870;
+        n.inventory.private.hostname = "машина".into();
+        n.inventory.private.os = "система".into();
+        n.inventory.private.kernel = "5.15".into();
+        n.price_per_gpu_hour = Some(150);
+        let cmd = |kind: &str, delivered: Option<u64>, ok: Option<bool>| CommandStatus {
+            id: "к".into(),
+            kind: kind.into(),
+            queued_at: 1,
+            delivered_at: delivered,
+            result: ok.map(|ok| gpum_protocol::CommandResult { id: "к".into(), ok, message: String::new() }),
+            completed_at: ok.map(|_| 3),
+        };
+        n.commands = vec![
+            cmd("recheck", None, None),
+            cmd("restart", Some(2), None),
+            cmd("restart", Some(2), Some(true)),
+            cmd("recheck", Some(2), Some(true)),
+            cmd("recheck", Some(2), Some(false)),
+        ];
+        let open = [crate::store::OpenCode { hash: "х".into(), created_at: 1, expires_at: 2 }];
+        let mut pages = vec![
+            login(&ctx, "к", Some(LoginError::TooMany(3))),
+            login(&ctx, "к", Some(LoginError::WrongToken)),
+            disabled(&ctx),
+            stale(&ctx),
+            not_found(&ctx),
+            servers(&ctx, &[], 6, None),
+            servers(&ctx, std::slice::from_ref(&n), 6, Some("узел-1")),
+            server(&ctx, &n, 6, Some(SettingsError::Price), true),
+            add(&ctx, &Dist::Off, &open, 6),
+            add(&ctx, &Dist::Lacks(vec!["файл"]), &[], 6),
+            command_refused(&ctx, "узел-1"),
+            confirm_delete(&ctx, "узел-1"),
+            confirm_rotate(&ctx, "узел-1"),
+            rotated(&ctx, "узел-1", "токен", "адрес"),
+        ];
+        let served = Dist::Served;
+        for (open, shown) in [
+            (true, Shown::Code { code: "код", expires_at: 9, public_url: "адрес", dist: &served }),
+            (true, Shown::Code { code: "код", expires_at: 9, public_url: "адрес", dist: &Dist::Off }),
+            (true, Shown::Once),
+            (false, Shown::Closed),
+        ] {
+            pages.push(join_page(&ctx, "х", join_status(&ctx, JoinState::Waiting), open, shown, 6));
+        }
+        n.online = false;
+        pages.push(server(&ctx, &n, 6, None, true));
+        for st in
+            [JoinState::Expired, JoinState::Registered("узел-1"), JoinState::Node(&n), JoinState::Deleted]
+        {
+            pages.push(join_page(&ctx, "х", join_status(&ctx, st), false, Shown::Closed, 6));
+        }
+        for p in pages {
+            let html = p.into_string();
+            let text = prose(&html);
+            let bad = english_in(&text);
+            if !bad.is_empty() {
+                found.push(format!("{bad:?} in the page:\n{text}"));
+            }
+        }
+        assert!(found.is_empty(), "{}", found.join("\n"));
+        // The check reads the pages' words: the same page in English has them.
+        let en = Ctx { lang: Lang::En, path: "/dashboard".into(), csrf: Some("к".into()) };
+        let words = english_in(&prose(&server(&en, &n, 6, None, true).into_string()));
+        for w in ["Hardware", "check", "again", "agent", "restart", "GiB", "MiB"] {
+            assert!(words.iter().any(|x| x == w), "{w} in {words:?}");
+        }
+    }
+
+    /// "Restart" shows "restarting" until a heartbeat after the agent's acknowledgement, then
+    /// "back online", or that it did not come back; "Check again" is green only when a probe
+    /// report that passed arrived after it, and says "no check ran" without a check image.
+    #[test]
+    fn commands_are_judged_by_what_followed_them() {
+        use gpum_protocol::{CommandResult, Rentable};
+        let c = |kind: &str, delivered: Option<u64>, result: Option<(bool, u64)>| CommandStatus {
+            id: "c".into(),
+            kind: kind.into(),
+            queued_at: 10,
+            delivered_at: delivered,
+            result: result.map(|(ok, _)| CommandResult { id: "c".into(), ok, message: "m".into() }),
+            completed_at: result.map(|(_, at)| at),
+        };
+        let mut n = node("node-1");
+        n.last_heartbeat_at = Some(20);
+        n.health = Some(gpum_protocol::Health { nvml: gpum_protocol::NvmlState::Ok, ..Default::default() });
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
+        let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None };
+        let judge = |n: &NodeSummary, cmd: &CommandStatus| {
+            let image = n.rentable.state != RentableState::AwaitingOperator;
+            let (class, result, en) = command_outcome(&ctx, n, cmd, image);
+            (class, result, en, command_outcome(&ru, n, cmd, image).2)
+        };
+        // Restart.
+        assert_eq!(judge(&n, &c("restart", None, None)).1, "queued");
+        let r = judge(&n, &c("restart", Some(12), None));
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("wait", "restarting", "restarting…", "агент перезапускается…")
+        );
+        // Acknowledged at the last heartbeat: the agent is only now exiting.
+        assert_eq!(judge(&n, &c("restart", Some(12), Some((true, 20)))).1, "restarting");
+        let r = judge(&n, &c("restart", Some(12), Some((true, 14))));
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("ok", "back-online", "back online", "агент перезапущен и снова онлайн")
+        );
+        assert_eq!(judge(&n, &c("restart", Some(12), Some((false, 14)))).0, "bad");
+        let mut off = n.clone();
+        off.online = false;
+        assert_eq!(judge(&off, &c("restart", Some(12), Some((true, 20)))).1, "not-back");
+        assert_eq!(judge(&off, &c("restart", Some(12), None)).1, "lost");
+        assert_eq!(judge(&off, &c("restart", None, None)).1, "undelivered");
+
+        // Recheck: acknowledged, but no report after it is never green.
+        let ack = c("recheck", Some(12), Some((true, 14)));
+        n.verification = VerificationState::Verified;
+        n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: "G".into(), vram_mib: 1024 }];
+        n.last_probe_at = Some(5);
+        assert_eq!(judge(&n, &ack).0, "wait", "an earlier pass does not count");
+        assert_eq!(judge(&n, &ack).1, "checking");
+        n.rentable = Rentable { state: RentableState::AwaitingOperator, since: None };
+        let r = judge(&n, &ack);
+        assert_eq!((r.0, r.1), ("wait", "no-check"));
+        assert!(r.2.starts_with("no check ran") && r.3.starts_with("проверка не запускалась"), "{r:?}");
+        n.last_probe_at = Some(16);
+        let r = judge(&n, &ack);
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("ok", "passed", "check passed", "проверка пройдена")
+        );
+        n.verification = VerificationState::Failed;
+        n.last_probe_reason = Some(gpum_protocol::ProbeFailure::Timeout);
+        let r = judge(&n, &ack);
+        assert_eq!((r.0, r.1), ("bad", "check-failed"));
+        assert_eq!(r.2, "check failed: the check did not finish in time");
+        // A pass on a machine without a working driver is not green either.
+        n.verification = VerificationState::Verified;
+        n.health = Some(gpum_protocol::Health {
+            nvml: gpum_protocol::NvmlState::LibraryMissing,
+            ..Default::default()
+        });
+        assert_eq!(judge(&n, &ack).1, "no-gpu");
+        off.last_probe_at = None;
+        assert_eq!(judge(&off, &ack).1, "no-result");
+        // The kinds in words, and the history's cells.
+        n.commands = vec![ack];
+        let s = server(&ru, &n, 20, None, true).into_string();
+        assert!(s.contains(">повторная проверка<"), "{s}");
+        assert!(!s.contains(">recheck<"), "{s}");
     }
 
     #[test]
@@ -1026,7 +1319,7 @@ mod tests {
         n.inventory.public.disk_gib = u64::MAX;
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None };
-        assert!(server(&ctx, &n, u64::MAX, None).into_string().contains("2 × G"));
+        assert!(server(&ctx, &n, u64::MAX, None, true).into_string().contains("2 × G"));
         assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
     }
 
@@ -1088,7 +1381,7 @@ mod tests {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()) };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
-                server(&ctx, &n, 6, Some(SettingsError::NameControl)),
+                server(&ctx, &n, 6, Some(SettingsError::NameControl), true),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
                 confirm_delete(&ctx, evil),
             ] {
