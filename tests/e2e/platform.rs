@@ -460,6 +460,8 @@ async fn admin_http_api_needs_its_token_and_matches_the_cli() {
     assert_eq!(list, p.nodes(), "HTTP and CLI read the same state");
 
     let cmd_url = u(&gpum_protocol::path_admin_node_commands(&r2.node_id));
+    // Commands go only to an online server: a handshake (seq 0) brings it online.
+    let _: HeartbeatResponse = api.heartbeat(&r2.node_token, &beat(0)).await.ok();
     let a = api.send(api.c.post(&cmd_url).bearer_auth(t).json(&serde_json::json!({"kind": "restart"}))).await;
     assert_eq!(a.status, StatusCode::CREATED);
     let a = api.send(api.c.post(&cmd_url).bearer_auth(t).json(&serde_json::json!({"kind": "rm -rf"}))).await;
@@ -1144,6 +1146,8 @@ async fn heartbeat_answers_carry_a_bounded_number_of_commands() {
     let r: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
     let t = p.admin_token();
     let n = 3 * limits::MAX_COMMANDS_PER_RESPONSE + 1;
+    // Commands go only to an online server: a handshake (seq 0) brings it online.
+    let _: HeartbeatResponse = api.heartbeat(&r.node_token, &beat(0)).await.ok();
     for _ in 0..n {
         let a = api
             .send(
