@@ -1105,8 +1105,16 @@ async fn the_disabled_dashboard_in_a_browser_names_its_flag() {
 // ---------------------------------------------------------------------------------------------
 // Languages and screenshots
 
+/// A full-height PNG of the page: the window is made as tall as the page for the shot, then
+/// set back.
 async fn shoot(b: &Browser, dir: &Path, name: &str) {
+    let (w, h) = b.client.get_window_size().await.unwrap();
+    let size = b.js("return [document.documentElement.scrollHeight, window.innerHeight]").await;
+    let [tall, inner] = [0, 1].map(|i| size[i].as_u64().unwrap_or(h));
+    // The window is taller than the page's viewport by what the browser itself takes.
+    b.client.set_window_size(w as u32, (tall + h.saturating_sub(inner)).max(h) as u32).await.unwrap();
     let png = b.screenshot().await;
+    b.client.set_window_size(w as u32, h as u32).await.unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
@@ -1150,6 +1158,10 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
     };
     heartbeat_nvml(&p, &bad.node_token, 1, &inv2, NvmlState::Ok, Some(failed)).await;
 
+    // A restart delivered to the verified server: its page shows "restarting…".
+    p.command(&ok.node_id, "restart");
+    heartbeat_nvml(&p, &ok.node_token, 2, &inv, NvmlState::Ok, None).await;
+
     let keep = std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1");
     let tmp = tempfile::tempdir().unwrap();
     let dir =
@@ -1190,6 +1202,7 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
         assert_eq!(ru.wait_attr("#join-state", "data-state", &["waiting"], LIVE).await, "waiting");
         shoot(&ru, &dir, &format!("add-machine.{lang}")).await;
         ru.goto(&format!("{url}/dashboard/servers/{}", ok.node_id)).await;
+        ru.wait_attr("tr.command td.result", "data-result", &["restarting"], LIVE).await;
         shoot(&ru, &dir, &format!("server.{lang}")).await;
         ru.click("#delete").await;
         ru.wait_for("#delete-explained").await;
@@ -1202,6 +1215,17 @@ async fn both_languages_from_accept_language_and_the_switch_with_screenshots() {
         }
         shoot(&ru, &dir, &format!("delete.{lang}")).await;
     }
+    // A phone: the list and a server's page as cards, in both languages.
+    ru.client.set_window_size(360, 720).await.unwrap();
+    for lang in ["en", "ru"] {
+        ru.goto(&format!("{url}/dashboard?lang={lang}")).await;
+        ru.wait_for("tr.server").await;
+        shoot(&ru, &dir, &format!("servers.phone.{lang}")).await;
+        ru.goto(&format!("{url}/dashboard/servers/{}", bad.node_id)).await;
+        shoot(&ru, &dir, &format!("server.phone.{lang}")).await;
+    }
+    ru.goto(&format!("{url}/dashboard?lang=en")).await;
+    ru.client.set_window_size(960, 720).await.unwrap();
     ru.click("#sign-out").await;
     ru.wait_for("#login").await;
     shoot(&ru, &dir, "sign-in.en").await;
