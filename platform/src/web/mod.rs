@@ -14,7 +14,9 @@
 //!   five, the form answers 429 for a growing while.
 //! - **Every state-changing request is a POST with the session's CSRF token**, compared in
 //!   constant time; the sign-in form carries a token of its own (a double-submit cookie). A GET
-//!   changes nothing on the server (`?lang=` only sets the browser's language cookie).
+//!   changes nothing on the server (`?lang=` only sets the browser's language cookie; the GET
+//!   that a new join code's POST redirects to takes the code out of its one-time flash,
+//!   [`Flashes`], which is what makes a reload show it no more).
 //! - **Every value is escaped** by maud; nothing uses `PreEscaped`.
 //! - **`Content-Security-Policy`**: scripts, styles and fetches only from this origin, no inline
 //!   script or style, no framing, forms post only here. `dashboard.js` is the only script.

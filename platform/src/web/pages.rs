@@ -5,7 +5,10 @@
 //!
 //! A region marked `data-live="URL"` is refreshed by `dashboard.js` every 2 s from that URL (a
 //! GET of a page holding the same region); forms stay outside those regions so a refresh never
-//! replaces a button under the owner's pointer.
+//! replaces a button under the owner's pointer. Above each region, `#live-status` says when it
+//! was last updated, or that the connection or the session is lost (its texts in `data-`
+//! attributes, from the message table); the region carries what the rest of the page follows
+//! (`data-online`: the command buttons; `data-open`: the join code's install command).
 
 use gpum_common::Lang;
 use gpum_protocol::{CommandKind, CommandStatus, NodeSummary, RentableState, VerificationState};
