@@ -557,10 +557,12 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
 
 /// The node table. Every field a node reported (its version, its GPU models) is printed with
 /// control characters escaped, so that no node can clear the operator's screen or forge lines.
+/// The node list for a terminal: with each server's price (per GPU-hour, `-` when none) and
+/// its rentable verdict (`rentable`, or the first reason why not, as `rentable.state` names it).
 fn human_nodes(list: &NodeList, now: u64) -> String {
     let mut s = format!(
-        "{:<22} {:<8} {:<15} {:<10} {:<10} GPUS",
-        "ID", "STATE", "VERIFICATION", "AGENT", "LAST SEEN"
+        "{:<22} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} GPUS",
+        "ID", "STATE", "VERIFICATION", "RENTABLE", "PRICE", "AGENT", "LAST SEEN"
     );
     for n in &list.nodes {
         let state = if n.online { "online" } else { "offline" };
@@ -569,12 +571,15 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
             .last_heartbeat_at
             .map(|t| format!("{}s ago", now.saturating_sub(t)))
             .unwrap_or_else(|| "never".into());
+        let price = n.price_per_gpu_hour.map_or_else(|| "-".to_owned(), crate::web::pages::price_text);
         let gpus: Vec<&str> = n.inventory.public.gpus.iter().map(|g| g.model.as_str()).collect();
         s.push_str(&format!(
-            "\n{:<22} {:<8} {:<15} {:<10} {:<10} {}",
+            "\n{:<22} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} {}",
             Escaped(&n.id),
             state,
             verif,
+            n.rentable.state.as_str(),
+            price,
             Escaped(&n.agent_version),
             seen,
             Escaped(&gpus.join(", "))
@@ -796,6 +801,33 @@ mod tests {
     use super::*;
 
     /// Issue 29, item 6: `serve` took any 32 characters, `aaaa…` included.
+    #[test]
+    fn the_node_list_shows_the_price_and_the_rentable_verdict() {
+        use gpum_protocol::{Inventory, NodeSummary, RentableState};
+        let node = |id: &str, price: Option<u64>, state: RentableState| {
+            let mut n: NodeSummary = serde_json::from_value(serde_json::json!({
+                "id": id, "online": false, "verification": "awaiting_check", "registered_at": 0,
+                "agent_version": "1", "inventory": Inventory::default(),
+            }))
+            .unwrap();
+            n.price_per_gpu_hour = price;
+            n.rentable.state = state;
+            n
+        };
+        let priced = node("node-a", Some(1250), RentableState::Rentable);
+        let unpriced = node("node-b", None, RentableState::NoPrice);
+        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced] }, 0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("RENTABLE") && lines[0].contains("PRICE"), "{text}");
+        let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            cols(lines[1])[..5],
+            ["node-a", "offline", "awaiting_check", "rentable", "12.50"],
+            "{text}"
+        );
+        assert_eq!(cols(lines[2])[..5], ["node-b", "offline", "awaiting_check", "no_price", "-"], "{text}");
+    }
+
     #[test]
     fn weak_admin_tokens_are_refused() {
         let urandom_hex = |n: usize| {

@@ -45,6 +45,7 @@ mod tests {
             verification: VerificationState::Verified,
             last_probe_output: None,
             last_probe_reason: None,
+            last_probe_at: None,
             last_heartbeat_at: Some(100),
             registered_at: 1,
             agent_version: "1".into(),

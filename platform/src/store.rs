@@ -189,6 +189,11 @@ CREATE TABLE node_events (
 );
 CREATE INDEX node_events_node ON node_events(node_id);
 "#,
+    // A page that never misleads (issue 32): when the last probe report arrived, so that a
+    // recheck is judged by the report that followed it, not by the command's acknowledgement.
+    r#"
+ALTER TABLE nodes ADD COLUMN probe_at INTEGER;
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
@@ -286,6 +291,37 @@ pub fn join_code_use(
         )?
         .query_row(params![code_hash, scope.owner()], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
         .optional()?)
+}
+
+/// An unused, unexpired join code, as the "add a machine" page lists it: by its hash (the code
+/// itself is not stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCode {
+    pub hash: String,
+    pub created_at: u64,
+    pub expires_at: u64,
+}
+
+/// The most open codes the page lists.
+pub const OPEN_CODES_SHOWN: usize = 50;
+
+/// The join codes not used yet and not expired at `now`, newest first (at most
+/// [`OPEN_CODES_SHOWN`]).
+pub fn open_join_codes(conn: &Connection, now: u64, scope: &Scope) -> Result<Vec<OpenCode>, ApiError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT code_hash, created_at, expires_at FROM join_codes
+             WHERE used_at IS NULL AND expires_at > ?1 AND (?3 IS NULL OR owner_id = ?3)
+             ORDER BY created_at DESC, code_hash LIMIT ?2",
+        )?
+        .query_map(params![now as i64, OPEN_CODES_SHOWN as i64, scope.owner()], |r| {
+            Ok(OpenCode {
+                hash: r.get(0)?,
+                created_at: r.get::<_, i64>(1)? as u64,
+                expires_at: r.get::<_, i64>(2)? as u64,
+            })
+        })?
+        .collect::<Result<_, _>>()?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -787,12 +823,14 @@ pub fn heartbeat_prepared(
             _ => {}
         }
         conn.prepare_cached(
-            "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3 WHERE id = ?4",
+            "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3, probe_at = ?4
+             WHERE id = ?5",
         )?
         .execute(params![
             enum_str(p.state),
             truncate(&p.output, PROBE_OUTPUT_MAX),
             p.reason.map(enum_str),
+            now as i64,
             node_id
         ])?;
     }
@@ -1034,11 +1072,17 @@ fn live_node(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError>
     }
 }
 
+/// Whether a node whose last heartbeat was at `last` is online at `now`: the one rule of the
+/// list, the dashboard and the refusal of commands.
+fn online(last: Option<u64>, now: u64) -> bool {
+    last.is_some_and(|t| now < t.saturating_add(OFFLINE_AFTER_SECS))
+}
+
 pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
-                name, price_per_gpu_hour, min_rental_minutes, paused,
+                name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
                 (SELECT email FROM owners WHERE owners.id = nodes.owner_id)
          FROM nodes WHERE deleted_at IS NULL AND (?1 IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
@@ -1056,7 +1100,8 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
                 min_rental_minutes: r.get::<_, i64>(15)?.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
                 paused: r.get(16)?,
                 inventory,
-                online: last_heartbeat_at.is_some_and(|t| now < t + OFFLINE_AFTER_SECS),
+                online: online(last_heartbeat_at, now),
+                last_probe_at: r.get::<_, Option<i64>>(17)?.map(|v| v as u64),
                 last_heartbeat_at,
                 last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
                 last_metrics: r
@@ -1073,7 +1118,7 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
                 removed_containers: Vec::new(),
                 commands: Vec::new(),
                 rentable: Default::default(),
-                owner: r.get(17)?,
+                owner: r.get(18)?,
             })
         })?
         .collect::<Result<_, _>>()?;
@@ -1102,7 +1147,7 @@ fn removals(conn: &Connection, node_id: &str) -> Result<Vec<RemovedContainer>, A
 fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus>, ApiError> {
     let mut v: Vec<CommandStatus> = conn
         .prepare_cached(
-            "SELECT id, kind, queued_at, delivered_at, result_ok, result_message FROM commands
+            "SELECT id, kind, queued_at, delivered_at, result_ok, result_message, completed_at FROM commands
              WHERE node_id = ?1 ORDER BY seq DESC LIMIT ?2",
         )?
         .query_map(params![node_id, HISTORY], |r| {
@@ -1119,6 +1164,7 @@ fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus
                 kind: r.get(1)?,
                 queued_at: r.get::<_, i64>(2)? as u64,
                 delivered_at: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                completed_at: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
             })
         })?
         .collect::<Result<_, _>>()?;
@@ -1371,6 +1417,17 @@ pub fn queue_command(
         ));
     };
     live_node(conn, id, scope)?;
+    // A command reaches the agent only at its heartbeat: an offline server is refused one, by
+    // every door (the dashboard, the admin API, the CLI), and nothing is queued.
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT last_heartbeat_at FROM nodes WHERE id = ?1")?
+        .query_row(params![id], |r| r.get(0))?;
+    if !online(last.map(|v| v as u64), now) {
+        return Err(ApiError::new(
+            ErrorCode::NodeOffline,
+            "the server is offline: a command reaches it only at its heartbeat; nothing was queued",
+        ));
+    }
     let cmd_id = new_id("cmd-");
     let seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM commands", [], |r| r.get(0))?;
     conn.prepare_cached(
@@ -1653,6 +1710,9 @@ mod tests {
     fn join_code_lifecycle() {
         let (_d, c) = db();
         let code = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
+        let open = open_join_codes(&c, 1000, &Scope::All).unwrap();
+        assert_eq!(open, vec![OpenCode { hash: hash_secret(&code), created_at: 1000, expires_at: 1060 }]);
+        assert!(open_join_codes(&c, 1060, &Scope::All).unwrap().is_empty(), "expired: not open");
         let err = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
         assert_eq!(err(reg(&c, 1000, "GPUM-123", "g")), ErrorCode::JoinCodeMalformed);
         assert_eq!(err(reg(&c, 1000, &JoinCode::generate().to_string(), "g")), ErrorCode::JoinCodeUnknown);
@@ -1661,6 +1721,12 @@ mod tests {
         assert_eq!(r.node_token.len(), 64);
         assert_eq!(err(reg(&c, 1059, &code, "g")), ErrorCode::JoinCodeUsed);
         let code2 = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
+        let open = open_join_codes(&c, 1059, &Scope::All).unwrap();
+        assert_eq!(
+            open.iter().map(|o| o.hash.clone()).collect::<Vec<_>>(),
+            [hash_secret(&code2)],
+            "used: not open"
+        );
         assert_eq!(err(reg(&c, 1001, &code2, "g")), ErrorCode::GpuAlreadyRegistered);
         // The refusal did not consume the code: after deleting the old node it works.
         delete_node(&c, 1002, &r.node_id, &Scope::All).unwrap();
@@ -1714,7 +1780,13 @@ mod tests {
         assert_eq!(n.verification, VerificationState::Verified);
         assert_eq!(n.last_probe_output.as_ref().unwrap().len(), PROBE_OUTPUT_MAX);
         assert_eq!(n.commands[0].result.as_ref().unwrap().message, "done");
+        // When the result and the probe report arrived: what the page judges a command by.
+        assert_eq!((n.commands[0].delivered_at, n.commands[0].completed_at), (Some(3), Some(5)));
+        assert_eq!(n.last_probe_at, Some(5), "each beat carrying a report");
         assert!(!list_nodes(&c, 5 + OFFLINE_AFTER_SECS, &Scope::All).unwrap().nodes[0].online);
+        let late = queue_command(&c, 5 + OFFLINE_AFTER_SECS, &r.node_id, "restart", &Scope::All).unwrap_err();
+        assert_eq!((late.code, late.code.http_status()), (ErrorCode::NodeOffline, 409));
+        assert_eq!(list_nodes(&c, 5, &Scope::All).unwrap().nodes[0].commands.len(), 1, "nothing queued");
 
         let new = rotate_token(&c, 6, &r.node_id, &Scope::All).unwrap();
         assert_eq!(heartbeat(&c, 7, &r.node_token, &hb, 10).unwrap_err().code, ErrorCode::TokenReplaced);
@@ -1805,6 +1877,14 @@ mod tests {
         let (_d, c) = db();
         let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
         let n = 2 * limits::MAX_COMMANDS_PER_RESPONSE + 3;
+        // Never seen: offline, and refused a command (nothing queued); a handshake brings it
+        // online without taking any.
+        assert_eq!(
+            queue_command(&c, 1, &r.node_id, "recheck", &Scope::All).unwrap_err().code,
+            ErrorCode::NodeOffline
+        );
+        assert_eq!(count(&c, "SELECT COUNT(*) FROM commands"), 0);
+        heartbeat(&c, 1, &r.node_token, &HeartbeatRequest::default(), 10).unwrap();
         let queued: Vec<String> =
             (0..n).map(|_| queue_command(&c, 1, &r.node_id, "recheck", &Scope::All).unwrap().id).collect();
         let mut got = Vec::new();

@@ -480,6 +480,9 @@ pub enum ErrorCode {
     JoinCodeUsed,
     /// 409
     GpuAlreadyRegistered,
+    /// 409: a command for a server that is offline; nothing was queued (a command reaches the
+    /// agent only at its heartbeat).
+    NodeOffline,
     /// 401: no token, or a token the platform never issued.
     Unauthorized,
     /// 401: the node's token was replaced. The agent stops for good.
@@ -506,7 +509,7 @@ impl ErrorCode {
             PayloadTooLarge => 413,
             RequestTimeout => 408,
             JoinCodeUnknown | JoinCodeExpired | JoinCodeUsed => 403,
-            GpuAlreadyRegistered => 409,
+            GpuAlreadyRegistered | NodeOffline => 409,
             Unauthorized | TokenReplaced | AdminUnauthorized => 401,
             NodeDeleted => 410,
             NotFound => 404,
@@ -544,6 +547,10 @@ pub struct NodeSummary {
     pub verification: VerificationState,
     pub last_probe_output: Option<String>,
     pub last_probe_reason: Option<ProbeFailure>,
+    /// Unix seconds when the last probe report arrived, if any (a recheck is judged by the
+    /// report that followed it).
+    #[serde(default)]
+    pub last_probe_at: Option<u64>,
     /// Unix seconds of the last heartbeat, if any.
     pub last_heartbeat_at: Option<u64>,
     pub registered_at: u64,
@@ -674,6 +681,9 @@ pub struct CommandStatus {
     pub delivered_at: Option<u64>,
     /// What the agent reported, once it did.
     pub result: Option<CommandResult>,
+    /// Unix seconds when the agent's result arrived.
+    #[serde(default)]
+    pub completed_at: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -364,6 +364,24 @@ async fn commands_probe_state_containers_and_offline() {
 
     p.set_probe_image("gpum-test/probe:1");
     p.set_known_containers(&r.node_id, &["aaa", "bbb"]);
+    // Never seen: offline. A command would wait for a heartbeat that may never come, so the
+    // admin API and the CLI refuse it (409 `node_offline`, as the dashboard does) and queue
+    // nothing.
+    let commands = format!("{}{PATH_ADMIN_NODES}/{}/commands", p.url(), r.node_id);
+    let a = api
+        .send(
+            api.c.post(&commands).bearer_auth(p.admin_token()).json(&serde_json::json!({"kind": "recheck"})),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (StatusCode::CONFLICT, ErrorCode::NodeOffline));
+    let out = p.cli(["--json", "nodes", "command", &r.node_id, "restart"]);
+    assert_eq!(out.status.code(), Some(1));
+    let b: ErrorBody = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(b.error.code, ErrorCode::NodeOffline);
+    assert!(p.node(&r.node_id).unwrap().commands.is_empty(), "nothing queued");
+    // A handshake (seq 0) brings it online and takes no command.
+    let hb: HeartbeatResponse = api.heartbeat(&r.node_token, &beat(0)).await.ok();
+    assert!(hb.commands.is_empty());
     let cmd = p.command(&r.node_id, "recheck");
     let mut req = beat(1);
     req.managed_containers = vec!["aaa".into(), "zzz".into()];
@@ -445,6 +463,8 @@ async fn admin_http_api_needs_its_token_and_matches_the_cli() {
     assert_eq!(list, p.nodes(), "HTTP and CLI read the same state");
 
     let cmd_url = u(&gpum_protocol::path_admin_node_commands(&r2.node_id));
+    // Commands go only to an online server: a handshake (seq 0) brings it online.
+    let _: HeartbeatResponse = api.heartbeat(&r2.node_token, &beat(0)).await.ok();
     let a = api.send(api.c.post(&cmd_url).bearer_auth(t).json(&serde_json::json!({"kind": "restart"}))).await;
     assert_eq!(a.status, StatusCode::CREATED);
     let a = api.send(api.c.post(&cmd_url).bearer_auth(t).json(&serde_json::json!({"kind": "rm -rf"}))).await;
@@ -1149,6 +1169,8 @@ async fn heartbeat_answers_carry_a_bounded_number_of_commands() {
     let r: RegisterResponse = api.register(&p.join_code(), "GPU-a").await.ok();
     let t = p.admin_token();
     let n = 3 * limits::MAX_COMMANDS_PER_RESPONSE + 1;
+    // Commands go only to an online server: a handshake (seq 0) brings it online.
+    let _: HeartbeatResponse = api.heartbeat(&r.node_token, &beat(0)).await.ok();
     for _ in 0..n {
         let a = api
             .send(

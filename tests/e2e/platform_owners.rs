@@ -113,7 +113,9 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     let b = OwnerSession::accept(&p, &p.invite_owner("Bob@Example.com"), PW_B).await;
 
     // A's server (a code from her page), B's (from the CLI), and the operator's own.
-    let page = a.post("/dashboard/add", &[("ttl", "3600")]).await;
+    let created = a.post("/dashboard/add", &[("ttl", "3600")]).await;
+    assert_eq!(created.status, StatusCode::SEE_OTHER, "{}", created.body);
+    let page = a.get(created.location.as_deref().expect("to the code's page")).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let code_a = page.body.split("id=\"join-code\">").nth(1).map(|s| s[..s.find('<').unwrap()].to_owned());
     let code_a = code_a.unwrap_or_else(|| panic!("a code on the page: {}", page.body));

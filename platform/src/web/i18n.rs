@@ -98,8 +98,10 @@ gpum_common::texts! {
         ),
         ApiKeysTitle => ("Ключи API", "API keys"),
         ApiKeysHelp => (
-            "Ключ API даёт программе те же действия с вашими серверами, что и эта страница (GET /api/v1/owner/nodes и другие, с заголовком Authorization: Bearer КЛЮЧ). Ключ показывается один раз.",
-            "An API key lets a program do what this page does with your servers (GET /api/v1/owner/nodes and the rest, with the header Authorization: Bearer KEY). A key is shown once.",
+            "Ключ API даёт вашим программам те же действия с вашими серверами, что и эта страница, и \
+             только с ними. Ключ показывается один раз; программа передаёт его в заголовке запроса:",
+            "An API key lets your programs do what this page does with your servers, and only with \
+             them. A key is shown once; a program sends it in a request's header:",
         ),
         NoApiKeys => ("Ключей нет.", "No keys."),
         KeyLabel => ("Название ключа", "Key label"),
@@ -113,7 +115,6 @@ gpum_common::texts! {
         KeyLabelBad => ("Название ключа: от 1 до {n} символов.", "A key's label: 1 to {n} characters."),
         TooManyKeys => ("Не больше {n} ключей: сначала отзовите ненужный.", "At most {n} keys: revoke one first."),
         ColKeyLabel => ("Название", "Label"),
-        ColCreated => ("Создан", "Created"),
         ColLastUsed => ("Последнее использование", "Last used"),
         NeverUsed => ("не использовался", "never"),
         ToAccount => ("К учётной записи", "Back to the account"),
@@ -178,7 +179,7 @@ gpum_common::texts! {
         CodeExpires => ("действует до {at} (UTC)", "valid until {at} (UTC)"),
         InstallCommand => ("Команда установки", "Install command"),
         InstallHelp => (
-            "Запустите на машине. Нужны права root: установщик запускается через sudo.",
+            "Запустите на машине. Нужны права суперпользователя (root): установщик запускается через sudo.",
             "Run it on the machine. It needs root: the installer runs through sudo.",
         ),
         DryRunCommand => ("Только проверка (--dry-run)", "Check only (--dry-run)"),
@@ -216,7 +217,7 @@ gpum_common::texts! {
         ),
         CodeExpired => ("Код подключения истёк. Создайте новый код.", "The join code has expired. Create a new code."),
         MachineRegistered => (
-            "Машина зарегистрирована, ждём первой связи агента.",
+            "Машина зарегистрирована; ждём, когда агент впервые выйдет на связь.",
             "The machine registered; waiting for the agent's first heartbeat.",
         ),
         MachineOnline => ("Сервер {node} онлайн.", "Server {node} is online."),
@@ -232,7 +233,7 @@ gpum_common::texts! {
         Disk => ("Диск для Docker", "Disk for Docker"),
         Hostname => ("Имя компьютера", "Host name"),
         GpuUuids => ("UUID видеокарт", "GPU UUIDs"),
-        Os => ("Система", "OS"),
+        Os => ("Операционная система", "OS"),
         Kernel => ("Ядро", "Kernel"),
         Driver => ("Драйвер NVIDIA", "NVIDIA driver"),
         Cuda => ("CUDA", "CUDA"),
@@ -246,7 +247,7 @@ gpum_common::texts! {
         Commands => ("Команды", "Commands"),
         Recheck => ("Повторить проверку", "Check again"),
         Restart => ("Перезапустить агент", "Restart the agent"),
-        CommandQueued => ("ждёт агента", "waiting for the agent"),
+        CommandQueued => ("ждёт, когда агент выйдет на связь", "waiting for the agent"),
         CommandDelivered => ("передана агенту", "handed to the agent"),
         CommandOk => ("выполнена", "done"),
         CommandFailed => ("не выполнена", "failed"),
@@ -310,7 +311,7 @@ gpum_common::texts! {
         SettingsTitle => ("Название и цена", "Name and price"),
         ServerName => ("Название сервера", "Server name"),
         ServerNameHelp => (
-            "До 64 символов. Пустое поле — имя компьютера.",
+            "До 64 символов. Если оставить поле пустым, названием будет имя компьютера.",
             "Up to 64 characters. Empty: the host name.",
         ),
         PriceLabel => ("Цена за час работы одной видеокарты", "Price per GPU-hour"),
@@ -435,13 +436,13 @@ gpum_common::texts! {
         EvDeleted => ("сервер удалён", "the server was deleted"),
         // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.
         ProbeNoNvidiaRuntime => (
-            "в Docker не настроена среда nvidia: выполните sudo nvidia-ctk runtime configure \
-             --runtime=docker и sudo systemctl restart docker",
+            "в Docker не настроена среда выполнения NVIDIA: выполните sudo nvidia-ctk runtime \
+             configure --runtime=docker и sudo systemctl restart docker",
             "Docker has no nvidia runtime: run sudo nvidia-ctk runtime configure --runtime=docker \
              and sudo systemctl restart docker",
         ),
-        ProbeDeviceRequestRefused => ("Docker отказал контейнеру в доступе к GPU", "Docker refused the container access to the GPU"),
-        ProbeNvidiaSmiFailed => ("nvidia-smi в контейнере завершился с ошибкой", "nvidia-smi failed inside the container"),
+        ProbeDeviceRequestRefused => ("Docker отказал контейнеру в доступе к видеокарте", "Docker refused the container access to the GPU"),
+        ProbeNvidiaSmiFailed => ("программа nvidia-smi в контейнере завершилась с ошибкой", "nvidia-smi failed inside the container"),
         ProbeNvmlUnknownError => (
             "Видеокарта не видна внутри контейнера: проверьте nvidia-smi на машине, затем выполните \
              sudo nvidia-ctk runtime configure --runtime=docker и sudo systemctl restart docker",
@@ -456,13 +457,66 @@ gpum_common::texts! {
         ProbeTimeout => ("проверка не уложилась в отведённое время", "the check did not finish in time"),
         ProbeDockerUnavailable => ("Docker не отвечает", "Docker does not answer"),
         ProbeImageNotPinned => (
-            "образ для проверки не закреплён по дайджесту; ничего не скачано",
+            "образ для проверки указан без контрольной суммы (@sha256:…); ничего не скачано",
             "the probe image is not pinned by digest; nothing was downloaded",
         ),
         ProbeRegistryNotAccepted => (
-            "реестр образа для проверки не разрешён на этой машине; ничего не скачано",
+            "хранилище образа для проверки не разрешено на этой машине; ничего не скачано",
             "the probe image's registry is not accepted on this machine; nothing was downloaded",
         ),
+        // Units, as the owner's guide writes them.
+        // A live page says when it was last updated, and when the connection or the session is
+        // lost (`dashboard.js` reads these from the page's `data-` attributes).
+        LiveUpdated => ("Обновлено в {time} (UTC).", "Updated at {time} (UTC)."),
+        LiveLost => (
+            "Связь с платформой потеряна — данные ниже могут быть устаревшими.",
+            "Connection lost — the figures below may be out of date.",
+        ),
+        LiveSignedOut => ("Вы вышли из кабинета — войдите снова.", "You were signed out — sign in again."),
+        SignInAgain => ("Войти снова", "Sign in again"),
+        // Commands and what became of them.
+        ColWhen => ("Когда (UTC)", "When (UTC)"),
+        ColCommand => ("Команда", "Command"),
+        ColResult => ("Результат", "Result"),
+        CommandUndelivered => ("не доставлена: сервер офлайн", "not delivered: the server is offline"),
+        CommandLost => ("агент не ответил: сервер офлайн", "the agent did not answer: the server is offline"),
+        Restarting => ("агент перезапускается…", "restarting…"),
+        BackOnline => ("агент перезапущен и снова онлайн", "back online"),
+        NotBack => (
+            "агент не вернулся после перезапуска: сервер офлайн",
+            "the agent has not come back after the restart: the server is offline",
+        ),
+        RecheckDelivered => (
+            "передана агенту; проверка начнётся, как только позволит ограничение частоты",
+            "handed to the agent; the check starts as soon as the rate limit allows",
+        ),
+        RecheckRunning => ("проверка идёт, ждём её результата", "the check is running; waiting for its result"),
+        RecheckPassed => ("проверка пройдена", "check passed"),
+        RecheckFailed => ("проверка не пройдена", "check failed"),
+        RecheckNoImage => (
+            "проверка не запускалась: оператор платформы ещё не выбрал образ для проверки",
+            "no check ran: the platform's operator has not chosen a check image yet",
+        ),
+        RecheckNoResult => ("результата проверки нет: сервер офлайн", "no check result: the server is offline"),
+        // Join codes: open ones, and a code shown once.
+        OpenCodes => ("Открытые коды подключения", "Open join codes"),
+        NoOpenCodes => ("Открытых кодов нет.", "No open codes."),
+        ColCreated => ("Создан (UTC)", "Created (UTC)"),
+        ColExpires => ("Действует до (UTC)", "Valid until (UTC)"),
+        ColStatus => ("Состояние", "Status"),
+        CodeWaiting => ("ждёт машину", "waiting for a machine"),
+        OpenCodePage => ("Открыть", "Open"),
+        CodeShownOnce => (
+            "Код показан один раз и на платформе не хранится (только его хэш). Если вы его потеряли, \
+             создайте новый код.",
+            "The code was shown once and is not stored on the platform (only its hash). If you lost \
+             it, create a new code.",
+        ),
+        CodeUsedNoCommand => (
+            "Код использован: команда установки больше не нужна.",
+            "The code was used: the install command is no longer needed.",
+        ),
+        NewCode => ("Создать новый код", "Create a new code"),
     }
 }
 

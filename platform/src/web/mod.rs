@@ -18,7 +18,9 @@
 //!   every `store` call); the operator's sees all.
 //! - **Every state-changing request is a POST with the session's CSRF token**, compared in
 //!   constant time; the sign-in form carries a token of its own (a double-submit cookie). A GET
-//!   changes nothing on the server (`?lang=` only sets the browser's language cookie).
+//!   changes nothing on the server (`?lang=` only sets the browser's language cookie; the GET
+//!   that a new join code's POST redirects to takes the code out of its one-time flash,
+//!   [`Flashes`], which is what makes a reload show it no more).
 //! - **Every value is escaped** by maud; nothing uses `PreEscaped`.
 //! - **`Content-Security-Policy`**: scripts, styles and fetches only from this origin, no inline
 //!   script or style, no framing, forms post only here. `dashboard.js` is the only script.
@@ -56,7 +58,7 @@ use crate::accounts::{self, SessionRow};
 use crate::error::ApiError;
 use crate::server::{AppState, read_body};
 use crate::store::{self, Scope};
-use pages::{Ctx, JoinState, LoginError};
+use pages::{Ctx, JoinState, LoginError, Shown};
 use session::ct_eq;
 use throttle::{Door, Throttle};
 
@@ -75,6 +77,8 @@ const TTL_CHOICES: [u64; 3] = [3600, 86_400, 604_800];
 
 pub struct Web {
     app: Arc<AppState>,
+    /// Fresh join codes between their POST and the GET it redirects to.
+    flashes: Flashes,
     /// Shared with the admin API's bearer check.
     throttle: Arc<Throttle>,
     /// Password hashes checked at once (each Argon2id takes 19 MiB and tens of milliseconds of
@@ -89,7 +93,12 @@ type St = State<Arc<Web>>;
 
 /// The dashboard's routes, to merge into the platform's router; `throttle` is the admin API's.
 pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Arc<Throttle>) -> Router<S> {
-    let web = Arc::new(Web { app, throttle, hashing: tokio::sync::Semaphore::new(HASHING_AT_ONCE) });
+    let web = Arc::new(Web {
+        app,
+        throttle,
+        hashing: tokio::sync::Semaphore::new(HASHING_AT_ONCE),
+        flashes: Flashes::default(),
+    });
     Router::new()
         .route("/", get(|| async { Redirect::to("/dashboard") }))
         .route("/dashboard", get(servers))
@@ -115,6 +124,51 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/static/dashboard.css", get(|| async { asset("text/css", CSS) }))
         .layer(middleware::from_fn(security_headers))
         .with_state(web)
+}
+
+/// How long a fresh join code waits for the GET its POST redirects to, in seconds.
+const FLASH_TTL_SECS: u64 = 60;
+/// Fresh codes kept at once (the oldest go first).
+const MAX_FLASHES: usize = 64;
+
+/// The one-time flash of a fresh join code: the POST that creates it answers 303 to
+/// `/dashboard/join/{hash}` (so a reload resubmits nothing and makes no second code), and
+/// leaves the code here, for that session and that hash only, for [`FLASH_TTL_SECS`]. The
+/// first GET takes it out and shows it; a reload finds none and says the code was shown once.
+/// The code is never in a URL and never in the database (only its hash is): it lives here a
+/// minute at most, in memory, keyed by the SHA-256 of the session id.
+#[derive(Default)]
+struct Flashes(std::sync::Mutex<Vec<Flash>>);
+
+struct Flash {
+    session: [u8; 32],
+    hash: String,
+    code: String,
+    expires_at: u64,
+    until: u64,
+}
+
+impl Flashes {
+    fn put(&self, session: &str, hash: &str, code: String, expires_at: u64, now: u64) {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|f| f.until > now);
+        if v.len() >= MAX_FLASHES {
+            v.remove(0);
+        }
+        let session = Sha256::digest(session.as_bytes()).into();
+        v.push(Flash { session, hash: hash.to_owned(), code, expires_at, until: now + FLASH_TTL_SECS });
+    }
+
+    /// The code left for this session and hash, taken out; `None` when there is none, or it
+    /// waited too long.
+    fn take(&self, session: &str, hash: &str, now: u64) -> Option<(String, u64)> {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|f| f.until > now);
+        let key: [u8; 32] = Sha256::digest(session.as_bytes()).into();
+        let i = v.iter().position(|f| f.session == key && f.hash == hash)?;
+        let f = v.remove(i);
+        Some((f.code, f.expires_at))
+    }
 }
 
 fn asset(ct: &'static str, body: &'static str) -> Response {
@@ -398,6 +452,12 @@ async fn servers(State(web): St, r: Req, q: LenientQuery<ServersQuery>) -> Respo
     }
 }
 
+/// Whether the platform's operator has chosen a check image (without one, a recheck runs no
+/// check, whatever the agent acknowledges).
+async fn check_image(web: &Web) -> bool {
+    web.app.db.call(store::probe_image).await.is_ok_and(|i| i.is_some())
+}
+
 async fn one_node(web: &Web, r: &Req, id: &str) -> Result<(NodeSummary, u64), ApiError> {
     let (list, now) = nodes(web, r.scope()).await?;
     list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
@@ -435,7 +495,9 @@ async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
         return resp;
     }
     match node_with_history(&web, &r, &id).await {
-        Ok((n, h, now)) => page(StatusCode::OK, pages::server(&r.ctx, &n, &h, now, None)),
+        Ok((n, h, now)) => {
+            page(StatusCode::OK, pages::server(&r.ctx, &n, &h, now, None, check_image(&web).await))
+        }
         Err(e) => api_error(&r, e),
     }
 }
@@ -455,23 +517,13 @@ async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -
     let i = id.clone();
     let scope = r.scope();
     // A command reaches the agent only at its heartbeat, so an offline server is refused one
-    // (the page disables its buttons; a crafted POST queues nothing either). Whether it is
-    // online is read by the same rule as the list, in the same database call as the queueing.
-    let queued = web
-        .app
-        .db
-        .call(move |c| {
-            let online =
-                store::list_nodes(c, now, &scope)?.nodes.iter().find(|n| n.id == i).map(|n| n.online);
-            if online == Some(false) {
-                return Ok(false);
-            }
-            store::queue_command(c, now, &i, &kind, &scope).map(|_| true)
-        })
-        .await;
-    match queued {
-        Ok(true) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
-        Ok(false) => page(StatusCode::CONFLICT, pages::command_refused(&r.ctx, &id)),
+    // (the page disables its buttons; a crafted POST queues nothing either), by the store's
+    // rule, the same for the admin API and the CLI.
+    match web.app.db.call(move |c| store::queue_command(c, now, &i, &kind, &scope)).await {
+        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Err(e) if e.code == gpum_protocol::ErrorCode::NodeOffline => {
+            page(StatusCode::CONFLICT, pages::command_refused(&r.ctx, &id))
+        }
         Err(e) => api_error(&r, e),
     }
 }
@@ -509,7 +561,10 @@ async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) 
         Ok(u) => u,
         Err(e) => {
             return match node_with_history(&web, &r, &id).await {
-                Ok((n, h, now)) => page(StatusCode::BAD_REQUEST, pages::server(&r.ctx, &n, &h, now, Some(e))),
+                Ok((n, h, now)) => page(
+                    StatusCode::BAD_REQUEST,
+                    pages::server(&r.ctx, &n, &h, now, Some(e), check_image(&web).await),
+                ),
                 Err(e) => api_error(&r, e),
             };
         }
@@ -613,7 +668,11 @@ async fn add_form(State(web): St, r: Req) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    page(StatusCode::OK, pages::add(&r.ctx, &dist(&web).await))
+    let (now, scope) = (web.app.clock.now(), r.scope());
+    match web.app.db.call(move |c| store::open_join_codes(c, now, &scope)).await {
+        Ok(open) => page(StatusCode::OK, pages::add(&r.ctx, &dist(&web).await, &open, now)),
+        Err(e) => api_error(&r, e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -621,6 +680,8 @@ struct AddForm {
     ttl: u64,
 }
 
+/// Creates a code and answers 303 to its page, leaving the code in the one-time flash
+/// ([`Flashes`]): a reload of that page makes no second code and shows this one no more.
 async fn create_code(State(web): St, r: Req, req: Request) -> Response {
     let f: AddForm = match form(&web, &r, req).await {
         Ok(f) => f,
@@ -636,23 +697,15 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
         Err(e) => return api_error(&r, e),
     };
     let hash = store::hash_secret(&created.code);
-    let status = pages::join_status(&r.ctx, JoinState::Waiting);
-    page(
-        StatusCode::OK,
-        pages::code_created(
-            &r.ctx,
-            &web.app.cfg.public_url,
-            &created.code,
-            created.expires_at,
-            &hash,
-            status,
-            &dist(&web).await,
-        ),
-    )
+    if let Some((sid, _)) = &r.session {
+        web.flashes.put(sid, &hash, created.code, created.expires_at, now);
+    }
+    Redirect::to(&format!("/dashboard/join/{hash}")).into_response()
 }
 
-/// Where a join code stands, for the waiting page; the code is named by its hash (what the
-/// database holds), so the code itself never appears in a URL.
+/// Where a join code stands: the live status at the top, then the code and its command if this
+/// is the GET right after its POST ([`Flashes`]), else why they are not shown. The code is named
+/// by its hash (what the database holds), so the code itself never appears in a URL.
 async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
@@ -670,6 +723,7 @@ async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Respons
         Ok(v) => v,
         Err(e) => return api_error(&r, e),
     };
+    let open = used.1.is_none() && now < used.0;
     let status = match used {
         (_, Some(id)) => match list.iter().find(|n| n.id == id) {
             Some(n) if n.last_heartbeat_at.is_some() => pages::join_status(&r.ctx, JoinState::Node(n)),
@@ -679,7 +733,16 @@ async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Respons
         (expires_at, None) if now >= expires_at => pages::join_status(&r.ctx, JoinState::Expired),
         (_, None) => pages::join_status(&r.ctx, JoinState::Waiting),
     };
-    page(StatusCode::OK, pages::join_page(&r.ctx, &hash, status))
+    let fresh = r.session.as_ref().and_then(|(sid, _)| web.flashes.take(sid, &hash, now));
+    // Looked at only when the command is shown, not at each refresh.
+    let dist = if fresh.is_some() { dist(&web).await } else { pages::Dist::Off };
+    let shown = match &fresh {
+        Some((code, expires_at)) => {
+            Shown::Code { code, expires_at: *expires_at, public_url: &web.app.cfg.public_url, dist: &dist }
+        }
+        None => Shown::Once,
+    };
+    page(StatusCode::OK, pages::join_page(&r.ctx, &hash, status, open, shown, now))
 }
 
 #[cfg(test)]
@@ -766,6 +829,17 @@ mod tests {
         (sid, csrf)
     }
 
+    /// Creates a code as the form does: 303 to its page, whose first GET shows it; returns
+    /// that page.
+    async fn create(app: &Router, cookie: &str, csrf: &str) -> String {
+        let r = call(app, "POST", "/dashboard/add", cookie, &format!("ttl=3600&csrf={csrf}")).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let to = r.headers()[header::LOCATION].to_str().unwrap().to_owned();
+        let r = call(app, "GET", &to, cookie, "").await;
+        assert_eq!(r.status(), StatusCode::OK);
+        text(r).await
+    }
+
     /// A `--dist` directory holding `files`, each a few bytes.
     fn dist_with(dir: &std::path::Path, files: &[&str]) -> std::path::PathBuf {
         let d = dir.join("dist");
@@ -802,9 +876,7 @@ mod tests {
         assert_eq!(r.status(), StatusCode::FORBIDDEN, "no form key");
         let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=5&csrf={csrf}")).await;
         assert_eq!(r.status(), StatusCode::FORBIDDEN, "a lifetime the form does not offer");
-        let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
-        assert_eq!(r.status(), StatusCode::OK);
-        let page = text(r).await;
+        let page = create(&app, &cookie, &csrf).await;
         assert!(page.contains("{ echo gpum_code=GPUM-"));
         assert!(page.contains("; curl -fsSL https://gpum.example/install.sh; } | sudo bash -s --"));
         assert!(page.contains("data-state=\"waiting\""));
@@ -846,9 +918,7 @@ mod tests {
             for (i, lang) in ["en", "ru"].into_iter().enumerate() {
                 let cookie = format!("{SESSION_COOKIE}={sid}; {LANG_COOKIE}={lang}");
                 let form = text(call(&app, "GET", "/dashboard/add", &cookie, "").await).await;
-                let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
-                assert_eq!(r.status(), StatusCode::OK);
-                let created = text(r).await;
+                let created = create(&app, &cookie, &csrf).await;
                 assert!(created.contains("id=\"join-code\""), "{created}");
                 if says.is_empty() {
                     assert!(created.contains("id=\"cmd-install\""), "{created}");
@@ -862,6 +932,78 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The join-code page is reached by a redirect after the POST: the POST answers 303 to
+    /// `/dashboard/join/{hash}` (the code in no URL), the first GET shows the code once, a
+    /// reload (or another session, or a GET a minute late) shows the status without it and
+    /// says why; the open code is listed on "Add a machine" until it is used, and a used code's
+    /// page shows no command.
+    #[tokio::test]
+    async fn a_new_code_is_shown_once_after_a_redirect_and_listed_while_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app_with(dir.path(), true, Some(dist_with(dir.path(), &DIST_FILES)));
+        let (sid, csrf) = sign_in(&app).await;
+        let (other, _) = sign_in(&app).await;
+        for (lang, once) in [("en", "The code was shown once"), ("ru", "Код показан один раз")]
+        {
+            let cookie = format!("{SESSION_COOKIE}={sid}; {LANG_COOKIE}={lang}");
+            let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
+            assert_eq!(r.status(), StatusCode::SEE_OTHER);
+            let to = r.headers()[header::LOCATION].to_str().unwrap().to_owned();
+            let hash = to.strip_prefix("/dashboard/join/").unwrap().to_owned();
+            assert_eq!(hash.len(), 64, "{to}");
+            assert!(text(r).await.is_empty(), "the POST's answer shows no code");
+
+            // Another session's GET does not take it.
+            let r = call(&app, "GET", &to, &format!("{SESSION_COOKIE}={other}"), "").await;
+            assert!(!text(r).await.contains("GPUM-"));
+            let first = text(call(&app, "GET", &to, &cookie, "").await).await;
+            let code = first.split("id=\"join-code\">").nth(1).unwrap().split('<').next().unwrap();
+            assert!(code.starts_with("GPUM-"), "{first}");
+            assert_eq!(store::hash_secret(code), hash, "the page's hash is this code's");
+            assert!(first.contains("id=\"cmd-install\"") && first.contains("data-state=\"waiting\""));
+            // The live status sits above the code.
+            assert!(first.find("id=\"join-state\"").unwrap() < first.find("id=\"join-code\"").unwrap());
+
+            let again = text(call(&app, "GET", &to, &cookie, "").await).await;
+            assert!(!again.contains("GPUM-") && !again.contains("cmd-install"), "{again}");
+            assert!(again.contains("data-state=\"waiting\"") && again.contains(once), "{again}");
+
+            // Listed as open on "Add a machine", by its page, never by the code.
+            let add = text(call(&app, "GET", "/dashboard/add", &cookie, "").await).await;
+            assert!(add.contains(&format!("href=\"/dashboard/join/{hash}\"")), "{add}");
+            assert!(!add.contains(code));
+        }
+        // A fresh code not fetched within a minute is gone from memory.
+        let cookie = format!("{SESSION_COOKIE}={sid}");
+        let flashes = Flashes::default();
+        flashes.put(&sid, "h", "GPUM-X".into(), 9, 100);
+        assert_eq!(flashes.take(&sid, "h", 100 + FLASH_TTL_SECS), None);
+        flashes.put(&sid, "h", "GPUM-X".into(), 9, 100);
+        assert_eq!(flashes.take(&other, "h", 101), None, "another session");
+        assert_eq!(flashes.take(&sid, "h", 101), Some(("GPUM-X".into(), 9)));
+        assert_eq!(flashes.take(&sid, "h", 101), None, "once");
+
+        // Used: no longer open, and its page shows no command, only the status.
+        let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=3600&csrf={csrf}")).await;
+        let to = r.headers()[header::LOCATION].to_str().unwrap().to_owned();
+        let page = text(call(&app, "GET", &to, &cookie, "").await).await;
+        let code = page.split("id=\"join-code\">").nth(1).unwrap().split('<').next().unwrap().to_owned();
+        let conn = store::open(&dir.path().join("p.db")).unwrap();
+        let now = crate::clock::Clock::system().now();
+        let req = gpum_protocol::RegisterRequest {
+            join_code: code,
+            agent_version: "1".into(),
+            inventory: Default::default(),
+            install_id: None,
+        };
+        store::register(&conn, now, &req, 10).unwrap();
+        let page = text(call(&app, "GET", &to, &cookie, "").await).await;
+        assert!(page.contains("data-state=\"registered\"") && page.contains("data-open=\"false\""), "{page}");
+        assert!(!page.contains("cmd-install") && page.contains("id=\"code-closed\""), "{page}");
+        let add = text(call(&app, "GET", "/dashboard/add", &cookie, "").await).await;
+        assert!(!add.contains(&to), "a used code is not open");
     }
 
     #[tokio::test]

@@ -5,17 +5,20 @@
 //!
 //! A region marked `data-live="URL"` is refreshed by `dashboard.js` every 2 s from that URL (a
 //! GET of a page holding the same region); forms stay outside those regions so a refresh never
-//! replaces a button under the owner's pointer.
+//! replaces a button under the owner's pointer. Above each region, `#live-status` says when it
+//! was last updated, or that the connection or the session is lost (its texts in `data-`
+//! attributes, from the message table); the region carries what the rest of the page follows
+//! (`data-online`: the command buttons; `data-open`: the join code's install command).
 
 use gpum_common::Lang;
 use gpum_protocol::{
-    CommandKind, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeSummary, RentableState,
+    CommandKind, CommandStatus, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeSummary, RentableState,
     SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS, VerificationState,
 };
 use maud::{DOCTYPE, Markup, html};
 
 use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
-use crate::store::SettingsError;
+use crate::store::{OpenCode, SettingsError};
 
 /// What every page needs: the language, the path (for the language switch) and, when signed
 /// in, the session's CSRF token (for every form).
@@ -60,6 +63,27 @@ pub(crate) fn utc(ts: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+/// Unix seconds as the time of day `HH:MM:SS` (UTC).
+pub fn hms(ts: u64) -> String {
+    let secs = ts % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// The line above a live region: when it was last updated, or that the connection or the
+/// session is lost. `dashboard.js` rewrites it after each refresh from the texts in its `data-`
+/// attributes (rendered here, in the page's language), with the time the fresh region carries
+/// in `data-at`.
+fn live_status(ctx: &Ctx, now: u64) -> Markup {
+    html! {
+        p #live-status.live-status data-state="updated"
+            data-updated=(ctx.t(Msg::LiveUpdated)) data-lost=(ctx.t(Msg::LiveLost))
+            data-signed-out=(ctx.t(Msg::LiveSignedOut)) data-sign-in=(ctx.t(Msg::SignInAgain))
+            data-login="/dashboard/login" role="status" {
+            (fill(ctx.t(Msg::LiveUpdated), &[("time", &hms(now))]))
+        }
+    }
 }
 
 fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
@@ -336,6 +360,7 @@ pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>
                 p { (seen_by(ctx, true)) " " (ctx.t(Msg::LegendTenants)) }
                 p { (seen_by(ctx, false)) " " (ctx.t(Msg::LegendOwner)) }
             }
+            (live_status(ctx, now))
             (servers_table(ctx, nodes, now))
             p { a.button #add-machine href="/dashboard/add" { (ctx.t(Msg::NavAdd)) } }
         },
@@ -344,11 +369,11 @@ pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>
 
 fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
     html! {
-        div #servers data-live="/dashboard" {
+        div #servers data-live="/dashboard" data-at=(hms(now)) {
             @if nodes.is_empty() {
                 p #no-servers { (ctx.t(Msg::NoServers)) }
             } @else {
-                table {
+                table.cards {
                     thead { tr {
                         th { (ctx.t(Msg::ColServer)) br; (seen_by(ctx, false)) }
                         th { (ctx.t(Msg::ColRentable)) br; (seen_by(ctx, false)) }
@@ -362,7 +387,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                     tbody {
                         @for n in nodes {
                             tr.server data-node=(n.id) {
-                                td {
+                                td data-label=(ctx.t(Msg::ColServer)) {
                                     a.node-link href={ "/dashboard/servers/" (n.id) } { span.name { (cut(&n.name)) } }
                                     br;
                                     span.node-id { (n.id) }
@@ -371,18 +396,21 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
                                         span.owner { (n.owner.as_deref().unwrap_or(ctx.t(Msg::OperatorsOwn))) }
                                     }
                                 }
-                                td.rentable { (rentable_verdict(ctx, n)) }
-                                td.state.(state_class(n)) {
+                                td.rentable data-label=(ctx.t(Msg::ColRentable)) { (rentable_verdict(ctx, n)) }
+                                td.state.(state_class(n)) data-label=(ctx.t(Msg::ColState)) {
                                     (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
                                     @if n.paused { br; span.paused { (ctx.t(Msg::PausedByYou)) } }
                                 }
-                                td.verification.(verification_class(n)) { (verification_label(ctx, n)) }
-                                td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" }) {
+                                td.verification.(verification_class(n)) data-label=(ctx.t(Msg::ColVerification)) {
+                                    (verification_label(ctx, n))
+                                }
+                                td.price.(if n.price_per_gpu_hour.is_some() { "set" } else { "unset" })
+                                    data-label=(ctx.t(Msg::ColPrice)) {
                                     (price_label(ctx, n))
                                 }
-                                td.gpus { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
-                                td.agent { (cut(&n.agent_version)) }
-                                td.seen { (ago(ctx, n.last_heartbeat_at, now)) }
+                                td.gpus data-label=(ctx.t(Msg::ColGpus)) { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.agent data-label=(ctx.t(Msg::ColAgent)) { (cut(&n.agent_version)) }
+                                td.seen data-label=(ctx.t(Msg::ColLastSeen)) { (ago(ctx, n.last_heartbeat_at, now)) }
                             }
                         }
                     }
@@ -392,7 +420,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
     }
 }
 
-pub fn add(ctx: &Ctx, dist: &Dist) -> Markup {
+pub fn add(ctx: &Ctx, dist: &Dist, open: &[OpenCode], now: u64) -> Markup {
     layout(
         ctx,
         ctx.t(Msg::AddTitle),
@@ -409,8 +437,42 @@ pub fn add(ctx: &Ctx, dist: &Dist) -> Markup {
                 }
                 button #create type="submit" { (ctx.t(Msg::CreateCode)) }
             }
+            h2 { (ctx.t(Msg::OpenCodes)) }
+            (live_status(ctx, now))
+            (open_codes(ctx, open, now))
         },
     )
+}
+
+/// The unused, unexpired join codes, each with its expiry and a link to its live status; a
+/// code used meanwhile leaves the list at the next refresh. The codes themselves are not
+/// stored (only their hashes), so none is shown here.
+fn open_codes(ctx: &Ctx, open: &[OpenCode], now: u64) -> Markup {
+    html! {
+        div #open-codes data-live="/dashboard/add" data-at=(hms(now)) {
+            @if open.is_empty() {
+                p #no-open-codes { (ctx.t(Msg::NoOpenCodes)) }
+            } @else {
+                table.cards {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColCreated)) } th { (ctx.t(Msg::ColExpires)) } th { (ctx.t(Msg::ColStatus)) }
+                    } }
+                    tbody {
+                        @for c in open {
+                            tr.open-code data-code=(c.hash) {
+                                td data-label=(ctx.t(Msg::ColCreated)) { (utc(c.created_at)) }
+                                td data-label=(ctx.t(Msg::ColExpires)) { (utc(c.expires_at)) }
+                                td.wait data-label=(ctx.t(Msg::ColStatus)) {
+                                    (ctx.t(Msg::CodeWaiting)) " · "
+                                    a href={ "/dashboard/join/" (c.hash) } { (ctx.t(Msg::OpenCodePage)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The install command for `public_url` and `code`, in its three variants: the install, the
@@ -459,38 +521,50 @@ pub(crate) fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
     }
 }
 
-pub fn code_created(
-    ctx: &Ctx,
-    public_url: &str,
-    code: &str,
-    expires_at: u64,
-    code_hash: &str,
-    status: Markup,
-    dist: &Dist,
-) -> Markup {
-    let [install, dry, noexec] = commands(public_url, code);
-    layout(
-        ctx,
-        ctx.t(Msg::AddTitle),
-        html! {
-            h2 { (ctx.t(Msg::CodeCreated)) }
-            p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
-            h2 { (ctx.t(Msg::InstallCommand)) }
-            @if let Some(m) = no_install_command(ctx, dist) {
-                (m)
-            } @else {
-                p { (ctx.t(Msg::InstallHelp)) }
-                (copyable(ctx, "cmd-install", &install))
-                h3 { (ctx.t(Msg::DryRunCommand)) }
-                p { (ctx.t(Msg::DryRunHelp)) }
-                (copyable(ctx, "cmd-dry-run", &dry))
-                h3 { (ctx.t(Msg::NoexecCommand)) }
-                p { (ctx.t(Msg::NoexecHelp)) }
-                (copyable(ctx, "cmd-noexec", &noexec))
+/// What the join page shows under the live status: the fresh code and its install command
+/// (once, right after it was created), or why not.
+pub enum Shown<'a> {
+    /// The code, fresh from the POST that created it (the one-time flash).
+    Code { code: &'a str, expires_at: u64, public_url: &'a str, dist: &'a Dist },
+    /// Not used yet, but shown already: it is not stored, so it cannot be shown again.
+    Once,
+    /// Used or expired: its command is of no more use.
+    Closed,
+}
+
+fn shown_code(ctx: &Ctx, shown: Shown<'_>) -> Markup {
+    match shown {
+        Shown::Code { code, expires_at, public_url, dist } => {
+            let [install, dry, noexec] = commands(public_url, code);
+            html! {
+                // Removed by `dashboard.js` as soon as the code is used or expires.
+                div #code-once data-open-only {
+                    h2 { (ctx.t(Msg::CodeCreated)) }
+                    p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
+                    p.help { (ctx.t(Msg::CodeShownOnce)) }
+                    h2 { (ctx.t(Msg::InstallCommand)) }
+                    @if let Some(m) = no_install_command(ctx, dist) {
+                        (m)
+                    } @else {
+                        p { (ctx.t(Msg::InstallHelp)) }
+                        (copyable(ctx, "cmd-install", &install))
+                        h3 { (ctx.t(Msg::DryRunCommand)) }
+                        p { (ctx.t(Msg::DryRunHelp)) }
+                        (copyable(ctx, "cmd-dry-run", &dry))
+                        h3 { (ctx.t(Msg::NoexecCommand)) }
+                        p { (ctx.t(Msg::NoexecHelp)) }
+                        (copyable(ctx, "cmd-noexec", &noexec))
+                    }
+                }
             }
-            (join_region(code_hash, status))
+        }
+        Shown::Once => html! {
+            p #code-shown-once data-open-only {
+                (ctx.t(Msg::CodeShownOnce)) " " a href="/dashboard/add" { (ctx.t(Msg::NewCode)) }
+            }
         },
-    )
+        Shown::Closed => html! { p #code-closed.help { (ctx.t(Msg::CodeUsedNoCommand)) } },
+    }
 }
 
 /// Where the join code stands, as the waiting page shows it.
@@ -529,12 +603,38 @@ pub fn join_status(ctx: &Ctx, state: JoinState<'_>) -> Markup {
     }
 }
 
-pub fn join_region(code_hash: &str, status: Markup) -> Markup {
-    html! { div #join data-live={ "/dashboard/join/" (code_hash) } { (status) } }
+/// The live region of the join page; `open` (unused and unexpired) goes to `data-open`, by
+/// which `dashboard.js` removes the install command once the code is used.
+pub fn join_region(code_hash: &str, status: Markup, open: bool, now: u64) -> Markup {
+    html! {
+        div #join data-live={ "/dashboard/join/" (code_hash) } data-at=(hms(now))
+            data-open=(if open { "true" } else { "false" }) { (status) }
+    }
 }
 
-pub fn join_page(ctx: &Ctx, code_hash: &str, status: Markup) -> Markup {
-    layout(ctx, ctx.t(Msg::AddTitle), join_region(code_hash, status))
+/// The join page: the live status of the install at the top, then the code and its command
+/// (only right after it was created), or why they are not shown.
+pub fn join_page(
+    ctx: &Ctx,
+    code_hash: &str,
+    status: Markup,
+    open: bool,
+    shown: Shown<'_>,
+    now: u64,
+) -> Markup {
+    let shown = match shown {
+        Shown::Code { .. } | Shown::Once if !open => Shown::Closed,
+        s => s,
+    };
+    layout(
+        ctx,
+        ctx.t(Msg::AddTitle),
+        html! {
+            (live_status(ctx, now))
+            (join_region(code_hash, status, open, now))
+            (shown_code(ctx, shown))
+        },
+    )
 }
 
 fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
@@ -549,13 +649,16 @@ pub struct History {
     pub events: Vec<NodeEvent>,
 }
 
-/// The server's page; `error` is why the settings form was refused, shown above it.
+/// The server's page; `error` is why the settings form was refused, shown above it;
+/// `check_image` whether the platform's operator has chosen a check image (without one, no
+/// recheck runs a check).
 pub fn server(
     ctx: &Ctx,
     n: &NodeSummary,
     history: &History,
     now: u64,
     error: Option<SettingsError>,
+    check_image: bool,
 ) -> Markup {
     let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
     let base = format!("/dashboard/servers/{}", n.id);
@@ -566,7 +669,8 @@ pub fn server(
         ctx,
         &title,
         html! {
-            (server_live(ctx, n, history, now))
+            (live_status(ctx, now))
+            (server_live(ctx, n, history, now, check_image))
             h2 { (ctx.t(Msg::SettingsTitle)) }
             @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
             form #settings method="post" action={ (base) "/settings" } {
@@ -597,19 +701,18 @@ pub fn server(
             }
             div.actions {
                 // A command reaches the agent only at its heartbeat: on an offline server the
-                // buttons are disabled, with why (and the POST is refused, `web::command`).
-                @if !n.online {
-                    p.help #commands-offline { (ctx.t(Msg::CommandsOffline)) }
-                }
+                // buttons are disabled, with why (and the POST is refused, `web::command`); the
+                // live refresh keeps them so (`dashboard.js`, from the region's `data-online`).
+                p.help #commands-offline hidden[n.online] { (ctx.t(Msg::CommandsOffline)) }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="recheck";
-                    button #recheck type="submit" disabled[!n.online] { (ctx.t(Msg::Recheck)) }
+                    button #recheck type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Recheck)) }
                 }
                 form.inline method="post" action={ (base) "/command" } {
                     (csrf_field(ctx))
                     input type="hidden" name="kind" value="restart";
-                    button #restart type="submit" disabled[!n.online] { (ctx.t(Msg::Restart)) }
+                    button #restart type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Restart)) }
                 }
                 a.button #rotate href={ (base) "/rotate-token" } { (ctx.t(Msg::RotateToken)) }
                 a.button.danger #delete href={ (base) "/delete" } { (ctx.t(Msg::Delete)) }
@@ -622,7 +725,7 @@ fn opt(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("—")
 }
 
-fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Markup {
+fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_image: bool) -> Markup {
     let inv = &n.inventory;
     let p = &inv.private;
     let gpus = gpu_summary(ctx, n, None).join(", ");
@@ -630,7 +733,8 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Marku
     // database written before it did may still hold two GPUs of `u64::MAX` MiB.
     let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
     html! {
-        div #server data-live={ "/dashboard/servers/" (n.id) } {
+        div #server data-live={ "/dashboard/servers/" (n.id) } data-at=(hms(now))
+            data-online=(if n.online { "true" } else { "false" }) {
             table.facts {
                 tr {
                     th { (ctx.t(Msg::ColRentable)) }
@@ -704,18 +808,17 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64) -> Marku
             @if n.commands.is_empty() {
                 p #no-commands { (ctx.t(Msg::NoCommands)) }
             } @else {
-                table #commands {
-                    @for c in n.commands.iter().rev() {
-                        tr.command data-kind=(c.kind) {
-                            td { (utc(c.queued_at)) }
-                            td { (c.kind) }
-                            @match (&c.result, c.delivered_at) {
-                                (Some(r), _) => td.result.(if r.ok { "ok" } else { "bad" }) data-result=(if r.ok { "ok" } else { "failed" }) {
-                                    (ctx.t(if r.ok { Msg::CommandOk } else { Msg::CommandFailed }))
-                                    @if !r.message.is_empty() { ": " (r.message) }
-                                },
-                                (None, Some(_)) => td.result.wait data-result="delivered" { (ctx.t(Msg::CommandDelivered)) },
-                                (None, None) => td.result.wait data-result="queued" { (ctx.t(Msg::CommandQueued)) },
+                table.cards #commands {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColWhen)) } th { (ctx.t(Msg::ColCommand)) } th { (ctx.t(Msg::ColResult)) }
+                    } }
+                    tbody {
+                        @for c in n.commands.iter().rev() {
+                            @let (class, result, text) = command_outcome(ctx, n, c, check_image);
+                            tr.command data-kind=(c.kind) {
+                                td data-label=(ctx.t(Msg::ColWhen)) { (utc(c.queued_at)) }
+                                td data-label=(ctx.t(Msg::ColCommand)) { (command_name(ctx, &c.kind)) }
+                                td.result.(class) data-label=(ctx.t(Msg::ColResult)) data-result=(result) { (text) }
                             }
                         }
                     }
@@ -1007,6 +1110,82 @@ fn event_log(ctx: &Ctx, events: &[NodeEvent]) -> Markup {
     }
 }
 
+/// What became of a command, judged by what followed it, never by the acknowledgement alone:
+/// the class (`ok` green, `wait`, `bad`), the `data-result` and the words.
+///
+/// - Not delivered: waiting for the agent, or, offline, not delivered.
+/// - A restart: "restarting" from its delivery until a heartbeat later than the agent's
+///   acknowledgement (the agent acknowledges, then exits; systemd starts it again), then "back
+///   online"; offline meanwhile: it did not come back.
+/// - A recheck: green only when a probe report arrived after the acknowledgement and the check
+///   passed; "no check ran" when the operator has chosen no check image; else running, or
+///   offline with no result.
+fn command_outcome(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    c: &CommandStatus,
+    check_image: bool,
+) -> (&'static str, &'static str, String) {
+    let w = |m: Msg| ctx.t(m).to_owned();
+    let kind = CommandKind::parse(&c.kind);
+    let Some(r) = &c.result else {
+        return match (c.delivered_at, n.online, kind) {
+            (None, true, _) => ("wait", "queued", w(Msg::CommandQueued)),
+            (None, false, _) => ("bad", "undelivered", w(Msg::CommandUndelivered)),
+            (Some(_), false, _) => ("bad", "lost", w(Msg::CommandLost)),
+            (Some(_), true, Some(CommandKind::Restart)) => ("wait", "restarting", w(Msg::Restarting)),
+            (Some(_), true, Some(CommandKind::Recheck)) => ("wait", "delivered", w(Msg::RecheckDelivered)),
+            (Some(_), true, None) => ("wait", "delivered", w(Msg::CommandDelivered)),
+        };
+    };
+    if !r.ok {
+        let mut t = w(Msg::CommandFailed);
+        if !r.message.is_empty() {
+            t.push_str(": ");
+            t.push_str(&r.message);
+        }
+        return ("bad", "failed", t);
+    }
+    let done = c.completed_at.unwrap_or(0);
+    match kind {
+        Some(CommandKind::Restart) => {
+            if n.online && n.last_heartbeat_at.is_some_and(|h| h > done) {
+                ("ok", "back-online", w(Msg::BackOnline))
+            } else if n.online {
+                ("wait", "restarting", w(Msg::Restarting))
+            } else {
+                ("bad", "not-back", w(Msg::NotBack))
+            }
+        }
+        Some(CommandKind::Recheck) => {
+            if n.last_probe_at.is_some_and(|p| p >= done) {
+                match verification_class(n) {
+                    "ok" => ("ok", "passed", w(Msg::RecheckPassed)),
+                    "bad" if n.verification == VerificationState::Verified => {
+                        ("bad", "no-gpu", w(Msg::RentNoGpu))
+                    }
+                    "bad" => {
+                        let mut t = w(Msg::RecheckFailed);
+                        if let Some(f) = n.last_probe_reason {
+                            t.push_str(": ");
+                            t.push_str(probe_failure(f, ctx.lang));
+                        }
+                        ("bad", "check-failed", t)
+                    }
+                    _ => ("wait", "checking", w(Msg::RecheckRunning)),
+                }
+            } else if !check_image {
+                ("wait", "no-check", w(Msg::RecheckNoImage))
+            } else if n.online {
+                ("wait", "checking", w(Msg::RecheckRunning))
+            } else {
+                ("bad", "no-result", w(Msg::RecheckNoResult))
+            }
+        }
+        None => ("ok", "ok", w(Msg::CommandOk)),
+    }
+}
+
 /// A command refused because the server is offline: nothing was queued.
 pub fn command_refused(ctx: &Ctx, id: &str) -> Markup {
     layout(
@@ -1078,7 +1257,7 @@ pub fn rotated(ctx: &Ctx, id: &str, token: &str, public_url: &str) -> Markup {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1100,7 +1279,9 @@ mod tests {
         let s = servers(&ctx, &[n.clone()], 6, None).into_string();
         assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
         n.price_per_gpu_hour = None;
-        assert!(server(&ctx, &n, &History::default(), 6, None).into_string().contains("пока не сдаётся"));
+        assert!(
+            server(&ctx, &n, &History::default(), 6, None, true).into_string().contains("пока не сдаётся")
+        );
     }
 
     /// Each verdict in words in both languages; a failed check's fix is copyable; a machine with
@@ -1118,7 +1299,7 @@ mod tests {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, None),
-                server(&ctx, &n, &History::default(), 6, None),
+                server(&ctx, &n, &History::default(), 6, None, true),
             ] {
                 let s = page.into_string();
                 assert!(!s.contains("class=\"ok") && !s.contains("class=\"online\""), "{s}");
@@ -1130,14 +1311,14 @@ mod tests {
         n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
         n.rentable = crate::rentable::verdict(&n, true);
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
-        let s = server(&ctx, &n, &History::default(), 6, None).into_string();
+        let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
         assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
         assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
         assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
         n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
         let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
         assert!(
-            server(&ru, &n, &History::default(), 6, None)
+            server(&ru, &n, &History::default(), 6, None, true)
                 .into_string()
                 .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
@@ -1254,7 +1435,7 @@ mod tests {
         ];
         for (lang, figures, events) in cases {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
-            let page = server(&ctx, &n, &h, now, None).into_string();
+            let page = server(&ctx, &n, &h, now, None, true).into_string();
             // Text as a browser shows it: tags dropped, entities read.
             let text = |from: &str, to: &str| {
                 let part = &page[page.find(from).unwrap()..page.find(to).unwrap()];
@@ -1299,11 +1480,287 @@ mod tests {
         }
         // With nothing yet: said so, no chart.
         let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
-        let page = server(&ctx, &node("node-2"), &History::default(), now, None).into_string();
+        let page = server(&ctx, &node("node-2"), &History::default(), now, None, true).into_string();
         for id in ["no-figures", "no-history", "no-events"] {
             assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
         }
         assert!(!page.contains("<svg"));
+    }
+
+    /// Proper names a Russian text may carry in Latin letters: product and program names,
+    /// standard abbreviations, the name of the other language on its switch, and keys.
+    const LATIN_ALLOWED: &[&str] = &[
+        "gpum", "GPU", "NVIDIA", "CUDA", "Docker", "UUID", "UTC", "ID", "TOTP", "URL", "API", "English",
+        "Enter", "Ctrl", "D", "root",
+    ];
+
+    /// What a Russian text may quote verbatim because the owner types or reads it as it is: the
+    /// commands, flags, files and paths it names. Cut out before the Latin words are counted.
+    const QUOTED: &[&str] = &[
+        "sudo nvidia-ctk runtime configure --runtime=docker",
+        "sudo nvidia-ctk runtime \
+             configure --runtime=docker",
+        "sudo systemctl restart docker",
+        "sudo /opt/gpum-agent/gpum-agent uninstall --yes",
+        "sudo env TMPDIR=/var/tmp bash",
+        "sudo bash",
+        "sudo",
+        "--admin-token-file",
+        "--dist",
+        "--dry-run",
+        "docs/operator-guide.md",
+        "libnvidia-ml",
+        "nvidia-smi",
+        "/tmp",
+        "(noexec)",
+        "@sha256:",
+        "NVIDIA Container Toolkit",
+        "°C",
+    ];
+
+    /// The Latin words of `text` (maximal runs of ASCII letters) that are not allowed in
+    /// Russian: none may remain once the quoted commands are cut out.
+    pub(crate) fn english_in(text: &str) -> Vec<String> {
+        // Placeholders (`{n}`) are filled by the caller.
+        let mut t = String::new();
+        let mut rest = text;
+        while let Some(a) = rest.find('{') {
+            t.push_str(&rest[..a]);
+            rest = rest[a..].find('}').map_or("", |b| &rest[a + b + 1..]);
+        }
+        t.push_str(rest);
+        for q in QUOTED {
+            t = t.replace(q, " ");
+        }
+        t.split(|c: char| !c.is_ascii_alphabetic())
+            .filter(|w| !w.is_empty() && !LATIN_ALLOWED.contains(w))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A page's text as the owner reads it: tags and code blocks (`pre`, `code`: commands,
+    /// copied as they are) cut out, the script and stylesheet links with them.
+    pub(crate) fn prose(html: &str) -> String {
+        let mut s = html.to_owned();
+        for tag in ["pre", "code", "title"] {
+            while let Some(a) = s.find(&format!("<{tag}")) {
+                let end = format!("</{tag}>");
+                let Some(b) = s[a..].find(&end) else { break };
+                s.replace_range(a..a + b + end.len(), " ");
+            }
+        }
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in s.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => {
+                    in_tag = false;
+                    out.push(' ');
+                }
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out.replace("&amp;", "&").replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">")
+    }
+
+    /// Issue 32: Russian reads naturally and never mixes English in. Every Russian text of the
+    /// message table, and every page rendered in Russian (with a node whose own values are
+    /// Russian, so that only the page's words are read), has no Latin word but the proper
+    /// names of [`LATIN_ALLOWED`] and the commands of [`QUOTED`].
+    ///
+    /// The wording review fixed these phrases:
+    /// - «80 GiB», «512 MiB», «870 GiB» (units) → «80 ГиБ», «512 МиБ», «870 ГиБ», as the owner's guide;
+    /// - command names «recheck», «restart» shown raw in the command history → «повторная
+    ///   проверка», «перезапуск агента»;
+    /// - «Система» (OS) → «Операционная система»;
+    /// - «ждёт агента» → «ждёт, когда агент выйдет на связь»;
+    /// - «Машина зарегистрирована, ждём первой связи агента» → «…; ждём, когда агент впервые
+    ///   выйдет на связь»;
+    /// - «Пустое поле — имя компьютера» → «Если оставить поле пустым, названием будет имя
+    ///   компьютера»;
+    /// - «в Docker не настроена среда nvidia» → «в Docker не настроена среда выполнения NVIDIA»;
+    /// - «Docker отказал контейнеру в доступе к GPU» → «… к видеокарте»;
+    /// - «nvidia-smi в контейнере завершился с ошибкой» → «программа nvidia-smi в контейнере
+    ///   завершилась с ошибкой»;
+    /// - «образ для проверки не закреплён по дайджесту» → «образ для проверки указан без
+    ///   контрольной суммы (@sha256:…)»;
+    /// - «реестр образа для проверки не разрешён» → «хранилище образа для проверки не разрешено»;
+    /// - «Нужны права root» → «Нужны права суперпользователя (root)».
+    #[test]
+    fn russian_reads_without_english_words() {
+        let mut found = Vec::new();
+        for m in Msg::ALL {
+            if *m == Msg::LangSwitch {
+                continue; // "English": the other language, named in its own words
+            }
+            let ru = t(*m, Lang::Ru);
+            let bad = english_in(ru);
+            if !bad.is_empty() {
+                found.push(format!("{m:?}: {bad:?} in «{ru}»"));
+            }
+        }
+
+        let ctx = Ctx { lang: Lang::Ru, path: "/dashboard".into(), csrf: Some("к".into()), account: None };
+        let mut n = node("узел-1");
+        n.name = "стойка".into();
+        n.agent_version = "1".into();
+        n.inventory.public.gpus =
+            vec![gpum_protocol::GpuPublic { model: "видеокарта".into(), vram_mib: 81_920 }];
+        n.inventory.public.cpu_model = "процессор".into();
+        n.inventory.public.ram_mib = 512;
+        n.inventory.public.disk_gib = 870;
+        n.inventory.private.hostname = "машина".into();
+        n.inventory.private.os = "система".into();
+        n.inventory.private.kernel = "5.15".into();
+        n.price_per_gpu_hour = Some(150);
+        let cmd = |kind: &str, delivered: Option<u64>, ok: Option<bool>| CommandStatus {
+            id: "к".into(),
+            kind: kind.into(),
+            queued_at: 1,
+            delivered_at: delivered,
+            result: ok.map(|ok| gpum_protocol::CommandResult { id: "к".into(), ok, message: String::new() }),
+            completed_at: ok.map(|_| 3),
+        };
+        n.commands = vec![
+            cmd("recheck", None, None),
+            cmd("restart", Some(2), None),
+            cmd("restart", Some(2), Some(true)),
+            cmd("recheck", Some(2), Some(true)),
+            cmd("recheck", Some(2), Some(false)),
+        ];
+        let open = [crate::store::OpenCode { hash: "х".into(), created_at: 1, expires_at: 2 }];
+        let mut pages = vec![
+            operator_login(&ctx, "к", Some(LoginError::TooMany(3))),
+            operator_login(&ctx, "к", Some(LoginError::WrongToken)),
+            disabled(&ctx),
+            stale(&ctx),
+            not_found(&ctx),
+            servers(&ctx, &[], 6, None),
+            servers(&ctx, std::slice::from_ref(&n), 6, Some("узел-1")),
+            server(&ctx, &n, &History::default(), 6, Some(SettingsError::Price), true),
+            add(&ctx, &Dist::Off, &open, 6),
+            add(&ctx, &Dist::Lacks(vec!["файл"]), &[], 6),
+            command_refused(&ctx, "узел-1"),
+            confirm_delete(&ctx, "узел-1"),
+            confirm_rotate(&ctx, "узел-1"),
+            rotated(&ctx, "узел-1", "токен", "адрес"),
+        ];
+        let served = Dist::Served;
+        for (open, shown) in [
+            (true, Shown::Code { code: "код", expires_at: 9, public_url: "адрес", dist: &served }),
+            (true, Shown::Code { code: "код", expires_at: 9, public_url: "адрес", dist: &Dist::Off }),
+            (true, Shown::Once),
+            (false, Shown::Closed),
+        ] {
+            pages.push(join_page(&ctx, "х", join_status(&ctx, JoinState::Waiting), open, shown, 6));
+        }
+        n.online = false;
+        pages.push(server(&ctx, &n, &History::default(), 6, None, true));
+        for st in
+            [JoinState::Expired, JoinState::Registered("узел-1"), JoinState::Node(&n), JoinState::Deleted]
+        {
+            pages.push(join_page(&ctx, "х", join_status(&ctx, st), false, Shown::Closed, 6));
+        }
+        for p in pages {
+            let html = p.into_string();
+            let text = prose(&html);
+            let bad = english_in(&text);
+            if !bad.is_empty() {
+                found.push(format!("{bad:?} in the page:\n{text}"));
+            }
+        }
+        assert!(found.is_empty(), "{}", found.join("\n"));
+        // The check reads the pages' words: the same page in English has them.
+        let en = Ctx { lang: Lang::En, path: "/dashboard".into(), csrf: Some("к".into()), account: None };
+        let words = english_in(&prose(&server(&en, &n, &History::default(), 6, None, true).into_string()));
+        for w in ["Hardware", "check", "again", "agent", "restart", "GiB", "MiB"] {
+            assert!(words.iter().any(|x| x == w), "{w} in {words:?}");
+        }
+    }
+
+    /// "Restart" shows "restarting" until a heartbeat after the agent's acknowledgement, then
+    /// "back online", or that it did not come back; "Check again" is green only when a probe
+    /// report that passed arrived after it, and says "no check ran" without a check image.
+    #[test]
+    fn commands_are_judged_by_what_followed_them() {
+        use gpum_protocol::{CommandResult, Rentable};
+        let c = |kind: &str, delivered: Option<u64>, result: Option<(bool, u64)>| CommandStatus {
+            id: "c".into(),
+            kind: kind.into(),
+            queued_at: 10,
+            delivered_at: delivered,
+            result: result.map(|(ok, _)| CommandResult { id: "c".into(), ok, message: "m".into() }),
+            completed_at: result.map(|(_, at)| at),
+        };
+        let mut n = node("node-1");
+        n.last_heartbeat_at = Some(20);
+        n.health = Some(gpum_protocol::Health { nvml: gpum_protocol::NvmlState::Ok, ..Default::default() });
+        let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
+        let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+        let judge = |n: &NodeSummary, cmd: &CommandStatus| {
+            let image = n.rentable.state != RentableState::AwaitingOperator;
+            let (class, result, en) = command_outcome(&ctx, n, cmd, image);
+            (class, result, en, command_outcome(&ru, n, cmd, image).2)
+        };
+        // Restart.
+        assert_eq!(judge(&n, &c("restart", None, None)).1, "queued");
+        let r = judge(&n, &c("restart", Some(12), None));
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("wait", "restarting", "restarting…", "агент перезапускается…")
+        );
+        // Acknowledged at the last heartbeat: the agent is only now exiting.
+        assert_eq!(judge(&n, &c("restart", Some(12), Some((true, 20)))).1, "restarting");
+        let r = judge(&n, &c("restart", Some(12), Some((true, 14))));
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("ok", "back-online", "back online", "агент перезапущен и снова онлайн")
+        );
+        assert_eq!(judge(&n, &c("restart", Some(12), Some((false, 14)))).0, "bad");
+        let mut off = n.clone();
+        off.online = false;
+        assert_eq!(judge(&off, &c("restart", Some(12), Some((true, 20)))).1, "not-back");
+        assert_eq!(judge(&off, &c("restart", Some(12), None)).1, "lost");
+        assert_eq!(judge(&off, &c("restart", None, None)).1, "undelivered");
+
+        // Recheck: acknowledged, but no report after it is never green.
+        let ack = c("recheck", Some(12), Some((true, 14)));
+        n.verification = VerificationState::Verified;
+        n.inventory.public.gpus = vec![gpum_protocol::GpuPublic { model: "G".into(), vram_mib: 1024 }];
+        n.last_probe_at = Some(5);
+        assert_eq!(judge(&n, &ack).0, "wait", "an earlier pass does not count");
+        assert_eq!(judge(&n, &ack).1, "checking");
+        n.rentable = Rentable { state: RentableState::AwaitingOperator, since: None };
+        let r = judge(&n, &ack);
+        assert_eq!((r.0, r.1), ("wait", "no-check"));
+        assert!(r.2.starts_with("no check ran") && r.3.starts_with("проверка не запускалась"), "{r:?}");
+        n.last_probe_at = Some(16);
+        let r = judge(&n, &ack);
+        assert_eq!(
+            (r.0, r.1, r.2.as_str(), r.3.as_str()),
+            ("ok", "passed", "check passed", "проверка пройдена")
+        );
+        n.verification = VerificationState::Failed;
+        n.last_probe_reason = Some(gpum_protocol::ProbeFailure::Timeout);
+        let r = judge(&n, &ack);
+        assert_eq!((r.0, r.1), ("bad", "check-failed"));
+        assert_eq!(r.2, "check failed: the check did not finish in time");
+        // A pass on a machine without a working driver is not green either.
+        n.verification = VerificationState::Verified;
+        n.health = Some(gpum_protocol::Health {
+            nvml: gpum_protocol::NvmlState::LibraryMissing,
+            ..Default::default()
+        });
+        assert_eq!(judge(&n, &ack).1, "no-gpu");
+        off.last_probe_at = None;
+        assert_eq!(judge(&off, &ack).1, "no-result");
+        // The kinds in words, and the history's cells.
+        n.commands = vec![ack];
+        let s = server(&ru, &n, &History::default(), 20, None, true).into_string();
+        assert!(s.contains(">повторная проверка<"), "{s}");
+        assert!(!s.contains(">recheck<"), "{s}");
     }
 
     #[test]
@@ -1322,7 +1779,7 @@ mod tests {
         n.inventory.public.disk_gib = u64::MAX;
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
-        assert!(server(&ctx, &n, &History::default(), u64::MAX, None).into_string().contains("2 × G"));
+        assert!(server(&ctx, &n, &History::default(), u64::MAX, None, true).into_string().contains("2 × G"));
         assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
     }
 
@@ -1333,6 +1790,7 @@ mod tests {
             verification: VerificationState::AwaitingCheck,
             last_probe_output: None,
             last_probe_reason: None,
+            last_probe_at: None,
             last_heartbeat_at: Some(5),
             registered_at: 1,
             agent_version: "1".into(),
@@ -1371,6 +1829,7 @@ mod tests {
                     ok: false,
                     message: evil.into(),
                 }),
+                completed_at: Some(3),
             }],
             ..node("node-1")
         };
@@ -1397,8 +1856,8 @@ mod tests {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
             for page in [
                 servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
-                server(&ctx, &n, &history, 6, Some(SettingsError::NameControl)),
-                join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n))),
+                server(&ctx, &n, &history, 6, Some(SettingsError::NameControl), true),
+                join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
                 confirm_delete(&ctx, evil),
             ] {
                 let s = page.into_string();

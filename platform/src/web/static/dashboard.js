@@ -1,6 +1,12 @@
 // The dashboard's only script (served as a file: the Content-Security-Policy allows no inline
 // script). Two jobs: copy buttons, and refreshing the region marked data-live="URL" every 2 s
 // from that URL, so the owner sees a machine come online without reloading.
+//
+// A live page never shows stale figures as current: the line #live-status says when the region
+// was last updated (the time the platform wrote into the fresh region's data-at), or that the
+// connection is lost (the region is then marked "stale" and greyed out), or that the session
+// ended (the fetch was redirected to the sign-in form), with a link to sign in again. Its texts
+// come from the page itself (data- attributes rendered in the page's language): none is here.
 "use strict";
 
 document.addEventListener("click", function (e) {
@@ -23,20 +29,74 @@ document.addEventListener("click", function (e) {
   }
 });
 
+// The line above the live region, in one of its three states.
+function liveStatus(state, time) {
+  const s = document.getElementById("live-status");
+  const live = document.querySelector("[data-live]");
+  if (live) live.classList.toggle("stale", state !== "updated");
+  if (!s) return;
+  s.dataset.state = state;
+  s.classList.toggle("bad", state !== "updated");
+  if (state === "updated") {
+    s.textContent = s.dataset.updated.replace("{time}", time || "");
+  } else if (state === "lost") {
+    s.textContent = s.dataset.lost;
+  } else {
+    s.textContent = s.dataset.signedOut + " ";
+    const a = document.createElement("a");
+    a.id = "sign-in-again";
+    a.href = s.dataset.login;
+    a.textContent = s.dataset.signIn;
+    s.appendChild(a);
+  }
+}
+
+// What the fresh region says about the rest of the page: whether the server is online (its
+// command buttons are disabled, with why, when it is not), and whether the join code is still
+// open (its install command is removed once the code is used or expires).
+function follow(region) {
+  if (region.dataset.online) {
+    const on = region.dataset.online === "true";
+    document.querySelectorAll("button[data-needs-online]").forEach(function (b) { b.disabled = !on; });
+    const why = document.getElementById("commands-offline");
+    if (why) why.hidden = on;
+  }
+  if (region.dataset.open === "false") {
+    document.querySelectorAll("[data-open-only]").forEach(function (el) { el.remove(); });
+  }
+}
+
 function refresh() {
   const live = document.querySelector("[data-live]");
   if (!live) return;
-  fetch(live.dataset.live, { credentials: "same-origin", cache: "no-store" })
-    .then(function (r) { return r.ok ? r.text() : null; })
-    .then(function (text) {
-      if (text === null) return;
+  let again = true;
+  // A redirect is not followed: the only one a signed-in page answers is to the sign-in form.
+  fetch(live.dataset.live, { credentials: "same-origin", cache: "no-store", redirect: "manual" })
+    .then(function (r) {
+      if (r.type === "opaqueredirect" || r.status === 401) return { signedOut: true };
+      return r.ok ? r.text().then(function (text) { return { text: text }; }) : {};
+    })
+    .then(function (got) {
+      if (got.signedOut) {
+        again = false;
+        liveStatus("signed-out");
+        return;
+      }
       // Parsed, never executed: the server escaped every value, and a parsed document runs
       // no script.
-      const fresh = new DOMParser().parseFromString(text, "text/html").querySelector("[data-live]");
+      const fresh = got.text === undefined ? null
+        : new DOMParser().parseFromString(got.text, "text/html").querySelector("[data-live]");
       const now = document.querySelector("[data-live]");
-      if (fresh && now) now.replaceWith(document.importNode(fresh, true));
+      if (!fresh || !now) {
+        liveStatus("lost");
+        return;
+      }
+      const region = document.importNode(fresh, true);
+      now.replaceWith(region);
+      follow(region);
+      liveStatus("updated", region.dataset.at);
     })
-    .catch(function () {})
-    .finally(function () { setTimeout(refresh, 2000); });
+    .catch(function () { liveStatus("lost"); })
+    .finally(function () { if (again) setTimeout(refresh, 2000); });
 }
 setTimeout(refresh, 2000);
