@@ -1021,6 +1021,7 @@ mod tests {
             known_containers: Vec::new(),
             probe_image: image.map(String::from),
             send_inventory: false,
+            rentals: Vec::new(),
         }
     }
 

@@ -71,6 +71,7 @@ async fn heartbeat(headers: HeaderMap, body: Bytes) -> Response {
         known_containers: Vec::new(),
         probe_image: None,
         send_inventory: req.inventory.is_none() && req.inventory_hash.is_empty(),
+        rentals: Vec::new(),
     };
     axum::Json(resp).into_response()
 }

@@ -935,7 +935,14 @@ pub fn heartbeat_prepared(
 
     let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
     known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
-    Ok(HeartbeatResponse { heartbeat_interval_secs, commands, known_containers, probe_image, send_inventory })
+    Ok(HeartbeatResponse {
+        heartbeat_interval_secs,
+        commands,
+        known_containers,
+        probe_image,
+        send_inventory,
+        rentals: Vec::new(),
+    })
 }
 
 /// The node's row as a heartbeat reads it, in its one lookup.

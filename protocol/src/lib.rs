@@ -101,6 +101,14 @@ pub mod limits {
     /// Replaced tokens the platform remembers per node, the newest ones, so that their agents are
     /// told `token_replaced`; an older one gets `unauthorized`.
     pub const MAX_REPLACED_TOKENS_PER_NODE: usize = 16;
+    /// Rentals on one node at once (each holds at least one GPU of it).
+    pub const MAX_RENTALS_PER_NODE: usize = 64;
+    /// Environment variables of one rental, and the bytes of each name and value.
+    pub const MAX_RENTAL_ENV: usize = 128;
+    pub const MAX_RENTAL_ENV_BYTES: usize = 4096;
+    /// Arguments of a rental's command, and the bytes of each.
+    pub const MAX_RENTAL_ARGS: usize = 256;
+    pub const MAX_RENTAL_ARG_BYTES: usize = 4096;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,6 +253,10 @@ pub struct HeartbeatRequest {
     pub command_results: Vec<CommandResult>,
     /// Health of the agent's dependencies.
     pub health: Health,
+    /// What became of each rental the agent runs or ran since the last accepted heartbeat (issue
+    /// 33). Absent from older agents.
+    #[serde(default)]
+    pub rentals: Vec<RentalReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -441,6 +453,11 @@ pub struct HeartbeatResponse {
     /// skipped it): send the full inventory with the next heartbeat.
     #[serde(default)]
     pub send_inventory: bool,
+    /// The rentals the platform wants on this node, whole, on every answer (issue 33): the agent
+    /// runs exactly these and tears down any other rental container of its own. Older agents
+    /// ignore it.
+    #[serde(default)]
+    pub rentals: Vec<RentalSpec>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -853,6 +870,78 @@ pub struct NodeEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeEvents {
     pub events: Vec<NodeEvent>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rentals (issue 33)
+
+/// A rental as the platform wants it on a node: one container of the tenant's image on exactly
+/// these GPUs, with hard limits, until `ends_at`. The agent decides nothing about it but how to
+/// run it safely (docs/protocol.md, "Rentals").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalSpec {
+    /// `rent-` and 16 hex digits.
+    pub id: String,
+    /// Pinned by digest: `registry/name@sha256:…`, from a registry the platform accepts.
+    pub image: String,
+    /// The rented GPUs, by UUID: the container sees these and no other.
+    pub gpu_uuids: Vec<String>,
+    /// CPU, in thousandths of a core (2500: two and a half cores).
+    pub cpu_millis: u32,
+    /// Memory, in MiB; swap is the same (none beyond it).
+    pub memory_mib: u64,
+    /// Disk for the container's writable layer, in GiB, where the data root can limit it.
+    pub disk_gib: u64,
+    /// `/dev/shm`, in MiB.
+    pub shm_mib: u64,
+    /// The environment, set after the image's own (the image cannot widen the rented GPUs:
+    /// the agent sets `NVIDIA_VISIBLE_DEVICES` last).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// The command; empty: the image's own.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Unix seconds: the agent stops the rental then, whatever the platform says later.
+    pub ends_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+named_enum! {
+    /// Where a rental stands on its node, as its agent reports it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RentalState {
+        /// Its image is being pulled.
+        Pulling = "pulling",
+        /// Its container is being created and started (and its GPUs checked first).
+        Starting = "starting",
+        Running = "running",
+        /// Its process ended by itself (`exit_code`).
+        Exited = "exited",
+        /// Being torn down (stopped, expired, or no longer listed by the platform).
+        Stopping = "stopping",
+        /// Torn down and verified gone: no container, no process on its GPUs.
+        Gone = "gone",
+        /// It could not run, or its teardown could not be verified (`reason`).
+        Failed = "failed",
+    }
+}
+
+/// What the agent reports of one rental.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalReport {
+    pub id: String,
+    pub state: RentalState,
+    /// The container's exit code, once `exited`.
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// Why, when `failed` (or why it is stopping); short text.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]
