@@ -36,6 +36,9 @@ use gpum_tests::platform::{PlatformOpts, TestPlatform};
 // Issue 32: an owner's account in the browser (invitation, password, second factor, API keys).
 #[path = "dashboard_owners.rs"]
 mod owners;
+// Issue 32: screenshots of every page and state, full height, in both languages and on a phone.
+#[path = "dashboard_screens.rs"]
+mod screens;
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LIVE: Duration = Duration::from_secs(30);

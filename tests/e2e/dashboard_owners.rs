@@ -37,10 +37,11 @@ async fn wait_contains(b: &Browser, css: &str, want: &str) {
     }
 }
 
-/// Nothing wider than the window (no sideways scrolling at 360 px).
+/// Nothing wider than the window, nothing cut at its edge, no word squeezed into a narrower
+/// cell ([`super::misfits`]).
 async fn fits(b: &Browser, what: &str) {
-    let fits = b.js("return document.documentElement.scrollWidth <= window.innerWidth").await;
-    assert_eq!(fits, serde_json::json!(true), "{what} is wider than the window");
+    let bad = super::misfits(b).await;
+    assert!(bad.is_empty(), "{what}: {bad:?}");
 }
 
 async fn owner_api_status(p: &TestPlatform, key: &str) -> u16 {
