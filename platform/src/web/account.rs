@@ -11,17 +11,16 @@
 //! - Argon2id runs off the database thread, at most [`super::HASHING_AT_ONCE`] at a time.
 
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::i18n::{Msg, fill};
 use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
-use super::throttle::{self, Door};
-use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie, cookie_header, form, page, session};
+use super::throttle::Door;
+use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, form, page, session};
 use crate::accounts::{self, AccountError, ApiKeyRow};
-use crate::server::read_body;
 
 // ---------------------------------------------------------------------------------------------
 // Sign-in
@@ -74,7 +73,6 @@ fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>
 
 #[derive(Deserialize)]
 struct LoginForm {
-    csrf: String,
     email: String,
     password: String,
     #[serde(default)]
@@ -85,26 +83,14 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
     if web.app.cfg.admin_token_hash.is_none() {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     }
-    // A blocked address is refused before its form is read.
-    let client = throttle::client_key(&req);
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
-        let secs = throttle::retry_after(wait);
-        let mut resp =
-            login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "");
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        return resp;
-    }
-    let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
-    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
+    let (client, f) = match super::sign_in_form::<LoginForm>(&web, &r, req, |secs| {
+        login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
+    })
+    .await
+    {
+        Ok(v) => v,
+        Err(resp) => return resp,
     };
-    let Ok(f) = serde_urlencoded::from_bytes::<LoginForm>(&bytes) else {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    };
-    if login_cookie.is_empty() || !session::ct_eq(&f.csrf, &login_cookie) {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    }
     let email = f.email.trim().to_lowercase();
     let owner = match signed_in_owner(&web, &f).await {
         Ok(o) => o,
@@ -213,7 +199,6 @@ pub(super) async fn invite_form(State(web): St, r: Req, Path(token): Path<String
 
 #[derive(Deserialize)]
 struct InviteForm {
-    csrf: String,
     password: String,
     again: String,
 }
@@ -222,17 +207,19 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
     if !token_shape(&token) {
         return invite_gone(&r.ctx);
     }
-    let form_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
-    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
+    // The same door as a sign-in: a blocked address waits, and the form must be this browser's.
+    let blocked = |secs: u64| {
+        let ctx = &r.ctx;
+        let text = fill(ctx.t(Msg::TooManySignIns), &[("n", &secs.to_string())]);
+        page(
+            StatusCode::TOO_MANY_REQUESTS,
+            layout(ctx, ctx.t(Msg::InviteTitle), html! { p.error #invite-error { (text) } }),
+        )
     };
-    let Ok(f) = serde_urlencoded::from_bytes::<InviteForm>(&bytes) else {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    let (_, f) = match super::sign_in_form::<InviteForm>(&web, &r, req, blocked).await {
+        Ok(v) => v,
+        Err(resp) => return resp,
     };
-    if form_cookie.is_empty() || !session::ct_eq(&f.csrf, &form_cookie) {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    }
     let (now, t) = (web.app.clock.now(), token.clone());
     let email = match web.app.db.call(move |c| accounts::invitation(c, now, &t)).await {
         Ok(Some((_, email))) => email,

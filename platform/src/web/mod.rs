@@ -349,7 +349,6 @@ fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<LoginError>)
 
 #[derive(Deserialize)]
 struct LoginForm {
-    csrf: String,
     token: String,
 }
 
@@ -358,25 +357,14 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     };
     // A blocked address is refused before its token is looked at, or even read.
-    let client = throttle::client_key(&req);
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
-        let secs = throttle::retry_after(wait);
-        let mut resp = login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)));
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        return resp;
-    }
-    let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
-    let bytes = match read_body(req, web.app.cfg.body_timeout).await {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
+    let (client, f) = match sign_in_form::<LoginForm>(&web, &r, req, |secs| {
+        login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)))
+    })
+    .await
+    {
+        Ok(v) => v,
+        Err(resp) => return resp,
     };
-    let Ok(f) = serde_urlencoded::from_bytes::<LoginForm>(&bytes) else {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    };
-    // The form's token must be the one this browser was given with the form.
-    if login_cookie.is_empty() || !ct_eq(&f.csrf, &login_cookie) {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    }
     let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
         web.throttle.failed(client, Door::SignIn);
@@ -389,6 +377,37 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
 
 fn client_text(c: std::net::IpAddr) -> String {
     c.to_string()
+}
+
+/// What every sign-in form (the operator's, an owner's) does first: a blocked address is refused
+/// before its form is even read (429 with `Retry-After`, the page `too_many(secs)` makes); then
+/// the form must carry the key this browser was given with it (a double-submit cookie, since
+/// there is no session yet). `Ok` is the client's address and the parsed form.
+async fn sign_in_form<T: DeserializeOwned>(
+    web: &Web,
+    r: &Req,
+    req: Request,
+    too_many: impl FnOnce(u64) -> Response,
+) -> Result<(std::net::IpAddr, T), Response> {
+    let client = throttle::client_key(&req);
+    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+        let secs = throttle::retry_after(wait);
+        let mut resp = too_many(secs);
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return Err(resp);
+    }
+    let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
+    let bytes = read_body(req, web.app.cfg.body_timeout).await.map_err(IntoResponse::into_response)?;
+    let stale = || page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    #[derive(Deserialize)]
+    struct Csrf {
+        csrf: String,
+    }
+    let Ok(Csrf { csrf }) = serde_urlencoded::from_bytes::<Csrf>(&bytes) else { return Err(stale()) };
+    if login_cookie.is_empty() || !ct_eq(&csrf, &login_cookie) {
+        return Err(stale());
+    }
+    serde_urlencoded::from_bytes(&bytes).map(|f| (client, f)).map_err(|_| stale())
 }
 
 /// Starts a session (`owner`: `None` for the operator) and sends the browser to the servers.
