@@ -151,6 +151,13 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     }
     let r = b.get(&format!("/dashboard/join/{code_hash_a}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "A's join code's page, as B");
+    // A's open codes are listed on her "Add a machine" page, not on B's.
+    let open = a.post("/dashboard/add", &[("ttl", "3600")]).await;
+    let open_hash =
+        open.location.as_deref().and_then(|l| l.strip_prefix("/dashboard/join/")).unwrap().to_owned();
+    assert!(a.get("/dashboard/add").await.body.contains(&open_hash), "listed for A");
+    assert!(!b.get("/dashboard/add").await.body.contains(&open_hash), "not for B");
+    assert_eq!(b.get(&format!("/dashboard/join/{open_hash}")).await.status, StatusCode::NOT_FOUND);
     let after = p.node(&node_a.node_id).expect("A's server is still there");
     assert_eq!((after.name, after.paused, after.commands.len()), (before.name.clone(), false, 0));
     // The same pages as A work (the test above is not vacuous).
