@@ -1030,6 +1030,8 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
     use NodeEventKind::*;
     let detail = match e.detail.as_str() {
         "" => None,
+        // The exit code is in the text itself.
+        _ if e.kind == NodeEventKind::RentalExited => None,
         // The agent's one reason for removing a container, in the owner's language.
         gpum_protocol::REMOVAL_REASON_UNKNOWN if e.kind == NodeEventKind::ContainerRemoved => {
             Some(ctx.t(Msg::RemovalUnknown).to_owned())
@@ -1067,6 +1069,12 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
         ContainerRemoved => fill(ctx.t(Msg::EvContainerRemoved), &[("name", &cut(&e.subject))]),
         TokenReplaced => ctx.t(Msg::EvTokenReplaced).to_owned(),
         Deleted => ctx.t(Msg::EvDeleted).to_owned(),
+        RentalCreated => fill(ctx.t(Msg::EvRentalCreated), &[("id", &cut(&e.subject))]),
+        RentalStarted => fill(ctx.t(Msg::EvRentalStarted), &[("id", &cut(&e.subject))]),
+        RentalExited => fill(ctx.t(Msg::EvRentalExited), &[("id", &cut(&e.subject)), ("code", &e.detail)]),
+        RentalStopped => fill(ctx.t(Msg::EvRentalStopped), &[("id", &cut(&e.subject))]),
+        RentalGone => fill(ctx.t(Msg::EvRentalGone), &[("id", &cut(&e.subject))]),
+        RentalFailed => fill(ctx.t(Msg::EvRentalFailed), &[("id", &cut(&e.subject))]),
     };
     (text, detail)
 }
@@ -1076,9 +1084,9 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
 fn event_class(k: NodeEventKind) -> &'static str {
     use NodeEventKind::*;
     match k {
-        Offline | CheckFailed | CommandFailed | Deleted => "bad",
+        Offline | CheckFailed | CommandFailed | Deleted | RentalFailed => "bad",
         Registered | Online | HardwareChanged | CheckPassed | CommandSent | CommandOk | ContainerRemoved
-        | TokenReplaced => "",
+        | TokenReplaced | RentalCreated | RentalStarted | RentalExited | RentalStopped | RentalGone => "",
     }
 }
 
