@@ -9,8 +9,10 @@
 //! - **Two rentals never share a GPU.** A GPU is held by a rental while the platform lists it,
 //!   and after that until its agent reports it `gone` or `failed` (a rental the agent never
 //!   reported holds nothing once it is no longer listed: no container was ever made for it).
-//! - **The heartbeat stays cheap**: one indexed lookup of the node's listed rentals
-//!   (`rentals_listed`, a partial index), and a write only for a report that changes something.
+//! - **The heartbeat stays cheap**: a node whose row says it has no rental that can still be
+//!   listed (`nodes.rentals_until`, read in the beat's one node lookup) costs nothing more; else
+//!   one indexed lookup of its listed rentals (`rentals_listed`, a partial index). A report is
+//!   written only when it changes something.
 //! - Events go to the node's log only on transitions: created, started (the first `running`),
 //!   exited, stopped, gone, failed.
 //!
@@ -356,6 +358,12 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
         now as i64,
         ends_at as i64
     ])?;
+    // The heartbeat looks rentals up only until the latest end (an upper bound: a stopped one
+    // costs a lookup that finds nothing, never a missed rental).
+    conn.prepare_cached(
+        "UPDATE nodes SET rentals_until = MAX(COALESCE(rentals_until, 0), ?1) WHERE id = ?2",
+    )?
+    .execute(params![ends_at as i64, req.node_id])?;
     record(conn, &req.node_id, now, NodeEventKind::RentalCreated, &spec.id, &spec.image)?;
     show(conn, now, &spec.id)
 }

@@ -197,7 +197,10 @@ ALTER TABLE nodes ADD COLUMN probe_at INTEGER;
     // Rentals (issue 33): what the platform asks of a node, and what its agent last reported.
     // `listed` is 1 while the heartbeat answer carries it (until stopped, gone or failed; an
     // expired one is filtered by `ends_at`); the partial index makes that one lookup per beat.
+    // `nodes.rentals_until` is the latest end of a rental ever listed for the node: a beat after
+    // it (or of a node that never had one) skips the lookup.
     r#"
+ALTER TABLE nodes ADD COLUMN rentals_until INTEGER;
 CREATE TABLE rentals (
     id           TEXT PRIMARY KEY,
     node_id      TEXT NOT NULL,
@@ -765,7 +768,7 @@ pub fn heartbeat_prepared(
         .prepare_cached(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
-                    last_heartbeat_at, last_sample_at, verification, probe_reason
+                    last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until
              FROM nodes WHERE token_hash = ?1",
         )?
         .query_row(params![prep.token_hash], |r| {
@@ -779,6 +782,7 @@ pub fn heartbeat_prepared(
                 last_sample_at: r.get(6)?,
                 verification: r.get(7)?,
                 probe_reason: r.get(8)?,
+                rentals_until: r.get(9)?,
             })
         })
         .optional()?;
@@ -791,6 +795,7 @@ pub fn heartbeat_prepared(
         last_sample_at,
         verification,
         probe_reason,
+        rentals_until,
         ..
     } = match row {
         Some(row) if row.deleted_at.is_none() => row,
@@ -960,7 +965,12 @@ pub fn heartbeat_prepared(
     if !req.rentals.is_empty() {
         crate::rentals::record_reports(conn, now, node_id, &req.rentals)?;
     }
-    let rentals = crate::rentals::desired(conn, now, node_id)?;
+    // The node's row says whether it can have any: most nodes skip the lookup.
+    let rentals = if rentals_until.is_some_and(|t| t > now as i64) {
+        crate::rentals::desired(conn, now, node_id)?
+    } else {
+        Vec::new()
+    };
 
     let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
     known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
@@ -985,6 +995,8 @@ struct BeatRow {
     last_sample_at: Option<i64>,
     verification: String,
     probe_reason: Option<String>,
+    /// The latest end of the node's rentals (`rentals::create` raises it); none after it.
+    rentals_until: Option<i64>,
 }
 
 // ---------------------------------------------------------------------------------------------
