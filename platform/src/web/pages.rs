@@ -857,6 +857,7 @@ fn rental_state(ctx: &Ctx, r: &gpum_protocol::RentalSummary) -> (&'static str, S
 pub const RENTALS_SHOWN: usize = 20;
 
 /// The server's rentals, newest first: id, image, GPUs, state, until when (cards on a phone).
+/// The image is shown whole (its digest is what runs; at most 400 characters, and cells wrap).
 fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
     html! {
         section #rentals {
@@ -875,7 +876,7 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
                             @let (class, state) = rental_state(ctx, r);
                             tr.rental data-id=(r.spec.id) {
                                 td.id data-label=(ctx.t(Msg::ColRental)) { (r.spec.id) }
-                                td.image data-label=(ctx.t(Msg::ColImage)) { (cut(&r.spec.image)) }
+                                td.image data-label=(ctx.t(Msg::ColImage)) { (r.spec.image) }
                                 td.gpus data-label=(ctx.t(Msg::ColRentalGpus)) {
                                     @for g in &r.spec.gpu_uuids { (g) br; }
                                 }
