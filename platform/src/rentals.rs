@@ -980,6 +980,29 @@ mod tests {
         assert_eq!(e.code, ErrorCode::InvalidRequest);
     }
 
+    /// A node that never had a rental, or whose rentals all ended, beats without the rental
+    /// lookup; one with a rental that can still be listed runs it. Proved by taking the lookup's
+    /// index away: the lookup names it (`INDEXED BY`), so only a beat that runs it fails.
+    #[test]
+    fn a_beat_looks_rentals_up_only_while_one_can_be_listed() {
+        let (_d, c) = db();
+        let (_, never) = node(&c, "a");
+        let (id, had) = node(&c, "b");
+        let (busy_id, busy) = node(&c, "c");
+        let r = create(&c, T0, &req(&id)).unwrap();
+        create(&c, T0, &req(&busy_id)).unwrap();
+        // Past the end of `b`'s only rental; `c` gets a longer one.
+        let mut long = req(&busy_id);
+        long.duration_secs = Some(10 * 3600);
+        create(&c, T0, &long).unwrap();
+        let after = r.spec.ends_at;
+        c.execute_batch("DROP INDEX rentals_listed").unwrap();
+        store::heartbeat(&c, after, &never, &beat(9, vec![]), 10).unwrap();
+        store::heartbeat(&c, after, &had, &beat(9, vec![]), 10).unwrap();
+        let e = store::heartbeat(&c, after, &busy, &beat(9, vec![]), 10).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal);
+    }
+
     /// Deleting a node ends its rentals, with the reason recorded.
     #[test]
     fn deleting_a_node_ends_its_rentals() {
