@@ -24,9 +24,10 @@ use axum::{Json, Router};
 use gpum_protocol::{
     CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
     InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
-    PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTALS, PATH_ENROLL,
-    PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, PATH_REGISTER,
-    QueueCommandRequest, RegisterRequest, SetKnownContainersRequest, SetProbeImageRequest, UpdateNodeRequest,
+    PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
+    PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
+    PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest, RentalRegistries,
+    SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest, UpdateNodeRequest,
     UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
@@ -61,6 +62,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/admin/nodes/{id}/metrics"),
     ("GET", PATH_ADMIN_PROBE_IMAGE),
     ("PUT", PATH_ADMIN_PROBE_IMAGE),
+    ("GET", PATH_ADMIN_RENTAL_REGISTRIES),
+    ("PUT", PATH_ADMIN_RENTAL_REGISTRIES),
     ("POST", PATH_ADMIN_RENTALS),
     ("GET", PATH_ADMIN_RENTALS),
     ("GET", "/api/v1/admin/rentals/{id}"),
@@ -112,6 +115,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/events"), get(node_events))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/metrics"), get(node_metrics))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
+        .route(PATH_ADMIN_RENTAL_REGISTRIES, get(get_rental_registries).put(set_rental_registries))
         .route(PATH_ADMIN_RENTALS, post(create_rental).get(list_rentals))
         .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}"), get(show_rental))
         .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}/stop"), post(stop_rental))
@@ -515,6 +519,20 @@ async fn update_owner(
 
 // ---------------------------------------------------------------------------------------------
 // Rentals (issue 33): the operator's
+
+async fn get_rental_registries(State(st): St) -> Result<Response, ApiError> {
+    let registries = st.db.call(crate::rentals::registries).await?;
+    Ok(Json(RentalRegistries { registries }).into_response())
+}
+
+async fn set_rental_registries(
+    State(st): St,
+    ApiJson(req): ApiJson<SetRentalRegistriesRequest>,
+) -> Result<Response, ApiError> {
+    let registries =
+        st.db.call(move |c| crate::rentals::set_registries(c, req.registries.as_deref())).await?;
+    Ok(Json(RentalRegistries { registries }).into_response())
+}
 
 async fn create_rental(
     State(st): St,

@@ -29,6 +29,9 @@ pub const PATH_OWNER_NODES: &str = "/api/v1/owner/nodes";
 pub const PATH_OWNER_JOIN_CODES: &str = "/api/v1/owner/join-codes";
 /// The operator's rentals (issue 33): POST creates one, GET lists them (`?node=ID`: one node's).
 pub const PATH_ADMIN_RENTALS: &str = "/api/v1/admin/rentals";
+/// The registries rental images may come from: GET shows them, PUT sets them (`null`: the
+/// defaults).
+pub const PATH_ADMIN_RENTAL_REGISTRIES: &str = "/api/v1/admin/rental-registries";
 /// The bootstrap script, with the platform URL filled in.
 pub const PATH_INSTALL_SH: &str = "/install.sh";
 /// Downloads: `/dl/<file>` (the installer, the agent, their `.sha256` and `.sig`).
@@ -1026,6 +1029,20 @@ pub struct RentalSummary {
     pub reason: Option<String>,
     /// Unix seconds of the last change of `state`.
     pub updated_at: Option<u64>,
+}
+
+/// `PUT /api/v1/admin/rental-registries`: `host` or `host:port` each; `None` goes back to the
+/// defaults (`docker.io`, `nvcr.io`, `ghcr.io`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetRentalRegistriesRequest {
+    pub registries: Option<Vec<String>>,
+}
+
+/// The registries rental images may come from, as the platform holds them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalRegistries {
+    pub registries: Vec<String>,
 }
 
 /// `GET /api/v1/admin/rentals`: newest first.

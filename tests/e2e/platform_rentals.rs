@@ -6,9 +6,9 @@
 
 use gpum_protocol::{
     CreateRentalRequest, EnvVar, GpuPublic, Health, HeartbeatRequest, HeartbeatResponse, Inventory,
-    NodeEvents, NvmlState, PATH_ADMIN_RENTALS, ProbeReport, RegisterRequest, RegisterResponse, RentalList,
-    RentalReport, RentalState, RentalSummary, VerificationState, path_admin_node_events, path_admin_rental,
-    path_admin_rental_stop,
+    NodeEvents, NvmlState, PATH_ADMIN_RENTAL_REGISTRIES, PATH_ADMIN_RENTALS, ProbeReport, RegisterRequest,
+    RegisterResponse, RentalList, RentalRegistries, RentalReport, RentalState, RentalSummary,
+    VerificationState, path_admin_node_events, path_admin_rental, path_admin_rental_stop,
 };
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::StatusCode;
@@ -119,6 +119,28 @@ async fn a_rental_is_created_carried_reported_and_stopped_over_http() {
     let none: RentalList = admin_get(&p, &api, PATH_ADMIN_RENTALS).await.ok();
     assert!(none.rentals.is_empty());
 
+    // The registries are the platform's setting: nvcr.io off the list, the image is refused.
+    let put = |body: &'static str| {
+        let url = format!("{}{PATH_ADMIN_RENTAL_REGISTRIES}", p.url());
+        api.send(
+            api.c.put(url).bearer_auth(p.admin_token()).header("content-type", "application/json").body(body),
+        )
+    };
+    let set: RentalRegistries =
+        put(r#"{"registries":["GHCR.io","ghcr.io","registry.example.com:5000"]}"#).await.ok();
+    assert_eq!(set.registries, ["ghcr.io", "registry.example.com:5000"]);
+    let a = api.post(PATH_ADMIN_RENTALS, admin, &request(&node.node_id)).await;
+    assert_eq!(a.code(), gpum_protocol::ErrorCode::InvalidRequest);
+    assert!(a.body["error"]["message"].as_str().unwrap().contains("registry nvcr.io"), "{}", a.body);
+    assert_eq!(
+        put(r#"{"registries":["not a host"]}"#).await.code(),
+        gpum_protocol::ErrorCode::InvalidRequest
+    );
+    let back: RentalRegistries = put(r#"{"registries":null}"#).await.ok();
+    assert_eq!(back.registries, ["docker.io", "nvcr.io", "ghcr.io"]);
+    let shown: RentalRegistries = admin_get(&p, &api, PATH_ADMIN_RENTAL_REGISTRIES).await.ok();
+    assert_eq!(shown, back);
+
     // Created.
     let a = api.post(PATH_ADMIN_RENTALS, admin, &request(&node.node_id)).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
@@ -201,6 +223,17 @@ async fn the_cli_creates_and_stops_and_expiry_ends_a_rental() {
         "512",
     ];
     let with = |more: &[&str]| -> Vec<String> { base.iter().chain(more).map(|s| s.to_string()).collect() };
+
+    // The registries from the CLI: a rental from a registry off the list is refused.
+    let set = p.cli_json(&["rental-registries", "set", "ghcr.io"]);
+    assert_eq!(set["registries"], serde_json::json!(["ghcr.io"]));
+    let out = p.cli(with(&["--gpus", "1", "--duration", "2h"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("registry nvcr.io is not one"));
+    let out = p.cli(["rental-registries", "show"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ghcr.io");
+    let reset = p.cli_json(&["rental-registries", "reset"]);
+    assert_eq!(reset["registries"], serde_json::json!(["docker.io", "nvcr.io", "ghcr.io"]));
 
     // Refused with the error body and exit 1, nothing written.
     let out =
