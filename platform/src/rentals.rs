@@ -433,15 +433,23 @@ pub fn show(conn: &Connection, now: u64, id: &str) -> Result<RentalSummary, ApiE
     Ok(finish(vec![row])?.remove(0))
 }
 
-/// The rentals, newest first; of one node when `node_id` is given (a node that does not exist
-/// has none).
-pub fn list(conn: &Connection, now: u64, node_id: Option<&str>) -> Result<RentalList, ApiError> {
+/// The most rentals one listing gives.
+pub const MAX_LISTED: usize = 1000;
+
+/// The rentals, newest first, at most `limit` (and [`MAX_LISTED`]); of one node when `node_id`
+/// is given (a node that does not exist has none).
+pub fn list(
+    conn: &Connection,
+    now: u64,
+    node_id: Option<&str>,
+    limit: usize,
+) -> Result<RentalList, ApiError> {
     let rows = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM rentals WHERE ?1 IS NULL OR node_id = ?1
-             ORDER BY created_at DESC, rowid DESC LIMIT 1000"
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2"
         ))?
-        .query_map(params![node_id], |r| summary(r, now))?
+        .query_map(params![node_id, limit.min(MAX_LISTED) as i64], |r| summary(r, now))?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RentalList { rentals: finish(rows)? })
 }
@@ -1019,7 +1027,7 @@ mod tests {
         );
         let d = show(&c, T0 + 6, &done.spec.id).unwrap();
         assert_eq!((d.stopped_at, d.reason), (Some(T0 + 1), None));
-        assert_eq!(list(&c, T0 + 6, Some(&id)).unwrap().rentals.len(), 2);
-        assert!(list(&c, T0 + 6, Some("node-other")).unwrap().rentals.is_empty());
+        assert_eq!(list(&c, T0 + 6, Some(&id), MAX_LISTED).unwrap().rentals.len(), 2);
+        assert!(list(&c, T0 + 6, Some("node-other"), MAX_LISTED).unwrap().rentals.is_empty());
     }
 }

@@ -560,7 +560,12 @@ async fn list_rentals(State(st): St, RawQuery(q): RawQuery) -> Result<Response, 
         }
     }
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| crate::rentals::list(c, now, node.as_deref())).await?).into_response())
+    Ok(Json(
+        st.db
+            .call(move |c| crate::rentals::list(c, now, node.as_deref(), crate::rentals::MAX_LISTED))
+            .await?,
+    )
+    .into_response())
 }
 
 async fn show_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
