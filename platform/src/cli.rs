@@ -66,6 +66,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ProbeImageCmd,
     },
+    /// Rentals (issue 33): create one on a node, list, show, stop.
+    Rentals {
+        #[command(subcommand)]
+        cmd: RentalsCmd,
+    },
+    /// The registries rental images may come from.
+    RentalRegistries {
+        #[command(subcommand)]
+        cmd: RentalRegistriesCmd,
+    },
     /// Copy the database consistently, also while `serve` runs, into a new file (mode 0600: it
     /// holds token hashes). Restore: docs/operator-guide.md.
     Backup {
@@ -247,6 +257,98 @@ enum ProbeImageCmd {
     /// Clear it: no probe runs, nodes show "awaiting check".
     Clear,
     /// Show it.
+    Show,
+}
+
+#[derive(Debug, Subcommand)]
+enum RentalsCmd {
+    /// Create a rental: everything is checked before anything is written.
+    Create(CreateRentalArgs),
+    /// List rentals, newest first.
+    List {
+        /// Only this node's.
+        #[arg(long, value_name = "ID")]
+        node: Option<String>,
+    },
+    /// Show one rental.
+    Show { id: String },
+    /// Stop a rental: the platform stops listing it and the agent tears it down.
+    Stop { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+struct CreateRentalArgs {
+    /// The node.
+    #[arg(long, value_name = "ID")]
+    node: String,
+    /// The image, pinned by digest: name@sha256:<64 hex digits>.
+    #[arg(long)]
+    image: String,
+    /// How many GPUs (the platform picks free ones).
+    #[arg(long, value_name = "N", conflicts_with = "gpu")]
+    gpus: Option<u32>,
+    /// A GPU by UUID (repeat for more).
+    #[arg(long, value_name = "UUID")]
+    gpu: Vec<String>,
+    /// CPU in thousandths of a core (2500: two and a half cores).
+    #[arg(long, value_name = "MILLIS")]
+    cpu_millis: u32,
+    #[arg(long, value_name = "MIB")]
+    memory_mib: u64,
+    #[arg(long, value_name = "GIB")]
+    disk_gib: u64,
+    #[arg(long, value_name = "MIB")]
+    shm_mib: u64,
+    /// An environment variable, NAME=VALUE (repeat for more).
+    #[arg(long, value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Until when, in Unix seconds.
+    #[arg(long, value_name = "UNIX", conflicts_with = "duration")]
+    ends_at: Option<u64>,
+    /// For how long: 24h, 30m, 7d or seconds.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    duration: Option<u64>,
+    /// The command and its arguments, after `--` (none: the image's own).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+impl CreateRentalArgs {
+    fn request(&self) -> Result<gpum_protocol::CreateRentalRequest> {
+        let env = self
+            .env
+            .iter()
+            .map(|e| match e.split_once('=') {
+                Some((name, value)) => Ok(gpum_protocol::EnvVar { name: name.into(), value: value.into() }),
+                None => Err(anyhow::Error::new(BadUsage(format!("--env {e:?}: NAME=VALUE")))),
+            })
+            .collect::<Result<_>>()?;
+        Ok(gpum_protocol::CreateRentalRequest {
+            node_id: self.node.clone(),
+            image: self.image.clone(),
+            gpus: self.gpus,
+            gpu_uuids: (!self.gpu.is_empty()).then(|| self.gpu.clone()),
+            cpu_millis: self.cpu_millis,
+            memory_mib: self.memory_mib,
+            disk_gib: self.disk_gib,
+            shm_mib: self.shm_mib,
+            env,
+            command: self.command.clone(),
+            ends_at: self.ends_at,
+            duration_secs: self.duration,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum RentalRegistriesCmd {
+    /// Set the list: `host` or `host:port` each.
+    Set {
+        #[arg(required = true)]
+        registries: Vec<String>,
+    },
+    /// Back to the defaults (docker.io, nvcr.io, ghcr.io).
+    Reset,
     Show,
 }
 
@@ -475,6 +577,21 @@ fn run(cli: Cli) -> Result<()> {
             })?;
             out(&v, format!("{id}: {} known container(s)", container_ids.len()));
         }
+        Cmd::Rentals { cmd } => rentals(cmd, now, json, &tx)?,
+        Cmd::RentalRegistries { cmd } => {
+            let v = tx(&|c| {
+                let list = match &cmd {
+                    RentalRegistriesCmd::Set { registries } => {
+                        crate::rentals::set_registries(c, Some(registries))?
+                    }
+                    RentalRegistriesCmd::Reset => crate::rentals::set_registries(c, None)?,
+                    RentalRegistriesCmd::Show => crate::rentals::registries(c)?,
+                };
+                Ok(serde_json::json!({ "registries": list }))
+            })?;
+            let list: Vec<String> = serde_json::from_value(v["registries"].clone())?;
+            out(&v, list.join(" "));
+        }
         Cmd::ProbeImage { cmd } => {
             let v = match cmd {
                 ProbeImageCmd::Set { image } => tx(&|c| {
@@ -553,6 +670,58 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `rentals …`: each one transaction, like one admin API request.
+fn rentals(cmd: RentalsCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
+    use crate::rentals;
+    let v = match &cmd {
+        RentalsCmd::Create(args) => {
+            let req = args.request()?;
+            tx(&|c| Ok(serde_json::to_value(rentals::create(c, now, &req)?)?))?
+        }
+        RentalsCmd::List { node } => {
+            tx(&|c| Ok(serde_json::to_value(rentals::list(c, now, node.as_deref(), rentals::MAX_LISTED)?)?))?
+        }
+        RentalsCmd::Show { id } => tx(&|c| Ok(serde_json::to_value(rentals::show(c, now, id)?)?))?,
+        RentalsCmd::Stop { id } => tx(&|c| Ok(serde_json::to_value(rentals::stop(c, now, id)?)?))?,
+    };
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    let list: Vec<gpum_protocol::RentalSummary> = match cmd {
+        RentalsCmd::List { .. } => serde_json::from_value::<gpum_protocol::RentalList>(v)?.rentals,
+        _ => vec![serde_json::from_value(v)?],
+    };
+    println!("{}", human_rentals(&list));
+    Ok(())
+}
+
+/// The rental table, a line each, every field escaped (the image and the ids are the operator's,
+/// the state's reason an agent's).
+fn human_rentals(list: &[gpum_protocol::RentalSummary]) -> String {
+    let mut s = format!(
+        "{:<22} {:<22} {:<9} {:<16} {:<5} {:<40} REASON",
+        "ID", "NODE", "STATE", "UNTIL (UTC)", "GPUS", "IMAGE"
+    );
+    for r in list {
+        let state = match (r.state, r.exit_code) {
+            (Some(gpum_protocol::RentalState::Exited), Some(code)) => format!("exited {code}"),
+            _ => crate::rentals::state_word(r),
+        };
+        s.push_str(&format!(
+            "\n{:<22} {:<22} {:<9} {:<16} {:<5} {:<40} {}",
+            Escaped(&r.spec.id),
+            Escaped(&r.node_id),
+            state,
+            crate::web::pages::utc(r.spec.ends_at),
+            r.spec.gpu_uuids.len(),
+            Escaped(&r.spec.image),
+            Escaped(r.reason.as_deref().unwrap_or(""))
+        ));
+    }
+    s
 }
 
 /// The node table. Every field a node reported (its version, its GPU models) is printed with

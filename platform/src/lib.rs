@@ -8,6 +8,8 @@
 //!   admin API and the CLI both call it.
 //! - [`accounts`]: owners, invitations, passwords (Argon2id), TOTP, dashboard sessions and API
 //!   keys; every node and join code belongs to an owner or to the operator ([`store::Scope`]).
+//! - [`rentals`]: tenant rentals (issue 33): validation, the operator's API, what the heartbeat
+//!   carries and records.
 //! - [`db`]: the single database thread with group commit, used by the server.
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
@@ -22,6 +24,7 @@ pub mod error;
 pub mod install;
 pub mod listen;
 pub mod rentable;
+pub mod rentals;
 pub mod server;
 pub mod store;
 pub mod web;

@@ -15,18 +15,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
-    CreateJoinCodeRequest, EnrollRequest, ErrorCode, HeartbeatRequest, InviteOwnerRequest,
-    MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES,
-    PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH,
-    PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest,
-    SetKnownContainersRequest, SetProbeImageRequest, UpdateNodeRequest, UpdateOwnerRequest,
+    CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
+    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
+    PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
+    PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
+    PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest, RentalRegistries,
+    SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest, UpdateNodeRequest,
+    UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -60,6 +62,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/admin/nodes/{id}/metrics"),
     ("GET", PATH_ADMIN_PROBE_IMAGE),
     ("PUT", PATH_ADMIN_PROBE_IMAGE),
+    ("GET", PATH_ADMIN_RENTAL_REGISTRIES),
+    ("PUT", PATH_ADMIN_RENTAL_REGISTRIES),
+    ("POST", PATH_ADMIN_RENTALS),
+    ("GET", PATH_ADMIN_RENTALS),
+    ("GET", "/api/v1/admin/rentals/{id}"),
+    ("POST", "/api/v1/admin/rentals/{id}/stop"),
     ("POST", PATH_ADMIN_OWNERS),
     ("GET", PATH_ADMIN_OWNERS),
     ("PATCH", "/api/v1/admin/owners/{id}"),
@@ -107,6 +115,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/events"), get(node_events))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/metrics"), get(node_metrics))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
+        .route(PATH_ADMIN_RENTAL_REGISTRIES, get(get_rental_registries).put(set_rental_registries))
+        .route(PATH_ADMIN_RENTALS, post(create_rental).get(list_rentals))
+        .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}"), get(show_rental))
+        .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}/stop"), post(stop_rental))
         .route(PATH_ADMIN_OWNERS, post(invite_owner).get(list_owners))
         .route(&format!("{PATH_ADMIN_OWNERS}/{{id}}"), axum::routing::patch(update_owner))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), admin_auth));
@@ -503,6 +515,67 @@ async fn update_owner(
         })
         .await?;
     Ok(Json(r).into_response())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rentals (issue 33): the operator's
+
+async fn get_rental_registries(State(st): St) -> Result<Response, ApiError> {
+    let registries = st.db.call(crate::rentals::registries).await?;
+    Ok(Json(RentalRegistries { registries }).into_response())
+}
+
+async fn set_rental_registries(
+    State(st): St,
+    ApiJson(req): ApiJson<SetRentalRegistriesRequest>,
+) -> Result<Response, ApiError> {
+    let registries =
+        st.db.call(move |c| crate::rentals::set_registries(c, req.registries.as_deref())).await?;
+    Ok(Json(RentalRegistries { registries }).into_response())
+}
+
+async fn create_rental(
+    State(st): St,
+    ApiJson(req): ApiJson<CreateRentalRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let r = st.db.call(move |c| crate::rentals::create(c, now, &req)).await?;
+    Ok((StatusCode::CREATED, Json(r)).into_response())
+}
+
+/// All rentals, newest first; `?node=ID`: one node's. Any other query parameter is refused.
+async fn list_rentals(State(st): St, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let mut node: Option<String> = None;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.as_deref().unwrap_or(""))
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the query is not valid"))?;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "node" => node = Some(v),
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("unknown query parameter {k:?}"),
+                ));
+            }
+        }
+    }
+    let now = st.clock.now();
+    Ok(Json(
+        st.db
+            .call(move |c| crate::rentals::list(c, now, node.as_deref(), crate::rentals::MAX_LISTED))
+            .await?,
+    )
+    .into_response())
+}
+
+async fn show_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| crate::rentals::show(c, now, &id)).await?).into_response())
+}
+
+async fn stop_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| crate::rentals::stop(c, now, &id)).await?).into_response())
 }
 
 async fn set_known_containers(

@@ -194,6 +194,30 @@ CREATE INDEX node_events_node ON node_events(node_id);
     r#"
 ALTER TABLE nodes ADD COLUMN probe_at INTEGER;
 "#,
+    // Rentals (issue 33): what the platform asks of a node, and what its agent last reported.
+    // `listed` is 1 while the heartbeat answer carries it (until stopped, gone or failed; an
+    // expired one is filtered by `ends_at`); the partial index makes that one lookup per beat.
+    // `nodes.rentals_until` is the latest end of a rental ever listed for the node: a beat after
+    // it (or of a node that never had one) skips the lookup.
+    r#"
+ALTER TABLE nodes ADD COLUMN rentals_until INTEGER;
+CREATE TABLE rentals (
+    id           TEXT PRIMARY KEY,
+    node_id      TEXT NOT NULL,
+    spec_json    TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    ends_at      INTEGER NOT NULL,
+    stopped_at   INTEGER,
+    listed       INTEGER NOT NULL DEFAULT 1,
+    state        TEXT,
+    exit_code    INTEGER,
+    reason       TEXT,
+    updated_at   INTEGER,
+    started_at   INTEGER
+);
+CREATE INDEX rentals_node ON rentals(node_id, created_at);
+CREATE INDEX rentals_listed ON rentals(node_id, ends_at) WHERE listed = 1;
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
@@ -230,13 +254,13 @@ pub fn new_token() -> String {
     hex::encode(b)
 }
 
-fn new_id(prefix: &str) -> String {
+pub(crate) fn new_id(prefix: &str) -> String {
     let mut b = [0u8; 8];
     rand::rngs::OsRng.fill_bytes(&mut b);
     format!("{prefix}{}", hex::encode(b))
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -247,11 +271,11 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
-fn enum_str<T: serde::Serialize>(v: T) -> String {
+pub(crate) fn enum_str<T: serde::Serialize>(v: T) -> String {
     serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
-fn enum_parse<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
+pub(crate) fn enum_parse<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
 }
 
@@ -327,7 +351,7 @@ pub fn open_join_codes(conn: &Connection, now: u64, scope: &Scope) -> Result<Vec
 // ---------------------------------------------------------------------------------------------
 // Register
 
-fn invalid(msg: impl Into<String>) -> ApiError {
+pub(crate) fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, msg)
 }
 
@@ -681,6 +705,7 @@ fn validate_beat(req: &HeartbeatRequest) -> Result<(), ApiError> {
         .or_else(|| over("removed_containers", req.removed_containers.len(), limits::MAX_REMOVED_CONTAINERS))
         .or_else(|| over("command_results", req.command_results.len(), limits::MAX_COMMAND_RESULTS))
         .or_else(|| over("metrics.gpus", req.metrics.gpus.len(), limits::MAX_GPUS))
+        .or_else(|| over("rentals", req.rentals.len(), limits::MAX_RENTAL_REPORTS))
     {
         return Err(e);
     }
@@ -743,7 +768,7 @@ pub fn heartbeat_prepared(
         .prepare_cached(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
-                    last_heartbeat_at, last_sample_at, verification, probe_reason
+                    last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until
              FROM nodes WHERE token_hash = ?1",
         )?
         .query_row(params![prep.token_hash], |r| {
@@ -757,6 +782,7 @@ pub fn heartbeat_prepared(
                 last_sample_at: r.get(6)?,
                 verification: r.get(7)?,
                 probe_reason: r.get(8)?,
+                rentals_until: r.get(9)?,
             })
         })
         .optional()?;
@@ -769,6 +795,7 @@ pub fn heartbeat_prepared(
         last_sample_at,
         verification,
         probe_reason,
+        rentals_until,
         ..
     } = match row {
         Some(row) if row.deleted_at.is_none() => row,
@@ -933,6 +960,18 @@ pub fn heartbeat_prepared(
         .execute(params![node_id, COMMAND_HISTORY_PER_NODE as i64])?;
     }
 
+    // Rentals (issue 33): the reports first (only this node's own), then what it should run:
+    // one indexed lookup, empty for a node with none.
+    if !req.rentals.is_empty() {
+        crate::rentals::record_reports(conn, now, node_id, &req.rentals)?;
+    }
+    // The node's row says whether it can have any: most nodes skip the lookup.
+    let rentals = if rentals_until.is_some_and(|t| t > now as i64) {
+        crate::rentals::desired(conn, now, node_id)?
+    } else {
+        Vec::new()
+    };
+
     let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
     known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
     Ok(HeartbeatResponse {
@@ -941,7 +980,7 @@ pub fn heartbeat_prepared(
         known_containers,
         probe_image,
         send_inventory,
-        rentals: Vec::new(),
+        rentals,
     })
 }
 
@@ -956,6 +995,8 @@ struct BeatRow {
     last_sample_at: Option<i64>,
     verification: String,
     probe_reason: Option<String>,
+    /// The latest end of the node's rentals (`rentals::create` raises it); none after it.
+    rentals_until: Option<i64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -963,7 +1004,7 @@ struct BeatRow {
 
 /// Appends an event to a node's log, which keeps its newest [`MAX_EVENTS_PER_NODE`]. Called
 /// where the event happens, and on a heartbeat only on a transition.
-fn record(
+pub(crate) fn record(
     conn: &Connection,
     node_id: &str,
     at: u64,
@@ -1067,7 +1108,7 @@ fn owned(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
 }
 
 /// A live node within `scope`; `not_found` for a deleted one, another owner's, or none.
-fn live_node(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
+pub(crate) fn live_node(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
     let found: Option<(Option<i64>, Option<String>)> = conn
         .prepare_cached("SELECT deleted_at, owner_id FROM nodes WHERE id = ?1")?
         .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1401,6 +1442,8 @@ pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Resu
     )?
     .execute(params![now as i64, id])?;
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![id])?;
+    // Its rentals end (no heartbeat will carry them again); their records stay for the operator.
+    crate::rentals::end_for_deleted_node(conn, now, id)?;
     conn.prepare_cached("DELETE FROM commands WHERE node_id = ?1")?.execute(params![id])?;
     conn.prepare_cached("DELETE FROM container_removals WHERE node_id = ?1")?.execute(params![id])?;
     // Its history goes too: the event log keeps only that it was deleted, and when.

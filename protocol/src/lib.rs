@@ -27,6 +27,11 @@ pub const PATH_ADMIN_OWNERS: &str = "/api/v1/admin/owners";
 /// nodes and join codes, on their own servers only.
 pub const PATH_OWNER_NODES: &str = "/api/v1/owner/nodes";
 pub const PATH_OWNER_JOIN_CODES: &str = "/api/v1/owner/join-codes";
+/// The operator's rentals (issue 33): POST creates one, GET lists them (`?node=ID`: one node's).
+pub const PATH_ADMIN_RENTALS: &str = "/api/v1/admin/rentals";
+/// The registries rental images may come from: GET shows them, PUT sets them (`null`: the
+/// defaults).
+pub const PATH_ADMIN_RENTAL_REGISTRIES: &str = "/api/v1/admin/rental-registries";
 /// The bootstrap script, with the platform URL filled in.
 pub const PATH_INSTALL_SH: &str = "/install.sh";
 /// Downloads: `/dl/<file>` (the installer, the agent, their `.sha256` and `.sig`).
@@ -57,6 +62,15 @@ pub fn path_admin_node_events(id: &str) -> String {
 /// ([`NodeMetrics`]).
 pub fn path_admin_node_metrics(id: &str) -> String {
     format!("{PATH_ADMIN_NODES}/{id}/metrics")
+}
+
+/// `/api/v1/admin/rentals/{id}`: GET shows one rental ([`RentalSummary`]).
+pub fn path_admin_rental(id: &str) -> String {
+    format!("{PATH_ADMIN_RENTALS}/{id}")
+}
+/// `/api/v1/admin/rentals/{id}/stop`: POST stops it (the platform stops listing it).
+pub fn path_admin_rental_stop(id: &str) -> String {
+    format!("{PATH_ADMIN_RENTALS}/{id}/stop")
 }
 
 /// The heartbeat interval the platform gives when not told otherwise.
@@ -109,6 +123,8 @@ pub mod limits {
     /// Arguments of a rental's command, and the bytes of each.
     pub const MAX_RENTAL_ARGS: usize = 256;
     pub const MAX_RENTAL_ARG_BYTES: usize = 4096;
+    /// Rental reports in one heartbeat request: the live ones and those that ended since.
+    pub const MAX_RENTAL_REPORTS: usize = 2 * MAX_RENTALS_PER_NODE;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -500,6 +516,13 @@ pub enum ErrorCode {
     /// 409: a command for a server that is offline; nothing was queued (a command reaches the
     /// agent only at its heartbeat).
     NodeOffline,
+    /// 409: a rental for a server that cannot take one now (offline, not verified, paused, not
+    /// for rent, or already holding its limit of rentals); the message names the server's
+    /// rentable state. Nothing was created.
+    NodeNotRentable,
+    /// 409: the rental asks for more GPUs than the server has free, or for a GPU that is not the
+    /// server's or that another live rental holds. Nothing was created.
+    GpusUnavailable,
     /// 401: no token, or a token the platform never issued.
     Unauthorized,
     /// 401: the node's token was replaced. The agent stops for good.
@@ -526,7 +549,7 @@ impl ErrorCode {
             PayloadTooLarge => 413,
             RequestTimeout => 408,
             JoinCodeUnknown | JoinCodeExpired | JoinCodeUsed => 403,
-            GpuAlreadyRegistered | NodeOffline => 409,
+            GpuAlreadyRegistered | NodeOffline | NodeNotRentable | GpusUnavailable => 409,
             Unauthorized | TokenReplaced | AdminUnauthorized => 401,
             NodeDeleted => 410,
             NotFound => 404,
@@ -849,6 +872,19 @@ named_enum! {
         TokenReplaced = "token_replaced",
         /// The node was deleted; the only event a deleted node keeps.
         Deleted = "deleted",
+        /// A rental was created on the node; `subject` is its id, `detail` its image.
+        RentalCreated = "rental_created",
+        /// The agent first reported the rental `running`; `subject` is its id.
+        RentalStarted = "rental_started",
+        /// The rental's process ended by itself; `subject` is its id, `detail` the exit code.
+        RentalExited = "rental_exited",
+        /// The operator stopped the rental; `subject` is its id.
+        RentalStopped = "rental_stopped",
+        /// The agent tore the rental down and verified it gone; `subject` is its id.
+        RentalGone = "rental_gone",
+        /// The rental could not run, or its teardown could not be verified; `subject` is its
+        /// id, `detail` the agent's reason.
+        RentalFailed = "rental_failed",
     }
 }
 
@@ -942,6 +978,77 @@ pub struct RentalReport {
     /// Why, when `failed` (or why it is stopping); short text.
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// `POST /api/v1/admin/rentals`: a rental on one node. Either `gpus` (a count: the platform
+/// picks free GPUs of the node) or `gpu_uuids` (exactly these); either `ends_at` or
+/// `duration_secs`. The platform checks every field before it writes anything
+/// (docs/protocol.md, "Rentals").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRentalRequest {
+    pub node_id: String,
+    /// `name@sha256:<64 hex>`, from a registry the platform accepts.
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_uuids: Option<Vec<String>>,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    pub disk_gib: u64,
+    pub shm_mib: u64,
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_secs: Option<u64>,
+}
+
+/// A rental as the operator sees it: what the platform asks of the node, and what its agent
+/// last reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalSummary {
+    pub node_id: String,
+    pub spec: RentalSpec,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds when the operator stopped it, or its node was deleted.
+    pub stopped_at: Option<u64>,
+    /// Whether the heartbeat answer still carries it: not stopped, not expired, not `gone` or
+    /// `failed`.
+    pub listed: bool,
+    /// What the agent last reported; `None` until it reports.
+    pub state: Option<RentalState>,
+    pub exit_code: Option<i64>,
+    /// The agent's reason (`failed`, `stopping`), or the platform's when it stopped it.
+    pub reason: Option<String>,
+    /// Unix seconds of the last change of `state`.
+    pub updated_at: Option<u64>,
+}
+
+/// `PUT /api/v1/admin/rental-registries`: `host` or `host:port` each; `None` goes back to the
+/// defaults (`docker.io`, `nvcr.io`, `ghcr.io`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetRentalRegistriesRequest {
+    pub registries: Option<Vec<String>>,
+}
+
+/// The registries rental images may come from, as the platform holds them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalRegistries {
+    pub registries: Vec<String>,
+}
+
+/// `GET /api/v1/admin/rentals`: newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RentalList {
+    pub rentals: Vec<RentalSummary>,
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@
 //!   online, "Check again" green only after a check that passed, buttons following the server;
 //!   the join code by redirect, shown once, listed while open, its command gone once used; every
 //!   page fitting a phone (no sideways scrolling, no text one letter per line).
+//! - rentals (issue 33): the server page's table of its rentals, in both languages, at 1280 and
+//!   360 px.
 #![allow(clippy::disallowed_methods)]
 
 use std::io::Write;
@@ -2011,4 +2013,144 @@ async fn every_page_fits_a_phone_and_a_laptop_in_both_languages() {
         }
         b.close().await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rentals (issue 33)
+
+/// A server with two rentals, one running and one stopped, made with the real CLI and moved by
+/// the agent's report: its page lists them (id, image, GPUs, state, until) in both languages, a
+/// card per rental with every cell labelled at 360 px, nothing wider than the window, and the
+/// event log says each step.
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phone_widths() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let inv = sample_inventory("rent-box", &["GPU-R1", "GPU-R2"]);
+    let node = register_raw(&p, inv.clone(), "0.1.0").await;
+    let (id, tok) = (node.node_id.clone(), node.node_token.clone());
+    let verified = probe(VerificationState::Verified, None);
+    beat_with(&p, &tok, 1, &inv, figures(0), |r| r.probe = verified).await;
+    p.cli_json(&["nodes", "set", &id, "--price", "2.00"]);
+    let image = format!("nvcr.io/nvidia/pytorch@sha256:{}", "ab".repeat(32));
+    let create = |gpu: &str| {
+        let args = [
+            "rentals",
+            "create",
+            "--node",
+            &id,
+            "--image",
+            &image,
+            "--gpu",
+            gpu,
+            "--cpu-millis",
+            "4000",
+            "--memory-mib",
+            "16384",
+            "--disk-gib",
+            "50",
+            "--shm-mib",
+            "1024",
+            "--duration",
+            "3h",
+        ];
+        p.cli_json(&args)["spec"]["id"].as_str().unwrap().to_owned()
+    };
+    let running = create("GPU-R1");
+    let stopped = create("GPU-R2");
+    p.cli_json(&["rentals", "stop", &stopped]);
+    let report = gpum_protocol::RentalReport {
+        id: running.clone(),
+        state: gpum_protocol::RentalState::Running,
+        exit_code: None,
+        reason: None,
+    };
+    beat_with(&p, &tok, 2, &inv, figures(0), |r| r.rentals = vec![report]).await;
+    let until = p.cli_json(&["rentals", "show", &running])["spec"]["ends_at"].as_u64().unwrap();
+
+    struct Case {
+        lang: &'static str,
+        accept: &'static str,
+        heading: &'static str,
+        labels: [&'static str; 5],
+        states: [&'static str; 2],
+        events: [&'static str; 3],
+    }
+    let cases = [
+        Case {
+            lang: "en",
+            accept: "en-US,en",
+            heading: "Rentals",
+            labels: ["Rental", "Image", "GPUs", "State", "Until (UTC)"],
+            states: ["stopped", "running"],
+            events: ["rental {s} stopped", "rental {r} started", "rental {s} created"],
+        },
+        Case {
+            lang: "ru",
+            accept: "ru-RU,ru",
+            heading: "Аренды",
+            labels: ["Аренда", "Образ", "Видеокарты", "Состояние", "До (UTC)"],
+            states: ["остановлена", "работает"],
+            events: ["аренда {s} остановлена", "аренда {r} запущена", "создана аренда {s}"],
+        },
+    ];
+    let page = format!("{}/dashboard/servers/{id}", p.url());
+    for c in cases {
+        let b = Browser::start(&format!("server_rentals_{}", c.lang), c.accept).await;
+        sign_in(&b, &p).await;
+        for width in [1280, 360] {
+            set_width(&b, width).await;
+            b.goto(&page).await;
+            b.wait_for("#rental-list").await;
+            let read = b
+                .js("const t = css => Array.from(document.querySelectorAll(css)).map(e => e.textContent.trim()); \
+                     return { heading: t('#rentals h2'), \
+                       ids: Array.from(document.querySelectorAll('#rental-list tr.rental')).map(r => r.dataset.id), \
+                       labels: Array.from(document.querySelectorAll('#rental-list tr.rental:first-child td')).map(td => td.dataset.label), \
+                       states: t('#rental-list td.state'), \
+                       gpus: t('#rental-list td.gpus'), \
+                       images: t('#rental-list td.image'), \
+                       until: t('#rental-list td.until'), \
+                       cards: getComputedStyle(document.querySelector('#rental-list td')).display, \
+                       events: t('#event-log tr.event td.what') }")
+                .await;
+            let at = format!("{} at {width} px", c.lang);
+            assert_eq!(read["heading"], serde_json::json!([c.heading]), "{at}");
+            // Newest first.
+            assert_eq!(read["ids"], serde_json::json!([stopped, running]), "{at}");
+            assert_eq!(read["labels"], serde_json::json!(c.labels), "{at}");
+            assert_eq!(read["states"], serde_json::json!(c.states), "{at}");
+            assert_eq!(read["gpus"], serde_json::json!(["GPU-R2", "GPU-R1"]), "{at}");
+            assert_eq!(read["images"], serde_json::json!([image, image]), "{at}");
+            let t = read["until"][1].as_str().unwrap();
+            assert_eq!(t, p_utc(until), "{at}");
+            // A card per rental on a phone: the cells stack.
+            let display = read["cards"].as_str().unwrap();
+            assert_eq!(display == "block", width == 360, "{at}: cells display {display}");
+            let events: Vec<String> = serde_json::from_value(read["events"].clone()).unwrap();
+            for e in c.events {
+                let e = e.replace("{s}", &stopped).replace("{r}", &running);
+                assert!(events.iter().any(|x| x.starts_with(&e)), "{at}: {e:?} in {events:?}");
+            }
+            assert!(fits(&b).await, "{at}: nothing is wider than the window");
+        }
+        b.close().await;
+    }
+}
+
+/// Unix seconds as the dashboard writes them, `YYYY-MM-DD HH:MM` (UTC).
+fn p_utc(t: u64) -> String {
+    let days = (t / 86_400) as i64;
+    let (h, m) = ((t % 86_400) / 3600, (t % 3600) / 60);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}")
 }

@@ -26,6 +26,9 @@ mod conn_limits;
 // Issue 32: owners' accounts, and every page and endpoint tried as another owner.
 #[path = "platform_owners.rs"]
 mod owners;
+// Issue 33: rentals, the platform's side (admin API, CLI, heartbeat, expiry).
+#[path = "platform_rentals.rs"]
+mod rentals;
 
 fn inventory(uuid: &str) -> Inventory {
     let mut inv = Inventory::default();

@@ -434,6 +434,33 @@ gpum_common::texts! {
         RemovalUnknown => ("платформа его не знает", "unknown to the platform"),
         EvTokenReplaced => ("токен сервера заменён", "the server's token was replaced"),
         EvDeleted => ("сервер удалён", "the server was deleted"),
+        EvRentalCreated => ("создана аренда {id}", "rental {id} created"),
+        EvRentalStarted => ("аренда {id} запущена", "rental {id} started"),
+        EvRentalExited => ("процесс аренды {id} завершился, код {code}", "rental {id} exited with code {code}"),
+        EvRentalStopped => ("аренда {id} остановлена", "rental {id} stopped"),
+        EvRentalGone => (
+            "аренда {id} удалена с сервера, и это проверено",
+            "rental {id} torn down and verified gone",
+        ),
+        EvRentalFailed => ("сбой аренды {id}", "rental {id} failed"),
+        // The server's rentals (issue 33).
+        RentalsTitle => ("Аренды", "Rentals"),
+        NoRentals => ("Аренд на этом сервере нет.", "No rentals on this server."),
+        ColRental => ("Аренда", "Rental"),
+        ColImage => ("Образ", "Image"),
+        ColRentalGpus => ("Видеокарты", "GPUs"),
+        ColRentalState => ("Состояние", "State"),
+        ColUntil => ("До (UTC)", "Until (UTC)"),
+        RentalPending => ("ждёт агента", "waiting for the agent"),
+        RentalPulling => ("загружается образ", "pulling the image"),
+        RentalStarting => ("запускается", "starting"),
+        RentalRunning => ("работает", "running"),
+        RentalExitedState => ("процесс завершился", "exited"),
+        RentalStopping => ("останавливается", "stopping"),
+        RentalGoneState => ("удалена", "gone"),
+        RentalFailedState => ("сбой", "failed"),
+        RentalStoppedState => ("остановлена", "stopped"),
+        RentalExpired => ("срок истёк", "expired"),
         // Why a probe failed ([`probe_failure`]), with what to do where there is something to do.
         ProbeNoNvidiaRuntime => (
             "в Docker не настроена среда выполнения NVIDIA: выполните sudo nvidia-ctk runtime \

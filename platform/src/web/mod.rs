@@ -504,7 +504,8 @@ async fn node_with_history(
                 .ok_or_else(|| ApiError::not_found("node"))?;
             let samples = store::node_samples(c, &id, now, &scope)?.samples;
             let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
-            Ok((n, pages::History { samples, events }, now))
+            let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN)?.rentals;
+            Ok((n, pages::History { samples, events, rentals }, now))
         })
         .await
 }

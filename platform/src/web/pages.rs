@@ -647,6 +647,8 @@ fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
 pub struct History {
     pub samples: Vec<MetricsSample>,
     pub events: Vec<NodeEvent>,
+    /// The server's rentals, newest first (`rentals::list`).
+    pub rentals: Vec<gpum_protocol::RentalSummary>,
 }
 
 /// The server's page; `error` is why the settings form was refused, shown above it;
@@ -824,7 +826,67 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
                     }
                 }
             }
+            (rental_table(ctx, &history.rentals))
             (event_log(ctx, &history.events))
+        }
+    }
+}
+
+/// A rental's state in words, and its class (red for a failure).
+fn rental_state(ctx: &Ctx, r: &gpum_protocol::RentalSummary) -> (&'static str, String) {
+    use gpum_protocol::RentalState::*;
+    let m = |k| ctx.t(k).to_owned();
+    match r.state {
+        Some(Pulling) => ("", m(Msg::RentalPulling)),
+        Some(Starting) => ("", m(Msg::RentalStarting)),
+        Some(Running) => ("", m(Msg::RentalRunning)),
+        Some(Exited) => match r.exit_code {
+            Some(code) => ("", format!("{} ({code})", ctx.t(Msg::RentalExitedState))),
+            None => ("", m(Msg::RentalExitedState)),
+        },
+        Some(Stopping) => ("", m(Msg::RentalStopping)),
+        Some(Gone) => ("", m(Msg::RentalGoneState)),
+        Some(Failed) => ("bad", m(Msg::RentalFailedState)),
+        None if r.listed => ("", m(Msg::RentalPending)),
+        None if r.stopped_at.is_some() => ("", m(Msg::RentalStoppedState)),
+        None => ("", m(Msg::RentalExpired)),
+    }
+}
+
+/// The rentals shown on a server's page.
+pub const RENTALS_SHOWN: usize = 20;
+
+/// The server's rentals, newest first: id, image, GPUs, state, until when (cards on a phone).
+/// The image is shown whole (its digest is what runs; at most 400 characters, and cells wrap).
+fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
+    html! {
+        section #rentals {
+            h2 { (ctx.t(Msg::RentalsTitle)) }
+            @if rentals.is_empty() {
+                p #no-rentals { (ctx.t(Msg::NoRentals)) }
+            } @else {
+                table.cards #rental-list {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColRental)) } th { (ctx.t(Msg::ColImage)) }
+                        th { (ctx.t(Msg::ColRentalGpus)) } th { (ctx.t(Msg::ColRentalState)) }
+                        th { (ctx.t(Msg::ColUntil)) }
+                    } }
+                    tbody {
+                        @for r in rentals.iter().take(RENTALS_SHOWN) {
+                            @let (class, state) = rental_state(ctx, r);
+                            tr.rental data-id=(r.spec.id) {
+                                td.id data-label=(ctx.t(Msg::ColRental)) { (r.spec.id) }
+                                td.image data-label=(ctx.t(Msg::ColImage)) { (r.spec.image) }
+                                td.gpus data-label=(ctx.t(Msg::ColRentalGpus)) {
+                                    @for g in &r.spec.gpu_uuids { (g) br; }
+                                }
+                                td.state.(class) data-label=(ctx.t(Msg::ColRentalState)) { (state) }
+                                td.until data-label=(ctx.t(Msg::ColUntil)) { (utc(r.spec.ends_at)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -1030,6 +1092,8 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
     use NodeEventKind::*;
     let detail = match e.detail.as_str() {
         "" => None,
+        // The exit code is in the text itself.
+        _ if e.kind == NodeEventKind::RentalExited => None,
         // The agent's one reason for removing a container, in the owner's language.
         gpum_protocol::REMOVAL_REASON_UNKNOWN if e.kind == NodeEventKind::ContainerRemoved => {
             Some(ctx.t(Msg::RemovalUnknown).to_owned())
@@ -1067,6 +1131,12 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
         ContainerRemoved => fill(ctx.t(Msg::EvContainerRemoved), &[("name", &cut(&e.subject))]),
         TokenReplaced => ctx.t(Msg::EvTokenReplaced).to_owned(),
         Deleted => ctx.t(Msg::EvDeleted).to_owned(),
+        RentalCreated => fill(ctx.t(Msg::EvRentalCreated), &[("id", &cut(&e.subject))]),
+        RentalStarted => fill(ctx.t(Msg::EvRentalStarted), &[("id", &cut(&e.subject))]),
+        RentalExited => fill(ctx.t(Msg::EvRentalExited), &[("id", &cut(&e.subject)), ("code", &e.detail)]),
+        RentalStopped => fill(ctx.t(Msg::EvRentalStopped), &[("id", &cut(&e.subject))]),
+        RentalGone => fill(ctx.t(Msg::EvRentalGone), &[("id", &cut(&e.subject))]),
+        RentalFailed => fill(ctx.t(Msg::EvRentalFailed), &[("id", &cut(&e.subject))]),
     };
     (text, detail)
 }
@@ -1076,9 +1146,9 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
 fn event_class(k: NodeEventKind) -> &'static str {
     use NodeEventKind::*;
     match k {
-        Offline | CheckFailed | CommandFailed | Deleted => "bad",
+        Offline | CheckFailed | CommandFailed | Deleted | RentalFailed => "bad",
         Registered | Online | HardwareChanged | CheckPassed | CommandSent | CommandOk | ContainerRemoved
-        | TokenReplaced => "",
+        | TokenReplaced | RentalCreated | RentalStarted | RentalExited | RentalStopped | RentalGone => "",
     }
 }
 
@@ -1326,6 +1396,73 @@ pub(crate) mod tests {
         assert!(servers(&ru, &[n], 6, None).into_string().contains("оператор платформы выберет образ"));
     }
 
+    fn rental(
+        text: &str,
+        state: Option<gpum_protocol::RentalState>,
+        reason: Option<&str>,
+    ) -> gpum_protocol::RentalSummary {
+        gpum_protocol::RentalSummary {
+            node_id: "node-1".into(),
+            spec: gpum_protocol::RentalSpec {
+                id: format!("rent-{text}"),
+                image: format!("{text}@sha256:00"),
+                gpu_uuids: vec![format!("GPU-{text}")],
+                cpu_millis: 1000,
+                memory_mib: 1024,
+                disk_gib: 1,
+                shm_mib: 64,
+                env: vec![],
+                command: vec![],
+                ends_at: 1_796_290_406,
+            },
+            created_at: 1,
+            stopped_at: None,
+            listed: state.is_none(),
+            state,
+            exit_code: Some(3),
+            reason: reason.map(String::from),
+            updated_at: None,
+        }
+    }
+
+    /// The server's rentals in a table of cards, each cell labelled, in both languages; none: a
+    /// line that says so.
+    #[test]
+    fn the_server_page_lists_its_rentals_in_both_languages() {
+        use gpum_protocol::RentalState::*;
+        let n = node("node-1");
+        let h = History {
+            rentals: vec![
+                rental("a", Some(Running), None),
+                rental("b", Some(Exited), None),
+                rental("c", None, None),
+            ],
+            ..Default::default()
+        };
+        for (lang, want) in [
+            (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "Until (UTC)"]),
+            (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "До (UTC)"]),
+        ] {
+            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+            let s = server(&ctx, &n, &h, 6, None, true).into_string();
+            for w in want {
+                assert!(s.contains(w), "{lang:?}: {w} in {s}");
+            }
+            assert!(s.contains("<table class=\"cards\" id=\"rental-list\">"), "{s}");
+            assert_eq!(s.matches("<tr class=\"rental\"").count(), 3);
+            assert!(s.contains("2026-12-03 09:33"), "{s}");
+            let empty = server(&ctx, &n, &History::default(), 6, None, true).into_string();
+            assert!(empty.contains("id=\"no-rentals\""), "{empty}");
+        }
+        // Each cell is labelled for the phone's cards.
+        let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+        let s = server(&ctx, &n, &h, 6, None, true).into_string();
+        for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "До (UTC)"]
+        {
+            assert!(s.contains(&format!("data-label=\"{label}\"")), "{label}");
+        }
+    }
+
     /// The figures per GPU and host, the day's chart (a line per series, broken at a gap) and the
     /// event log, in both languages, with a node's text escaped and no inline style.
     #[test]
@@ -1380,7 +1517,7 @@ pub(crate) mod tests {
             ev(now - 7200, Offline, "", ""),
             ev(1, Registered, "", ""),
         ];
-        let h = History { samples, events };
+        let h = History { samples, events, rentals: vec![] };
         let cases = [
             (
                 Lang::En,
@@ -1850,6 +1987,7 @@ pub(crate) mod tests {
             .into_iter()
             .map(|kind| NodeEvent { at: 5, kind, subject: evil.into(), detail: evil.into() })
             .collect(),
+            rentals: vec![rental(evil, Some(gpum_protocol::RentalState::Failed), Some(evil))],
         };
         n.last_metrics = Some(Metrics::default());
         for lang in [Lang::Ru, Lang::En] {
