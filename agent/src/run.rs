@@ -4,7 +4,12 @@
 //! connect to Docker (down is a state, not an error) -> remove probe containers a crash left ->
 //! loop -> exit code. Every input is an [`Event`] and one `select!` picks the next one:
 //! the heartbeat timer, the heartbeat step finishing, a probe finishing, a removal finishing,
-//! and SIGTERM/SIGINT.
+//! a rentals round finishing, and SIGTERM/SIGINT.
+//!
+//! Rentals ([`rental`]): after every heartbeat step, answered or not, one rentals round runs in
+//! its own task against the last answer's desired set (none before the first answer since the
+//! agent started, so a restart tears nothing down before the platform has spoken); a round asked
+//! for while one runs waits for it. Each request carries the rentals' current reports.
 //!
 //! This module only routes: it hands each event to [`crate::core::Core`], which holds every
 //! rule of the service (the lifecycle, commands, the interval, the known list, probe

@@ -317,6 +317,13 @@ async fn rental_agent_restart_adopts_a_running_rental() {
     assert_eq!(state(&book, &s.id), RentalState::Running);
     let after = docker(&["inspect", "--format", "{{.Id}} {{.State.StartedAt}} {{.State.Pid}}", &name]);
     assert_eq!(before, after, "not recreated, not restarted");
+    // What it said of its disk, it says again.
+    let unlimited =
+        !docker(&["inspect", "--format", "{{json .HostConfig.StorageOpt}}", &name]).contains("size");
+    assert_eq!(
+        book.get(&s.id).unwrap().reason.as_deref(),
+        unlimited.then_some(rental::DISK_LIMIT_UNSUPPORTED)
+    );
     assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &name]), "true");
 }
 

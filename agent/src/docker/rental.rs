@@ -420,6 +420,9 @@ pub async fn reconcile(
     desired: &[RentalSpec],
     now: u64,
 ) -> Result<(), DockerError> {
+    if let Some(bad) = desired.iter().find(|s| !valid_id(&s.id)) {
+        tracing::warn!(count = desired.iter().filter(|s| !valid_id(&s.id)).count(), example = %bad.id.escape_debug(), "the platform listed rentals with ids that are not rental ids; ignoring them");
+    }
     let desired: Vec<&RentalSpec> =
         desired.iter().filter(|s| valid_id(&s.id)).take(limits::MAX_RENTALS_PER_NODE).collect();
     let wanted: HashSet<&str> = desired.iter().filter(|s| now < s.ends_at).map(|s| s.id.as_str()).collect();
@@ -464,7 +467,11 @@ pub async fn reconcile(
 
 /// A present, wanted rental: adopt it as it is and report what it is doing.
 async fn observe(docker: &Docker, book: &Book, s: &RentalSpec, c: &Actual) {
-    let reason = book.get(&s.id).filter(|r| r.state == RentalState::Running).and_then(|r| r.reason);
+    let reason = match book.get(&s.id) {
+        Some(r) => r.reason.filter(|_| r.state == RentalState::Running),
+        // Adopted (after an agent restart): whether its disk is limited, from the engine.
+        None => disk_note(docker, s, &c.id).await,
+    };
     match c.state.as_str() {
         "running" | "paused" | "restarting" => book.set(&s.id, RentalState::Running, None, reason),
         "created" => {
@@ -482,6 +489,18 @@ async fn observe(docker: &Docker, book: &Book, s: &RentalSpec, c: &Actual) {
             }
         }
     }
+}
+
+/// [`DISK_LIMIT_UNSUPPORTED`] when `s` asked for a disk limit and container `cid` has none.
+async fn disk_note(docker: &Docker, s: &RentalSpec, cid: &str) -> Option<String> {
+    if s.disk_gib == 0 {
+        return None;
+    }
+    let api = docker.api().await.ok()?;
+    let info =
+        timed(async { api.inspect_container(cid, None).await.map_err(DockerError::from) }).await.ok()?;
+    let limited = info.host_config.and_then(|h| h.storage_opt).is_some_and(|o| o.contains_key("size"));
+    (!limited).then(|| DISK_LIMIT_UNSUPPORTED.to_string())
 }
 
 fn fail(book: &Book, id: &str, reason: &str, e: &DockerError) {
