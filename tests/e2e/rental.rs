@@ -432,3 +432,43 @@ async fn rental_memory_hog_is_oom_killed_inside_and_a_fork_bomb_stops_at_the_pid
     assert_eq!(state(&book, &bomb.id), RentalState::Gone);
     assert!(!exists("container", &bomb_name));
 }
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test]
+async fn rental_uninstall_removes_rentals_with_their_volumes_and_nothing_of_the_owners() {
+    let scope = Scope::new("rental-uninstall");
+    let d = scope.docker();
+    let book = Book::default();
+    let tag = images::sim_nvidia("ok").expect("image");
+    let s = spec(&images::pinned(&tag).expect("pinned"), &["sleep", "3600"]);
+    round(&d, &book, std::slice::from_ref(&s), NOW).await;
+    let name = rental::container_name(&s.id);
+    let c = inspect(&name);
+    let volume = c["Mounts"][0]["Name"].as_str().expect("an anonymous volume").to_string();
+    // The owner's container from the same image, with its own anonymous volume.
+    let owner = format!("owner-{}", s.id);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &owner,
+        "--network",
+        "none",
+        "--label",
+        &scope.label(),
+        &tag,
+        "sleep",
+        "3600",
+    ]);
+    let owner_volume = inspect(&owner)["Mounts"][0]["Name"].as_str().unwrap().to_string();
+
+    let root = tempfile::tempdir().unwrap();
+    let host = gpum_host::RealHost::with_root(root.path());
+    let u = gpum_agent::uninstall::uninstall(&host, Ok(&d), gpum_common::Lang::En).await;
+    assert!(u.errors.is_empty(), "{:?}", u.errors);
+    assert!(u.removed.iter().any(|r| r.contains(&name)), "{:?}", u.removed);
+    assert!(!exists("container", &name));
+    assert!(!exists("volume", &volume), "the rental's volume {volume} left behind");
+    assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &owner]), "true");
+    assert!(exists("volume", &owner_volume));
+}
