@@ -270,7 +270,15 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
-        let cfg_registries = cfg.probe_registries.clone();
+        let rental_runner = rental::Runner::new(&cfg.probe_registries);
+        // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
+        // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
+        #[cfg(feature = "test-knobs")]
+        let rental_runner = if cfg.test_rentals_without_gpu_request {
+            rental_runner.simulation_without_gpu_request()
+        } else {
+            rental_runner
+        };
         let core = Core::new(Settings {
             node_id: cfg.node_id.clone(),
             server: cfg.server.clone(),
@@ -295,7 +303,7 @@ impl Agent {
             listed: None,
             core,
             rentals: rental::Book::default(),
-            rental_runner: rental::Runner::new(&cfg_registries),
+            rental_runner,
             desired: None,
         }
     }
