@@ -472,3 +472,40 @@ async fn rental_uninstall_removes_rentals_with_their_volumes_and_nothing_of_the_
     assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &owner]), "true");
     assert!(exists("volume", &owner_volume));
 }
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test]
+async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required() {
+    let scope = Scope::new("rental-refused");
+    let d = scope.docker();
+    let book = Book::default();
+    let hex = "ab".repeat(32);
+    let production = Runner::new(&default_registries());
+    for (image, gpus, want) in [
+        (images::busybox().unwrap(), true, "not pinned by digest"),
+        (
+            format!("127.0.0.1:5000/x@sha256:{hex}"),
+            true,
+            "registry 127.0.0.1:5000 is not one this node accepts",
+        ),
+        (format!("192.168.1.20/nvidia/cuda@sha256:{hex}"), true, "registry 192.168.1.20 is not one"),
+        (busybox(), false, "no GPUs rented"),
+    ] {
+        let mut s = spec(&image, &["sleep", "3600"]);
+        if !gpus {
+            s.gpu_uuids.clear();
+        }
+        rental::reconcile(&d, &production, &book, std::slice::from_ref(&s), NOW).await.unwrap();
+        let r = book.get(&s.id).unwrap();
+        assert_eq!(r.state, RentalState::Failed, "{image}");
+        assert!(r.reason.as_deref().unwrap_or("").contains(want), "{image}: {r:?}");
+        assert!(!exists("container", &rental::container_name(&s.id)));
+        // Not tried again while listed.
+        rental::reconcile(&d, &production, &book, std::slice::from_ref(&s), NOW).await.unwrap();
+        assert_eq!(book.get(&s.id).unwrap(), r);
+    }
+    // The test seam runs nothing but the test images.
+    let s = spec(&format!("docker.io/library/busybox@sha256:{hex}"), &["true"]);
+    round(&d, &book, std::slice::from_ref(&s), NOW).await;
+    assert_eq!(state(&book, &s.id), RentalState::Failed);
+}

@@ -67,7 +67,7 @@ use bollard::network::CreateNetworkOptions;
 use futures_util::StreamExt;
 use gpum_protocol::{RentalReport, RentalSpec, RentalState, limits};
 
-use super::image::PinnedImage;
+use super::image::{PinnedImage, RefError};
 use super::{Docker, DockerError, LABEL_MANAGED, Mark, timed};
 
 /// The label carrying the rental's id, set on the container.
@@ -539,7 +539,16 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
         match PinnedImage::parse(&s.image).and_then(|i| i.check_registry(&runner.registries).map(|()| i)) {
             Ok(i) => i,
             Err(e) => {
-                book.set(id, RentalState::Failed, None, Some(format!("image refused: {e}")));
+                let why = match e {
+                    RefError::NotPinned => {
+                        "image refused: not pinned by digest (name@sha256:<64 hex digits>)".to_string()
+                    }
+                    RefError::Invalid => "image refused: not a valid image reference".to_string(),
+                    RefError::RegistryNotAccepted(r) => {
+                        format!("image refused: registry {r} is not one this node accepts (probe_registries)")
+                    }
+                };
+                book.set(id, RentalState::Failed, None, Some(why));
                 return;
             }
         };
