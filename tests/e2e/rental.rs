@@ -87,13 +87,16 @@ fn rand_u64() -> u64 {
 }
 
 fn spec(image: &str, command: &[&str]) -> RentalSpec {
+    let id = rental_id();
+    // Two GPUs of its own (no two rentals share one).
+    let hex = &id[5..];
     RentalSpec {
-        id: rental_id(),
-        image: image.to_string(),
         gpu_uuids: vec![
-            "GPU-11111111-2222-3333-4444-555555555555".into(),
-            "GPU-66666666-7777-8888-9999-000000000000".into(),
+            format!("GPU-{}-0000-0000-0000-{hex}0000", &hex[..8]),
+            format!("GPU-{}-0000-0000-0000-{hex}0001", &hex[..8]),
         ],
+        id,
+        image: image.to_string(),
         cpu_millis: 500,
         memory_mib: 256,
         disk_gib: 1,
@@ -508,4 +511,32 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
     let s = spec(&format!("docker.io/library/busybox@sha256:{hex}"), &["true"]);
     round(&d, &book, std::slice::from_ref(&s), NOW).await;
     assert_eq!(state(&book, &s.id), RentalState::Failed);
+}
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test]
+async fn rental_two_rentals_never_share_a_gpu() {
+    let scope = Scope::new("rental-shared-gpu");
+    let d = scope.docker();
+    let book = Book::default();
+    let first = spec(&busybox(), &["sleep", "3600"]);
+    round(&d, &book, std::slice::from_ref(&first), NOW).await;
+    assert_eq!(state(&book, &first.id), RentalState::Running);
+    // A second rental on one of the same GPUs, and one on a GPU of its own.
+    let mut second = spec(&busybox(), &["sleep", "3600"]);
+    second.gpu_uuids = vec!["GPU-aaaaaaaa-0000-0000-0000-000000000000".into(), first.gpu_uuids[1].clone()];
+    let mut third = spec(&busybox(), &["sleep", "3600"]);
+    third.gpu_uuids = vec!["GPU-bbbbbbbb-0000-0000-0000-000000000000".into()];
+    // And one whose "UUID" would widen the list.
+    let mut fourth = spec(&busybox(), &["sleep", "3600"]);
+    fourth.gpu_uuids = vec!["GPU-cccccccc,all".into()];
+    round(&d, &book, &[first.clone(), second.clone(), third.clone(), fourth.clone()], NOW).await;
+    let r = book.get(&second.id).unwrap();
+    assert_eq!(r.state, RentalState::Failed);
+    assert!(r.reason.unwrap().contains("held by another rental"));
+    assert!(!exists("container", &rental::container_name(&second.id)));
+    assert_eq!(state(&book, &third.id), RentalState::Running);
+    assert_eq!(state(&book, &fourth.id), RentalState::Failed);
+    assert!(!exists("container", &rental::container_name(&fourth.id)));
+    assert_eq!(state(&book, &first.id), RentalState::Running);
 }

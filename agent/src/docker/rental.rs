@@ -26,7 +26,9 @@
 //! - **marks**: `gpum.managed=true`, `gpum.rental=<id>` and the name `gpum-rental-<id>`: the
 //!   unknown-container reconciler ([`super::reconcile`]) lists it as a managed container and
 //!   never removes a desired rental's ([`crate::core`] counts it as known);
-//! - **GPUs**: a device request for exactly the rented UUIDs, and `NVIDIA_VISIBLE_DEVICES` set to
+//! - **GPUs**: each a `GPU-`/`MIG-` UUID ([`valid_gpu_uuid`]: no comma, no keyword), none held by
+//!   another rental present on the node (checked before the start, whatever the platform says);
+//!   a device request for exactly the rented UUIDs, and `NVIDIA_VISIBLE_DEVICES` set to
 //!   them, last, over the image's and the spec's (which may say `all`); the spec's `NVIDIA_*` and
 //!   `CUDA_VISIBLE_DEVICES` are dropped;
 //! - **limits**: CPU (`NanoCpus`), memory with swap equal to it, [`PIDS_LIMIT`] processes,
@@ -122,6 +124,16 @@ pub fn container_name(id: &str) -> String {
 pub fn valid_id(id: &str) -> bool {
     id.strip_prefix("rent-")
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// Whether `uuid` names one GPU as NVML does (`GPU-<uuid>`, or a MIG device's `MIG-…`): no
+/// comma, no keyword (`all`, `none`, `void`), nothing else, so that the list the agent joins into
+/// `NVIDIA_VISIBLE_DEVICES` holds exactly the rented devices.
+pub fn valid_gpu_uuid(uuid: &str) -> bool {
+    (uuid.starts_with("GPU-") || uuid.starts_with("MIG-"))
+        && uuid.len() <= 96
+        && uuid.bytes().skip(4).all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/')
+        && uuid.len() > 4
 }
 
 /// Whether the tenant may set variable `name`: a plain name, and none of the ones that choose
@@ -452,13 +464,30 @@ pub async fn reconcile(
             book.set(&s.id, RentalState::Gone, None, Some("expired before it started".into()));
         }
     }
+    // The GPUs the rentals present hold: a new rental never shares one, whatever the platform
+    // says.
+    let mut held: HashSet<&str> = desired
+        .iter()
+        .filter(|s| actual.contains_key(&s.id) && wanted.contains(s.id.as_str()))
+        .flat_map(|s| s.gpu_uuids.iter().map(String::as_str))
+        .collect();
     for s in desired.iter().filter(|s| wanted.contains(s.id.as_str())) {
         match actual.get(&s.id) {
             Some(c) => observe(docker, book, s, c).await,
             None => match book.get(&s.id) {
                 // Failed to start, or gone: the platform makes a new rental.
                 Some(r) if is_final(r.state) || r.state == RentalState::Exited => {}
-                _ => start(docker, runner, book, s).await,
+                _ => {
+                    if let Some(g) = s.gpu_uuids.iter().find(|g| held.contains(g.as_str())) {
+                        let why = format!("refused: GPU {g} is held by another rental");
+                        book.set(&s.id, RentalState::Failed, None, Some(why));
+                        continue;
+                    }
+                    start(docker, runner, book, s).await;
+                    if book.get(&s.id).is_some_and(|r| r.state == RentalState::Running) {
+                        held.extend(s.gpu_uuids.iter().map(String::as_str));
+                    }
+                }
             },
         }
     }
@@ -533,6 +562,12 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
     }
     if runner.request_gpus && s.gpu_uuids.is_empty() {
         book.set(id, RentalState::Failed, None, Some("refused: no GPUs rented".into()));
+        return;
+    }
+    let mut seen = HashSet::new();
+    if let Some(g) = s.gpu_uuids.iter().find(|g| !valid_gpu_uuid(g) || !seen.insert(g.as_str())) {
+        let why = format!("refused: {} is not a GPU UUID, or is listed twice", g.escape_debug());
+        book.set(id, RentalState::Failed, None, Some(why));
         return;
     }
     let image =
@@ -807,6 +842,16 @@ mod tests {
         );
         assert_eq!(c.cmd, None);
         assert_eq!(c.host_config.unwrap().storage_opt, None, "no size asked, no option");
+    }
+
+    #[test]
+    fn rental_gpu_uuids_name_one_device_each() {
+        assert!(valid_gpu_uuid("GPU-11111111-2222-3333-4444-555555555555"));
+        assert!(valid_gpu_uuid("MIG-GPU-11111111-2222-3333-4444-555555555555/1/0"));
+        assert!(valid_gpu_uuid("MIG-4ab9e2c2-1e1e-5a1d-9b9c-0123456789ab"));
+        for bad in ["all", "none", "void", "0", "GPU-", "GPU-a,GPU-b", "GPU-a b", "GPU-a\n", "gpu-abc", ""] {
+            assert!(!valid_gpu_uuid(bad), "{bad:?}");
+        }
     }
 
     #[test]
