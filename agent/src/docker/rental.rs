@@ -510,6 +510,8 @@ async fn observe(docker: &Docker, book: &Book, s: &RentalSpec, c: &Actual) {
                 Err(e) => fail(book, &s.id, "the container could not be started", &e),
             }
         }
+        // Its exit was reported already: no engine call for it again.
+        _ if book.get(&s.id).is_some_and(|r| r.state == RentalState::Exited) => {}
         _ => {
             // exited, dead: its process ended by itself.
             match exit_code(docker, &c.id).await {
