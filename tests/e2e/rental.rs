@@ -6,7 +6,9 @@
 //! seam [`rental::Runner::simulation_without_gpu_request`] (no device request, `gpum-test/`
 //! images only); everything else about the container is production's. The GPU fields (the device
 //! request by UUID) are proved by the pure tests in `agent/src/docker/rental.rs`; here the
-//! environment that would widen them is checked inside the running container.
+//! environment that would widen them is checked inside the running container. On a machine with
+//! a GPU, `tests/real-gpu/check.sh` runs a container with the rental's flags and checks that it
+//! sees only the rented GPU.
 //!
 //! Every test scopes its client and its containers with a unique `gpum.test.scope` label, and a
 //! guard removes whatever carries it when the test ends. What a test checks, it checks through the
