@@ -443,10 +443,12 @@ pub async fn reconcile(
     let actual = list(docker).await?;
 
     // Teardown first: what is no longer wanted frees its GPUs before anything new starts.
+    let mut left_behind = false;
     for (rid, c) in &actual {
         if !wanted.contains(rid.as_str()) {
             let why = if listed.contains(rid.as_str()) { "expired" } else { "no longer listed" };
             teardown(docker, runner, book, rid, &c.id, why).await;
+            left_behind |= book.get(rid).is_some_and(|r| r.state != RentalState::Gone);
         }
     }
     // Rentals known to the book, neither wanted nor present: gone (verified by the listing).
@@ -478,6 +480,13 @@ pub async fn reconcile(
                 // Failed to start, or gone: the platform makes a new rental.
                 Some(r) if is_final(r.state) || r.state == RentalState::Exited => {}
                 _ => {
+                    // A container whose teardown failed may still hold any GPU: nothing new
+                    // starts until it is gone (tried again at the next round).
+                    if left_behind {
+                        let why = "waiting: an earlier rental's teardown has not finished".to_string();
+                        book.set(&s.id, RentalState::Starting, None, Some(why));
+                        continue;
+                    }
                     if let Some(g) = s.gpu_uuids.iter().find(|g| held.contains(g.as_str())) {
                         let why = format!("refused: GPU {g} is held by another rental");
                         book.set(&s.id, RentalState::Failed, None, Some(why));
