@@ -16,7 +16,12 @@
 //!
 //! A failed step reports `failed` with a short reason; the engine's own words stay in this
 //! machine's log. A rental that failed to start is not tried again (the platform makes a new
-//! one); a teardown that failed is tried again at the next answer.
+//! one); a teardown that failed is tried again at the next round, and until it succeeds no new
+//! rental starts (that container may still hold any GPU: the new one waits as `starting`). A new
+//! rental never gets a GPU that another rental present on the node holds.
+//!
+//! Rounds: the agent runs one after every heartbeat, answered or not, against the last answer's
+//! set ([`crate::run`]), so a rental past its end stops even while the platform is unreachable.
 //!
 //! The reports ([`Book`]): the agent sends the current state of every rental it knows in every
 //! heartbeat, at most [`limits::MAX_RENTALS_PER_NODE`]; a `gone` or `failed` rental is forgotten
@@ -167,7 +172,7 @@ pub fn container_env(spec: &RentalSpec) -> Vec<String> {
 }
 
 /// The engine's create options for `spec`, running image `image_id`, with `labels` (the client's
-/// [`Docker::labels_for`]). `request_gpus` is false only for the test seam. `disk_limit` asks
+/// `Docker::labels_for`). `request_gpus` is false only for the test seam. `disk_limit` asks
 /// for the writable layer's size limit. Pure.
 pub fn container_config(
     spec: &RentalSpec,
