@@ -40,6 +40,7 @@ use crate::backoff::{Backoff, jittered};
 use crate::client::{Answer, CallError, Verdict, classify, clock_skew, is_refused_body};
 use crate::docker::ledger::{self, ProbeImages, ProbeLedger};
 use crate::docker::reconcile::{self, ManagedContainer, Reconciler};
+use crate::docker::rental;
 use crate::outbox::{Answered, Batch, Outbox, Refusal};
 use crate::state::unix;
 
@@ -88,6 +89,9 @@ pub enum Event {
     ProbeDue,
     /// A removal round finished.
     Removed(Vec<RemovedContainer>),
+    /// A rentals round finished ([`crate::docker::rental::reconcile`]); `changed`: a rental's
+    /// state changed, so the next heartbeat goes soon to report it.
+    RentalsDone { changed: bool },
     /// SIGTERM or SIGINT.
     Signal(&'static str),
     /// The grace after a signal ran out ([`Core::stop_deadline`]).
@@ -501,6 +505,11 @@ impl Core {
                 self.removal_running = false;
                 self.outbox.push_removed(list);
             }
+            Event::RentalsDone { changed } => {
+                if changed {
+                    self.next_beat = self.next_beat.min(now.mono + REPORT_PROBE_WITHIN);
+                }
+            }
             Event::Signal(name) => {
                 if self.stop_deadline().is_some() {
                     info!(signal = name, "second signal; quitting now");
@@ -700,7 +709,11 @@ impl Core {
             return Vec::new();
         }
         if b.docker_connected && self.file.state.docker_ok == Some(true) {
-            let known: HashSet<String> = resp.known_containers.iter().cloned().collect();
+            let mut known: HashSet<String> = resp.known_containers.iter().cloned().collect();
+            // A desired rental's container is the rental reconciler's, never an unknown one.
+            let rentals: HashSet<String> =
+                resp.rentals.iter().map(|r| rental::container_name(&r.id)).collect();
+            known.extend(b.managed.iter().filter(|c| rentals.contains(&c.name)).map(|c| c.id.clone()));
             return self.reconciler.decide(&b.managed, &known, now.mono);
         }
         Vec::new()
@@ -861,6 +874,7 @@ mod tests {
     use std::path::Path;
 
     use gpum_host::fake::FakeHost;
+    use gpum_protocol::RentalSpec;
     use proptest::prelude::*;
     use rand::SeedableRng;
 
@@ -1217,6 +1231,54 @@ mod tests {
                 prop_assert!(sim.send(ev).is_empty());
             }
         }
+    }
+
+    /// A desired rental's container is the rental reconciler's: the unknown-container rule never
+    /// removes it, however long the platform leaves it out of `known_containers`; once the
+    /// platform no longer lists the rental, the rule applies to it again like to any other.
+    #[test]
+    fn a_desired_rentals_container_is_never_removed_as_unknown() {
+        let mut sim = Sim::new();
+        let rid = "rent-00112233445566aa";
+        let rental_container =
+            ManagedContainer { id: "rid".into(), name: rental::container_name(rid), state: "running".into() };
+        sim.managed = vec![rental_container.clone(), container(1)];
+        let spec = RentalSpec {
+            id: rid.into(),
+            image: "x@sha256:0".into(),
+            gpu_uuids: vec!["GPU-1".into()],
+            cpu_millis: 1000,
+            memory_mib: 1024,
+            disk_gib: 0,
+            shm_mib: 64,
+            env: vec![],
+            command: vec![],
+            ends_at: 2_000_000_000,
+        };
+        let mut removed = Vec::new();
+        for _ in 0..10 {
+            let mut a = answer(30, None, &[]);
+            a.rentals = vec![spec.clone()];
+            for act in sim.beat(Ok(a)) {
+                if let Action::Remove(list) = act {
+                    removed.extend(list);
+                    sim.send(Event::Removed(Vec::new()));
+                }
+            }
+        }
+        assert!(!removed.is_empty(), "the other unknown container goes");
+        assert!(removed.iter().all(|c| c.id != "rid"), "the desired rental's container stayed: {removed:?}");
+        // No longer listed: it is an unknown managed container again.
+        let mut gone = false;
+        for _ in 0..5 {
+            for act in sim.beat(Ok(answer(30, None, &[]))) {
+                if let Action::Remove(list) = act {
+                    gone |= list.iter().any(|c| c.id == "rid");
+                    sim.send(Event::Removed(Vec::new()));
+                }
+            }
+        }
+        assert!(gone);
     }
 
     #[test]

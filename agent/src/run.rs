@@ -4,7 +4,12 @@
 //! connect to Docker (down is a state, not an error) -> remove probe containers a crash left ->
 //! loop -> exit code. Every input is an [`Event`] and one `select!` picks the next one:
 //! the heartbeat timer, the heartbeat step finishing, a probe finishing, a removal finishing,
-//! and SIGTERM/SIGINT.
+//! a rentals round finishing, and SIGTERM/SIGINT.
+//!
+//! Rentals ([`rental`]): after every heartbeat step, answered or not, one rentals round runs in
+//! its own task against the last answer's desired set (none before the first answer since the
+//! agent started, so a restart tears nothing down before the platform has spoken); a round asked
+//! for while one runs waits for it. Each request carries the rentals' current reports.
 //!
 //! This module only routes: it hands each event to [`crate::core::Core`], which holds every
 //! rule of the service (the lifecycle, commands, the interval, the known list, probe
@@ -35,7 +40,8 @@ use gpum_common::agent_state::{Connection, StopReason, Stopped};
 use gpum_common::exit;
 use gpum_host::{Host, env};
 use gpum_protocol::{
-    Health, HeartbeatRequest, ProbeFailure, ProbeReport, RemovedContainer, VerificationState, limits,
+    Health, HeartbeatRequest, ProbeFailure, ProbeReport, RemovedContainer, RentalReport, RentalSpec,
+    VerificationState, limits,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -48,7 +54,7 @@ use crate::client::{Platform, REQUEST_TIMEOUT};
 use crate::config::{Config, Paths};
 use crate::core::{Action, Beat, BeatDone, Core, Event, Now, ProbeDone, ProbeStart, Settings};
 use crate::docker::ledger::{self, ProbeLedger};
-use crate::docker::{Docker, DockerError, probe, reconcile, watch};
+use crate::docker::{Docker, DockerError, probe, reconcile, rental, watch};
 use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch};
 use crate::secret::Token;
@@ -98,6 +104,8 @@ struct StepOutput {
     /// Whether the managed containers were listed in this step (not reused).
     listed: bool,
     docker_version: Option<String>,
+    /// The rental reports the request carried.
+    rentals_sent: Vec<RentalReport>,
     done: Box<BeatDone>,
 }
 
@@ -171,6 +179,7 @@ async fn step(mut s: StepInput) -> StepOutput {
     );
     let result = s.platform.heartbeat(&s.token, &s.req).await;
     let listed = listed_now && s.req.health.docker_ok;
+    let rentals_sent = std::mem::take(&mut s.req.rentals);
     let req = &mut s.req;
     let done = Box::new(BeatDone {
         seq: req.seq,
@@ -184,7 +193,7 @@ async fn step(mut s: StepInput) -> StepOutput {
         managed,
         result,
     });
-    StepOutput { gatherer: s.gatherer, listed, docker_version, done }
+    StepOutput { gatherer: s.gatherer, listed, docker_version, rentals_sent, done }
 }
 
 /// The loop's I/O: the platform, Docker, the gatherer and the state directory; the rules are
@@ -204,6 +213,12 @@ struct Agent {
     listed: Option<(Vec<reconcile::ManagedContainer>, Instant)>,
     gatherer: Option<Box<Gatherer>>,
     core: Core,
+    /// Rentals: what the agent knows of each (reported every heartbeat), how they run, and the
+    /// platform's last desired set (`None` until an answer came since the agent started: before
+    /// that, nothing is torn down).
+    rentals: rental::Book,
+    rental_runner: rental::Runner,
+    desired: Option<Vec<RentalSpec>>,
 }
 
 /// Runs the service until it stops; returns the exit code.
@@ -255,6 +270,15 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
+        let rental_runner = rental::Runner::new(&cfg.probe_registries);
+        // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
+        // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
+        #[cfg(feature = "test-knobs")]
+        let rental_runner = if cfg.test_rentals_without_gpu_request {
+            rental_runner.simulation_without_gpu_request()
+        } else {
+            rental_runner
+        };
         let core = Core::new(Settings {
             node_id: cfg.node_id.clone(),
             server: cfg.server.clone(),
@@ -278,6 +302,9 @@ impl Agent {
             watch: None,
             listed: None,
             core,
+            rentals: rental::Book::default(),
+            rental_runner,
+            desired: None,
         }
     }
 
@@ -336,6 +363,9 @@ impl Agent {
         let mut step_task: Option<std::pin::Pin<Box<dyn Future<Output = StepOutput> + Send>>> = None;
         let mut probe_task: Option<JoinHandle<ProbeDone>> = None;
         let mut removal_task: Option<JoinHandle<Vec<RemovedContainer>>> = None;
+        // One rentals round at a time; a round asked for while one runs waits for it.
+        let mut rental_task: Option<JoinHandle<bool>> = None;
+        let mut rental_due = false;
         // The heartbeat's own clock: one wake-up per beat (see `alarm`).
         let alarm = crate::alarm::Alarm::new();
         let mut actions = Vec::new();
@@ -371,6 +401,10 @@ impl Agent {
                     Action::Exit(code) => return code,
                 }
             }
+            if rental_due && rental_task.is_none() {
+                rental_due = false;
+                rental_task = self.start_rentals(now.wall);
+            }
 
             let (beat_at, probe_at, stop_at) =
                 (self.core.beat_at(), self.core.probe_at(), self.core.stop_deadline());
@@ -380,7 +414,17 @@ impl Agent {
                 _ = until(stop_at), if stop_at.is_some() => Event::StopDeadline,
                 out = poll_step(&mut step_task), if step_task.is_some() => {
                     step_task = None;
+                    // Every heartbeat, answered or not, reconciles the rentals: one past its end
+                    // stops even while the platform cannot be reached.
+                    rental_due = true;
                     Event::Beat(self.step_back(out))
+                }
+                r = join(&mut rental_task), if rental_task.is_some() => {
+                    rental_task = None;
+                    if let Some(w) = &self.watch {
+                        w.set_stale();
+                    }
+                    Event::RentalsDone { changed: r.unwrap_or(false) }
                 }
                 r = join(&mut probe_task), if probe_task.is_some() => {
                     probe_task = None;
@@ -417,6 +461,7 @@ impl Agent {
             probe: batch.probe,
             removed_containers: batch.removed,
             command_results: batch.results,
+            rentals: self.rentals.reports(),
             health: Health {
                 docker_ok: false,
                 docker_error: if self.docker.is_none() { self.docker_error.clone() } else { None },
@@ -451,8 +496,12 @@ impl Agent {
     /// Takes the gatherer back and keeps the managed containers' listing for the next steps;
     /// returns the outcome for the core.
     fn step_back(&mut self, out: StepOutput) -> Box<BeatDone> {
-        let StepOutput { gatherer, listed, docker_version, done } = out;
+        let StepOutput { gatherer, listed, docker_version, rentals_sent, done } = out;
         self.gatherer = Some(gatherer);
+        if let Ok(ans) = &done.result {
+            self.rentals.acked(&rentals_sent);
+            self.desired = Some(ans.body.rentals.clone());
+        }
         self.docker_version = docker_version;
         if listed {
             self.listed = Some((done.managed.clone(), Instant::now()));
@@ -494,6 +543,33 @@ impl Agent {
                 },
             }
         })
+    }
+
+    /// Spawns a rentals round against the platform's last desired set, if an answer came and the
+    /// engine is connected. The task returns whether a rental's report changed.
+    fn start_rentals(&mut self, wall: std::time::SystemTime) -> Option<JoinHandle<bool>> {
+        let (Some(d), Some(desired)) = (self.docker.clone(), self.desired.clone()) else {
+            return None;
+        };
+        // Nothing desired, nothing known, no rental container in the last listing: no engine
+        // call (the agent's heartbeat stays as cheap as it was without rentals).
+        let idle = desired.is_empty()
+            && self.rentals.is_empty()
+            && self.listed.as_ref().is_some_and(|(list, _)| {
+                !list.iter().any(|c| c.name.starts_with(rental::RENTAL_NAME_PREFIX))
+            });
+        if idle {
+            return None;
+        }
+        let (book, runner) = (self.rentals.clone(), self.rental_runner.clone());
+        let now = crate::state::unix(wall);
+        Some(tokio::spawn(async move {
+            let before = book.reports();
+            if let Err(e) = rental::reconcile(&d, &runner, &book, &desired, now).await {
+                debug!(error = %e, "could not reconcile the rentals");
+            }
+            book.reports() != before
+        }))
     }
 
     /// Writes `state.json` as the core asked ([`Action::WriteState`]).

@@ -24,6 +24,7 @@ use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang, exit};
 use gpum_host::{Cmd, Host};
 
+use crate::docker::rental::RENTAL;
 use crate::docker::{Docker, DockerError, LABEL_MANAGED, MANAGED, PROBE};
 use crate::text::Msg;
 
@@ -93,7 +94,9 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
     // 2. The containers.
     match docker {
         Ok(d) => {
-            for (mark, volumes) in [(MANAGED, false), (PROBE, true)] {
+            // Rentals first, with their anonymous volumes (the tenant's scratch, nobody else's);
+            // other managed containers keep theirs.
+            for (mark, volumes) in [(RENTAL, true), (MANAGED, false), (PROBE, true)] {
                 let label = mark.label;
                 match d.remove_all_marked(mark, volumes).await {
                     Ok(names) => u.removed.extend(names.into_iter().map(|n| {

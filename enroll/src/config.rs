@@ -129,6 +129,11 @@ pub struct Config {
     /// the agent's `docker::reconcile::MIN_AGE` (60 s), so that an end-to-end test can watch the
     /// real agent remove one. The three-answers rule stays. Read only with `test-knobs`.
     pub test_reconcile_min_age: Option<std::time::Duration>,
+    /// TEST ONLY, and only with `test_docker_scope`: run rentals without asking the engine for
+    /// their GPUs (the agent's fenced seam for an engine without the NVIDIA toolkit; `gpum-test/`
+    /// images only), so that an end-to-end test can watch the real agent run one. Read only with
+    /// `test-knobs`.
+    pub test_rentals_without_gpu_request: bool,
 }
 
 /// The file's shape. Unknown keys are refused so that a typo is a visible configuration error
@@ -152,6 +157,9 @@ struct ConfigFile {
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     test_reconcile_min_age_secs: Option<u64>,
+    #[cfg(feature = "test-knobs")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    test_rentals_without_gpu_request: bool,
 }
 
 /// What is wrong with a config file; the text goes into «ошибка конфигурации: …».
@@ -199,10 +207,16 @@ impl Config {
             if f.test_reconcile_min_age_secs.is_some() && scope.is_none() {
                 return Err(invalid("test_reconcile_min_age_secs needs test_docker_scope".into()));
             }
+            if f.test_rentals_without_gpu_request && scope.is_none() {
+                return Err(invalid("test_rentals_without_gpu_request needs test_docker_scope".into()));
+            }
             (scope, f.test_reconcile_min_age_secs.map(std::time::Duration::from_secs))
         };
+        #[cfg(feature = "test-knobs")]
+        let test_rentals_without_gpu_request = f.test_rentals_without_gpu_request;
         #[cfg(not(feature = "test-knobs"))]
-        let (test_docker_scope, test_reconcile_min_age) = (None, None);
+        let (test_docker_scope, test_reconcile_min_age, test_rentals_without_gpu_request) =
+            (None, None, false);
         let probe_registries = match f.probe_registries {
             None => default_registries(),
             Some(list) => check_registries(list).map_err(invalid)?,
@@ -216,6 +230,7 @@ impl Config {
             probe_registries,
             test_docker_scope,
             test_reconcile_min_age,
+            test_rentals_without_gpu_request,
         })
     }
 
@@ -242,6 +257,8 @@ impl Config {
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
             #[cfg(feature = "test-knobs")]
             test_reconcile_min_age_secs: self.test_reconcile_min_age.map(|d| d.as_secs()),
+            #[cfg(feature = "test-knobs")]
+            test_rentals_without_gpu_request: self.test_rentals_without_gpu_request,
         };
         toml::to_string(&f).expect("config serializes")
     }
@@ -284,6 +301,7 @@ mod tests {
             probe_registries: default_registries(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
+            test_rentals_without_gpu_request: false,
         }
     }
 
@@ -309,6 +327,7 @@ mod tests {
             "garbage",
             "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_docker_scope='gpum.managed=true'",
             "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_reconcile_min_age_secs=0",
+            "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\ntest_rentals_without_gpu_request=true",
         ];
         for b in bad {
             let e = Config::parse(b, "c").unwrap_err();
@@ -322,7 +341,11 @@ mod tests {
     #[cfg(not(feature = "test-knobs"))]
     #[test]
     fn test_knobs_are_unknown_keys_without_the_feature() {
-        for knob in ["test_docker_scope='gpum.test.s=1'", "test_reconcile_min_age_secs=0"] {
+        for knob in [
+            "test_docker_scope='gpum.test.s=1'",
+            "test_reconcile_min_age_secs=0",
+            "test_rentals_without_gpu_request=true",
+        ] {
             let text = format!("server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n{knob}");
             let e = Config::parse(&text, "c").unwrap_err();
             assert!(matches!(&e, ConfigError::Invalid(_, why) if why.contains("unknown field")), "{e:?}");

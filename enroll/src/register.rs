@@ -113,6 +113,7 @@ pub async fn register(
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         test_docker_scope: None,
         test_reconcile_min_age: None,
+        test_rentals_without_gpu_request: false,
     };
     write_config_and_state(host.as_ref(), &cfg, &opts.config_path, &opts.state_dir)?;
     tracing::info!(node_id = %resp.node_id, "registered");
@@ -160,6 +161,7 @@ pub fn configure(
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         test_docker_scope: None,
         test_reconcile_min_age: None,
+        test_rentals_without_gpu_request: false,
     };
     write_config_and_state(host, &cfg, &opts.config_path, &opts.state_dir)
 }

@@ -799,6 +799,10 @@ struct StubState {
     messages: std::collections::HashMap<String, String>,
     accepted: u32,
     refused: u32,
+    /// The rentals every answer lists (issue 33), and each rental's states as the heartbeats
+    /// reported them, in order, a repeat of the last one left out.
+    rentals: Vec<serde_json::Value>,
+    rental_states: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl StubPlatform {
@@ -871,6 +875,13 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         })
         .unwrap_or_default();
     let mut g = st.lock().unwrap();
+    for r in req["rentals"].as_array().into_iter().flatten() {
+        let (Some(id), Some(state)) = (r["id"].as_str(), r["state"].as_str()) else { continue };
+        let seen = g.rental_states.entry(id.to_string()).or_default();
+        if seen.last().map(String::as_str) != Some(state) {
+            seen.push(state.to_string());
+        }
+    }
     let too_many = ids.len() > gpum_protocol::limits::MAX_COMMAND_RESULTS;
     let poisoned = g.poison.as_ref().is_some_and(|p| ids.contains(p));
     let (status, ctype, page) = if too_many || poisoned {
@@ -899,6 +910,7 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
             "commands": commands,
             "known_containers": [],
             "probe_image": g.probe_image,
+            "rentals": g.rentals,
         });
         ("200 OK", "application/json", answer.to_string())
     };
@@ -1013,4 +1025,89 @@ fn a_recheck_in_every_answer_starts_no_more_probes_than_the_rate_limit() {
         );
         assert!(log.contains("\\x1b]0;owned\\x07@sha256:\\x1b[2J"), "{log}");
     }
+}
+
+/// Rentals through the real agent (issue 33): the platform lists one; the agent runs it and
+/// reports it running; killed and started again, the agent adopts it (same container, never
+/// restarted); at its end, by the agent's own clock and while the platform still lists it, the
+/// agent tears it down and reports it gone. The engine here has no NVIDIA toolkit: the agent runs
+/// it through its `test-knobs` seam without the GPU request (`test_rentals_without_gpu_request`).
+#[ignore = "needs a Docker engine"]
+#[test]
+fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
+    require_docker("rentals_run_survive_an_agent_restart_and_stop_at_their_end");
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let id = format!("rent-{:016x}", now.as_nanos() as u64 ^ u64::from(std::process::id()));
+    let name = gpum_agent::docker::rental::container_name(&id);
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rm", "-f", "-v", &self.0]).output();
+        }
+    }
+    let _remove = Remove(name.clone());
+    let stub = StubPlatform::start(StubState {
+        rentals: vec![serde_json::json!({
+            "id": id, "image": image, "gpu_uuids": ["GPU-11111111-2222-3333-4444-555555555555"],
+            "cpu_millis": 500, "memory_mib": 128, "disk_gib": 0, "shm_mib": 16,
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+            "command": ["sleep", "3600"], "ends_at": now.as_secs() + 15,
+        })],
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "server = 'http://127.0.0.1:{}'\nnode_id = 'stub-node'\ntoken = 'stub-token-0123456789'\n\
+             test_docker_scope = 'gpum.test.agent-rental=p{}'\ntest_rentals_without_gpu_request = true\n",
+            stub.port,
+            std::process::id()
+        ),
+    )
+    .unwrap();
+    let n = Node { dir, id: "stub-node".into() };
+    let states = |stub: &StubPlatform| stub.with(|s| s.rental_states.get(&id).cloned().unwrap_or_default());
+    let inspect = |f: &str| {
+        let out = Command::new("docker").args(["inspect", "--format", f, &name]).output().unwrap();
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+
+    let mut a = Agent::start(&n);
+    wait_until(LONG, "the rental reported running", || {
+        states(&stub).last().map(String::as_str) == Some("running")
+    });
+    let started = inspect("{{.Id}} {{.State.StartedAt}}").expect("its container");
+    assert_eq!(
+        inspect("{{range .Config.Env}}{{println .}}{{end}}")
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("NVIDIA_VISIBLE_DEVICES="))
+            .collect::<Vec<_>>(),
+        vec!["NVIDIA_VISIBLE_DEVICES=GPU-11111111-2222-3333-4444-555555555555"]
+    );
+
+    // Killed outright: the rental runs on, and the next agent adopts it.
+    a.signal(nix::sys::signal::Signal::SIGKILL);
+    assert!(a.wait_exit(LONG).is_some());
+    assert_eq!(inspect("{{.State.Running}}").as_deref(), Some("true"));
+    let accepted = stub.with(|s| s.accepted);
+    let _b = Agent::start(&n);
+    wait_until(LONG, "heartbeats from the new agent", || stub.with(|s| s.accepted >= accepted + 3));
+    assert_eq!(inspect("{{.Id}} {{.State.StartedAt}}"), Some(started), "not recreated, not restarted");
+    assert_eq!(states(&stub).last().map(String::as_str), Some("running"));
+
+    // Its end passes; the platform still lists it.
+    wait_until(Duration::from_secs(40), "the rental reported gone", || {
+        states(&stub).last().map(String::as_str) == Some("gone")
+    });
+    assert!(inspect("{{.Id}}").is_none(), "its container is gone");
+    let seen = states(&stub);
+    assert!(
+        seen.ends_with(&["stopping".to_string(), "gone".to_string()])
+            || seen.ends_with(&["gone".to_string()]),
+        "{seen:?}"
+    );
 }

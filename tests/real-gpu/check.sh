@@ -33,6 +33,20 @@ check "nvidia-container-runtime-hook is on PATH" command -v nvidia-container-run
 check "nvidia-ctk is installed" nvidia-ctk --version
 check "docker lists the nvidia runtime" sh -c 'docker info --format "{{json .Runtimes}}" | grep -q nvidia'
 check "docker run --gpus all nvidia-smi" docker run --rm --gpus all "$image" nvidia-smi
+# Rentals (issue 33): the agent runs a rental with these flags (agent/src/docker/rental.rs,
+# container_config): the rented GPU by UUID and NVIDIA_VISIBLE_DEVICES set to it over the image's
+# and the tenant's `all`, every capability dropped but seven, no-new-privileges, hard limits.
+uuid0="$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -n 1)"
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+rental=(docker run --rm --gpus "\"device=$uuid0\"" -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_VISIBLE_DEVICES="$uuid0"
+    --cap-drop ALL --cap-add CHOWN --cap-add DAC_OVERRIDE --cap-add FOWNER --cap-add SETUID
+    --cap-add SETGID --cap-add KILL --cap-add NET_BIND_SERVICE --security-opt no-new-privileges:true
+    --pids-limit 4096 --ulimit nofile=16384:16384 --memory 2g --memory-swap 2g --shm-size 64m
+    --ipc private --init --restart no "$image")
+check "a rental's flags: nvidia-smi works" "${rental[@]}" nvidia-smi
+check "a rental sees only its GPU ($gpus on this machine)" \
+    sh -c "out=\$(\"\$@\" nvidia-smi -L) && [ \"\$(printf '%s\n' \"\$out\" | grep -c '^GPU ')\" = 1 ] && printf '%s' \"\$out\" | grep -q '$uuid0'" \
+    _ "${rental[@]}"
 if [ -x "$installer" ]; then
     # The audit only: --dry-run needs no join code and changes nothing.
     check "gpum-install --dry-run --offline: the GPU check passes" \

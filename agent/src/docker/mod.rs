@@ -25,6 +25,7 @@ pub mod image;
 pub mod ledger;
 pub mod probe;
 pub mod reconcile;
+pub mod rental;
 pub mod watch;
 
 use std::collections::HashMap;

@@ -428,6 +428,15 @@ async fn run_container(api: &bollard::Docker, id: &str, timeout: Duration) -> Ru
     }
 }
 
+/// The id of the local image `image` names, if the engine has it (see [`local_image`]); the
+/// rentals find their images the same way.
+pub(crate) async fn local_image_id(
+    docker: &Docker,
+    image: &PinnedImage,
+) -> Result<Option<String>, DockerError> {
+    local_image(docker.api().await?, image).await
+}
+
 /// The id of the local image `image` names, if the engine has it: an image whose
 /// `RepoDigests` hold that reference (pulled by it), or whose id is its digest (loaded with
 /// `docker load`, which records no repository digest).
