@@ -270,7 +270,7 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
-        let rental_runner = rental::Runner::new(&cfg.probe_registries);
+        let rental_runner = rental::Runner::new(&cfg.probe_registries).enabled(cfg.rentals);
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
         // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
         #[cfg(feature = "test-knobs")]

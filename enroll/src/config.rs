@@ -119,6 +119,11 @@ pub struct Config {
     /// `docker.io`). Set at install; [`DEFAULT_REGISTRIES`] when the file names none. An image
     /// from any other registry is refused before anything is pulled.
     pub probe_registries: Vec<String>,
+    /// Whether this machine runs the platform's rentals (`rentals = true` in the file). Off by
+    /// default: a rental's isolation from the owner's network (issue 33's egress rules) is not in
+    /// place yet, so the agent runs no one else's container until the owner turns this on
+    /// knowingly; a listed rental is reported `failed` with why. Never written by `register`.
+    pub rentals: bool,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
     /// touch each other's containers. Never written by `register`. Read from the file only with
@@ -150,6 +155,8 @@ struct ConfigFile {
     docker_socket: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     probe_registries: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    rentals: bool,
     // Without `test-knobs` these keys do not exist, and `deny_unknown_fields` refuses them.
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +235,7 @@ impl Config {
             ca_file: f.ca_file,
             docker_socket: f.docker_socket,
             probe_registries,
+            rentals: f.rentals,
             test_docker_scope,
             test_reconcile_min_age,
             test_rentals_without_gpu_request,
@@ -253,6 +261,7 @@ impl Config {
             ca_file: self.ca_file.clone(),
             docker_socket: self.docker_socket.clone(),
             probe_registries: Some(self.probe_registries.clone()),
+            rentals: self.rentals,
             #[cfg(feature = "test-knobs")]
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
             #[cfg(feature = "test-knobs")]
@@ -298,6 +307,7 @@ mod tests {
             token: Token::new("tok-secret").unwrap(),
             ca_file: None,
             docker_socket: None,
+            rentals: false,
             probe_registries: default_registries(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
@@ -362,6 +372,18 @@ mod tests {
         assert_eq!(Config::parse(&c.to_toml(), "c").unwrap(), c);
         assert_eq!(sample().test_reconcile_min_age, None);
         assert!(!sample().to_toml().contains("test_reconcile"));
+    }
+
+    /// Rentals are off unless the owner writes `rentals = true`; a register never writes it.
+    #[test]
+    fn rentals_are_off_unless_the_owner_turns_them_on() {
+        let base = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n";
+        assert!(!Config::parse(base, "c").unwrap().rentals);
+        assert!(!sample().to_toml().contains("rentals"));
+        let on = Config::parse(&format!("{base}rentals = true\n"), "c").unwrap();
+        assert!(on.rentals);
+        assert_eq!(Config::parse(&on.to_toml(), "c").unwrap(), on);
+        assert!(Config::parse(&format!("{base}rentals = 'yes'\n"), "c").is_err());
     }
 
     #[test]

@@ -1065,7 +1065,7 @@ fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
         dir.path().join("config.toml"),
         format!(
             "server = 'http://127.0.0.1:{}'\nnode_id = 'stub-node'\ntoken = 'stub-token-0123456789'\n\
-             test_docker_scope = 'gpum.test.agent-rental=p{}'\ntest_rentals_without_gpu_request = true\n",
+             test_docker_scope = 'gpum.test.agent-rental=p{}'\ntest_rentals_without_gpu_request = true\nrentals = true\n",
             stub.port,
             std::process::id()
         ),

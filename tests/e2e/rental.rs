@@ -119,6 +119,7 @@ fn busybox() -> String {
 
 fn runner() -> Runner {
     Runner::new(&default_registries())
+        .enabled(true)
         .simulation_without_gpu_request()
         .with_stop_grace(Duration::from_secs(1))
 }
@@ -485,7 +486,7 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
     let d = scope.docker();
     let book = Book::default();
     let hex = "ab".repeat(32);
-    let production = Runner::new(&default_registries());
+    let production = Runner::new(&default_registries()).enabled(true);
     for (image, gpus, want) in [
         (images::busybox().unwrap(), true, "not pinned by digest"),
         (
@@ -509,6 +510,15 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
         rental::reconcile(&d, &production, &book, std::slice::from_ref(&s), NOW).await.unwrap();
         assert_eq!(book.get(&s.id).unwrap(), r);
     }
+    // Off (the default: the owner has not set `rentals = true`): nothing starts, and the
+    // rental says why.
+    let off = spec(&busybox(), &["sleep", "3600"]);
+    rental::reconcile(&d, &Runner::new(&default_registries()), &book, std::slice::from_ref(&off), NOW)
+        .await
+        .unwrap();
+    let r = book.get(&off.id).unwrap();
+    assert_eq!((r.state, r.reason.as_deref()), (RentalState::Failed, Some(rental::RENTALS_OFF)));
+    assert!(!exists("container", &rental::container_name(&off.id)), "nothing ran");
     // The test seam runs nothing but the test images.
     let s = spec(&format!("docker.io/library/busybox@sha256:{hex}"), &["true"]);
     round(&d, &book, std::slice::from_ref(&s), NOW).await;

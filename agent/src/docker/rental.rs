@@ -371,9 +371,15 @@ fn is_final(s: RentalState) -> bool {
     matches!(s, RentalState::Gone | RentalState::Failed)
 }
 
+/// Why a listed rental does not run on a machine whose owner has not turned rentals on.
+pub const RENTALS_OFF: &str = "refused: rentals are off on this machine (its owner has not set rentals = true \
+     in the agent's config: a rental's isolation from the owner's network is not in place yet)";
+
 /// How rentals run on this node. Build it with [`Runner::new`].
 #[derive(Debug, Clone)]
 pub struct Runner {
+    /// The owner's `rentals = true`; off, nothing starts (see [`RENTALS_OFF`]).
+    enabled: bool,
     registries: Vec<String>,
     request_gpus: bool,
     stop_grace: Duration,
@@ -385,6 +391,7 @@ impl Runner {
     /// rented GPUs requested.
     pub fn new(registries: &[String]) -> Runner {
         Runner {
+            enabled: false,
             registries: registries.to_vec(),
             request_gpus: true,
             stop_grace: STOP_GRACE,
@@ -399,6 +406,13 @@ impl Runner {
     #[doc(hidden)]
     pub fn simulation_without_gpu_request(mut self) -> Runner {
         self.request_gpus = false;
+        self
+    }
+
+    /// Runs rentals only when the owner turned them on (the config's `rentals`); a runner that is
+    /// off still tears down any rental container it finds.
+    pub fn enabled(mut self, on: bool) -> Runner {
+        self.enabled = on;
         self
     }
 
@@ -567,6 +581,10 @@ async fn start_container(docker: &Docker, id: &str) -> Result<(), DockerError> {
 /// Pull (if needed), create and start rental `s`.
 async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
     let id = s.id.as_str();
+    if !runner.enabled {
+        book.set(id, RentalState::Failed, None, Some(RENTALS_OFF.into()));
+        return;
+    }
     if !runner.request_gpus && !s.image.starts_with(SIMULATION_IMAGE_PREFIX) {
         book.set(
             id,
