@@ -45,14 +45,43 @@ use sha2::{Digest, Sha256};
 use crate::keys::normalize_fpr;
 
 /// The release key the installer trusts: the public part of the key made by
-/// `cargo xtask release-key`. This one is a development key; docs/trust.md says how a real
-/// release replaces it.
-pub const GPUM_RELEASE_KEY: &[u8] = include_bytes!("../keys/gpum-release.asc");
+/// `cargo xtask release-key` ([`COMMITTED_RELEASE_KEY`]; a development key today, docs/trust.md
+/// says how a real release replaces it), except in a dist built without `--key`: `cargo xtask
+/// dist` then signs with its own development key and compiles that key in here
+/// (`GPUM_DIST_RELEASE_KEY_ASC` and `GPUM_DIST_RELEASE_FINGERPRINT` at compile time), so that
+/// the installer a self-built platform serves trusts that platform's own release and nothing
+/// else (docs/release.md, docs/trust.md).
+pub const GPUM_RELEASE_KEY: &[u8] = match option_env!("GPUM_DIST_RELEASE_KEY_ASC") {
+    Some(k) => k.as_bytes(),
+    None => COMMITTED_RELEASE_KEY,
+};
+
+/// The committed release key's public part.
+pub const COMMITTED_RELEASE_KEY: &[u8] = include_bytes!("../keys/gpum-release.asc");
 
 /// The primary fingerprints a release signature may come from. Both this list and the key above
 /// must change for a new key to be trusted; add the new fingerprint before removing the old to
 /// rotate without breaking installers in the field.
-pub const GPUM_RELEASE_FINGERPRINTS: &[&str] = &["083FEF640C776895BAACA1CE419C6C64FD2AAEA1"];
+pub const GPUM_RELEASE_FINGERPRINTS: &[&str] = if option_env!("GPUM_DIST_RELEASE_FINGERPRINT").is_some() {
+    DIST_FINGERPRINT
+} else {
+    COMMITTED_FINGERPRINTS
+};
+
+/// The committed key's pinned fingerprints.
+pub const COMMITTED_FINGERPRINTS: &[&str] = &["083FEF640C776895BAACA1CE419C6C64FD2AAEA1"];
+
+const DIST_FINGERPRINT: &[&str] = &[match option_env!("GPUM_DIST_RELEASE_FINGERPRINT") {
+    Some(f) => f,
+    None => "",
+}];
+
+// The key and its pin come together, or neither.
+const _: () = assert!(
+    option_env!("GPUM_DIST_RELEASE_KEY_ASC").is_some()
+        == option_env!("GPUM_DIST_RELEASE_FINGERPRINT").is_some(),
+    "GPUM_DIST_RELEASE_KEY_ASC and GPUM_DIST_RELEASE_FINGERPRINT are set together"
+);
 
 /// The manifest's file name in a release directory.
 pub const MANIFEST: &str = "manifest.json";
@@ -550,6 +579,15 @@ mod tests {
     fn compiled_in_key_matches_its_pin() {
         let k = ReleaseKeys::gpum();
         assert_eq!(k.certs.len(), 1);
+        // A build without a dist's own key trusts the committed one.
+        if option_env!("GPUM_DIST_RELEASE_FINGERPRINT").is_none() {
+            assert_eq!(
+                (GPUM_RELEASE_KEY, GPUM_RELEASE_FINGERPRINTS),
+                (COMMITTED_RELEASE_KEY, COMMITTED_FINGERPRINTS)
+            );
+        } else {
+            assert_ne!(GPUM_RELEASE_FINGERPRINTS, COMMITTED_FINGERPRINTS);
+        }
         assert!(!GPUM_RELEASE_KEY.windows(10).any(|w| w == b"PRIVATE KE"), "a secret key was committed");
     }
 

@@ -166,6 +166,25 @@ fn agent_deb_ships_the_unit_and_purges_only_the_state() {
     assert_eq!(out.trim(), "purged");
 }
 
+/// A dist built without `--key` (as here) is signed with its development key, and the installer
+/// it ships trusts that key and not the committed one: the one-liner of a platform serving this
+/// dist installs what it serves (README, "The whole system on one machine"), and a manifest
+/// signed by anyone else, the committed key's holder included, is refused.
+#[ignore = "needs cargo xtask dist's output"]
+#[test]
+fn a_self_built_dists_installer_trusts_its_own_key_only() {
+    let dir = require_dist("a_self_built_dists_installer_trusts_its_own_key_only");
+    let asc = std::fs::read(dir.join(".signer.asc")).unwrap();
+    let own = Cert::from_bytes(&asc).unwrap().fingerprint().to_hex();
+    let installer = std::fs::read(dir.join("gpum-install")).unwrap();
+    let has = |needle: &str| installer.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(has(&own), "the installer pins the dist's own key {own}");
+    for committed in gpum_repo_keys::release::COMMITTED_FINGERPRINTS {
+        assert_ne!(*committed, own.as_str());
+        assert!(!has(committed), "the installer still pins the committed key {committed}");
+    }
+}
+
 /// Every artifact verifies with the project's own verifier against the key that signed the
 /// release: by the signed manifest (as the installer does, by name and version), by its own
 /// `.sig`, and by its `.sha256`; a changed byte fails all three.

@@ -88,7 +88,11 @@ pub fn run(a: DistArgs) -> Result<()> {
     let epoch = source_date_epoch(&root)?;
     let version = env!("CARGO_PKG_VERSION");
 
-    let built = build(&root, &target, &epoch)?;
+    // Without `--key`, the development key signs, and the installer built here trusts it (and
+    // only it): the one-liner of a platform serving this dist installs what it serves.
+    let cert = signing_cert(a.key.as_deref(), &target)?;
+    let trust = if a.key.is_none() { Some(dev_trust(&cert)?) } else { None };
+    let built = build_trusting(&root, &target, &epoch, trust.as_ref())?;
     clock.lap("build");
     for (name, path) in &built {
         gate(name, path)?;
@@ -116,7 +120,6 @@ pub fn run(a: DistArgs) -> Result<()> {
         clock.lap("cargo-deb, lintian");
     }
 
-    let cert = signing_cert(a.key.as_deref(), &target)?;
     crate::sign::sign_with(&cert, version, &artifacts)?;
     fs::write(out.join(SIGNER), openpgp_armored(&cert)?)?;
     clock.lap("sign");
@@ -124,7 +127,7 @@ pub fn run(a: DistArgs) -> Result<()> {
     // A release (signed with its real key) is always checked; CI's throwaway build is not
     // (docs/release.md, "Reproducible").
     if a.check_reproducible || a.key.is_some() {
-        check_reproducible(&root, &target, &epoch, &built)?;
+        check_reproducible(&root, &target, &epoch, &built, trust.as_ref())?;
         clock.lap("reproducibility build");
     }
     println!("dist: {} ready; served as is by `gpum-platform serve --dist {}`", out.display(), out.display());
@@ -190,9 +193,30 @@ const GNU_PACKAGES: [&str; 4] = ["-p", "gpum-install", "-p", "gpum-agent"];
 
 /// Builds the three binaries of the tree at `root` into `target`; returns (name, path).
 pub(crate) fn build(root: &Path, target: &Path, epoch: &str) -> Result<Vec<(String, PathBuf)>> {
+    build_trusting(root, target, epoch, None)
+}
+
+/// The release key a dist built without `--key` compiles into its installer: the development
+/// key's public part (armored) and primary fingerprint (`gpum_repo_keys::release`).
+fn dev_trust(cert: &sequoia_openpgp::Cert) -> Result<(String, String)> {
+    let armor = String::from_utf8(openpgp_armored(cert)?).context("the armored key is text")?;
+    Ok((armor, cert.fingerprint().to_hex()))
+}
+
+/// [`build`], the installer trusting `trust` (armored key, fingerprint) instead of the committed
+/// release key when given.
+fn build_trusting(
+    root: &Path,
+    target: &Path,
+    epoch: &str,
+    trust: Option<&(String, String)>,
+) -> Result<Vec<(String, PathBuf)>> {
     ensure_musl_target()?;
     let mut gnu = release_cargo(root, target, epoch);
     gnu.args(["--target", GNU]).args(GNU_PACKAGES);
+    if let Some((armor, fpr)) = trust {
+        gnu.env("GPUM_DIST_RELEASE_KEY_ASC", armor).env("GPUM_DIST_RELEASE_FINGERPRINT", fpr);
+    }
     run_cmd(gnu)?;
     let mut musl = release_cargo(root, target, epoch);
     musl.args(["--target", MUSL, "-p", "gpum-platform"]);
@@ -476,7 +500,13 @@ fn openpgp_armored(cert: &sequoia_openpgp::Cert) -> Result<Vec<u8>> {
 /// TARGET/dist-repro/src, builds it there with TARGET/dist-repro/src/target, and compares each
 /// binary's SHA-256 with the first build's. The copy's target directory is kept between runs
 /// (the dependencies then need no rebuild); the sources are replaced.
-fn check_reproducible(root: &Path, target: &Path, epoch: &str, built: &[(String, PathBuf)]) -> Result<()> {
+fn check_reproducible(
+    root: &Path,
+    target: &Path,
+    epoch: &str,
+    built: &[(String, PathBuf)],
+    trust: Option<&(String, String)>,
+) -> Result<()> {
     let copy = target.join("dist-repro/src");
     if copy.exists() {
         for e in fs::read_dir(&copy)? {
@@ -505,7 +535,7 @@ fn check_reproducible(root: &Path, target: &Path, epoch: &str, built: &[(String,
             fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
         }
     }
-    let again = build(&copy, &copy.join("target"), epoch)?;
+    let again = build_trusting(&copy, &copy.join("target"), epoch, trust)?;
     let mut differ = Vec::new();
     println!("{:<16} {:<64} same", "binary", "sha256");
     for ((name, a), (_, b)) in built.iter().zip(&again) {
