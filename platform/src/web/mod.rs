@@ -298,17 +298,22 @@ fn api_error(r: &Req, e: ApiError) -> Response {
     e.into_response()
 }
 
+/// The `csrf` field of a form body, whatever else it holds.
+fn form_key(bytes: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Csrf {
+        csrf: String,
+    }
+    serde_urlencoded::from_bytes::<Csrf>(bytes).ok().map(|c| c.csrf)
+}
+
 /// A POSTed form: read within the body timeout and limit, parsed, and its `csrf` field checked
 /// against the session's token. `Err` is the answer to give instead.
 async fn form<T: DeserializeOwned>(web: &Web, r: &Req, req: Request) -> Result<T, Response> {
     signed_in(web, r)?;
     let bytes = read_body(req, web.app.cfg.body_timeout).await.map_err(IntoResponse::into_response)?;
     let stale = || page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    #[derive(Deserialize)]
-    struct Csrf {
-        csrf: String,
-    }
-    let Ok(Csrf { csrf }) = serde_urlencoded::from_bytes::<Csrf>(&bytes) else { return Err(stale()) };
+    let Some(csrf) = form_key(&bytes) else { return Err(stale()) };
     let want = r.session.as_ref().map(|(_, s)| s.csrf.as_str()).unwrap_or("");
     if want.is_empty() || !ct_eq(&csrf, want) {
         return Err(stale());
@@ -399,11 +404,7 @@ async fn sign_in_form<T: DeserializeOwned>(
     let login_cookie = cookie(req.headers(), LOGIN_COOKIE).unwrap_or("").to_owned();
     let bytes = read_body(req, web.app.cfg.body_timeout).await.map_err(IntoResponse::into_response)?;
     let stale = || page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    #[derive(Deserialize)]
-    struct Csrf {
-        csrf: String,
-    }
-    let Ok(Csrf { csrf }) = serde_urlencoded::from_bytes::<Csrf>(&bytes) else { return Err(stale()) };
+    let Some(csrf) = form_key(&bytes) else { return Err(stale()) };
     if login_cookie.is_empty() || !ct_eq(&csrf, &login_cookie) {
         return Err(stale());
     }
