@@ -23,33 +23,20 @@ use gpum_agent::docker::watch::Watch;
 use gpum_agent::docker::{Docker, DockerError};
 use gpum_enroll::config::default_registries;
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, VerificationState};
+use gpum_tests::docker_scope::{Scope, docker, exists};
 use gpum_tests::{images, require_docker};
 
-const SCOPE_KEY: &str = "gpum.test.scope";
-
-/// A unique scope for one test; removes every container carrying it when dropped.
-struct Scope {
-    value: String,
+/// What this suite does within a [`Scope`] beyond the shared harness.
+trait Containers {
+    /// Names of the containers in this scope that exist now (any state).
+    fn names(&self) -> HashSet<String>;
+    /// Starts (`running`) or just creates a container named `<scope>-<name>` with `labels`.
+    fn container(&self, name: &str, labels: &[&str], running: bool) -> String;
+    /// Like [`Containers::container`], with the full name and the image given.
+    fn container_from(&self, full: &str, image: &str, labels: &[&str], running: bool) -> String;
 }
 
-impl Scope {
-    fn new(test: &str) -> Self {
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        Scope { value: format!("{test}-{}-{nanos:08x}", std::process::id()) }
-    }
-    fn docker(&self) -> Docker {
-        self.docker_at(None)
-    }
-    /// A client in this scope for the engine at `socket` (default: the engine's own).
-    fn docker_at(&self, socket: Option<&Path>) -> Docker {
-        Docker::connect(socket)
-            .expect("the engine answered require_docker")
-            .with_test_scope(SCOPE_KEY, &self.value)
-    }
-    fn label(&self) -> String {
-        format!("{SCOPE_KEY}={}", self.value)
-    }
+impl Containers for Scope {
     /// Names of the containers in this scope that exist now (any state).
     fn names(&self) -> HashSet<String> {
         docker(&["ps", "-a", "--filter", &format!("label={}", self.label()), "--format", "{{.Names}}"])
@@ -62,7 +49,6 @@ impl Scope {
         let full = format!("{}-{name}", self.value);
         self.container_from(&full, &images::busybox().expect("test image"), labels, running)
     }
-    /// Like [`Scope::container`], with the full name and the image given.
     fn container_from(&self, full: &str, image: &str, labels: &[&str], running: bool) -> String {
         let full = full.to_string();
         let mut args = vec![if running { "run" } else { "create" }];
@@ -78,29 +64,6 @@ impl Scope {
         docker(&args);
         full
     }
-}
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        let ids = docker(&["ps", "-aq", "--filter", &format!("label={}", self.label())]);
-        let ids: Vec<&str> = ids.lines().collect();
-        if !ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(ids);
-            let _ = Command::new("docker").args(&args).output();
-        }
-    }
-}
-
-/// Runs the docker CLI, panicking on failure; returns stdout.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("docker CLI");
-    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn exists(kind: &str, name: &str) -> bool {
-    Command::new("docker").args([kind, "inspect", name]).output().unwrap().status.success()
 }
 
 fn id_of(name: &str) -> String {

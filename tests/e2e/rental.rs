@@ -22,56 +22,13 @@ use gpum_agent::docker::Docker;
 use gpum_agent::docker::rental::{self, Book, Runner};
 use gpum_enroll::config::default_registries;
 use gpum_protocol::{EnvVar, RentalSpec, RentalState};
-use gpum_tests::{images, require_docker};
+use gpum_tests::docker_scope::{Scope, docker, exists};
+use gpum_tests::images;
 use serde_json::Value;
 
-const SCOPE_KEY: &str = "gpum.test.scope";
 /// Far in the future: 2033.
 const LATER: u64 = 2_000_000_000;
 const NOW: u64 = 1_800_000_000;
-
-/// A unique scope for one test; removes every container carrying it when dropped.
-struct Scope {
-    value: String,
-}
-
-impl Scope {
-    fn new(test: &str) -> Self {
-        require_docker(test);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        Scope { value: format!("{test}-{}-{nanos:08x}", std::process::id()) }
-    }
-    fn docker(&self) -> Docker {
-        Docker::connect(None).expect("the engine answered").with_test_scope(SCOPE_KEY, &self.value)
-    }
-    fn label(&self) -> String {
-        format!("{SCOPE_KEY}={}", self.value)
-    }
-}
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        let ids = docker(&["ps", "-aq", "--filter", &format!("label={}", self.label())]);
-        let ids: Vec<&str> = ids.lines().collect();
-        if !ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(ids);
-            let _ = Command::new("docker").args(&args).output();
-        }
-    }
-}
-
-/// Runs the docker CLI, panicking on failure; returns stdout.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("docker CLI");
-    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn exists(kind: &str, name: &str) -> bool {
-    Command::new("docker").args([kind, "inspect", name]).output().unwrap().status.success()
-}
 
 fn inspect(name: &str) -> Value {
     let v: Value = serde_json::from_str(&docker(&["inspect", name])).expect("inspect JSON");

@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod browser;
+pub mod docker_scope;
 pub mod images;
 pub mod owner;
 pub mod platform;
