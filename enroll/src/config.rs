@@ -13,26 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::secret::Token;
 
-/// The registries a node accepts probe images from when its config names none.
-pub const DEFAULT_REGISTRIES: [&str; 3] = ["docker.io", "nvcr.io", "ghcr.io"];
-
-/// Whether `s` is a valid entry for `probe_registries`: `host` or `host:port`.
-pub fn valid_registry(s: &str) -> bool {
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    let host_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
-    host_ok && port_ok
-}
+pub use gpum_protocol::registry::{DEFAULT_REGISTRIES, valid_registry};
 
 /// The most registries `probe_registries` may list.
 pub const MAX_PROBE_REGISTRIES: usize = 32;

@@ -680,10 +680,18 @@ fn rentals(cmd: RentalsCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
             let req = args.request()?;
             tx(&|c| Ok(serde_json::to_value(rentals::create(c, now, &req)?)?))?
         }
-        RentalsCmd::List { node } => {
-            tx(&|c| Ok(serde_json::to_value(rentals::list(c, now, node.as_deref(), rentals::MAX_LISTED)?)?))?
+        RentalsCmd::List { node } => tx(&|c| {
+            Ok(serde_json::to_value(rentals::list(
+                c,
+                now,
+                node.as_deref(),
+                rentals::MAX_LISTED,
+                &Scope::All,
+            )?)?)
+        })?,
+        RentalsCmd::Show { id } => {
+            tx(&|c| Ok(serde_json::to_value(rentals::show(c, now, id, &Scope::All)?)?))?
         }
-        RentalsCmd::Show { id } => tx(&|c| Ok(serde_json::to_value(rentals::show(c, now, id)?)?))?,
         RentalsCmd::Stop { id } => tx(&|c| Ok(serde_json::to_value(rentals::stop(c, now, id)?)?))?,
     };
     if json {

@@ -30,8 +30,9 @@ use crate::error::ApiError;
 use crate::store::{self, Scope, enum_parse, enum_str, invalid, record, truncate};
 
 /// The registries rental images come from when the operator has set none: the agent's default
-/// probe registries (`gpum_enroll::config::DEFAULT_REGISTRIES`).
-pub const DEFAULT_RENTAL_REGISTRIES: [&str; 3] = ["docker.io", "nvcr.io", "ghcr.io"];
+/// probe registries too.
+pub use gpum_protocol::registry::DEFAULT_REGISTRIES as DEFAULT_RENTAL_REGISTRIES;
+use gpum_protocol::registry::valid_registry;
 /// The longest image reference accepted (the agent's `MAX_REFERENCE_LEN`).
 pub const MAX_IMAGE_LEN: usize = 400;
 /// The longest rental: a year.
@@ -94,23 +95,6 @@ pub fn pinned_registry(reference: &str) -> Result<String, String> {
 fn canonical_registry(r: &str) -> String {
     let r = r.to_ascii_lowercase();
     if r == "index.docker.io" || r == "registry-1.docker.io" { "docker.io".into() } else { r }
-}
-
-/// `host` or `host:port` (the agent's `valid_registry`).
-pub fn valid_registry(s: &str) -> bool {
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    let host_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    host_ok && port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0))
 }
 
 /// The registries rental images may come from: the operator's list, or
@@ -365,7 +349,7 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
     )?
     .execute(params![ends_at as i64, req.node_id])?;
     record(conn, &req.node_id, now, NodeEventKind::RentalCreated, &spec.id, &spec.image)?;
-    show(conn, now, &spec.id)
+    show(conn, now, &spec.id, &Scope::All)
 }
 
 /// The node as the list shows it, with its verdict.
@@ -423,35 +407,59 @@ fn finish(rows: Vec<(RentalSummary, String)>) -> Result<Vec<RentalSummary>, ApiE
         .collect()
 }
 
-/// One rental; `not_found` when there is none.
-pub fn show(conn: &Connection, now: u64, id: &str) -> Result<RentalSummary, ApiError> {
+/// One rental within `scope`; `not_found` when there is none, or when it runs on another
+/// owner's server. An owner sees it [`for_owner`].
+pub fn show(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<RentalSummary, ApiError> {
     let row = conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM rentals WHERE id = ?1"))?
-        .query_row(params![id], |r| summary(r, now))
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM rentals WHERE id = ?1
+             AND (?2 IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?2))"
+        ))?
+        .query_row(params![id, scope.owner()], |r| summary(r, now))
         .optional()?
         .ok_or_else(|| ApiError::not_found("rental"))?;
-    Ok(finish(vec![row])?.remove(0))
+    Ok(for_scope(finish(vec![row])?.remove(0), scope))
+}
+
+/// What an owner sees of a rental on their server: everything but the tenant's environment
+/// values and command, which may carry the tenant's secrets (names of the variables stay).
+pub fn for_owner(mut s: RentalSummary) -> RentalSummary {
+    for v in &mut s.spec.env {
+        v.value.clear();
+    }
+    s.spec.command.clear();
+    s
+}
+
+fn for_scope(s: RentalSummary, scope: &Scope) -> RentalSummary {
+    match scope {
+        Scope::All => s,
+        Scope::Owner(_) => for_owner(s),
+    }
 }
 
 /// The most rentals one listing gives.
 pub const MAX_LISTED: usize = 1000;
 
-/// The rentals, newest first, at most `limit` (and [`MAX_LISTED`]); of one node when `node_id`
-/// is given (a node that does not exist has none).
+/// The rentals within `scope`, newest first, at most `limit` (and [`MAX_LISTED`]); of one node
+/// when `node_id` is given (a node that does not exist, or is another owner's, has none).
 pub fn list(
     conn: &Connection,
     now: u64,
     node_id: Option<&str>,
     limit: usize,
+    scope: &Scope,
 ) -> Result<RentalList, ApiError> {
     let rows = conn
         .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM rentals WHERE ?1 IS NULL OR node_id = ?1
+            "SELECT {COLUMNS} FROM rentals WHERE (?1 IS NULL OR node_id = ?1)
+             AND (?3 IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?3))
              ORDER BY created_at DESC, rowid DESC LIMIT ?2"
         ))?
-        .query_map(params![node_id, limit.min(MAX_LISTED) as i64], |r| summary(r, now))?
+        .query_map(params![node_id, limit.min(MAX_LISTED) as i64, scope.owner()], |r| summary(r, now))?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(RentalList { rentals: finish(rows)? })
+    let rentals = finish(rows)?.into_iter().map(|s| for_scope(s, scope)).collect();
+    Ok(RentalList { rentals })
 }
 
 /// Stops a rental: the platform stops listing it, so its agent tears it down and reports
@@ -470,7 +478,7 @@ pub fn stop(conn: &Connection, now: u64, id: &str) -> Result<RentalSummary, ApiE
     if changed > 0 {
         record(conn, &node_id, now, NodeEventKind::RentalStopped, id, "")?;
     }
-    show(conn, now, id)
+    show(conn, now, id, &Scope::All)
 }
 
 /// A deleted node's rentals end: none is listed any more, and each not stopped yet records why.
@@ -602,7 +610,12 @@ mod tests {
 
     /// A node that is rentable at `T0`: four GPUs, verified, priced, beating; its token.
     fn node(c: &Connection, tag: &str) -> (String, String) {
-        let code = store::create_join_code(c, T0, 3600, &Scope::All).unwrap().code;
+        node_of(c, tag, &Scope::All)
+    }
+
+    /// [`node`], registered with a join code of `scope`'s (so it is that owner's server).
+    fn node_of(c: &Connection, tag: &str, scope: &Scope) -> (String, String) {
+        let code = store::create_join_code(c, T0, 3600, scope).unwrap().code;
         let req = RegisterRequest {
             join_code: code,
             agent_version: "1".into(),
@@ -895,7 +908,7 @@ mod tests {
         // Expired at ends_at exactly.
         assert_eq!(hb(short.spec.ends_at - 1, 5), [short.spec.clone(), long.spec.clone()]);
         assert_eq!(hb(short.spec.ends_at, 6), std::slice::from_ref(&long.spec));
-        let s = show(&c, short.spec.ends_at, &short.spec.id).unwrap();
+        let s = show(&c, short.spec.ends_at, &short.spec.id, &Scope::All).unwrap();
         assert!(!s.listed && s.stopped_at.is_none());
         assert_eq!(state_word(&s), "expired");
         // The lookup is the partial index's.
@@ -927,7 +940,7 @@ mod tests {
         let send = |at, seq, tok: &str, reps| store::heartbeat(&c, at, tok, &beat(seq, reps), 10).unwrap();
         // Node b reports node a's rental: ignored.
         send(T0 + 1, 2, &other_tok, vec![rep(&r.spec.id, RentalState::Failed, None, Some("x"))]);
-        assert_eq!(show(&c, T0 + 1, &r.spec.id).unwrap().state, None);
+        assert_eq!(show(&c, T0 + 1, &r.spec.id, &Scope::All).unwrap().state, None);
         for (i, st) in
             [RentalState::Pulling, RentalState::Starting, RentalState::Running, RentalState::Running]
                 .into_iter()
@@ -935,12 +948,12 @@ mod tests {
         {
             send(T0 + 2 + i as u64, 3 + i as u64, &tok, vec![rep(&r.spec.id, st, None, None)]);
         }
-        let s = show(&c, T0 + 9, &r.spec.id).unwrap();
+        let s = show(&c, T0 + 9, &r.spec.id, &Scope::All).unwrap();
         assert_eq!((s.state, s.updated_at, s.listed), (Some(RentalState::Running), Some(T0 + 4), true));
         send(T0 + 10, 10, &tok, vec![rep(&r.spec.id, RentalState::Exited, Some(3), None)]);
         send(T0 + 11, 11, &tok, vec![rep(&r.spec.id, RentalState::Exited, Some(3), None)]);
         send(T0 + 12, 12, &tok, vec![rep(&r.spec.id, RentalState::Failed, None, Some("teardown: GPU busy"))]);
-        let s = show(&c, T0 + 12, &r.spec.id).unwrap();
+        let s = show(&c, T0 + 12, &r.spec.id, &Scope::All).unwrap();
         assert_eq!(
             (s.state, s.exit_code, s.reason.as_deref(), s.listed),
             (Some(RentalState::Failed), None, Some("teardown: GPU busy"), false)
@@ -1020,14 +1033,44 @@ mod tests {
         let done = create(&c, T0, &req(&id)).unwrap();
         stop(&c, T0 + 1, &done.spec.id).unwrap();
         store::delete_node(&c, T0 + 5, &id, &Scope::All).unwrap();
-        let s = show(&c, T0 + 6, &r.spec.id).unwrap();
+        let s = show(&c, T0 + 6, &r.spec.id, &Scope::All).unwrap();
         assert_eq!(
             (s.listed, s.stopped_at, s.reason.as_deref()),
             (false, Some(T0 + 5), Some("node deleted"))
         );
-        let d = show(&c, T0 + 6, &done.spec.id).unwrap();
+        let d = show(&c, T0 + 6, &done.spec.id, &Scope::All).unwrap();
         assert_eq!((d.stopped_at, d.reason), (Some(T0 + 1), None));
-        assert_eq!(list(&c, T0 + 6, Some(&id), MAX_LISTED).unwrap().rentals.len(), 2);
-        assert!(list(&c, T0 + 6, Some("node-other"), MAX_LISTED).unwrap().rentals.is_empty());
+        assert_eq!(list(&c, T0 + 6, Some(&id), MAX_LISTED, &Scope::All).unwrap().rentals.len(), 2);
+        assert!(list(&c, T0 + 6, Some("node-other"), MAX_LISTED, &Scope::All).unwrap().rentals.is_empty());
+    }
+
+    /// An owner sees the rentals on their own servers only, and never the tenant's environment
+    /// values or command; another owner's rental is `not_found`, like a missing one.
+    #[test]
+    fn an_owner_sees_only_rentals_on_their_servers_without_the_tenants_secrets() {
+        let (_d, c) = db();
+        let a = Scope::Owner(crate::accounts::invite(&c, T0, "a@example.com").unwrap().0.id);
+        let b = Scope::Owner(crate::accounts::invite(&c, T0, "b@example.com").unwrap().0.id);
+        let (node_a, _) = node_of(&c, "a", &a);
+        let (node_b, _) = node_of(&c, "b", &b);
+        let mut with_secrets = req(&node_a);
+        with_secrets.env = vec![EnvVar { name: "HF_TOKEN".into(), value: "hf_secret".into() }];
+        with_secrets.command = vec!["serve".into(), "--key=secret".into()];
+        let ra = create(&c, T0, &with_secrets).unwrap();
+        let rb = create(&c, T0, &req(&node_b)).unwrap();
+
+        let seen = list(&c, T0 + 1, None, MAX_LISTED, &a).unwrap().rentals;
+        assert_eq!(seen.iter().map(|r| r.spec.id.as_str()).collect::<Vec<_>>(), [ra.spec.id.as_str()]);
+        assert_eq!(seen[0].spec.env, [EnvVar { name: "HF_TOKEN".into(), value: String::new() }]);
+        assert!(seen[0].spec.command.is_empty());
+        assert_eq!(seen[0].spec.gpu_uuids, ra.spec.gpu_uuids);
+        assert!(list(&c, T0 + 1, Some(&node_b), MAX_LISTED, &a).unwrap().rentals.is_empty());
+        assert_eq!(show(&c, T0 + 1, &ra.spec.id, &a).unwrap().spec.env[0].value, "");
+        assert_eq!(show(&c, T0 + 1, &rb.spec.id, &a).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(show(&c, T0 + 1, &ra.spec.id, &b).unwrap_err().code, ErrorCode::NotFound);
+        // The operator sees both, whole.
+        let all = list(&c, T0 + 1, None, MAX_LISTED, &Scope::All).unwrap().rentals;
+        assert_eq!(all.len(), 2);
+        assert_eq!(show(&c, T0 + 1, &ra.spec.id, &Scope::All).unwrap().spec.command.len(), 2);
     }
 }

@@ -26,9 +26,9 @@ use gpum_protocol::{
     InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
     PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
     PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
-    PATH_OWNER_NODES, PATH_REGISTER, QueueCommandRequest, RegisterRequest, RentalRegistries,
-    SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest, UpdateNodeRequest,
-    UpdateOwnerRequest,
+    PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, QueueCommandRequest, RegisterRequest,
+    RentalRegistries, SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest,
+    UpdateNodeRequest, UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -79,6 +79,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/owner/nodes/{id}/rotate-token"),
     ("GET", "/api/v1/owner/nodes/{id}/events"),
     ("GET", "/api/v1/owner/nodes/{id}/metrics"),
+    ("GET", "/api/v1/owner/rentals"),
+    ("GET", "/api/v1/owner/rentals/{id}"),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
 ];
@@ -132,6 +134,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/events"), get(node_events))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/metrics"), get(node_metrics))
+        .route(PATH_OWNER_RENTALS, get(list_rentals))
+        .route(&format!("{PATH_OWNER_RENTALS}/{{id}}"), get(show_rental))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), owner_auth));
     Router::new()
         .route(PATH_ENROLL, post(enroll))
@@ -543,8 +547,13 @@ async fn create_rental(
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-/// All rentals, newest first; `?node=ID`: one node's. Any other query parameter is refused.
-async fn list_rentals(State(st): St, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+/// All rentals (an owner's: those on their servers), newest first; `?node=ID`: one node's. Any
+/// other query parameter is refused.
+async fn list_rentals(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
     let mut node: Option<String> = None;
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.as_deref().unwrap_or(""))
         .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the query is not valid"))?;
@@ -562,15 +571,19 @@ async fn list_rentals(State(st): St, RawQuery(q): RawQuery) -> Result<Response, 
     let now = st.clock.now();
     Ok(Json(
         st.db
-            .call(move |c| crate::rentals::list(c, now, node.as_deref(), crate::rentals::MAX_LISTED))
+            .call(move |c| crate::rentals::list(c, now, node.as_deref(), crate::rentals::MAX_LISTED, &scope))
             .await?,
     )
     .into_response())
 }
 
-async fn show_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn show_rental(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| crate::rentals::show(c, now, &id)).await?).into_response())
+    Ok(Json(st.db.call(move |c| crate::rentals::show(c, now, &id, &scope)).await?).into_response())
 }
 
 async fn stop_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -9,6 +9,7 @@
 //! know instead of failing to parse the whole heartbeat answer.
 
 pub mod joincode;
+pub mod registry;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -26,6 +27,9 @@ pub const PATH_ADMIN_OWNERS: &str = "/api/v1/admin/owners";
 /// An owner's API (bearer: one of their API keys): the same operations as the admin API's
 /// nodes and join codes, on their own servers only.
 pub const PATH_OWNER_NODES: &str = "/api/v1/owner/nodes";
+/// An owner's view of the rentals on their servers (read-only; the tenant's environment values
+/// and command are left out).
+pub const PATH_OWNER_RENTALS: &str = "/api/v1/owner/rentals";
 pub const PATH_OWNER_JOIN_CODES: &str = "/api/v1/owner/join-codes";
 /// The operator's rentals (issue 33): POST creates one, GET lists them (`?node=ID`: one node's).
 pub const PATH_ADMIN_RENTALS: &str = "/api/v1/admin/rentals";

@@ -4,7 +4,8 @@
 //! survive a restart; a disabled owner is out; sign-in is rate-limited and logged.
 
 use gpum_protocol::{
-    NodeList, PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, RegisterResponse,
+    NodeList, PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES,
+    PATH_OWNER_RENTALS, RegisterResponse,
 };
 use gpum_tests::owner::OwnerSession;
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
@@ -179,6 +180,15 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     }
     let after = p.node(&node_a.node_id).expect("still there");
     assert_eq!((after.name.as_str(), after.commands.len()), (before.name.as_str(), 0), "nothing changed");
+    // The rentals routes answer an owner (read-only; the store's scoping is the unit test
+    // `an_owner_sees_only_rentals_on_their_servers_without_the_tenants_secrets`).
+    let (status, text) =
+        owner_api(&p, "GET", &format!("{PATH_OWNER_RENTALS}?node={}", node_a.node_id), &key_b, None).await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"rentals":[]}"#));
+    let (status, _) = owner_api(&p, "GET", &format!("{PATH_OWNER_RENTALS}/r-none"), &key_b, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = owner_api(&p, "GET", PATH_OWNER_RENTALS, p.admin_token(), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the admin token is not an owner's key");
     let (status, text) = owner_api(&p, "GET", PATH_OWNER_NODES, &key_b, None).await;
     assert_eq!(status, StatusCode::OK);
     let list: NodeList = serde_json::from_str(&text).unwrap();

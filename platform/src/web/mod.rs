@@ -505,7 +505,7 @@ async fn node_with_history(
                 .ok_or_else(|| ApiError::not_found("node"))?;
             let samples = store::node_samples(c, &id, now, &scope)?.samples;
             let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
-            let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN)?.rentals;
+            let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN, &scope)?.rentals;
             Ok((n, pages::History { samples, events, rentals }, now))
         })
         .await
