@@ -84,10 +84,7 @@ fn child(config: &Path, lib: &str) {
     set(r#"{"state":"ok","gpus":2,"lost":"1"}"#);
     let found = gpu_use(lib, &all);
     assert_eq!(found[0], (uuid(0), GpuUse::Free));
-    assert!(
-        matches!(&found[1], (_, GpuUse::NoAnswer(why)) if why.contains("fell off the bus")),
-        "{found:?}"
-    );
+    assert!(matches!(&found[1], (_, GpuUse::NoAnswer(why)) if why.contains("fell off the bus")), "{found:?}");
 
     // The driver gone: no GPU answers.
     set(r#"{"state":"driver_not_loaded","gpus":2}"#);

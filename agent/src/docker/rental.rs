@@ -619,24 +619,15 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
         book.set(id, RentalState::Failed, None, Some(why));
         return;
     }
-    // Nothing starts on a quarantined node, nor without the GPU check ([`super::gpucheck`]).
-    match &runner.guard {
-        Some(g) => {
-            if let Some(q) = g.quarantine() {
-                book.set(
-                    id,
-                    RentalState::Failed,
-                    None,
-                    Some(format!("refused: this node is quarantined: {}", q.reason)),
-                );
-                return;
-            }
-        }
-        None if runner.request_gpus => {
-            book.set(id, RentalState::Failed, None, Some("refused: the GPU check is not set up".into()));
-            return;
-        }
-        None => {}
+    // Nothing starts on a quarantined node ([`super::gpucheck`]).
+    if let Some(q) = runner.guard.as_ref().and_then(|g| g.quarantine()) {
+        book.set(
+            id,
+            RentalState::Failed,
+            None,
+            Some(format!("refused: this node is quarantined: {}", q.reason)),
+        );
+        return;
     }
     let image =
         match PinnedImage::parse(&s.image).and_then(|i| i.check_registry(&runner.registries).map(|()| i)) {
@@ -673,9 +664,13 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
     };
     book.set(id, RentalState::Starting, None, None);
     // GPUs another rental held last: checked and probed first; the ledger records this one.
-    if let Some(g) = &runner.guard
-        && let Err(why) = g.before_start(docker, s).await
-    {
+    // Without the GPU check, GPUs are never handed out.
+    let checked = match &runner.guard {
+        Some(g) => g.before_start(docker, s).await,
+        None if runner.request_gpus => Err("refused: the GPU check is not set up".to_string()),
+        None => Ok(()),
+    };
+    if let Err(why) = checked {
         book.set(id, RentalState::Failed, None, Some(why));
         return;
     }
