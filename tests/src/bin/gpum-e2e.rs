@@ -202,16 +202,16 @@ fn scenarios() -> Vec<Scenario> {
             run: rental_ends,
         },
         Scenario {
-            name: "rental-quarantine",
-            expect: 0,
-            what: "a process left on a rental's GPU after its teardown quarantines the node: the rental failed with why, the verdict quarantined, a new rental refused (409); cleared and rechecked, rentable again, and the next rental passes the self-test on the GPU that changed hands",
-            run: rental_quarantine,
-        },
-        Scenario {
             name: "rental-agent-restart",
             expect: 0,
             what: "the agent restarted and SIGKILLed mid-rental: the same container runs on, adopted, reported running, torn down by the new agent",
             run: rental_agent_restart,
+        },
+        Scenario {
+            name: "rental-quarantine",
+            expect: 0,
+            what: "a process left on a rental's GPU after its teardown quarantines the node: the rental failed with why, the verdict quarantined, a new rental refused (409); cleared and rechecked, rentable again, and the next rental passes the self-test on the GPU that changed hands",
+            run: rental_quarantine,
         },
     ]
 }
