@@ -54,7 +54,7 @@ use crate::client::{Platform, REQUEST_TIMEOUT};
 use crate::config::{Config, Paths};
 use crate::core::{Action, Beat, BeatDone, Core, Event, Now, ProbeDone, ProbeStart, Settings};
 use crate::docker::ledger::{self, ProbeLedger};
-use crate::docker::{Docker, DockerError, probe, reconcile, rental, watch};
+use crate::docker::{Docker, DockerError, gpucheck, probe, reconcile, rental, watch};
 use crate::inventory::Gatherer;
 use crate::outbox::{Answered, Batch};
 use crate::secret::Token;
@@ -222,6 +222,8 @@ struct Agent {
     rentals: rental::Book,
     rental_runner: rental::Runner,
     desired: Option<Vec<RentalSpec>>,
+    /// The GPU check between rentals and the quarantine ([`gpucheck`]), shared with the runner.
+    gpus: gpucheck::Guard,
 }
 
 /// Runs the service until it stops; returns the exit code.
@@ -273,7 +275,10 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
-        let rental_runner = rental::Runner::new(&cfg.probe_registries).enabled(cfg.rentals);
+        let nvml = gpucheck::NvmlQuery { lib: crate::inventory::nvml_lib(host.as_ref()) };
+        let gpus = gpucheck::Guard::new(host.clone(), &state_dir, Arc::new(nvml), &cfg.probe_registries);
+        let rental_runner =
+            rental::Runner::new(&cfg.probe_registries).enabled(cfg.rentals).with_guard(gpus.clone());
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
         // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
         #[cfg(feature = "test-knobs")]
@@ -308,6 +313,7 @@ impl Agent {
             rentals: rental::Book::default(),
             rental_runner,
             desired: None,
+            gpus,
         }
     }
 
@@ -471,6 +477,7 @@ impl Agent {
             removed_containers: batch.removed,
             command_results: batch.results,
             rentals: self.rentals.reports(),
+            quarantine: self.gpus.quarantine(),
             health: Health {
                 docker_ok: false,
                 docker_error: if self.docker.is_none() { self.docker_error.clone() } else { None },
@@ -510,6 +517,7 @@ impl Agent {
         if let Ok(ans) = &done.result {
             self.rentals.acked(&rentals_sent);
             self.desired = Some(ans.body.rentals.clone());
+            self.gpus.set_probe_image(ans.body.probe_image.clone());
         }
         self.docker_version = docker_version;
         if listed {
@@ -529,12 +537,15 @@ impl Agent {
         let docker = self.docker.clone();
         let registries = self.cfg.probe_registries.clone();
         let socket_error = self.docker_error.clone();
+        let gpus = self.gpus.clone();
         tokio::spawn(async move {
             match docker {
                 Some(d) => {
                     let spec =
                         probe::ProbeSpec::new(&image, probe::DEFAULT_TIMEOUT).with_registries(&registries);
                     let out = ledger::probe_and_tidy(&d, &spec, &mut images).await;
+                    // A quarantine is lifted by a probe that passed and GPUs found free.
+                    gpus.recheck(out.report.state).await;
                     ProbeDone { report: out.report, images: Some(images) }
                 }
                 // Without an engine the GPU cannot be shown to work in a container: that is the

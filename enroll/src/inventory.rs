@@ -387,6 +387,52 @@ pub fn probe_relevant(inv: &Inventory) -> String {
     )
 }
 
+/// What NVML says of one GPU, for the agent's GPU check after a rental (issue 33).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuUse {
+    /// It answers, and no process runs on it.
+    Free,
+    /// It answers, and these processes (compute and graphics, by host pid) run on it.
+    Busy(Vec<u32>),
+    /// It does not answer (not found, lost, or NVML itself failed); NVML's words.
+    NoAnswer(String),
+}
+
+/// Asks NVML (the library `lib`, loaded for this call only, so that it reports what is true
+/// now) for each of `uuids`: whether it answers and which processes run on it. Blocking; a few
+/// NVML calls per GPU.
+pub fn gpu_use(lib: &str, uuids: &[String]) -> Vec<(String, GpuUse)> {
+    let nvml = match Nvml::builder().lib_path(std::ffi::OsStr::new(lib)).init() {
+        Ok(n) => n,
+        Err(e) => {
+            let why = format!("NVML: {e}");
+            return uuids.iter().map(|u| (u.clone(), GpuUse::NoAnswer(why.clone()))).collect();
+        }
+    };
+    uuids
+        .iter()
+        .map(|u| {
+            let found = nvml.device_by_uuid(u.as_str()).and_then(|d| {
+                let mut pids: Vec<u32> = d.running_compute_processes()?.into_iter().map(|p| p.pid).collect();
+                pids.extend(d.running_graphics_processes()?.into_iter().map(|p| p.pid));
+                // It answers a plain question too (a GPU fallen off the bus fails here).
+                d.memory_info()?;
+                Ok(pids)
+            });
+            let state = match found {
+                Ok(p) if p.is_empty() => GpuUse::Free,
+                Ok(mut p) => {
+                    p.sort_unstable();
+                    p.dedup();
+                    GpuUse::Busy(p)
+                }
+                Err(e) => GpuUse::NoAnswer(e.to_string()),
+            };
+            (u.clone(), state)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -3,13 +3,15 @@
 
 use gpum_protocol::{NodeSummary, NvmlState, Rentable, RentableState, VerificationState};
 
-/// The verdict on `n`, the first reason in this order: offline (since its last heartbeat), no
-/// GPU or no driver, the GPU check failed, awaiting the operator's check image, awaiting the
+/// The verdict on `n`, the first reason in this order: offline (since its last heartbeat),
+/// quarantined by its agent (since when; the reason is `n.quarantine`'s), no GPU or no driver, the GPU check failed, awaiting the operator's check image, awaiting the
 /// check, no price, paused by the owner; else rentable. `check_image_chosen`: the operator has
 /// set a probe image. A deleted server is not listed, so it has no verdict.
 pub fn verdict(n: &NodeSummary, check_image_chosen: bool) -> Rentable {
     let state = if !n.online {
         return Rentable { state: RentableState::Offline, since: n.last_heartbeat_at };
+    } else if let Some(q) = &n.quarantine {
+        return Rentable { state: RentableState::Quarantined, since: Some(q.since) };
     } else if no_gpu(n) {
         RentableState::NoGpu
     } else if n.verification == VerificationState::Failed {
@@ -63,9 +65,18 @@ mod tests {
             paused: false,
             rentable: Default::default(),
             owner: None,
+            quarantine: None,
         };
         n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
         n
+    }
+
+    fn quarantine() -> gpum_protocol::Quarantine {
+        gpum_protocol::Quarantine {
+            reason: "GPU GPU-1: 1 process left (pid 4242)".into(),
+            since: 50,
+            gpu_uuids: vec!["GPU-1".into()],
+        }
     }
 
     fn state(n: &NodeSummary, image: bool) -> RentableState {
@@ -108,6 +119,10 @@ mod tests {
         assert_eq!(state(&m, true), CheckFailed);
 
         let mut m = rentable();
+        m.quarantine = Some(quarantine());
+        assert_eq!(verdict(&m, true), V { state: Quarantined, since: Some(50) });
+
+        let mut m = rentable();
         m.verification = VerificationState::AwaitingCheck;
         assert_eq!(state(&m, false), AwaitingOperator);
         assert_eq!(state(&m, true), AwaitingCheck);
@@ -133,8 +148,11 @@ mod tests {
         n.verification = VerificationState::Failed;
         n.price_per_gpu_hour = None;
         n.paused = true;
+        n.quarantine = Some(quarantine());
         let mut seen = vec![state(&n, false)];
         n.online = true;
+        seen.push(state(&n, false));
+        n.quarantine = None;
         seen.push(state(&n, false));
         n.health.as_mut().unwrap().nvml = NvmlState::Ok;
         seen.push(state(&n, false));
@@ -151,7 +169,18 @@ mod tests {
         seen.push(state(&n, true));
         assert_eq!(
             seen,
-            [Offline, NoGpu, NoGpu, CheckFailed, AwaitingOperator, AwaitingCheck, NoPrice, Paused, Rentable]
+            [
+                Offline,
+                Quarantined,
+                NoGpu,
+                NoGpu,
+                CheckFailed,
+                AwaitingOperator,
+                AwaitingCheck,
+                NoPrice,
+                Paused,
+                Rentable
+            ]
         );
         // Every state is reached.
         for s in RentableState::ALL {

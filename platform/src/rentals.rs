@@ -251,9 +251,14 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
     store::live_node(conn, &req.node_id, &Scope::All)?;
     let node = node(conn, now, &req.node_id)?;
     if node.rentable.state != RentableState::Rentable {
+        // A quarantine's reason goes with it (what was left on which GPU).
+        let why = match (&node.rentable.state, &node.quarantine) {
+            (RentableState::Quarantined, Some(q)) => format!(": {}", q.reason),
+            _ => String::new(),
+        };
         return Err(ApiError::new(
             ErrorCode::NodeNotRentable,
-            format!("the server is not rentable: {}", node.rentable.state.as_str()),
+            format!("the server is not rentable: {}{why}", node.rentable.state.as_str()),
         ));
     }
     let ends_at = match (req.ends_at, req.duration_secs) {
@@ -837,6 +842,69 @@ mod tests {
             (ErrorCode::GpusUnavailable, "the server has 4 free GPUs of 4, 5 asked")
         );
         assert_eq!(count(&c), 0);
+    }
+
+    /// A quarantine the agent reports: stored, the verdict `quarantined` with its reason (before
+    /// any other but offline), a new rental refused with 409 naming it, one event per change, and
+    /// a heartbeat without it lifts it.
+    #[test]
+    fn a_quarantined_node_is_refused_until_its_agent_lifts_it() {
+        let (_d, c) = db();
+        let (id, tok) = node(&c, "q");
+        let events = |kind: NodeEventKind| {
+            store::node_events(&c, &id, T0 + 100, 256, &Scope::All)
+                .unwrap()
+                .events
+                .into_iter()
+                .filter(|e| e.kind == kind)
+                .map(|e| e.detail)
+                .collect::<Vec<_>>()
+        };
+        let q = gpum_protocol::Quarantine {
+            reason: "GPU check after rental rent-0000000000000001 failed: GPU-q-0: 1 process left (pid 4242)"
+                .into(),
+            since: T0 + 5,
+            gpu_uuids: vec!["GPU-q-0".into()],
+        };
+        for seq in 2..5 {
+            let hb = HeartbeatRequest { quarantine: Some(q.clone()), ..beat(seq, vec![]) };
+            store::heartbeat(&c, T0 + seq, &tok, &hb, 10).unwrap();
+        }
+        let n = node_summary(&c, &id);
+        assert_eq!(n.quarantine.as_ref(), Some(&q));
+        assert_eq!(
+            n.rentable,
+            gpum_protocol::Rentable { state: RentableState::Quarantined, since: Some(T0 + 5) }
+        );
+        let (code, msg) = refused(&c, &req(&id));
+        assert_eq!(code, ErrorCode::NodeNotRentable);
+        assert_eq!(msg, format!("the server is not rentable: quarantined: {}", q.reason));
+        assert_eq!(count(&c), 0);
+        assert_eq!(events(NodeEventKind::Quarantined), vec![q.reason.clone()], "once, not per beat");
+        // A reason far too long is cut when stored.
+        let long = gpum_protocol::Quarantine { reason: "x".repeat(100_000), ..q.clone() };
+        store::heartbeat(
+            &c,
+            T0 + 6,
+            &tok,
+            &HeartbeatRequest { quarantine: Some(long), ..beat(6, vec![]) },
+            10,
+        )
+        .unwrap();
+        assert_eq!(node_summary(&c, &id).quarantine.unwrap().reason.len(), limits::MAX_TEXT_LEN);
+        // Lifted: rentable again, and the log says so once.
+        for seq in 7..9 {
+            store::heartbeat(&c, T0 + seq, &tok, &beat(seq, vec![]), 10).unwrap();
+        }
+        let n = node_summary(&c, &id);
+        assert_eq!((n.quarantine, n.rentable.state), (None, RentableState::Rentable));
+        assert_eq!(events(NodeEventKind::QuarantineLifted).len(), 1);
+        assert_eq!(events(NodeEventKind::Quarantined).len(), 2);
+        create(&c, T0 + 9, &req(&id)).unwrap();
+    }
+
+    fn node_summary(c: &Connection, id: &str) -> NodeSummary {
+        store::list_nodes(c, T0 + 10, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == id).unwrap()
     }
 
     /// Two rentals never share a GPU: a GPU is held while listed, and after that until the agent

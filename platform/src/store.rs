@@ -24,7 +24,7 @@ use gpum_protocol::{
     EnrollResponse, ErrorCode, Health, HeartbeatRequest, HeartbeatResponse, Inventory, JoinCodeCreated,
     MAX_EVENTS_PER_NODE, MAX_MIN_RENTAL_MINUTES, MAX_NODE_NAME_CHARS, MAX_PRICE_PER_GPU_HOUR,
     MAX_SAMPLES_PER_NODE, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeEvents, NodeList,
-    NodeMetrics, NodeSettings, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure,
+    NodeMetrics, NodeSettings, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, Quarantine,
     RegisterRequest, RegisterResponse, RemovedContainer, SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS,
     TokenRotated, UpdateNodeRequest, VerificationState, limits,
 };
@@ -217,6 +217,12 @@ CREATE TABLE rentals (
 );
 CREATE INDEX rentals_node ON rentals(node_id, created_at);
 CREATE INDEX rentals_listed ON rentals(node_id, ends_at) WHERE listed = 1;
+"#,
+    // Quarantine (issue 33): the node's quarantine as its agent last reported it (the
+    // protocol's `Quarantine` as JSON, bounded), NULL when none. A heartbeat writes it only
+    // when it changes.
+    r#"
+ALTER TABLE nodes ADD COLUMN quarantine_json TEXT;
 "#,
 ];
 
@@ -693,6 +699,8 @@ pub struct PreparedBeat {
     managed_json: String,
     /// The inventory's JSON (strings bounded) and hash, when sent.
     inventory: Option<(String, String)>,
+    /// The quarantine's JSON (bounded), when the agent reports one.
+    quarantine_json: Option<String>,
 }
 
 /// Refuses a heartbeat whose lists are over the protocol's limits ([`limits`]). An agent never
@@ -733,8 +741,20 @@ impl PreparedBeat {
             health_json: serde_json::to_string(health.as_ref().unwrap_or(&req.health))?,
             managed_json: serde_json::to_string(&req.managed_containers)?,
             inventory: req.inventory.as_ref().map(bounded_inventory_json),
+            quarantine_json: req.quarantine.as_ref().map(bounded_quarantine_json).transpose()?,
         })
     }
+}
+
+/// A quarantine as stored: its reason cut to [`limits::MAX_TEXT_LEN`], at most
+/// [`limits::MAX_GPUS`] GPU UUIDs of at most [`MAX_ID_LEN`] bytes each.
+fn bounded_quarantine_json(q: &Quarantine) -> Result<String, ApiError> {
+    let q = Quarantine {
+        reason: truncate(&q.reason, limits::MAX_TEXT_LEN),
+        since: q.since,
+        gpu_uuids: q.gpu_uuids.iter().take(limits::MAX_GPUS).map(|g| truncate(g, MAX_ID_LEN)).collect(),
+    };
+    Ok(serde_json::to_string(&q)?)
 }
 
 /// A heartbeat, start to end. The token is checked before the body: a revoked node hears so
@@ -768,7 +788,8 @@ pub fn heartbeat_prepared(
         .prepare_cached(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
-                    last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until
+                    last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until,
+                    quarantine_json
              FROM nodes WHERE token_hash = ?1",
         )?
         .query_row(params![prep.token_hash], |r| {
@@ -783,6 +804,7 @@ pub fn heartbeat_prepared(
                 verification: r.get(7)?,
                 probe_reason: r.get(8)?,
                 rentals_until: r.get(9)?,
+                quarantine_json: r.get(10)?,
             })
         })
         .optional()?;
@@ -796,6 +818,7 @@ pub fn heartbeat_prepared(
         verification,
         probe_reason,
         rentals_until,
+        quarantine_json,
         ..
     } = match row {
         Some(row) if row.deleted_at.is_none() => row,
@@ -860,6 +883,16 @@ pub fn heartbeat_prepared(
             now as i64,
             node_id
         ])?;
+    }
+
+    // The quarantine is written, and is an event, only when it changes (issue 33).
+    if prep.quarantine_json != quarantine_json {
+        match &req.quarantine {
+            Some(q) => record(conn, node_id, now, NodeEventKind::Quarantined, "", &q.reason)?,
+            None => record(conn, node_id, now, NodeEventKind::QuarantineLifted, "", "")?,
+        }
+        conn.prepare_cached("UPDATE nodes SET quarantine_json = ?1 WHERE id = ?2")?
+            .execute(params![prep.quarantine_json, node_id])?;
     }
 
     // At most one sample of the figures per interval, decided by the node's own row: most
@@ -997,6 +1030,8 @@ struct BeatRow {
     probe_reason: Option<String>,
     /// The latest end of the node's rentals (`rentals::create` raises it); none after it.
     rentals_until: Option<i64>,
+    /// The quarantine as last reported (JSON), if any.
+    quarantine_json: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1131,7 +1166,7 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
-                (SELECT email FROM owners WHERE owners.id = nodes.owner_id)
+                (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json
          FROM nodes WHERE deleted_at IS NULL AND (?1 IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
@@ -1167,6 +1202,9 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
                 commands: Vec::new(),
                 rentable: Default::default(),
                 owner: r.get(18)?,
+                quarantine: r
+                    .get::<_, Option<String>>(19)?
+                    .and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
             })
         })?
         .collect::<Result<_, _>>()?;

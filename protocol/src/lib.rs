@@ -277,6 +277,26 @@ pub struct HeartbeatRequest {
     /// 33). Absent from older agents.
     #[serde(default)]
     pub rentals: Vec<RentalReport>,
+    /// Present while the node is quarantined: a GPU check after a rental's teardown (or the
+    /// self-test before GPUs change hands) failed, and no rental starts until a recheck passes
+    /// (issue 33). Sent in every heartbeat while it lasts; absent (older agents too): not
+    /// quarantined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<Quarantine>,
+}
+
+/// Why a node is quarantined: no rental starts on it until a recheck finds its GPUs free and
+/// answering and the GPU probe passing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    /// Short text: which GPU, and what was wrong (a process left on it, or it did not answer);
+    /// at most [`limits::MAX_TEXT_LEN`] bytes are kept.
+    pub reason: String,
+    /// Unix seconds (the agent's clock) when the check failed.
+    pub since: u64,
+    /// The GPUs the failed check was about, by UUID (at most [`limits::MAX_GPUS`]).
+    #[serde(default)]
+    pub gpu_uuids: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -637,6 +657,10 @@ pub struct NodeSummary {
     /// with a join code that belongs to no owner).
     #[serde(default)]
     pub owner: Option<String>,
+    /// The node's quarantine as its agent last reported it (issue 33); `None`: not
+    /// quarantined. Its reason is the `quarantined` verdict's.
+    #[serde(default)]
+    pub quarantine: Option<Quarantine>,
 }
 
 named_enum! {
@@ -646,6 +670,9 @@ named_enum! {
         /// No heartbeat within [`OFFLINE_AFTER_SECS`] (or none yet).
         #[default]
         Offline = "offline",
+        /// Its agent quarantined it: a GPU check after a rental (or before GPUs changed hands)
+        /// failed; [`NodeSummary::quarantine`] says why. Lifted by a recheck that passes.
+        Quarantined = "quarantined",
         /// NVML is not working (`health.nvml` other than `ok`), or the inventory lists no GPU.
         NoGpu = "no_gpu",
         /// The GPU check ran and failed.
@@ -889,6 +916,10 @@ named_enum! {
         /// The rental could not run, or its teardown could not be verified; `subject` is its
         /// id, `detail` the agent's reason.
         RentalFailed = "rental_failed",
+        /// The agent quarantined the node (or changed why); `detail` is its reason.
+        Quarantined = "quarantined",
+        /// The agent lifted the quarantine: a recheck found the GPUs free and answering.
+        QuarantineLifted = "quarantine_lifted",
     }
 }
 

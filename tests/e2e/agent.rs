@@ -806,6 +806,9 @@ struct StubState {
     /// reported them, in order, a repeat of the last one left out.
     rentals: Vec<serde_json::Value>,
     rental_states: std::collections::HashMap<String, Vec<String>>,
+    /// Each rental's last reason, and the last heartbeat's `quarantine` (issue 33).
+    rental_reasons: std::collections::HashMap<String, String>,
+    quarantine: serde_json::Value,
 }
 
 impl StubPlatform {
@@ -884,7 +887,11 @@ fn stub_answer(s: TcpStream, st: &std::sync::Mutex<StubState>) {
         if seen.last().map(String::as_str) != Some(state) {
             seen.push(state.to_string());
         }
+        if let Some(why) = r["reason"].as_str() {
+            g.rental_reasons.insert(id.to_string(), why.to_string());
+        }
     }
+    g.quarantine = req["quarantine"].clone();
     let too_many = ids.len() > gpum_protocol::limits::MAX_COMMAND_RESULTS;
     let poisoned = g.poison.as_ref().is_some_and(|p| ids.contains(p));
     let (status, ctype, page) = if too_many || poisoned {
@@ -1030,34 +1037,48 @@ fn a_recheck_in_every_answer_starts_no_more_probes_than_the_rate_limit() {
     }
 }
 
-/// Rentals through the real agent (issue 33): the platform lists one; the agent runs it and
-/// reports it running; killed and started again, the agent adopts it (same container, never
-/// restarted); at its end, by the agent's own clock and while the platform still lists it, the
-/// agent tears it down and reports it gone. The engine here has no NVIDIA toolkit: the agent runs
-/// it through its `test-knobs` seam without the GPU request (`test_rentals_without_gpu_request`).
+/// Issue 33, the agent's side of rentals through the real binary, against a stub platform: a
+/// rental runs, survives an agent restart (adopted, not recreated), and at its end the agent
+/// tears it down, asks NVML whether its GPU is free (the SIMULATED NVML, `GPUM_NVML_LIB`, driven
+/// by its JSON file) and reports it gone. A second rental's GPU still runs a process after its
+/// teardown (as a hung workload would leave): it is reported failed with why, the node is
+/// quarantined (in every heartbeat, and in `gpus.json`), and a new rental is refused. The engine
+/// here has no NVIDIA toolkit: the agent runs the rentals through its `test-knobs` seam without
+/// the GPU request (`test_rentals_without_gpu_request`).
 #[ignore = "needs a Docker engine"]
 #[test]
-fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
-    require_docker("rentals_run_survive_an_agent_restart_and_stop_at_their_end");
+fn rentals_run_survive_an_agent_restart_stop_at_their_end_and_a_busy_gpu_quarantines() {
+    require_docker("rentals_run_survive_an_agent_restart_stop_at_their_end_and_a_busy_gpu_quarantines");
     let image =
         gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let id = format!("rent-{:016x}", now.as_nanos() as u64 ^ u64::from(std::process::id()));
+    let rid = |i: u64| {
+        format!("rent-{:016x}", (now.as_nanos() as u64 ^ u64::from(std::process::id())).wrapping_add(i))
+    };
+    let (id, busy, late) = (rid(0), rid(1), rid(2));
+    // The simulation's GPUs 0 and 1.
+    let gpu = |i: u32| format!("GPU-5a1e0000-0000-4000-8000-{i:012}");
     let name = gpum_agent::docker::rental::container_name(&id);
-    struct Remove(String);
+    struct Remove(Vec<String>);
     impl Drop for Remove {
         fn drop(&mut self) {
-            let _ = Command::new("docker").args(["rm", "-f", "-v", &self.0]).output();
+            for n in &self.0 {
+                let _ = Command::new("docker").args(["rm", "-f", "-v", n]).output();
+            }
         }
     }
-    let _remove = Remove(name.clone());
-    let stub = StubPlatform::start(StubState {
-        rentals: vec![serde_json::json!({
-            "id": id, "image": image, "gpu_uuids": ["GPU-11111111-2222-3333-4444-555555555555"],
+    let _remove =
+        Remove([&id, &busy, &late].iter().map(|i| gpum_agent::docker::rental::container_name(i)).collect());
+    let rental = |id: &str, gpu: &str, ends_at: u64| {
+        serde_json::json!({
+            "id": id, "image": image, "gpu_uuids": [gpu],
             "cpu_millis": 500, "memory_mib": 128, "disk_gib": 0, "shm_mib": 16,
             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
-            "command": ["sleep", "3600"], "ends_at": now.as_secs() + 15,
-        })],
+            "command": ["sleep", "3600"], "ends_at": ends_at,
+        })
+    };
+    let stub = StubPlatform::start(StubState {
+        rentals: vec![rental(&id, &gpu(0), now.as_secs() + 15), rental(&busy, &gpu(1), now.as_secs() + 25)],
         ..Default::default()
     });
     let dir = tempfile::tempdir().unwrap();
@@ -1071,17 +1092,30 @@ fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
         ),
     )
     .unwrap();
+    // The simulated NVML and the file that describes the machine to it.
+    let sim = build_nvml_sim(dir.path());
+    let gpu_json = dir.path().join("gpu.json");
+    std::fs::write(&gpu_json, r#"{"state":"ok","gpus":2}"#).unwrap();
+    let agent = || {
+        let mut c = Command::new(bin("gpum-agent"));
+        c.env("GPUM_NVML_LIB", &sim).env("GPUM_SIM_CONFIG", &gpu_json).env_remove("GPUM_SIM_NVML");
+        c
+    };
     let n = Node { dir, id: "stub-node".into() };
-    let states = |stub: &StubPlatform| stub.with(|s| s.rental_states.get(&id).cloned().unwrap_or_default());
+    let states =
+        |stub: &StubPlatform, id: &str| stub.with(|s| s.rental_states.get(id).cloned().unwrap_or_default());
+    let last = |stub: &StubPlatform, id: &str| states(stub, id).last().cloned().unwrap_or_default();
     let inspect = |f: &str| {
         let out = Command::new("docker").args(["inspect", "--format", f, &name]).output().unwrap();
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
 
-    let mut a = Agent::start(&n);
-    wait_until(LONG, "the rental reported running", || {
-        states(&stub).last().map(String::as_str) == Some("running")
+    let mut a = Agent::start_with(&n, agent(), "debug");
+    wait_until(LONG, "the rentals reported running", || {
+        last(&stub, &id) == "running" && last(&stub, &busy) == "running"
     });
+    // What a hung workload leaves on the second rental's GPU: a process NVML still lists.
+    std::fs::write(&gpu_json, r#"{"state":"ok","gpus":2,"processes":"1:4242"}"#).unwrap();
     let started = inspect("{{.Id}} {{.State.StartedAt}}").expect("its container");
     assert_eq!(
         inspect("{{range .Config.Env}}{{println .}}{{end}}")
@@ -1089,7 +1123,7 @@ fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
             .lines()
             .filter(|l| l.starts_with("NVIDIA_VISIBLE_DEVICES="))
             .collect::<Vec<_>>(),
-        vec!["NVIDIA_VISIBLE_DEVICES=GPU-11111111-2222-3333-4444-555555555555"]
+        vec![format!("NVIDIA_VISIBLE_DEVICES={}", gpu(0))]
     );
 
     // Killed outright: the rental runs on, and the next agent adopts it.
@@ -1097,20 +1131,59 @@ fn rentals_run_survive_an_agent_restart_and_stop_at_their_end() {
     assert!(a.wait_exit(LONG).is_some());
     assert_eq!(inspect("{{.State.Running}}").as_deref(), Some("true"));
     let accepted = stub.with(|s| s.accepted);
-    let _b = Agent::start(&n);
+    let _b = Agent::start_with(&n, agent(), "debug");
     wait_until(LONG, "heartbeats from the new agent", || stub.with(|s| s.accepted >= accepted + 3));
     assert_eq!(inspect("{{.Id}} {{.State.StartedAt}}"), Some(started), "not recreated, not restarted");
-    assert_eq!(states(&stub).last().map(String::as_str), Some("running"));
+    assert_eq!(last(&stub, &id), "running");
 
-    // Its end passes; the platform still lists it.
-    wait_until(Duration::from_secs(40), "the rental reported gone", || {
-        states(&stub).last().map(String::as_str) == Some("gone")
-    });
+    // Its end passes; the platform still lists it. Its GPU is free: gone.
+    wait_until(Duration::from_secs(40), "the rental reported gone", || last(&stub, &id) == "gone");
     assert!(inspect("{{.Id}}").is_none(), "its container is gone");
-    let seen = states(&stub);
+    let seen = states(&stub, &id);
     assert!(
         seen.ends_with(&["stopping".to_string(), "gone".to_string()])
             || seen.ends_with(&["gone".to_string()]),
         "{seen:?}"
     );
+    assert!(stub.with(|s| s.quarantine.is_null()), "not quarantined while the GPUs are free");
+
+    // The second one's end passes: its container goes, but a process is left on its GPU (the
+    // agent asks again for a while, then gives up): failed, and the node is quarantined.
+    wait_until(Duration::from_secs(60), "the busy rental reported failed", || last(&stub, &busy) == "failed");
+    assert!(!container_exists(&gpum_agent::docker::rental::container_name(&busy)), "its container is gone");
+    let why = stub.with(|s| s.rental_reasons.get(&busy).cloned().unwrap_or_default());
+    let expected = format!("GPU check after rental {busy} failed: {}: 1 process left (pid 4242)", gpu(1));
+    assert_eq!(why, expected);
+    wait_until(LONG, "the heartbeat carrying the quarantine", || !stub.with(|s| s.quarantine.is_null()));
+    let q = stub.with(|s| s.quarantine.clone());
+    assert_eq!(
+        (q["reason"].as_str(), q["gpu_uuids"].clone()),
+        (Some(expected.as_str()), serde_json::json!([gpu(1)]))
+    );
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(n.state().join("gpus.json")).unwrap()).unwrap();
+    assert_eq!(kept["quarantine"], q, "kept in the state directory");
+    assert_eq!(std::fs::metadata(n.state().join("gpus.json")).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // While quarantined a new rental, even on the GPU that was free, is refused.
+    stub.state.lock().unwrap().rentals.push(rental(&late, &gpu(0), now.as_secs() + 3600));
+    wait_until(LONG, "the new rental refused", || last(&stub, &late) == "failed");
+    let why = stub.with(|s| s.rental_reasons.get(&late).cloned().unwrap_or_default());
+    assert_eq!(why, format!("refused: this node is quarantined: {expected}"));
+    assert!(!container_exists(&gpum_agent::docker::rental::container_name(&late)), "nothing started");
+}
+
+/// Whether the engine knows container `name`.
+fn container_exists(name: &str) -> bool {
+    Command::new("docker").args(["inspect", name]).output().unwrap().status.success()
+}
+
+/// The NVML simulation (`tests/sim/nvml/libnvidia-ml-sim.c`, the only simulated layer) built
+/// into `dir`. gcc is one of the tests' dependencies (tests/setup-deps.sh).
+fn build_nvml_sim(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("sim/nvml/libnvidia-ml-sim.c");
+    let out = dir.join("libnvidia-ml-sim.so");
+    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().expect("cc");
+    assert!(st.success(), "cc {}: {st}", src.display());
+    out
 }

@@ -131,6 +131,9 @@ pub struct ProbeSpec {
     /// A simulated `nvidia-smi` on this machine, bind-mounted read-only at [`TOOLKIT_NVIDIA_SMI`]
     /// (simulation probes of a `test-knobs` build only).
     simulated_toolkit: Option<PathBuf>,
+    /// Exactly these GPUs, by UUID, instead of all (the self-test before GPUs change hands,
+    /// [`super::gpucheck`]).
+    gpu_uuids: Option<Vec<String>>,
 }
 
 impl ProbeSpec {
@@ -147,7 +150,15 @@ impl ProbeSpec {
             request_gpus: true,
             max_image_bytes: MAX_IMAGE_BYTES,
             simulated_toolkit: None,
+            gpu_uuids: None,
         }
+    }
+
+    /// Asks for exactly `uuids` (a device request by UUID, as a rental's) rather than all GPUs:
+    /// the self-test of the GPUs a rental is about to get ([`super::gpucheck`]).
+    pub fn on_gpus(mut self, uuids: &[String]) -> Self {
+        self.gpu_uuids = Some(uuids.to_vec());
+        self
     }
 
     /// A probe that does NOT ask for GPUs, for tests of the simulated NVIDIA layer on an engine
@@ -312,7 +323,8 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
     let device_requests = spec.request_gpus.then(|| {
         vec![DeviceRequest {
             driver: Some(String::new()),
-            count: Some(-1),
+            count: spec.gpu_uuids.is_none().then_some(-1),
+            device_ids: spec.gpu_uuids.clone(),
             capabilities: Some(vec![vec!["gpu".to_string()]]),
             ..Default::default()
         }]

@@ -48,10 +48,15 @@
 //! - **network**: [`NETWORK`], a bridge of gpum's own with inter-container traffic disabled
 //!   ([`ensure_network`]).
 //!
+//! Between rentals ([`super::gpucheck`], through the runner's guard): after a teardown, NVML must
+//! find the rental's GPUs free and answering, else the rental is reported `failed` with why and
+//! the node is quarantined (nothing starts until a recheck passes); before a rental starts on
+//! GPUs another rental held last, the same check and the GPU probe on exactly those GPUs run
+//! first.
+//!
 //! Not done yet here (later parts of issue 33): the nftables table that drops the rentals'
-//! egress to private, link-local, CGNAT, multicast and the host's own addresses; checking that
-//! no process is left on the rented GPUs after a teardown (NVML) and quarantining the node when
-//! that check fails; the self-test before GPUs change hands; removing the network at `uninstall`.
+//! egress to private, link-local, CGNAT, multicast and the host's own addresses; removing the
+//! network at `uninstall`.
 //!
 //! The tenant's environment is never logged (only its variable count), and the agent's token
 //! never reaches the container.
@@ -384,6 +389,9 @@ pub struct Runner {
     request_gpus: bool,
     stop_grace: Duration,
     pull_timeout: Duration,
+    /// The GPU check after a teardown, the quarantine and the self-test ([`super::gpucheck`]).
+    /// A runner that asks for GPUs and has none starts nothing.
+    guard: Option<super::gpucheck::Guard>,
 }
 
 impl Runner {
@@ -396,7 +404,14 @@ impl Runner {
             request_gpus: true,
             stop_grace: STOP_GRACE,
             pull_timeout: PULL_TIMEOUT,
+            guard: None,
         }
+    }
+
+    /// Checks the GPUs after each teardown and before they change hands, with `guard`.
+    pub fn with_guard(mut self, guard: super::gpucheck::Guard) -> Runner {
+        self.guard = Some(guard);
+        self
     }
 
     /// A runner that does NOT ask the engine for the GPUs, for the real-engine tests on a machine
@@ -604,6 +619,16 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
         book.set(id, RentalState::Failed, None, Some(why));
         return;
     }
+    // Nothing starts on a quarantined node ([`super::gpucheck`]).
+    if let Some(q) = runner.guard.as_ref().and_then(|g| g.quarantine()) {
+        book.set(
+            id,
+            RentalState::Failed,
+            None,
+            Some(format!("refused: this node is quarantined: {}", q.reason)),
+        );
+        return;
+    }
     let image =
         match PinnedImage::parse(&s.image).and_then(|i| i.check_registry(&runner.registries).map(|()| i)) {
             Ok(i) => i,
@@ -638,6 +663,17 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
         Err(e) => return fail(book, id, "the image could not be looked up", &e),
     };
     book.set(id, RentalState::Starting, None, None);
+    // GPUs another rental held last: checked and probed first; the ledger records this one.
+    // Without the GPU check, GPUs are never handed out.
+    let checked = match &runner.guard {
+        Some(g) => g.before_start(docker, s).await,
+        None if runner.request_gpus => Err("refused: the GPU check is not set up".to_string()),
+        None => Ok(()),
+    };
+    if let Err(why) = checked {
+        book.set(id, RentalState::Failed, None, Some(why));
+        return;
+    }
     let api = match docker.api().await {
         Ok(a) => a,
         Err(e) => return fail(book, id, "Docker is unavailable", &e),
@@ -697,11 +733,28 @@ async fn pull(docker: &Docker, runner: &Runner, image: &PinnedImage) -> Result<S
         .ok_or_else(|| DockerError::Other("the engine pulled, but holds no image with that digest".into()))
 }
 
-/// Stop, remove with anonymous volumes, verify gone; reports `stopping`, then `gone` or `failed`.
+/// Stop, remove with anonymous volumes, verify gone, then (with a guard) the GPU check on its
+/// GPUs; reports `stopping`, then `gone` or `failed` (a failed GPU check also quarantines).
 async fn teardown(docker: &Docker, runner: &Runner, book: &Book, rid: &str, cid: &str, why: &str) {
     book.set(rid, RentalState::Stopping, None, Some(why.to_string()));
+    // Its GPUs, read before the container goes: the ledger's, and the engine's for it.
+    let mut gpus = Vec::new();
+    if let Some(g) = &runner.guard {
+        gpus = g.held_by(rid);
+        for u in super::gpucheck::container_gpus(docker, cid).await {
+            if !gpus.contains(&u) {
+                gpus.push(u);
+            }
+        }
+    }
     match remove(docker, cid, runner.stop_grace).await {
-        Ok(()) => book.set(rid, RentalState::Gone, None, None),
+        Ok(()) => match &runner.guard {
+            Some(g) => match g.after_teardown(rid, &gpus).await {
+                Ok(()) => book.set(rid, RentalState::Gone, None, None),
+                Err(reason) => book.set(rid, RentalState::Failed, None, Some(reason)),
+            },
+            None => book.set(rid, RentalState::Gone, None, None),
+        },
         Err(e) => fail(book, rid, "the teardown could not be verified", &e),
     }
 }

@@ -356,6 +356,12 @@ gpum_common::texts! {
         NvmlError => ("драйвер NVIDIA ответил ошибкой", "the NVIDIA driver answered with an error"),
         NoGpuListed => ("в оборудовании нет ни одной видеокарты", "the hardware lists no GPU"),
         RentCheckFailed => ("не сдаётся: проверка видеокарты не пройдена", "not rentable: the GPU check failed"),
+        RentQuarantined => (
+            "не сдаётся: на карантине с {at} (UTC): проверка видеокарт после аренды не пройдена \
+             ({why}); когда видеокарты свободны, запросите повторную проверку",
+            "not rentable: quarantined since {at} (UTC): the GPU check after a rental failed \
+             ({why}); once the GPUs are free, ask for a recheck",
+        ),
         RentFix => ("Как исправить — выполните на машине:", "To fix it, run on the machine:"),
         RentAwaitingOperator => (
             "пока не сдаётся: ждём, когда оператор платформы выберет образ для проверки; от вас \
@@ -443,6 +449,11 @@ gpum_common::texts! {
             "rental {id} torn down and verified gone",
         ),
         EvRentalFailed => ("сбой аренды {id}", "rental {id} failed"),
+        EvQuarantined => ("сервер на карантине", "server quarantined"),
+        EvQuarantineLifted => (
+            "карантин снят: видеокарты свободны и отвечают",
+            "quarantine lifted: the GPUs are free and answering",
+        ),
         // The server's rentals (issue 33).
         RentalsTitle => ("Аренды", "Rentals"),
         NoRentals => ("Аренд на этом сервере нет.", "No rentals on this server."),

@@ -185,7 +185,10 @@ fn state_class(n: &NodeSummary) -> &'static str {
 fn rentable_class(s: RentableState) -> &'static str {
     match s {
         RentableState::Rentable => "ok",
-        RentableState::Offline | RentableState::NoGpu | RentableState::CheckFailed => "bad",
+        RentableState::Offline
+        | RentableState::Quarantined
+        | RentableState::NoGpu
+        | RentableState::CheckFailed => "bad",
         RentableState::AwaitingOperator
         | RentableState::AwaitingCheck
         | RentableState::NoPrice
@@ -201,6 +204,10 @@ fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
             Some(at) => fill(ctx.t(Msg::RentOfflineSince), &[("at", &utc(at))]),
             None => ctx.t(Msg::RentOfflineNever).to_owned(),
         },
+        RentableState::Quarantined => {
+            let why = n.quarantine.as_ref().map(|q| cut(&q.reason)).unwrap_or_default();
+            fill(ctx.t(Msg::RentQuarantined), &[("at", &utc(r.since.unwrap_or(0))), ("why", &why)])
+        }
         RentableState::NoGpu => {
             let why = n
                 .health
@@ -1137,6 +1144,8 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
         RentalStopped => fill(ctx.t(Msg::EvRentalStopped), &[("id", &cut(&e.subject))]),
         RentalGone => fill(ctx.t(Msg::EvRentalGone), &[("id", &cut(&e.subject))]),
         RentalFailed => fill(ctx.t(Msg::EvRentalFailed), &[("id", &cut(&e.subject))]),
+        Quarantined => ctx.t(Msg::EvQuarantined).to_owned(),
+        QuarantineLifted => ctx.t(Msg::EvQuarantineLifted).to_owned(),
     };
     (text, detail)
 }
@@ -1146,9 +1155,10 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
 fn event_class(k: NodeEventKind) -> &'static str {
     use NodeEventKind::*;
     match k {
-        Offline | CheckFailed | CommandFailed | Deleted | RentalFailed => "bad",
+        Offline | CheckFailed | CommandFailed | Deleted | RentalFailed | Quarantined => "bad",
         Registered | Online | HardwareChanged | CheckPassed | CommandSent | CommandOk | ContainerRemoved
-        | TokenReplaced | RentalCreated | RentalStarted | RentalExited | RentalStopped | RentalGone => "",
+        | TokenReplaced | RentalCreated | RentalStarted | RentalExited | RentalStopped | RentalGone
+        | QuarantineLifted => "",
     }
 }
 
@@ -1945,6 +1955,7 @@ pub(crate) mod tests {
             paused: false,
             rentable: Default::default(),
             owner: None,
+            quarantine: None,
         }
     }
 

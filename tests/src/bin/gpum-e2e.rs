@@ -207,6 +207,12 @@ fn scenarios() -> Vec<Scenario> {
             what: "the agent restarted and SIGKILLed mid-rental: the same container runs on, adopted, reported running, torn down by the new agent",
             run: rental_agent_restart,
         },
+        Scenario {
+            name: "rental-quarantine",
+            expect: 0,
+            what: "a process left on a rental's GPU after its teardown quarantines the node: the rental failed with why, the verdict quarantined, a new rental refused (409); cleared and rechecked, rentable again, and the next rental passes the self-test on the GPU that changed hands",
+            run: rental_quarantine,
+        },
     ]
 }
 
@@ -1490,6 +1496,116 @@ fn rental_ends(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
         "node deleted: nothing of its rental is left in the engine",
         &Run::text(&left.join("\n")),
     );
+    Ok(o)
+}
+
+/// The simulated machine of the quarantine scenario, with `extra` JSON fields (the processes).
+fn quarantine_gpu(extra: &str) -> String {
+    format!(
+        r#"{{"state":"ok","gpus":1,"model":"NVIDIA H100 80GB HBM3 (SIMULATED)","driver":"550.90.07","hook":"ok"{extra}}}"#
+    )
+}
+
+fn rental_quarantine(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    use gpum_protocol::{ErrorCode, RentableState, RentalState};
+    let (h, node, image) = rental_host(ctx, s, 1)?;
+    let mut o = rental_outcome();
+    let gpu = "GPU-5a1e0000-0000-4000-8000-000000000000";
+    let id = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    let seen = check_ok(
+        &mut o,
+        "the rental runs",
+        rental::wait_state(&h, &id, RentalState::Running, 60).and_then(|_| rental::seen(&h, &id)),
+    );
+    // What a hung workload leaves behind: a process the (SIMULATED) NVML still lists on the
+    // rented GPU once the container is gone.
+    set_gpu(&h, &quarantine_gpu(r#","processes":"0:4242""#))?;
+    rental::stop(&h, &id)?;
+    let expected = format!("GPU check after rental {id} failed: {gpu}: 1 process left (pid 4242)");
+    if let Some(r) =
+        check_ok(&mut o, "the rental failed", rental::wait_state(&h, &id, RentalState::Failed, 60))
+    {
+        o.check(
+            r.reason.as_deref() == Some(expected.as_str()),
+            "the rental's reason names the GPU and the process",
+            &rental::text(&r),
+        );
+    }
+    let left = rental::nothing_left(&h, &id, seen.as_ref())?;
+    o.check(left.is_empty(), "the container is gone all the same", &Run::text(&left.join("\n")));
+    let q =
+        rental::wait_node(&h, &node, 30, "quarantined", |n| n.rentable.state == RentableState::Quarantined);
+    if let Some(n) = check_ok(&mut o, "the node quarantined (the platform's verdict)", q) {
+        let q = n.quarantine.clone().unwrap_or_else(|| gpum_protocol::Quarantine {
+            reason: String::new(),
+            since: 0,
+            gpu_uuids: vec![],
+        });
+        o.check(
+            q.reason == expected && q.gpu_uuids == [gpu.to_string()] && n.rentable.since == Some(q.since),
+            "the node's quarantine carries the reason, the GPU and since when",
+            &Run::text(&format!("{:?} {:?}", n.rentable, n.quarantine)),
+        );
+    }
+    let kept = h.sh(
+        "stat -c %a /var/lib/gpum-agent/gpus.json && jq -c .quarantine.reason /var/lib/gpum-agent/gpus.json",
+    )?;
+    o.check(
+        kept.stdout.starts_with("600\n") && kept.stdout.contains("pid 4242"),
+        "the agent keeps the quarantine in its state directory (gpus.json, 0600)",
+        &kept,
+    );
+    // A new rental is refused: 409 node_not_rentable, naming the quarantine.
+    let spec = rental::Spec::new(&node, &image);
+    let refused = h.sh(&format!(
+        "/opt/gpum-e2e/bin/gpum-platform --db /var/lib/gpum-test-platform/platform.db --test-clock-file /etc/gpum-test/clock \
+         --json rentals create --node {} --image {} --gpus 1 --cpu-millis {} --memory-mib {} --disk-gib {} --shm-mib {} --duration 10m",
+        rental::quote(&node),
+        rental::quote(&image),
+        spec.cpu_millis,
+        spec.memory_mib,
+        spec.disk_gib,
+        spec.shm_mib
+    ))?;
+    let body: serde_json::Value = serde_json::from_str(refused.stdout.trim()).unwrap_or_default();
+    o.check(
+        refused.code != 0
+            && body["error"]["code"] == "node_not_rentable"
+            && ErrorCode::NodeNotRentable.http_status() == 409
+            && body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("quarantined") && m.contains("pid 4242")),
+        "a new rental is refused with 409 node_not_rentable, naming the quarantine",
+        &refused,
+    );
+    // The process cleared, the operator asks for a recheck: the probe passes, the GPU is free,
+    // the quarantine is lifted and the node is rentable again.
+    set_gpu(&h, &quarantine_gpu(""))?;
+    h.platform(&format!("nodes command {} recheck", rental::quote(&node)))?;
+    let lifted = rental::wait_node(&h, &node, 150, "rentable again", |n| {
+        n.rentable.state == RentableState::Rentable && n.quarantine.is_none()
+    });
+    check_ok(&mut o, "the recheck lifts the quarantine", lifted);
+    let events = h.platform(&format!("--json nodes events {}", rental::quote(&node)))?;
+    o.check(
+        events.contains("\"quarantined\"") && events.contains("\"quarantine_lifted\""),
+        "the node's log records the quarantine and its lifting",
+        &Run::text(&events),
+    );
+    // The GPU changed hands: the next rental starts only after the self-test (the NVML check
+    // and the probe on exactly that GPU), and runs.
+    let next = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    let seen = check_ok(
+        &mut o,
+        "the next rental runs",
+        rental::wait_state(&h, &next, RentalState::Running, 120).and_then(|_| rental::seen(&h, &next)),
+    );
+    let log = h.sh(&format!(
+        "journalctl -u gpum-agent --no-pager -o cat | grep -F '{next}' | grep -F 'self-test passed'"
+    ))?;
+    o.check(log.code == 0, "the agent ran the self-test before the GPU changed hands", &log);
+    rental::stop(&h, &next)?;
+    rental_gone(&mut o, &h, &next, seen.as_ref(), 60, "the next rental, stopped")?;
     Ok(o)
 }
 
