@@ -270,7 +270,9 @@ impl Agent {
             .map_or(ledger::MIN_GAP, Duration::from_secs);
         #[cfg(not(feature = "test-knobs"))]
         let probe_gap = ledger::MIN_GAP;
-        let rental_runner = rental::Runner::new(&cfg.probe_registries).enabled(cfg.rentals);
+        let rental_runner =
+            rental::Runner::new(&cfg.probe_registries, crate::egress::Gate::new(host.clone()))
+                .enabled(cfg.rentals);
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
         // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
         #[cfg(feature = "test-knobs")]
@@ -345,6 +347,14 @@ impl Agent {
         };
         info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = env!("CARGO_PKG_VERSION"), "agent started");
         self.connect_docker();
+        if self.cfg.rentals {
+            // The rentals' egress table back in place (after a reboot or a flush) before any
+            // rental runs; every round that starts one verifies it again (`docker::rental`).
+            let gate = self.rental_runner.egress().clone();
+            tokio::spawn(async move {
+                let _ = gate.ensure().await;
+            });
+        }
         if let Some(d) = self.docker.clone() {
             // A probe container left by a crash mid-probe goes first, before anything new starts.
             tokio::spawn(async move {

@@ -7,11 +7,13 @@
 //! - [`stage`]: what the run mounts into every host at `/opt/gpum-e2e` (made by
 //!   `cargo xtask e2e`; this module adds the TLS files).
 //! - [`seed`]: the seed's failure titles, for the Russian comparisons.
+//! - [`lan`]: a made-up LAN and internet in network namespaces, for `rental-network`.
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
 
 pub mod host;
 pub mod image;
+pub mod lan;
 pub mod seed;
 pub mod stage;
 
