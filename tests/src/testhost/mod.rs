@@ -7,6 +7,10 @@
 //! - [`stage`]: what the run mounts into every host at `/opt/gpum-e2e` (made by
 //!   `cargo xtask e2e`; this module adds the TLS files).
 //! - [`seed`]: the seed's failure titles, for the Russian comparisons.
+//! - [`steps`]: what every scenario does on a host (the one-liner, the simulated GPU's file, the
+//!   check image, the node list, waiting for a condition).
+//! - [`rental`]: what every rental scenario needs (issue 33): a rentable node, the rental image,
+//!   the platform's rentals, and the proof that nothing of one is left.
 //! - [`lan`]: a made-up LAN and internet in network namespaces, for `rental-network`.
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
@@ -14,8 +18,10 @@
 pub mod host;
 pub mod image;
 pub mod lan;
+pub mod rental;
 pub mod seed;
 pub mod stage;
+pub mod steps;
 
 pub use host::{Host, HostOpts, Run};
 pub use image::Images;
