@@ -25,7 +25,7 @@ use gpum_common::{Failure, Lang};
 use gpum_tests::testhost::seed::{self, SeedFailure};
 use gpum_tests::testhost::stage::{HOST_CA, Stage};
 use gpum_tests::testhost::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
-use gpum_tests::testhost::{Host, HostOpts, Images, Run, image, lan, rental};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental};
 
 /// What every scenario can use.
 struct Ctx {
@@ -58,6 +58,8 @@ enum Variant {
     TmpNoexec,
     /// Docker absent, `/var/lib/docker` a 1 GiB tmpfs.
     SmallDisk,
+    /// Docker absent, a data root with room for rentals (`host::RENTAL_DATA_ROOT_SIZE`).
+    Rental,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -1274,7 +1276,7 @@ impl Drop for Tmux {
 /// `rentals = true` set, and the rental image in its engine: the host, the node id, the image's
 /// pinned reference.
 fn rental_host(ctx: &Ctx, s: &Scenario, gpus: u32) -> Result<(Host, String, String)> {
-    let h = boot(ctx, s, Variant::DockerAbsent)?;
+    let h = boot(ctx, s, Variant::Rental)?;
     let node = rental::make_rentable(&h, gpus)?;
     let image = rental::load_image(&h)?;
     Ok((h, node, image))
@@ -1444,7 +1446,7 @@ fn rental_limits(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     let hog = rental::create(
         &h,
         &rental::Spec { memory_mib: 64, ..rental::Spec::new(&node, &image) }
-            .shell("echo hog starts; dd if=/dev/zero of=/dev/null bs=268435456 count=1; echo dd ended $?"),
+            .shell("echo hog starts; dd if=/dev/zero of=/dev/null bs=268435456 count=1; s=$?; echo dd ended $s; exit $s"),
     )?;
     let bomb_id = bomb.spec.id.clone();
     let hog_id = hog.spec.id.clone();
@@ -1498,7 +1500,11 @@ fn rental_limits(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     ))?;
     o.check(oom.stdout.trim() == "true 137", "the engine saw the hog's container OOM-killed", &oom);
     let logs = h.sh(&format!("docker logs {} 2>&1", gpum_agent::docker::rental::container_name(&hog_id)))?;
-    o.check(logs.stdout.contains("hog starts"), "the hog ran", &logs);
+    o.check(
+        logs.stdout.contains("hog starts") && logs.stdout.contains("dd ended 137"),
+        "the hog ran, and its dd (not its shell) was killed",
+        &logs,
+    );
 
     // The node stays up: the same agent, engine and platform processes, heartbeats still coming,
     // the host still forks.
@@ -1561,9 +1567,13 @@ fn rental_ends(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     rental_gone(&mut o, &h, &b, seen_b.as_ref(), 60, "expired")?;
     o.check(b_listed.stopped_at.is_none(), "B was not stopped by the operator", &rental::text(&b_listed));
     let why = h.sh(&format!(
-        "journalctl -u gpum-agent --no-pager -o cat | grep -F 'rental={b}' | grep -F stopping"
+        "journalctl -u gpum-agent --no-pager -o cat | grep -F 'rental=\"{b}\"' | grep -F state=stopping"
     ))?;
-    o.check(why.stdout.contains("expired"), "the agent tore B down as expired, by its own clock", &why);
+    o.check(
+        why.stdout.contains("reason=\"expired\""),
+        "the agent tore B down as expired, by its own clock",
+        &why,
+    );
     h.write_file("/etc/gpum-test/clock", b"0\n", 0o644)?;
 
     // 3. The node deleted on the platform: its rentals end there, and the agent, revoked, leaves
@@ -1664,7 +1674,11 @@ fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
         systemd: !matches!(v, Variant::NoSystemd),
         tmp_noexec: matches!(v, Variant::TmpNoexec),
         stage: ctx.stage.dir.clone(),
-        small_data_root: matches!(v, Variant::SmallDisk).then(|| "1g".to_string()),
+        data_root_size: match v {
+            Variant::SmallDisk => Some("1g".to_string()),
+            Variant::Rental => Some(host::RENTAL_DATA_ROOT_SIZE.to_string()),
+            _ => None,
+        },
     };
     let h = Host::start(s.name, &opts)?;
     let knobs = knobs(&h, ctx)?;
