@@ -21,6 +21,7 @@ pub mod cli;
 pub mod core;
 pub mod docker;
 pub mod doctor;
+pub mod egress;
 pub mod outbox;
 pub mod run;
 pub mod smoke;

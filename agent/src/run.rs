@@ -278,7 +278,9 @@ impl Agent {
         let nvml = gpucheck::NvmlQuery { lib: crate::inventory::nvml_lib(host.as_ref()) };
         let gpus = gpucheck::Guard::new(host.clone(), &state_dir, Arc::new(nvml), &cfg.probe_registries);
         let rental_runner =
-            rental::Runner::new(&cfg.probe_registries).enabled(cfg.rentals).with_guard(gpus.clone());
+            rental::Runner::new(&cfg.probe_registries, crate::egress::Gate::new(host.clone()))
+                .enabled(cfg.rentals)
+                .with_guard(gpus.clone());
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
         // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
         #[cfg(feature = "test-knobs")]
@@ -354,6 +356,14 @@ impl Agent {
         };
         info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = env!("CARGO_PKG_VERSION"), "agent started");
         self.connect_docker();
+        if self.cfg.rentals {
+            // The rentals' egress table back in place (after a reboot or a flush) before any
+            // rental runs; every round that starts one verifies it again (`docker::rental`).
+            let gate = self.rental_runner.egress().clone();
+            tokio::spawn(async move {
+                let _ = gate.ensure().await;
+            });
+        }
         if let Some(d) = self.docker.clone() {
             // A probe container left by a crash mid-probe goes first, before anything new starts.
             tokio::spawn(async move {

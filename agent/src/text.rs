@@ -16,6 +16,15 @@ gpum_common::texts! {
             "service {name} (stopped, disabled)",
         ),
         UninstallContainerRemoved => ("контейнер {name} ({label}=true)", "container {name} ({label}=true)"),
+        UninstallNetworkRemoved => ("сеть Docker {name}", "Docker network {name}"),
+        UninstallTableRemoved => (
+            "таблица nftables {table} (правила, отрезавшие аренды от вашей сети)",
+            "nftables table {table} (the rules that cut rentals off from your network)",
+        ),
+        UninstallTestScopeKeeps => (
+            "тестовая область: сеть аренд и таблица nftables общие для машины и оставлены",
+            "test scope: the rentals' network and nftables table are the machine's and were left",
+        ),
         UninstallNoService => ("службы gpum-agent нет", "no gpum-agent service"),
         UninstallNoSystemd => (
             "systemd не запущен: останавливать службу не нужно",

@@ -6,7 +6,9 @@
 //! 2. every container labelled `gpum.managed=true`, and every probe (`gpum.probe=true` plus
 //!    `gpum.probe.run`, named `gpum-probe-…`), running or stopped, the labels set on the
 //!    container itself and not inherited from its image (each re-checked right before removal);
-//! 3. the unit file, `/opt/gpum-agent`, `/etc/gpum-agent`, `/var/lib/gpum-agent`.
+//! 3. the rentals' Docker network `gpum-rentals` (if gpum's and empty) and gpum's nftables
+//!    table `inet gpum_rentals` ([`crate::egress::remove`]), and no other rule;
+//! 4. the unit file, `/opt/gpum-agent`, `/etc/gpum-agent`, `/var/lib/gpum-agent`.
 //!
 //! What stays: Docker, the NVIDIA driver and toolkit, every image and volume, and every
 //! container without those labels, or whose labels come from its image.
@@ -24,8 +26,9 @@ use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang, exit};
 use gpum_host::{Cmd, Host};
 
-use crate::docker::rental::RENTAL;
+use crate::docker::rental::{NETWORK, RENTAL};
 use crate::docker::{Docker, DockerError, LABEL_MANAGED, MANAGED, PROBE};
+use crate::egress;
 use crate::text::Msg;
 
 /// Where systemd keeps its runtime state; present exactly when systemd is PID 1.
@@ -91,6 +94,10 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
         u.notes.push(Msg::UninstallNoSystemd.text(lang).into());
     }
 
+    // What step 3 needs of the engine, before step 2 takes it.
+    let engine = docker.as_ref().ok().copied();
+    let scoped = engine.is_some_and(Docker::is_test_scoped);
+
     // 2. The containers.
     match docker {
         Ok(d) => {
@@ -109,7 +116,27 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
         Err(e) => u.errors.push(docker_left(LABEL_MANAGED, &e, lang)),
     }
 
-    // 3. The unit and the directories.
+    // 2b. What the rentals had of the machine: their network (empty now) and the egress table.
+    // A test-scoped client shares both with every other test on the engine: left alone.
+    match engine {
+        Some(_) if scoped => u.notes.push(Msg::UninstallTestScopeKeeps.text(lang).into()),
+        Some(d) => match crate::docker::rental::remove_network(d).await {
+            Ok(true) => u.removed.push(fill(Msg::UninstallNetworkRemoved.text(lang), &[("name", NETWORK)])),
+            Ok(false) => {}
+            Err(e) => u.errors.push(format!("{NETWORK}: {e}")),
+        },
+        None => {}
+    }
+    if !scoped {
+        let table = format!("{} {}", egress::FAMILY, egress::TABLE);
+        match egress::remove(host) {
+            Ok(true) => u.removed.push(fill(Msg::UninstallTableRemoved.text(lang), &[("table", &table)])),
+            Ok(false) => {}
+            Err(e) => u.errors.push(format!("nftables {table}: {e}")),
+        }
+    }
+
+    // 4. The unit and the directories.
     let unit = Path::new(UNIT_PATH);
     if host.exists(unit) {
         match host.remove_file(unit) {
@@ -206,7 +233,13 @@ mod tests {
         let ran: Vec<String> = h.ran().iter().map(Cmd::display).collect();
         assert_eq!(
             ran,
-            ["systemctl stop gpum-agent", "systemctl disable gpum-agent", "systemctl daemon-reload"]
+            [
+                "systemctl stop gpum-agent",
+                "systemctl disable gpum-agent",
+                // Whether gpum's egress table is there (no nft on this fake: none is).
+                "nft -j list table inet gpum_rentals",
+                "systemctl daemon-reload"
+            ]
         );
         assert!(!h.exists(Path::new(UNIT_PATH)) && !h.exists(Path::new("/opt/gpum-agent/gpum-agent")));
         assert!(
@@ -231,7 +264,7 @@ mod tests {
     async fn without_systemd_says_so_and_goes_on() {
         let h = FakeHost::new().dir(CONFIG_DIR).file("/etc/gpum-agent/config.toml", "t");
         let u = uninstall(&h, no_docker(), Lang::Ru).await;
-        assert!(h.ran().is_empty(), "no systemctl without systemd");
+        assert!(!h.ran().iter().any(|c| c.program == "systemctl"), "no systemctl without systemd");
         assert_eq!(u.removed, vec![CONFIG_DIR.to_string()]);
         assert!(u.notes[0].contains("systemd не запущен"));
         let text = render(&u, Lang::Ru);
@@ -260,6 +293,40 @@ mod tests {
         let text = render(&u, Lang::Ru);
         assert!(text.starts_with("Удалено:\n  - служба gpum-agent"), "{text}");
         assert!(text.contains("\nНе удалось: контейнеры с меткой"), "{text}");
+    }
+
+    /// The egress table goes with `nft -f -` of a delete of gpum's table only, and a table
+    /// still listed afterwards is a failure the summary shows.
+    #[tokio::test]
+    async fn the_egress_table_goes_and_a_table_left_is_reported() {
+        let list = "nft -j list table inet gpum_rentals";
+        let h = FakeHost::new()
+            .command(
+                list,
+                Ok(Output { code: Some(0), stdout: b"{\"nftables\": []}".to_vec(), ..Default::default() }),
+            )
+            .command("nft -f -", ok());
+        let u = uninstall(&h, no_docker(), Lang::En).await;
+        let ran = h.ran();
+        let del = ran.iter().find(|c| c.display() == "nft -f -").expect("the delete ran");
+        assert_eq!(
+            del.stdin.as_deref(),
+            Some(&b"table inet gpum_rentals\ndelete table inet gpum_rentals\n"[..])
+        );
+        assert!(u.errors.iter().any(|e| e.contains("inet gpum_rentals is still there")), "{:?}", u.errors);
+
+        // Absent: nothing deleted, nothing said.
+        let h = FakeHost::new().command(
+            list,
+            Ok(Output {
+                code: Some(1),
+                stderr: b"Error: No such file or directory".to_vec(),
+                ..Default::default()
+            }),
+        );
+        let u = uninstall(&h, no_docker(), Lang::En).await;
+        assert!(!h.ran().iter().any(|c| c.display() == "nft -f -"));
+        assert!(!u.errors.iter().any(|e| e.contains("nftables")), "{:?}", u.errors);
     }
 
     #[test]

@@ -100,10 +100,11 @@ pub struct Config {
     /// `docker.io`). Set at install; [`DEFAULT_REGISTRIES`] when the file names none. An image
     /// from any other registry is refused before anything is pulled.
     pub probe_registries: Vec<String>,
-    /// Whether this machine runs the platform's rentals (`rentals = true` in the file). Off by
-    /// default: a rental's isolation from the owner's network (issue 33's egress rules) is not in
-    /// place yet, so the agent runs no one else's container until the owner turns this on
-    /// knowingly; a listed rental is reported `failed` with why. Never written by `register`.
+    /// Whether this machine runs the platform's rentals. On by default (the agent's nftables
+    /// table cuts a rental off from the owner's network, and no rental starts without it); the
+    /// owner writes `rentals = false` in the file to refuse them, and a listed rental is then
+    /// reported `failed` with why. Written to the file only when off, so `register` never
+    /// writes it.
     pub rentals: bool,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
@@ -136,7 +137,7 @@ struct ConfigFile {
     docker_socket: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     probe_registries: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default = "on", skip_serializing_if = "is_on")]
     rentals: bool,
     // Without `test-knobs` these keys do not exist, and `deny_unknown_fields` refuses them.
     #[cfg(feature = "test-knobs")]
@@ -148,6 +149,14 @@ struct ConfigFile {
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     test_rentals_without_gpu_request: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
 }
 
 /// What is wrong with a config file; the text goes into «ошибка конфигурации: …».
@@ -288,7 +297,7 @@ mod tests {
             token: Token::new("tok-secret").unwrap(),
             ca_file: None,
             docker_socket: None,
-            rentals: false,
+            rentals: true,
             probe_registries: default_registries(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
@@ -355,15 +364,19 @@ mod tests {
         assert!(!sample().to_toml().contains("test_reconcile"));
     }
 
-    /// Rentals are off unless the owner writes `rentals = true`; a register never writes it.
+    /// Rentals are on unless the owner writes `rentals = false` (the egress table is in place
+    /// before any rental starts); a register never writes the key, and an owner's `false`
+    /// survives a save.
     #[test]
-    fn rentals_are_off_unless_the_owner_turns_them_on() {
+    fn rentals_are_on_unless_the_owner_turns_them_off() {
         let base = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n";
-        assert!(!Config::parse(base, "c").unwrap().rentals);
+        assert!(Config::parse(base, "c").unwrap().rentals);
         assert!(!sample().to_toml().contains("rentals"));
-        let on = Config::parse(&format!("{base}rentals = true\n"), "c").unwrap();
-        assert!(on.rentals);
-        assert_eq!(Config::parse(&on.to_toml(), "c").unwrap(), on);
+        assert!(Config::parse(&format!("{base}rentals = true\n"), "c").unwrap().rentals);
+        let off = Config::parse(&format!("{base}rentals = false\n"), "c").unwrap();
+        assert!(!off.rentals);
+        assert!(off.to_toml().contains("rentals = false"));
+        assert_eq!(Config::parse(&off.to_toml(), "c").unwrap(), off);
         assert!(Config::parse(&format!("{base}rentals = 'yes'\n"), "c").is_err());
     }
 

@@ -111,7 +111,7 @@ pub async fn register(
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
-        rentals: false,
+        rentals: true,
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
@@ -160,7 +160,7 @@ pub fn configure(
         ca_file: opts.ca_file.clone(),
         docker_socket: opts.docker_socket.clone(),
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
-        rentals: false,
+        rentals: true,
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
@@ -174,6 +174,15 @@ fn write_config_and_state(
     config_path: &Path,
     state_dir: &Path,
 ) -> Result<(), Failure> {
+    // An owner who refused rentals (`rentals = false`) still refuses them after a new
+    // registration: the key is the owner's, and the register's default is on.
+    let kept;
+    let cfg = if Config::load(host, config_path).is_ok_and(|old| !old.rentals) {
+        kept = Config { rentals: false, ..cfg.clone() };
+        &kept
+    } else {
+        cfg
+    };
     cfg.save(host, config_path).map_err(|e| Failure::Other(format!("{}: {e}", config_path.display())))?;
     // A fresh state: a new registration clears an earlier stop, so `status` does not show a
     // revocation of the previous node.
@@ -240,5 +249,19 @@ mod tests {
         let st = crate::state::read(&h, Path::new("/s")).unwrap().unwrap();
         assert_eq!(st.node_id.as_deref(), Some("n-7"));
         assert!(configure(&h, &opts(), None, "\n").is_err());
+    }
+
+    /// Rentals are on by default, and an owner's `rentals = false` survives a new registration.
+    #[test]
+    fn a_new_registration_keeps_the_owners_refusal_of_rentals() {
+        let h = FakeHost::new();
+        let path = Path::new("/s/config.toml");
+        configure(&h, &opts(), Some("n-7"), "tok-abc").unwrap();
+        assert!(Config::load(&h, path).unwrap().rentals);
+        let off = Config { rentals: false, ..Config::load(&h, path).unwrap() };
+        off.save(&h, path).unwrap();
+        configure(&h, &opts(), Some("n-8"), "tok-def").unwrap();
+        let cfg = Config::load(&h, path).unwrap();
+        assert_eq!((cfg.node_id.as_str(), cfg.rentals), ("n-8", false));
     }
 }

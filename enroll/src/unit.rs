@@ -96,5 +96,9 @@ mod tests {
         assert_eq!(value("NoNewPrivileges"), ["yes"]);
         assert_eq!(value("ReadWritePaths"), ["/var/lib/gpum-agent /etc/gpum-agent"]);
         assert!(value("ProtectHostname").is_empty(), "the inventory must see hostname changes");
+        // `nft` for the rentals' egress table needs CAP_NET_ADMIN and netlink; nothing else.
+        assert_eq!(value("CapabilityBoundingSet"), ["CAP_NET_ADMIN"]);
+        assert_eq!(value("AmbientCapabilities"), [""]);
+        assert!(value("RestrictAddressFamilies")[0].split(' ').any(|f| f == "AF_NETLINK"));
     }
 }

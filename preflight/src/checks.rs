@@ -22,6 +22,7 @@ pub const DISK: &str = "disk";
 pub const NVIDIA_DRIVER: &str = "nvidia_driver";
 pub const DOCKER: &str = "docker";
 pub const NVIDIA_TOOLKIT: &str = "nvidia_toolkit";
+pub const NFTABLES: &str = "nftables";
 pub const DPKG_LOCK: &str = "dpkg_lock";
 pub const EXISTING_INSTALL: &str = "existing_install";
 pub const PLATFORM: &str = "platform";
@@ -37,6 +38,7 @@ pub const ALL: &[&str] = &[
     NVIDIA_DRIVER,
     DOCKER,
     NVIDIA_TOOLKIT,
+    NFTABLES,
     DPKG_LOCK,
     EXISTING_INSTALL,
     PLATFORM,
@@ -107,6 +109,7 @@ pub fn run(f: &Facts, cx: &Context, lang: Lang) -> Vec<Finding> {
         nvidia_driver(f, lang),
         docker(f, lang),
         nvidia_toolkit(f, cx, lang),
+        nftables(f, lang),
         dpkg_lock(f, lang),
         existing_install(f, cx, lang),
         platform(f, lang),
@@ -565,6 +568,29 @@ pub fn nvidia_toolkit(f: &Facts, cx: &Context, lang: Lang) -> Finding {
                 "containers without a restart policy stop when Docker restarts"
             )),
         )
+    }
+}
+
+/// `nft`, which the agent needs for the rentals' egress table (issue 33): without it the agent
+/// refuses every rental, and the machine still serves the platform otherwise, so a warning.
+pub fn nftables(f: &Facts, lang: Lang) -> Finding {
+    match &f.nft {
+        Some(p) => {
+            let p = p.display();
+            Finding::pass(
+                NFTABLES,
+                tr!(lang, "nftables есть ({p}): для аренд", "nftables is present ({p}): for rentals"),
+            )
+        }
+        None => Finding::warn(
+            NFTABLES,
+            tr!(
+                lang,
+                "аренды требуют nftables: nft не найден, и агент не запустит ни одной аренды",
+                "rentals need nftables: nft was not found, and the agent will run no rental"
+            ),
+            Some(tr!(lang, "установите его: apt install nftables", "install it: apt install nftables")),
+        ),
     }
 }
 

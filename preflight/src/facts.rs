@@ -189,6 +189,8 @@ pub struct Facts {
     pub dpkg_interrupted: Vec<PathBuf>,
     pub existing: ExistingFacts,
     pub platform: PlatformFacts,
+    /// `nft` on `PATH` (nftables): the agent's rentals need it.
+    pub nft: Option<PathBuf>,
 }
 
 /// Asks the machine. Read-only; see the module docs.
@@ -238,6 +240,7 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
         },
         dpkg_lock: lock_facts(host),
         dpkg_interrupted: dpkg_interrupted(host),
+        nft: which("nft"),
         existing: existing_facts(host, systemd),
         platform: platform_facts(opts),
     }

@@ -26,6 +26,7 @@ fn ubuntu_ready() -> FakeHost {
         .file(DPKG_STATUS, safe_toolkit_status())
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
+        .file("/usr/sbin/nft", "")
         .dir(SYSTEMD_RUN_DIR)
         .dir("/var/lib/docker")
         .env_var("PATH", "/usr/sbin:/usr/bin")
@@ -375,6 +376,27 @@ fn a_toolkit_older_than_1_17_8_fails_with_the_cve_and_the_fix() {
     let x = checks::nvidia_toolkit(&gather(&h, &offline(), &t4()), &Context::default(), Lang::En);
     assert_eq!(x.status, Status::Warn);
     assert!(x.message.contains("cannot be checked"), "{}", x.message);
+}
+
+/// Issue 33: the agent refuses rentals without nftables; the audit says so as a warning (the
+/// machine still serves), with the package to install.
+#[test]
+fn nftables_missing_is_a_warning_that_rentals_need_it() {
+    let (f, r) = audit(&ubuntu_ready(), &t4());
+    assert_eq!(f.nft.as_deref(), Some(Path::new("/usr/sbin/nft")));
+    assert_eq!(st(&r, NFTABLES), Status::Pass);
+    let h = FakeHost::new().env_var("PATH", "/usr/sbin:/usr/bin");
+    let f = gather(&h, &offline(), &t4());
+    assert_eq!(f.nft, None);
+    for (lang, says, fix) in [
+        (Lang::En, "rentals need nftables", "apt install nftables"),
+        (Lang::Ru, "аренды требуют nftables", "apt install nftables"),
+    ] {
+        let x = checks::nftables(&f, lang);
+        assert_eq!(x.status, Status::Warn);
+        assert!(x.message.contains(says), "{x:?}");
+        assert!(x.fix.as_deref().unwrap_or("").contains(fix), "{x:?}");
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use gpum_agent::docker::Docker;
 use gpum_agent::docker::rental::{self, Book, Runner};
+use gpum_agent::egress::{self, Gate};
 use gpum_enroll::config::default_registries;
 use gpum_protocol::{EnvVar, RentalSpec, RentalState};
 use gpum_tests::docker_scope::{Scope, docker, exists};
@@ -74,8 +75,13 @@ fn busybox() -> String {
     images::pinned(&images::busybox().expect("test image")).expect("pinned")
 }
 
+/// The egress table's gate on this machine's own nftables, as the agent has it.
+fn gate() -> Gate {
+    Gate::new(std::sync::Arc::new(gpum_host::RealHost::new()))
+}
+
 fn runner() -> Runner {
-    Runner::new(&default_registries())
+    Runner::new(&default_registries(), gate())
         .enabled(true)
         .simulation_without_gpu_request()
         .with_stop_grace(Duration::from_secs(1))
@@ -443,7 +449,7 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
     let d = scope.docker();
     let book = Book::default();
     let hex = "ab".repeat(32);
-    let production = Runner::new(&default_registries()).enabled(true);
+    let production = Runner::new(&default_registries(), gate()).enabled(true);
     for (image, gpus, want) in [
         (images::busybox().unwrap(), true, "not pinned by digest"),
         (
@@ -467,12 +473,18 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
         rental::reconcile(&d, &production, &book, std::slice::from_ref(&s), NOW).await.unwrap();
         assert_eq!(book.get(&s.id).unwrap(), r);
     }
-    // Off (the default: the owner has not set `rentals = true`): nothing starts, and the
-    // rental says why.
+    // Off (the owner wrote `rentals = false`; a runner is off until enabled): nothing starts,
+    // and the rental says why.
     let off = spec(&busybox(), &["sleep", "3600"]);
-    rental::reconcile(&d, &Runner::new(&default_registries()), &book, std::slice::from_ref(&off), NOW)
-        .await
-        .unwrap();
+    rental::reconcile(
+        &d,
+        &Runner::new(&default_registries(), gate()),
+        &book,
+        std::slice::from_ref(&off),
+        NOW,
+    )
+    .await
+    .unwrap();
     let r = book.get(&off.id).unwrap();
     assert_eq!((r.state, r.reason.as_deref()), (RentalState::Failed, Some(rental::RENTALS_OFF)));
     assert!(!exists("container", &rental::container_name(&off.id)), "nothing ran");
@@ -508,4 +520,43 @@ async fn rental_two_rentals_never_share_a_gpu() {
     assert_eq!(state(&book, &fourth.id), RentalState::Failed);
     assert!(!exists("container", &rental::container_name(&fourth.id)));
     assert_eq!(state(&book, &first.id), RentalState::Running);
+}
+
+fn nft(args: &[&str]) -> std::process::Output {
+    Command::new("nft").args(args).output().expect("nft (apt install nftables)")
+}
+
+/// Issue 33: no rental starts unless gpum's egress table is verified in the kernel. A round puts
+/// it back when it is gone (a reboot or a flush: this test deletes it by hand), the kernel's
+/// table is checked from outside the agent (`nft -j list`), and on a machine without `nft`
+/// (a fake host that has none) nothing of the rental is made and it says why.
+#[ignore = "needs a Docker engine and nftables (root)"]
+#[tokio::test]
+async fn rental_starts_only_behind_the_verified_egress_table() {
+    let scope = Scope::new("rental-egress");
+    let d = scope.docker();
+    let book = Book::default();
+    let tag = images::sim_nvidia("ok").expect("image");
+    let image = images::pinned(&tag).expect("pinned");
+
+    // Gone before the round (other tests' rounds may put it back meanwhile: either way the
+    // round verifies it before it starts anything).
+    let _ = nft(&["delete", "table", egress::FAMILY, egress::TABLE]);
+    let s = spec(&image, &["sleep", "3600"]);
+    round(&d, &book, std::slice::from_ref(&s), NOW).await;
+    assert_eq!(state(&book, &s.id), RentalState::Running, "{:?}", book.get(&s.id));
+    let listed = nft(&["-j", "list", "table", egress::FAMILY, egress::TABLE]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert_eq!(egress::verify_listing(&String::from_utf8_lossy(&listed.stdout)), Ok(()));
+
+    // No nft on the machine: refused, nothing created.
+    let bare =
+        Runner::new(&default_registries(), Gate::new(std::sync::Arc::new(gpum_host::fake::FakeHost::new())))
+            .enabled(true)
+            .simulation_without_gpu_request();
+    let t = spec(&image, &["sleep", "3600"]);
+    rental::reconcile(&d, &bare, &book, std::slice::from_ref(&t), NOW).await.unwrap();
+    let r = book.get(&t.id).unwrap();
+    assert_eq!((r.state, r.reason.as_deref()), (RentalState::Failed, Some(egress::NFT_MISSING)));
+    assert!(!exists("container", &rental::container_name(&t.id)), "nothing ran");
 }

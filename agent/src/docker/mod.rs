@@ -198,6 +198,13 @@ impl Docker {
         self
     }
 
+    /// Whether this client is narrowed to a test scope: then what is the whole machine's (the
+    /// rentals' network, the egress table) is not this client's to remove. Always false in a
+    /// release build.
+    pub fn is_test_scoped(&self) -> bool {
+        self.scope.is_some()
+    }
+
     /// The socket this client talks to.
     pub fn socket(&self) -> &Path {
         &self.socket

@@ -46,17 +46,17 @@
 //!   default seccomp profile (nothing unconfines it), not privileged, no bind mounts or devices
 //!   (so no Docker socket), private PID and IPC namespaces, `init`, no restart policy;
 //! - **network**: [`NETWORK`], a bridge of gpum's own with inter-container traffic disabled
-//!   ([`ensure_network`]).
+//!   ([`ensure_network`]);
+//! - **egress**: [`crate::egress`]'s nftables table, verified in the kernel (and put back when
+//!   it is not) once per round in which a rental is wanted, before anything starts: no rental
+//!   starts, nor a `created` one is started, unless it is in place; otherwise the rental is
+//!   reported `failed` with why ([`crate::egress::Refusal::reason`]).
 //!
 //! Between rentals ([`super::gpucheck`], through the runner's guard): after a teardown, NVML must
 //! find the rental's GPUs free and answering, else the rental is reported `failed` with why and
 //! the node is quarantined (nothing starts until a recheck passes); before a rental starts on
 //! GPUs another rental held last, the same check and the GPU probe on exactly those GPUs run
 //! first.
-//!
-//! Not done yet here (later parts of issue 33): the nftables table that drops the rentals'
-//! egress to private, link-local, CGNAT, multicast and the host's own addresses; removing the
-//! network at `uninstall`.
 //!
 //! The tenant's environment is never logged (only its variable count), and the agent's token
 //! never reaches the container.
@@ -81,6 +81,7 @@ use gpum_protocol::{RentalReport, RentalSpec, RentalState, limits};
 
 use super::image::{PinnedImage, RefError};
 use super::{Docker, DockerError, LABEL_MANAGED, Mark, timed};
+use crate::egress::Gate;
 
 /// The label carrying the rental's id, set on the container.
 pub const LABEL_RENTAL: &str = "gpum.rental";
@@ -94,7 +95,7 @@ pub const RENTAL: Mark =
 pub const NETWORK: &str = "gpum-rentals";
 /// The label that makes the network gpum's.
 pub const LABEL_NETWORK: &str = "gpum.network";
-/// The network's bridge interface on the host (what the egress rules will name).
+/// The network's bridge interface on the host (what the egress table, [`crate::egress`], names).
 pub const BRIDGE_NAME: &str = "gpum-rent0";
 /// The most processes (threads included) one rental holds: a fork bomb stops here, far below
 /// the host's own limit, while a data loader with many workers still fits.
@@ -296,6 +297,34 @@ pub async fn ensure_network(docker: &Docker) -> Result<(), DockerError> {
     Err(DockerError::Other(format!("network {NETWORK} could not be created")))
 }
 
+/// Removes gpum's rental network (`uninstall`, after the rentals): `Ok(true)` when it was
+/// removed, `Ok(false)` when there is none or the one of that name is not gpum's (left alone).
+/// A network that still has containers attached is an error, and stays.
+pub async fn remove_network(docker: &Docker) -> Result<bool, DockerError> {
+    let api = docker.api().await?;
+    let n =
+        match timed(async { api.inspect_network::<String>(NETWORK, None).await.map_err(DockerError::from) })
+            .await
+        {
+            Ok(n) => n,
+            Err(DockerError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+    if n.labels.unwrap_or_default().get(LABEL_NETWORK).map(String::as_str) != Some("true") {
+        return Ok(false);
+    }
+    if let Some(attached) = n.containers.filter(|c| !c.is_empty()) {
+        return Err(DockerError::Other(format!(
+            "network {NETWORK} still has {} container(s) attached",
+            attached.len()
+        )));
+    }
+    match timed(async { api.remove_network(NETWORK).await.map_err(DockerError::from) }).await {
+        Ok(()) | Err(DockerError::NotFound(_)) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
 /// One rental's entry in the [`Book`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
@@ -376,15 +405,18 @@ fn is_final(s: RentalState) -> bool {
     matches!(s, RentalState::Gone | RentalState::Failed)
 }
 
-/// Why a listed rental does not run on a machine whose owner has not turned rentals on.
-pub const RENTALS_OFF: &str = "refused: rentals are off on this machine (its owner has not set rentals = true \
-     in the agent's config: a rental's isolation from the owner's network is not in place yet)";
+/// Why a listed rental does not run on a machine whose owner turned rentals off.
+pub const RENTALS_OFF: &str =
+    "refused: rentals are off on this machine (its owner set rentals = false in the agent's config)";
 
 /// How rentals run on this node. Build it with [`Runner::new`].
 #[derive(Debug, Clone)]
 pub struct Runner {
-    /// The owner's `rentals = true`; off, nothing starts (see [`RENTALS_OFF`]).
+    /// The owner's `rentals` (on unless `rentals = false`); off, nothing starts (see
+    /// [`RENTALS_OFF`]).
     enabled: bool,
+    /// The egress table's keeper: nothing starts unless it verified the table in this round.
+    egress: Gate,
     registries: Vec<String>,
     request_gpus: bool,
     stop_grace: Duration,
@@ -396,10 +428,12 @@ pub struct Runner {
 
 impl Runner {
     /// The production runner: images from `registries` (the config's `probe_registries`), the
-    /// rented GPUs requested.
-    pub fn new(registries: &[String]) -> Runner {
+    /// rented GPUs requested, the egress table kept by `egress` (on the machine itself: `nft`
+    /// through the agent's [`gpum_host::Host`]). Off until [`Runner::enabled`].
+    pub fn new(registries: &[String], egress: Gate) -> Runner {
         Runner {
             enabled: false,
+            egress,
             registries: registries.to_vec(),
             request_gpus: true,
             stop_grace: STOP_GRACE,
@@ -429,6 +463,11 @@ impl Runner {
     pub fn enabled(mut self, on: bool) -> Runner {
         self.enabled = on;
         self
+    }
+
+    /// The egress table's keeper this runner starts rentals behind.
+    pub fn egress(&self) -> &Gate {
+        &self.egress
     }
 
     /// A shorter stop grace (tests).
@@ -500,6 +539,19 @@ pub async fn reconcile(
             book.set(&s.id, RentalState::Gone, None, Some("expired before it started".into()));
         }
     }
+    // The egress table, once per round in which anything is wanted, before anything starts:
+    // verified in the kernel, and put back when it is not (a reboot, a flush).
+    let needs_table = wanted.iter().any(|rid| {
+        actual.contains_key(*rid)
+            || book.get(rid).is_none_or(|r| !is_final(r.state) && r.state != RentalState::Exited)
+    });
+    let egress: Result<(), &'static str> = if !runner.enabled {
+        Err(RENTALS_OFF)
+    } else if needs_table {
+        runner.egress.ensure().await.map_err(|r| r.reason())
+    } else {
+        Err(crate::egress::NOT_IN_PLACE)
+    };
     // The GPUs the rentals present hold: a new rental never shares one, whatever the platform
     // says.
     let mut held: HashSet<&str> = desired
@@ -509,7 +561,7 @@ pub async fn reconcile(
         .collect();
     for s in desired.iter().filter(|s| wanted.contains(s.id.as_str())) {
         match actual.get(&s.id) {
-            Some(c) => observe(docker, book, s, c).await,
+            Some(c) => observe(docker, book, s, c, &egress).await,
             None => match book.get(&s.id) {
                 // Failed to start, or gone: the platform makes a new rental.
                 Some(r) if is_final(r.state) || r.state == RentalState::Exited => {}
@@ -526,7 +578,7 @@ pub async fn reconcile(
                         book.set(&s.id, RentalState::Failed, None, Some(why));
                         continue;
                     }
-                    start(docker, runner, book, s).await;
+                    start(docker, runner, book, s, &egress).await;
                     if book.get(&s.id).is_some_and(|r| r.state == RentalState::Running) {
                         held.extend(s.gpu_uuids.iter().map(String::as_str));
                     }
@@ -538,7 +590,13 @@ pub async fn reconcile(
 }
 
 /// A present, wanted rental: adopt it as it is and report what it is doing.
-async fn observe(docker: &Docker, book: &Book, s: &RentalSpec, c: &Actual) {
+async fn observe(
+    docker: &Docker,
+    book: &Book,
+    s: &RentalSpec,
+    c: &Actual,
+    egress: &Result<(), &'static str>,
+) {
     let reason = match book.get(&s.id) {
         Some(r) => r.reason.filter(|_| r.state == RentalState::Running),
         // Adopted (after an agent restart): whether its disk is limited, from the engine.
@@ -547,7 +605,11 @@ async fn observe(docker: &Docker, book: &Book, s: &RentalSpec, c: &Actual) {
     match c.state.as_str() {
         "running" | "paused" | "restarting" => book.set(&s.id, RentalState::Running, None, reason),
         "created" => {
-            // The agent stopped between create and start.
+            // The agent stopped between create and start: started only behind the table.
+            if let Err(why) = egress {
+                book.set(&s.id, RentalState::Failed, None, Some(why.to_string()));
+                return;
+            }
             match start_container(docker, &c.id).await {
                 Ok(()) => book.set(&s.id, RentalState::Running, None, reason),
                 Err(e) => fail(book, &s.id, "the container could not be started", &e),
@@ -594,12 +656,19 @@ async fn start_container(docker: &Docker, id: &str) -> Result<(), DockerError> {
 }
 
 /// Pull (if needed), create and start rental `s`.
-async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
+async fn start(
+    docker: &Docker,
+    runner: &Runner,
+    book: &Book,
+    s: &RentalSpec,
+    egress: &Result<(), &'static str>,
+) {
     let id = s.id.as_str();
     if !runner.enabled {
         book.set(id, RentalState::Failed, None, Some(RENTALS_OFF.into()));
         return;
     }
+
     if !runner.request_gpus && !s.image.starts_with(SIMULATION_IMAGE_PREFIX) {
         book.set(
             id,
@@ -646,6 +715,11 @@ async fn start(docker: &Docker, runner: &Runner, book: &Book, s: &RentalSpec) {
                 return;
             }
         };
+    // Fail closed: no table verified in this round, nothing of this rental is made.
+    if let Err(why) = egress {
+        book.set(id, RentalState::Failed, None, Some(why.to_string()));
+        return;
+    }
     if let Err(e) = ensure_network(docker).await {
         return fail(book, id, "gpum's rental network is not usable", &e);
     }

@@ -25,7 +25,7 @@ use gpum_common::{Failure, Lang};
 use gpum_tests::testhost::seed::{self, SeedFailure};
 use gpum_tests::testhost::stage::{HOST_CA, Stage};
 use gpum_tests::testhost::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
-use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, rental};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental};
 
 /// What every scenario can use.
 struct Ctx {
@@ -212,6 +212,12 @@ fn scenarios() -> Vec<Scenario> {
             expect: 0,
             what: "a process left on a rental's GPU after its teardown quarantines the node: the rental failed with why, the verdict quarantined, a new rental refused (409); cleared and rechecked, rentable again, and the next rental passes the self-test on the GPU that changed hands",
             run: rental_quarantine,
+        },
+        Scenario {
+            name: "rental-network",
+            expect: 0,
+            what: "a running rental reaches the made-up internet and none of the made-up LAN, metadata, CGNAT, 10/8, 172.16/12 or the host's own addresses; the table survives a dockerd restart untouched and comes back after its deletion; uninstall removes it",
+            run: rental_network,
         },
     ]
 }
@@ -1318,6 +1324,113 @@ fn rental_gone(
         &Run::text(&left.join("\n")),
     );
     Ok(())
+}
+
+/// A probe script's results ([`lan::results`]) as checks: from a rental (`rental`) a denied
+/// address fails (wget ran and got nothing) and the internet answers; from elsewhere every
+/// address answers.
+fn reach_checks(o: &mut Outcome, when: &str, logs: &str, rental: bool) {
+    for (t, r) in lan::results(logs) {
+        let seen = Run::text(&format!("{r:?}\n{logs}"));
+        match (rental && t.denied, r) {
+            (true, Some((rc, body))) => {
+                o.check(rc != 0 && body != t.answers, &format!("{when}: no answer from {}", t.what), &seen)
+            }
+            (false, Some((rc, body))) => {
+                o.check(rc == 0 && body == t.answers, &format!("{when}: {} answers", t.what), &seen)
+            }
+            (_, None) => o.problem(format!("expected: {when}: a probe of {}; none ran: {logs}", t.what)),
+        }
+    }
+}
+
+/// Issue 33: a rental reaches the internet and nothing else of the owner's (`agent/src/egress.rs`).
+/// The world is `lan`'s; every probe runs as the container's own command (its logs are read).
+fn rental_network(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 2)?;
+    let mut o = rental_outcome();
+    let table = "inet gpum_rentals";
+    let listed = h.sh(&format!("nft -j list table {table}"))?;
+    o.check(
+        listed.code == 0 && gpum_agent::egress::verify_listing(&listed.stdout).is_ok(),
+        "the agent put its egress table in place at its start, as it verifies it",
+        &listed,
+    );
+    lan::build(&h)?;
+    let probe = rental::Spec::new(&node, &image).shell(&lan::probe_script());
+
+    // The world answers: from Docker's default bridge (which the table does not match) every
+    // address does, so a refusal seen from a rental is the table's.
+    h.sh_ok(&format!(
+        "docker run -d --name owner-probe --network bridge {}:sim sh -c {}",
+        rental::IMAGE_REPO,
+        rental::quote(&lan::probe_script())
+    ))?;
+    let logs = lan::wait_probes(&h, "owner-probe")?;
+    reach_checks(&mut o, "from Docker's own bridge", &logs, false);
+
+    let r = rental::create(&h, &probe)?.spec;
+    rental::wait_state(&h, &r.id, gpum_protocol::RentalState::Running, 60)?;
+    let name = gpum_agent::docker::rental::container_name(&r.id);
+    if let Some(logs) = check_ok(&mut o, "the rental's probes end", lan::wait_probes(&h, &name)) {
+        reach_checks(&mut o, "from a rental", &logs, true);
+    }
+
+    // dockerd restarted: the table is not Docker's, so it is untouched (same handles: the agent
+    // did not need to put it back), and a rental started after it is as cut off.
+    let handles =
+        format!("nft -a list table {table} | sed -E 's/counter packets [0-9]+ bytes [0-9]+/counter/'");
+    let before = h.sh_ok(&handles)?;
+    h.sh_ok("systemctl restart docker")?;
+    wait_until(&h, "docker info >/dev/null 2>&1", 60, "dockerd answering after its restart")?;
+    let after = h.sh_ok(&handles)?;
+    o.check(
+        before == after,
+        "a dockerd restart leaves gpum's table exactly as it was",
+        &Run::text(&format!("before:\n{before}\nafter:\n{after}")),
+    );
+    let _ = rental::stop(&h, &r.id);
+    let r2 = rental::create(&h, &probe)?.spec;
+    let running = rental::wait_state(&h, &r2.id, gpum_protocol::RentalState::Running, 90);
+    if check_ok(&mut o, "a rental runs after the dockerd restart", running).is_some() {
+        let name2 = gpum_agent::docker::rental::container_name(&r2.id);
+        if let Some(logs) = check_ok(&mut o, "its probes end", lan::wait_probes(&h, &name2)) {
+            reach_checks(&mut o, "from a rental after a dockerd restart", &logs, true);
+        }
+    }
+
+    // Deleted (as a reboot or a flush would): the agent puts it back at its start.
+    h.sh_ok(&format!("nft delete table {table} && systemctl restart gpum-agent"))?;
+    let back = wait_until(
+        &h,
+        &format!("nft list table {table} >/dev/null 2>&1"),
+        30,
+        "the table back after the agent's restart",
+    );
+    if check_ok(&mut o, "the agent puts a deleted table back at its start", back).is_some() {
+        let listed = h.sh(&format!("nft -j list table {table}"))?;
+        o.check(
+            gpum_agent::egress::verify_listing(&listed.stdout).is_ok(),
+            "the table put back verifies",
+            &listed,
+        );
+    }
+
+    // uninstall: the table and the network go, and no other table was touched.
+    let others = "nft list tables | grep -v 'inet gpum_rentals' | sort";
+    let tables_before = h.sh_ok(others)?;
+    let un = h.sh("/opt/gpum-agent/gpum-agent uninstall --yes")?;
+    o.check(un.code == 0, "gpum-agent uninstall --yes exits 0", &un);
+    let gone = h.sh(&format!("nft list table {table}"))?;
+    o.check(gone.code != 0, "after uninstall the table is gone", &gone);
+    o.check(
+        h.sh_ok(others)? == tables_before,
+        "uninstall touched no other table",
+        &Run::text(&tables_before),
+    );
+    let net = h.sh(&format!("docker network inspect {}", gpum_agent::docker::rental::NETWORK))?;
+    o.check(net.code != 0, "after uninstall the rentals' network is gone", &net);
+    Ok(o)
 }
 
 /// The agent's, dockerd's and the platform's main PIDs.

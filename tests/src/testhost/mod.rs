@@ -11,11 +11,13 @@
 //!   check image, the node list, waiting for a condition).
 //! - [`rental`]: what every rental scenario needs (issue 33): a rentable node, the rental image,
 //!   the platform's rentals, and the proof that nothing of one is left.
+//! - [`lan`]: a made-up LAN and internet in network namespaces, for `rental-network`.
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
 
 pub mod host;
 pub mod image;
+pub mod lan;
 pub mod rental;
 pub mod seed;
 pub mod stage;
