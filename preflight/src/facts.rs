@@ -19,6 +19,7 @@ use crate::parse::dpkg::{self, Package};
 use crate::parse::mountinfo::{self, Mount};
 use crate::parse::os_release::{self, OsRelease};
 use crate::parse::systemctl::{self, UnitState};
+use crate::parse::toolkit_config::{self, ToolkitConfig};
 
 /// Command-line prefixes [`gather`] may run. All of them only read.
 pub const READ_ONLY_COMMANDS: &[&str] = &["systemctl show "];
@@ -27,6 +28,8 @@ pub const OS_RELEASE: &str = "/etc/os-release";
 pub const OS_RELEASE_FALLBACK: &str = "/usr/lib/os-release";
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+/// The NVIDIA Container Toolkit's settings (its hook's and runtime's).
+pub const TOOLKIT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 pub const DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
 pub const DPKG_STATUS: &str = "/var/lib/dpkg/status";
 /// apt takes the frontend lock, dpkg the second, `apt-get update` the package lists' (held by
@@ -79,6 +82,8 @@ pub struct DiskFacts {
     /// The nearest existing directory at or above `data_root`, whose filesystem was measured.
     pub probed: PathBuf,
     pub space: Result<FsSpace, String>,
+    /// The mount that holds the data root (`None`: mountinfo could not be read).
+    pub mount: Option<Mount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +109,10 @@ impl DockerFacts {
             .and_then(|d| d.as_ref().ok())
             .is_some_and(|d| d.runtimes.iter().any(|r| r == "nvidia"))
     }
+    /// `daemon.json` sets `"live-restore": true`.
+    pub fn has_live_restore(&self) -> bool {
+        self.daemon_json.as_ref().and_then(|d| d.as_ref().ok()).is_some_and(|d| d.live_restore == Some(true))
+    }
     pub fn present(&self) -> bool {
         self.binary.is_some() || self.package.is_some() || self.engine.is_ok() || self.snap
     }
@@ -126,6 +135,11 @@ pub struct ToolkitFacts {
 impl ToolkitFacts {
     pub fn present(&self) -> bool {
         self.ctk.is_some() || self.package_version.is_some()
+    }
+
+    /// The toolkit's settings already are gpum's (see [`ToolkitConfig::is_gpums`]).
+    pub fn config_is_gpums(&self) -> bool {
+        matches!(&self.config, Some(Ok(c)) if c.is_gpums())
     }
 
     /// Whether an installed version `v` is older than [`TOOLKIT_MIN_SAFE_VERSION`].
@@ -224,7 +238,7 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
         os: read_os(host),
         arch: host.arch(),
         tmp: tmp_facts(host, mounts.as_ref().map_err(|e| e.to_string())),
-        disk: disk_facts(host, daemon_json.as_ref()),
+        disk: disk_facts(host, daemon_json.as_ref(), mounts.as_ref().ok().map(Vec::as_slice)),
         gpu: gpu.probe(host),
         docker: docker_facts(host, &packages, which("docker"), daemon_json),
         toolkit: {
@@ -234,6 +248,11 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
                 runtime: which("nvidia-container-runtime"),
                 vulnerable: package_version.as_deref().is_some_and(ToolkitFacts::is_vulnerable_version),
                 package_version,
+                config: match host.read_to_string(Path::new(TOOLKIT_CONFIG)) {
+                    Ok(t) => Some(toolkit_config::parse(&t).map_err(|e| format!("{TOOLKIT_CONFIG}: {e}"))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => Some(Err(format!("{TOOLKIT_CONFIG}: {e}"))),
+                },
             }
         },
         dpkg_lock: lock_facts(host),
@@ -260,7 +279,11 @@ fn tmp_facts(host: &dyn Host, mounts: Result<&Vec<Mount>, String>) -> TmpFacts {
     }
 }
 
-fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>) -> DiskFacts {
+fn disk_facts(
+    host: &dyn Host,
+    daemon_json: Option<&Result<DaemonJson, String>>,
+    mounts: Option<&[Mount]>,
+) -> DiskFacts {
     let configured = daemon_json.and_then(|d| d.as_ref().ok()).and_then(|d| d.data_root.clone());
     let from_daemon_json = configured.is_some();
     let data_root = PathBuf::from(configured.unwrap_or_else(|| DEFAULT_DATA_ROOT.into()));
@@ -272,7 +295,8 @@ fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>)
         }
     }
     let space = host.space(&probed).map_err(|e| format!("{}: {e}", probed.display()));
-    DiskFacts { data_root, from_daemon_json, probed, space }
+    let mount = mounts.and_then(|m| mountinfo::mount_for(m, &probed)).cloned();
+    DiskFacts { data_root, from_daemon_json, probed, space, mount }
 }
 
 /// The Docker socket: `DOCKER_HOST` when it names a Unix socket, else the default.
