@@ -73,10 +73,10 @@ pub enum Merged {
 /// The key that keeps containers running while dockerd restarts.
 pub const LIVE_RESTORE: &str = "live-restore";
 
-/// Adds the `nvidia` runtime and `"live-restore": true` to `old` (`None`: the file does not
-/// exist). An existing `nvidia` entry is left as the owner wrote it; an existing `live-restore`
-/// other than `true` is set to `true` where it stands.
-pub fn configure(old: Option<&str>) -> Result<Merged, MergeError> {
+/// Adds the `nvidia` runtime and, with `live_restore`, `"live-restore": true` to `old` (`None`:
+/// the file does not exist). An existing `nvidia` entry is left as the owner wrote it; an
+/// existing `live-restore` other than `true` is set to `true` where it stands.
+pub fn configure(old: Option<&str>, live_restore: bool) -> Result<Merged, MergeError> {
     let mut doc = match old {
         None => Json::Object(Vec::new()),
         Some(t) if t.trim().is_empty() => Json::Object(Vec::new()),
@@ -88,7 +88,7 @@ pub fn configure(old: Option<&str>) -> Result<Merged, MergeError> {
         Some(_) => return Err(MergeError::RuntimesNotAnObject),
         None => false,
     };
-    let live_restore = doc.get(LIVE_RESTORE) == Some(&Json::Bool(true));
+    let live_restore = !live_restore || doc.get(LIVE_RESTORE) == Some(&Json::Bool(true));
     if has_runtime && live_restore {
         return Ok(Merged::Unchanged);
     }
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn keeps_every_key_and_its_order_and_adds_only_the_runtime() {
-        let Merged::Changed(t) = configure(Some(OWNER)).unwrap() else { panic!() };
+        let Merged::Changed(t) = configure(Some(OWNER), true).unwrap() else { panic!() };
         let keys: Vec<usize> = [
             "log-opts",
             "max-size",
@@ -251,21 +251,21 @@ mod tests {
         assert_eq!(new, old, "nothing else may change");
         assert!(t.contains("\n    \"log-opts\""), "four-space indent like nvidia-ctk: {t}");
         // Merging again changes nothing.
-        assert_eq!(configure(Some(&t)).unwrap(), Merged::Unchanged);
+        assert_eq!(configure(Some(&t), true).unwrap(), Merged::Unchanged);
     }
 
     #[test]
     fn other_runtimes_stay_and_an_existing_nvidia_entry_is_the_owners() {
         let t = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc"}}}"#;
-        let Merged::Changed(out) = configure(Some(t)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["runtimes"]["runsc"]["path"], "/usr/bin/runsc");
         assert!(out.find("runsc").unwrap() < out.find("nvidia").unwrap());
         let own = r#"{"runtimes": {"nvidia": {"path": "/opt/custom-runtime"}}, "live-restore": true}"#;
-        assert_eq!(configure(Some(own)).unwrap(), Merged::Unchanged);
+        assert_eq!(configure(Some(own), true).unwrap(), Merged::Unchanged);
         // The owner's runtime stays; only live-restore is added.
         let own = r#"{"runtimes": {"nvidia": {"path": "/opt/custom-runtime"}}}"#;
-        let Merged::Changed(out) = configure(Some(own)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(own), true).unwrap() else { panic!() };
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(
             v,
@@ -276,18 +276,18 @@ mod tests {
     #[test]
     fn live_restore_off_is_turned_on_where_it_stands() {
         let t = r#"{"debug": true, "live-restore": false, "mtu": 1400}"#;
-        let Merged::Changed(out) = configure(Some(t)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
         let (d, l, m) =
             (out.find("debug").unwrap(), out.find("live-restore").unwrap(), out.find("mtu").unwrap());
         assert!(d < l && l < m, "in place: {out}");
         assert!(out.contains("\"live-restore\": true"));
-        assert_eq!(configure(Some(&out)).unwrap(), Merged::Unchanged);
+        assert_eq!(configure(Some(&out), true).unwrap(), Merged::Unchanged);
     }
 
     #[test]
     fn absent_or_empty_file_gets_just_the_runtime() {
         for old in [None, Some(""), Some("  \n")] {
-            let Merged::Changed(t) = configure(old).unwrap() else { panic!() };
+            let Merged::Changed(t) = configure(old, true).unwrap() else { panic!() };
             let v: serde_json::Value = serde_json::from_str(&t).unwrap();
             assert_eq!(
                 v,
@@ -297,16 +297,28 @@ mod tests {
     }
 
     #[test]
+    fn without_live_restore_only_the_runtime_is_added() {
+        // dockerd runs with --live-restore: the key in the file too would stop it.
+        let Merged::Changed(t) = configure(Some("{\"log-level\": \"warn\"}"), false).unwrap() else {
+            panic!()
+        };
+        assert!(!t.contains(LIVE_RESTORE) && t.contains(RUNTIME_PATH), "{t}");
+        assert_eq!(configure(Some(&t), false).unwrap(), Merged::Unchanged);
+        let Merged::Changed(t) = configure(None, false).unwrap() else { panic!() };
+        assert!(!t.contains(LIVE_RESTORE), "{t}");
+    }
+
+    #[test]
     fn broken_files_are_refused_not_replaced() {
-        assert!(matches!(configure(Some("{\"a\": 1,")), Err(MergeError::Invalid(_))));
-        assert_eq!(configure(Some("[1, 2]")), Err(MergeError::NotAnObject));
-        assert_eq!(configure(Some(r#"{"runtimes": []}"#)), Err(MergeError::RuntimesNotAnObject));
+        assert!(matches!(configure(Some("{\"a\": 1,"), true), Err(MergeError::Invalid(_))));
+        assert_eq!(configure(Some("[1, 2]"), true), Err(MergeError::NotAnObject));
+        assert_eq!(configure(Some(r#"{"runtimes": []}"#), true), Err(MergeError::RuntimesNotAnObject));
     }
 
     #[test]
     fn numbers_and_unicode_survive() {
         let t = r#"{"max-concurrent-downloads": 3, "ratio": 0.5, "big": 18446744073709551615, "label": "сервер"}"#;
-        let Merged::Changed(out) = configure(Some(t)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
         assert!(out.contains("18446744073709551615") && out.contains("0.5") && out.contains("сервер"));
     }
 }

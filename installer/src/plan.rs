@@ -38,9 +38,10 @@ pub enum Step {
     /// `NVIDIA_VISIBLE_DEVICES` names ([`crate::toolkit_config`]); every other line stays, after
     /// a backup. The hook reads the file at each container start: nothing to reload.
     ConfigureToolkit { path: String },
-    /// Merge the `nvidia` runtime and `"live-restore": true` into `path`, keeping every other
-    /// key, after a backup.
-    ConfigureDocker { path: String },
+    /// Merge the `nvidia` runtime and, with `live_restore`, `"live-restore": true` into `path`,
+    /// keeping every other key, after a backup. Without `live_restore` when dockerd has the
+    /// `--live-restore` flag (the key in the file too would stop dockerd).
+    ConfigureDocker { path: String, live_restore: bool },
     /// `systemctl reload docker`: enough for a new `runtimes` entry and `live-restore`.
     ReloadDocker,
     /// `systemctl restart docker`: needed when dockerd started before the toolkit's hook was
@@ -323,8 +324,12 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
     // A daemon.json that cannot be parsed is refused by the checks (and never overwritten):
     // the plan does not promise to merge into it.
     let daemon_json_usable = !matches!(f.docker.daemon_json, Some(Err(_)));
-    if (need_docker || !has_runtime || !live_restore) && daemon_json_usable {
-        steps.push(Step::ConfigureDocker { path: gpum_preflight::facts::DAEMON_JSON.into() });
+    // With dockerd's `--live-restore` flag the file must not get the key; in a swarm the audit
+    // refuses (moby will not run swarm mode with live-restore).
+    let add_live_restore = !live_restore && f.docker.may_set_live_restore();
+    if (need_docker || !has_runtime || add_live_restore) && daemon_json_usable {
+        let path = gpum_preflight::facts::DAEMON_JSON.into();
+        steps.push(Step::ConfigureDocker { path, live_restore: add_live_restore });
     }
     if need_docker {
         // A fresh engine: its package started it, perhaps before the toolkit's hook was
@@ -332,7 +337,7 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
         steps.push(Step::RestartDocker { stops: Vec::new() });
     } else if need_toolkit || input.docker.driver_stale() {
         steps.push(Step::RestartDocker { stops: input.docker.at_risk.clone() });
-    } else if !has_runtime || !live_restore || input.docker.engine_lacks_runtime {
+    } else if !has_runtime || add_live_restore || input.docker.engine_lacks_runtime {
         steps.push(Step::ReloadDocker);
     }
     if let Some(pem) = &input.ca_pem {
@@ -408,7 +413,12 @@ impl Step {
                 .replace("{path}", path)
                 .replace("{env}", gpum_preflight::parse::toolkit_config::ENVVAR_WHEN_UNPRIVILEGED)
                 .replace("{mounts}", gpum_preflight::parse::toolkit_config::AS_VOLUME_MOUNTS),
-            Step::ConfigureDocker { path } => tr(Msg::StepConfigureDocker).replace("{path}", path),
+            Step::ConfigureDocker { path, live_restore: true } => {
+                tr(Msg::StepConfigureDocker).replace("{path}", path)
+            }
+            Step::ConfigureDocker { path, live_restore: false } => {
+                tr(Msg::StepConfigureDockerRuntime).replace("{path}", path)
+            }
             Step::ReloadDocker => tr(Msg::StepReloadDocker).into(),
             Step::RestartDocker { stops } if stops.is_empty() => tr(Msg::StepRestartDocker).into(),
             Step::RestartDocker { stops } => {

@@ -43,6 +43,10 @@ gpum_common::texts! {
             "настройки Docker {path}: добавить среду nvidia и live-restore (контейнеры переживают перезапуск Docker), остальное сохранить (с резервной копией)",
             "Docker settings {path}: add the nvidia runtime and live-restore (containers outlive a Docker restart), keep the rest (with a backup)",
         ),
+        StepConfigureDockerRuntime => (
+            "настройки Docker {path}: добавить среду nvidia, остальное сохранить (с резервной копией)",
+            "Docker settings {path}: add the nvidia runtime, keep the rest (with a backup)",
+        ),
         StepReloadDocker => (
             "перечитать настройки Docker (systemctl reload docker; контейнеры не останавливаются)",
             "reload Docker's settings (systemctl reload docker; no container stops)",

@@ -632,6 +632,10 @@ pub fn toolkit_gpu_access(f: &Facts, lang: Lang) -> Finding {
 }
 
 /// Whether containers (a rental's too) keep running while dockerd restarts (`live-restore`).
+/// Refused where the installer cannot turn it on safely: dockerd started with
+/// `--live-restore=false` (the key in `daemon.json` too would stop dockerd), or the engine in a
+/// swarm (moby refuses to start swarm mode with live-restore: the swarm would be gone after the
+/// next Docker restart).
 pub fn live_restore(f: &Facts, lang: Lang) -> Finding {
     let d = &f.docker;
     if let Some(Err(_)) = &d.daemon_json {
@@ -643,6 +647,49 @@ pub fn live_restore(f: &Facts, lang: Lang) -> Finding {
                 "Docker's settings file cannot be used (see docker)"
             ),
         );
+    }
+    if d.swarm {
+        let (msg, fix) = (
+            tr!(
+                lang,
+                "Docker в режиме swarm: он несовместим с live-restore, без которого перезапуск Docker останавливает аренды, а с ним swarm не запустится после перезапуска Docker",
+                "Docker is in swarm mode: it cannot be combined with live-restore, without which a Docker restart stops rentals, and with which the swarm does not start after a Docker restart"
+            ),
+            Some(tr!(
+                lang,
+                "выведите сервер из swarm (docker swarm leave) или сдавайте другой сервер",
+                "take the machine out of the swarm (docker swarm leave) or rent out another machine"
+            )),
+        );
+        return Finding::fail(LIVE_RESTORE, msg, fix);
+    }
+    match d.live_restore_flag {
+        Some(true) => {
+            return Finding::pass(
+                LIVE_RESTORE,
+                tr!(
+                    lang,
+                    "live-restore включён флагом dockerd --live-restore: контейнеры работают, пока Docker перезапускается",
+                    "live-restore is on by dockerd's --live-restore flag: containers keep running while Docker restarts"
+                ),
+            );
+        }
+        Some(false) => {
+            return Finding::fail(
+                LIVE_RESTORE,
+                tr!(
+                    lang,
+                    "dockerd запущен с --live-restore=false: перезапуск Docker останавливает все контейнеры, и аренды тоже, а включить live-restore в daemon.json при этом флаге нельзя (Docker не запустится)",
+                    "dockerd runs with --live-restore=false: a Docker restart stops every container, rentals included, and daemon.json cannot turn live-restore on while that flag is given (Docker would not start)"
+                ),
+                Some(tr!(
+                    lang,
+                    "уберите --live-restore=false из командной строки dockerd (systemctl edit docker), перезапустите Docker и запустите установщик снова",
+                    "remove --live-restore=false from dockerd's command line (systemctl edit docker), restart Docker and run the installer again"
+                )),
+            );
+        }
+        None => {}
     }
     if d.has_live_restore() {
         return Finding::pass(

@@ -131,8 +131,9 @@ impl Run<'_> {
             Step::ConfigureToolkit { path } => {
                 self.edit_config(Path::new(path), crate::toolkit_config::configure)
             }
-            Step::ConfigureDocker { path } => self
-                .edit_config(Path::new(path), |old| daemon_json::configure(old).map_err(|e| e.to_string())),
+            Step::ConfigureDocker { path, live_restore } => self.edit_config(Path::new(path), |old| {
+                daemon_json::configure(old, *live_restore).map_err(|e| e.to_string())
+            }),
             Step::ReloadDocker => {
                 let _p = self.progress.wait(Msg::ProgressDockerReload, super::waits::RUNTIME_WAIT);
                 must(h, &Cmd::new("systemctl").args(["reload", "docker"]))?;
