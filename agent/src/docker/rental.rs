@@ -47,7 +47,8 @@
 //!   ([`DISK_LIMIT_UNSUPPORTED`]);
 //! - **privileges**: every capability dropped but [`CAP_ADD`], `no-new-privileges`, the engine's
 //!   default seccomp profile (nothing unconfines it), not privileged, no bind mounts (but
-//!   `/dev/null` for the device list) or devices (so no Docker socket), private PID and IPC namespaces, `init`, no restart policy;
+//!   `/dev/null` for the device list) or devices (so no Docker socket), private PID and IPC
+//!   namespaces, `init`, no restart policy;
 //! - **network**: [`NETWORK`], a bridge of gpum's own with inter-container traffic disabled
 //!   ([`ensure_network`]).
 //!
