@@ -811,7 +811,7 @@ impl Core {
     }
 
     fn stop_revoked(&mut self, now: Now, code: ErrorCode, e: &CallError, out: &mut Vec<Action>) {
-        error!(code = ?code, error = %e, "the platform revoked this node (server deleted or token replaced); stopping for good. Containers are left in place");
+        error!(code = ?code, error = %e, "the platform revoked this node (server deleted or token replaced); stopping for good. Containers are left in place (a deleted node's rentals excepted)");
         self.file.state.connection = Connection::Stopped;
         self.file.state.stopped = Some(Stopped {
             reason: StopReason::Revoked,

@@ -40,8 +40,8 @@ use gpum_common::agent_state::{Connection, StopReason, Stopped};
 use gpum_common::exit;
 use gpum_host::{Host, env};
 use gpum_protocol::{
-    Health, HeartbeatRequest, ProbeFailure, ProbeReport, RemovedContainer, RentalReport, RentalSpec,
-    VerificationState, limits,
+    ErrorCode, Health, HeartbeatRequest, ProbeFailure, ProbeReport, RemovedContainer, RentalReport,
+    RentalSpec, VerificationState, limits,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -64,6 +64,9 @@ pub use crate::core::{EXIT_RESTART, STOP_GRACE};
 /// The longest a Docker call inside a heartbeat step may take; a hung engine must not hold up
 /// heartbeats.
 pub const DOCKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest the agent of a deleted node spends tearing its rentals down before it exits:
+/// each stop waits [`rental::STOP_GRACE`] at most.
+pub const END_RENTALS_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The Docker socket: the config's, else `DOCKER_HOST` when it is a `unix://` URL, else the
 /// default.
@@ -398,7 +401,13 @@ impl Agent {
                         abort(&mut probe_task);
                         abort(&mut removal_task);
                     }
-                    Action::Exit(code) => return code,
+                    Action::Exit(code) => {
+                        if self.node_deleted() {
+                            abort(&mut rental_task);
+                            self.end_rentals().await;
+                        }
+                        return code;
+                    }
                 }
             }
             if rental_due && rental_task.is_none() {
@@ -570,6 +579,42 @@ impl Agent {
             }
             book.reports() != before
         }))
+    }
+
+    /// Whether the core stopped for good because the platform deleted this node (410
+    /// `node_deleted`; a replaced token is not a deletion: the node and its rentals live on).
+    fn node_deleted(&self) -> bool {
+        let deleted = serde_json::to_value(ErrorCode::NodeDeleted).ok();
+        self.core.state().stopped.as_ref().is_some_and(|s| {
+            s.reason == StopReason::Revoked
+                && deleted.as_ref().and_then(|d| d.as_str()) == Some(s.detail.as_str())
+        })
+    }
+
+    /// The node was deleted: the platform ended every rental of it then, and no heartbeat will
+    /// list one again, so none may run on here. Each rental container is torn down as a round
+    /// with nothing desired does it (stopped, removed with its anonymous volumes, verified
+    /// gone), within [`END_RENTALS_TIMEOUT`]. Nothing else is touched: the probe's and any other
+    /// managed container stay, as for any stop for good.
+    async fn end_rentals(&mut self) {
+        let Some(d) = self.docker.clone() else { return };
+        let now = crate::state::unix(self.host.now());
+        let round = rental::reconcile(&d, &self.rental_runner, &self.rentals, &[], now);
+        match tokio::time::timeout(END_RENTALS_TIMEOUT, round).await {
+            Ok(Ok(())) => match rental::containers(&d).await {
+                Ok(left) if left.is_empty() => info!("the node was deleted: its rentals are torn down"),
+                Ok(left) => {
+                    warn!(left = left.len(), "the node was deleted: not every rental could be torn down")
+                }
+                Err(e) => {
+                    warn!(error = %e, "the node was deleted: could not list the rentals after their teardown")
+                }
+            },
+            Ok(Err(e)) => {
+                warn!(error = %e, "the node was deleted: its rentals could not be listed to tear them down")
+            }
+            Err(_) => warn!("the node was deleted: tearing its rentals down took too long"),
+        }
     }
 
     /// Writes `state.json` as the core asked ([`Action::WriteState`]).

@@ -24,7 +24,8 @@ use anyhow::{Context, Result, bail};
 use gpum_common::{Failure, Lang};
 use gpum_tests::testhost::seed::{self, SeedFailure};
 use gpum_tests::testhost::stage::{HOST_CA, Stage};
-use gpum_tests::testhost::{Host, HostOpts, Images, Run, image};
+use gpum_tests::testhost::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, rental};
 
 /// What every scenario can use.
 struct Ctx {
@@ -57,6 +58,8 @@ enum Variant {
     TmpNoexec,
     /// Docker absent, `/var/lib/docker` a 1 GiB tmpfs.
     SmallDisk,
+    /// Docker absent, a data root with room for rentals (`host::RENTAL_DATA_ROOT_SIZE`).
+    Rental,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -185,6 +188,24 @@ fn scenarios() -> Vec<Scenario> {
             expect: 0,
             what: "killed while dpkg unpacks: the dry run says so, the same one-liner finishes dpkg's work",
             run: dpkg_interrupted,
+        },
+        Scenario {
+            name: "rental-limits",
+            expect: 0,
+            what: "rentals on a rentable node: a fork bomb stops at the pids limit, a memory hog is OOM-killed in its own container; the node stays up; each torn down, nothing left",
+            run: rental_limits,
+        },
+        Scenario {
+            name: "rental-ends",
+            expect: 0,
+            what: "rentals end by the operator's stop, by expiry on the agent's own clock, and by the node's deletion: gone, nothing left",
+            run: rental_ends,
+        },
+        Scenario {
+            name: "rental-agent-restart",
+            expect: 0,
+            what: "the agent restarted and SIGKILLed mid-rental: the same container runs on, adopted, reported running, torn down by the new agent",
+            run: rental_agent_restart,
         },
     ]
 }
@@ -919,18 +940,6 @@ fn checkpoint_of(step: &serde_json::Value) -> Option<String> {
 // ------------------------------------------------------------------------------------------
 // Shared steps and checks
 
-/// Polls `cond` (a shell test on the host) every 100 ms for up to `secs`.
-fn wait_until(h: &Host, cond: &str, secs: u64, what: &str) -> Result<()> {
-    let start = Instant::now();
-    while h.sh(cond)?.code != 0 {
-        if start.elapsed() > Duration::from_secs(secs) {
-            bail!("{what}: not within {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
-}
-
 /// Issue 31: the one-liner started twice. The second copy starts once the first holds the
 /// install lock, stops with its own message, and changes nothing; the first installs.
 fn two_installs(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
@@ -1253,6 +1262,295 @@ impl Drop for Tmux {
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// Rentals (issue 33): the real platform and the real agent in the test host, from the one-liner
+// to a rental's last trace (`gpum_tests::testhost::rental`).
+
+/// A host installed by the one-liner with `gpus` SIMULATED GPUs, its node rentable and the owner's
+/// `rentals = true` set, and the rental image in its engine: the host, the node id, the image's
+/// pinned reference.
+fn rental_host(ctx: &Ctx, s: &Scenario, gpus: u32) -> Result<(Host, String, String)> {
+    let h = boot(ctx, s, Variant::Rental)?;
+    let node = rental::make_rentable(&h, gpus)?;
+    let image = rental::load_image(&h)?;
+    Ok((h, node, image))
+}
+
+/// The outcome of a scenario whose setup (the install among it) succeeded: exit 0, checks to come.
+fn rental_outcome() -> Outcome {
+    Outcome { got: 0, problems: Vec::new(), detail: None }
+}
+
+/// `res` as a check: an error becomes a problem naming `what`.
+fn check_ok<T>(o: &mut Outcome, what: &str, res: Result<T>) -> Option<T> {
+    match res {
+        Ok(v) => Some(v),
+        Err(e) => {
+            o.problem(format!("expected: {what}; {e:#}"));
+            None
+        }
+    }
+}
+
+/// The platform shows rental `id` `gone` (within `secs`), and the inner engine holds nothing of it.
+fn rental_gone(
+    o: &mut Outcome,
+    h: &Host,
+    id: &str,
+    seen: Option<&rental::Seen>,
+    secs: u64,
+    why: &str,
+) -> Result<()> {
+    let gone = rental::wait_state(h, id, gpum_protocol::RentalState::Gone, secs);
+    if let Some(r) = check_ok(o, &format!("{why}: the platform shows the rental gone"), gone) {
+        o.check(!r.listed, &format!("{why}: the platform no longer lists it"), &rental::text(&r));
+    }
+    let left = rental::nothing_left(h, id, seen)?;
+    o.check(
+        left.is_empty(),
+        &format!("{why}: nothing of the rental is left in the engine"),
+        &Run::text(&left.join("\n")),
+    );
+    Ok(())
+}
+
+/// The agent's, dockerd's and the platform's main PIDs.
+fn main_pids(h: &Host) -> Result<String> {
+    h.sh_ok("for u in gpum-agent docker gpum-test-platform; do echo \"$u $(systemctl show -p MainPID --value $u)\"; done")
+}
+
+fn rental_limits(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 2)?;
+    let mut o = rental_outcome();
+    let pids = main_pids(&h)?;
+    // The classic fork bomb, and a shell that stays to keep the container running.
+    let bomb = rental::create(
+        &h,
+        &rental::Spec { memory_mib: 512, ..rental::Spec::new(&node, &image) }
+            .shell("bomb() { bomb | bomb & }; bomb; sleep 86400"),
+    )?;
+    // One read of 256 MiB into one buffer, in a 64 MiB container (swap equal to memory: none).
+    let hog = rental::create(
+        &h,
+        &rental::Spec { memory_mib: 64, ..rental::Spec::new(&node, &image) }
+            .shell("echo hog starts; dd if=/dev/zero of=/dev/null bs=268435456 count=1; s=$?; echo dd ended $s; exit $s"),
+    )?;
+    let bomb_id = bomb.spec.id.clone();
+    let hog_id = hog.spec.id.clone();
+
+    // The fork bomb: the container's pids cgroup caps it at PIDS_LIMIT and counts the refusals.
+    let limit = gpum_agent::docker::rental::PIDS_LIMIT;
+    let seen_bomb = check_ok(
+        &mut o,
+        "the fork bomb's rental runs",
+        rental::wait_state(&h, &bomb_id, gpum_protocol::RentalState::Running, 60)
+            .and_then(|_| rental::seen(&h, &bomb_id)),
+    );
+    if let Some(sb) = &seen_bomb {
+        let max = rental::cgroup_file(&h, sb, "pids", "pids.max")?;
+        o.check(
+            max.trim() == limit.to_string(),
+            &format!("the rental's pids.max is {limit}"),
+            &Run::text(&max),
+        );
+        let hit = h.wait_for(
+            "the fork bomb to reach the pids limit",
+            Duration::from_secs(60),
+            &format!(
+                "p=$(grep -m1 ':pids:' /proc/{pid}/cgroup | cut -d: -f3); r=/sys/fs/cgroup/pids; \
+                 [ -n \"$p\" ] || {{ p=$(grep -m1 '^0::' /proc/{pid}/cgroup | cut -d: -f3); r=/sys/fs/cgroup; }}; \
+                 test \"$(awk '$1 == \"max\" {{print $2}}' $r$p/pids.events)\" -gt 0",
+                pid = sb.pid
+            ),
+        );
+        o.check(
+            hit.is_ok(),
+            "the fork bomb was refused forks at the pids limit (pids.events max > 0)",
+            &Run::text(&format!("{hit:?}")),
+        );
+        let current = rental::cgroup_file(&h, sb, "pids", "pids.current")?;
+        o.check(
+            current.trim().parse::<i64>().is_ok_and(|n| n <= limit && n > limit / 2),
+            &format!("the bomb holds at most {limit} processes (and has filled most of them)"),
+            &Run::text(&current),
+        );
+    }
+
+    // The memory hog: killed by its own container's OOM, the rental reported exited 137.
+    let exited = rental::wait_state(&h, &hog_id, gpum_protocol::RentalState::Exited, 60);
+    if let Some(r) = check_ok(&mut o, "the memory hog's rental exits", exited) {
+        o.check(r.exit_code == Some(137), "the hog's rental exited 137 (SIGKILL)", &rental::text(&r));
+    }
+    let oom = h.sh(&format!(
+        "docker inspect -f '{{{{.State.OOMKilled}}}} {{{{.State.ExitCode}}}}' {}",
+        gpum_agent::docker::rental::container_name(&hog_id)
+    ))?;
+    o.check(oom.stdout.trim() == "true 137", "the engine saw the hog's container OOM-killed", &oom);
+    let logs = h.sh(&format!("docker logs {} 2>&1", gpum_agent::docker::rental::container_name(&hog_id)))?;
+    o.check(
+        logs.stdout.contains("hog starts") && logs.stdout.contains("dd ended 137"),
+        "the hog ran, and its dd (not its shell) was killed",
+        &logs,
+    );
+
+    // The node stays up: the same agent, engine and platform processes, heartbeats still coming,
+    // the host still forks.
+    let before = nodes(&h)?.into_iter().find(|n| n.id == node).and_then(|n| n.last_heartbeat_at).unwrap_or(0);
+    std::thread::sleep(Duration::from_secs(5));
+    let beat = rental::wait_node(&h, &node, 30, "heartbeating after the bomb and the hog", |n| {
+        n.online && n.last_heartbeat_at.is_some_and(|t| t > before)
+    });
+    check_ok(&mut o, "heartbeats continue while the bomb runs", beat);
+    let after = main_pids(&h)?;
+    o.check(
+        after == pids,
+        "the agent, dockerd and the platform are the same processes",
+        &Run::text(&format!("{pids}->\n{after}")),
+    );
+    let active = h.sh("systemctl is-active gpum-agent docker gpum-test-platform && for i in $(seq 20); do /bin/true || exit 1; done")?;
+    o.check(active.code == 0, "the units are active and the host forks", &active);
+
+    // Each torn down by the operator's stop: the bomb killed after the grace, nothing left.
+    rental::stop(&h, &bomb_id)?;
+    rental::stop(&h, &hog_id)?;
+    rental_gone(&mut o, &h, &bomb_id, seen_bomb.as_ref(), 60, "the fork bomb stopped")?;
+    rental_gone(&mut o, &h, &hog_id, None, 30, "the hog stopped")?;
+    Ok(o)
+}
+
+fn rental_ends(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 2)?;
+    let mut o = rental_outcome();
+    let running = gpum_protocol::RentalState::Running;
+
+    // 1. The operator's stop.
+    let a = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    // 2. Expiry on the agent's own clock: the platform's clock 50 s behind, a one-minute rental
+    //    ends 10 s from now by the host's clock while the platform still lists it.
+    h.write_file("/etc/gpum-test/clock", b"-50\n", 0o644)?;
+    let b = rental::create(&h, &rental::Spec { duration: "60".into(), ..rental::Spec::new(&node, &image) })?
+        .spec
+        .id;
+    let seen_a = check_ok(
+        &mut o,
+        "rental A runs",
+        rental::wait_state(&h, &a, running, 60).and_then(|_| rental::seen(&h, &a)),
+    );
+    let seen_b = check_ok(
+        &mut o,
+        "rental B runs",
+        rental::wait_state(&h, &b, running, 60).and_then(|_| rental::seen(&h, &b)),
+    );
+    for sn in [&seen_a, &seen_b].into_iter().flatten() {
+        o.check(
+            sn.volumes.len() == 1,
+            "the rental has its anonymous volume (VOLUME /data)",
+            &Run::text(&format!("{sn:?}")),
+        );
+    }
+    rental::stop(&h, &a)?;
+    rental_gone(&mut o, &h, &a, seen_a.as_ref(), 40, "stopped by the operator")?;
+    let b_listed = rental::show(&h, &b)?;
+    rental_gone(&mut o, &h, &b, seen_b.as_ref(), 60, "expired")?;
+    o.check(b_listed.stopped_at.is_none(), "B was not stopped by the operator", &rental::text(&b_listed));
+    let why = h.sh(&format!(
+        "journalctl -u gpum-agent --no-pager -o cat | grep -F 'rental=\"{b}\"' | grep -F state=stopping"
+    ))?;
+    o.check(
+        why.stdout.contains("reason=\"expired\""),
+        "the agent tore B down as expired, by its own clock",
+        &why,
+    );
+    h.write_file("/etc/gpum-test/clock", b"0\n", 0o644)?;
+
+    // 3. The node deleted on the platform: its rentals end there, and the agent, revoked, leaves
+    //    nothing of them behind.
+    let c = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    let seen_c = check_ok(
+        &mut o,
+        "rental C runs",
+        rental::wait_state(&h, &c, running, 60).and_then(|_| rental::seen(&h, &c)),
+    );
+    h.platform(&format!("nodes delete {node}"))?;
+    let ended = rental::show(&h, &c)?;
+    o.check(
+        !ended.listed && ended.stopped_at.is_some() && ended.reason.as_deref() == Some("node deleted"),
+        "the platform ends the deleted node's rental (not listed, stopped, \"node deleted\")",
+        &rental::text(&ended),
+    );
+    let stopped = h.wait_for(
+        "the agent to stop for good",
+        Duration::from_secs(40),
+        "test \"$(systemctl show -p ExecMainStatus --value gpum-agent)\" = 78 && ! systemctl is-active -q gpum-agent",
+    );
+    o.check(stopped.is_ok(), "the revoked agent exits 78", &Run::text(&format!("{stopped:?}")));
+    let left = rental::nothing_left(&h, &c, seen_c.as_ref())?;
+    o.check(
+        left.is_empty(),
+        "node deleted: nothing of its rental is left in the engine",
+        &Run::text(&left.join("\n")),
+    );
+    Ok(o)
+}
+
+fn rental_agent_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 1)?;
+    let mut o = rental_outcome();
+    let id = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    rental::wait_state(&h, &id, gpum_protocol::RentalState::Running, 60)?;
+    let first = rental::seen(&h, &id)?;
+    let name = gpum_agent::docker::rental::container_name(&id);
+    let started =
+        h.sh_ok(&format!("docker inspect -f '{{{{.State.StartedAt}}}} {{{{.RestartCount}}}}' {name}"))?;
+    for (how, cmd) in [
+        ("systemctl restart", "systemctl restart gpum-agent"),
+        ("SIGKILL", "systemctl kill -s KILL gpum-agent"),
+    ] {
+        let pid = h.sh_ok("systemctl show -p MainPID --value gpum-agent")?;
+        let beat =
+            nodes(&h)?.into_iter().find(|n| n.id == node).and_then(|n| n.last_heartbeat_at).unwrap_or(0);
+        h.sh_ok(cmd)?;
+        let back = h.wait_for(
+            "the agent back",
+            Duration::from_secs(40),
+            &format!("systemctl is-active -q gpum-agent && test \"$(systemctl show -p MainPID --value gpum-agent)\" != {}", pid.trim()),
+        );
+        o.check(
+            back.is_ok(),
+            &format!("{how}: the agent is back as a new process"),
+            &Run::text(&format!("{back:?}")),
+        );
+        // A few heartbeats of the new process, each followed by a rentals round.
+        let beats = rental::wait_node(&h, &node, 30, "heartbeating again", |n| {
+            n.online && n.last_heartbeat_at.is_some_and(|t| t > beat + 4)
+        });
+        check_ok(&mut o, &format!("{how}: the new agent heartbeats"), beats);
+        let now = rental::seen(&h, &id);
+        if let Some(now) = check_ok(&mut o, &format!("{how}: the rental's container still runs"), now) {
+            o.check(
+                now.container == first.container && now.pid == first.pid,
+                &format!("{how}: the same container and process, not recreated"),
+                &Run::text(&format!("{first:?} -> {now:?}")),
+            );
+        }
+        let again =
+            h.sh_ok(&format!("docker inspect -f '{{{{.State.StartedAt}}}} {{{{.RestartCount}}}}' {name}"))?;
+        o.check(again == started, &format!("{how}: never restarted"), &Run::text(&again));
+        let count = h.sh_ok("docker ps -aq --filter label=gpum.rental | wc -l")?;
+        o.check(count.trim() == "1", &format!("{how}: one rental container"), &Run::text(&count));
+        let r = rental::show(&h, &id)?;
+        o.check(
+            r.state == Some(gpum_protocol::RentalState::Running) && r.listed,
+            &format!("{how}: the platform shows it running"),
+            &rental::text(&r),
+        );
+    }
+    // The adopting agent is the one that tears it down.
+    rental::stop(&h, &id)?;
+    rental_gone(&mut o, &h, &id, Some(&first), 40, "stopped after the restarts")?;
+    Ok(o)
+}
+
 fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
     let image = match v {
         Variant::DockerPresent => ctx.images.docker.clone(),
@@ -1263,7 +1561,11 @@ fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
         systemd: !matches!(v, Variant::NoSystemd),
         tmp_noexec: matches!(v, Variant::TmpNoexec),
         stage: ctx.stage.dir.clone(),
-        small_data_root: matches!(v, Variant::SmallDisk).then(|| "1g".to_string()),
+        data_root_size: match v {
+            Variant::SmallDisk => Some("1g".to_string()),
+            Variant::Rental => Some(host::RENTAL_DATA_ROOT_SIZE.to_string()),
+            _ => None,
+        },
     };
     let h = Host::start(s.name, &opts)?;
     let knobs = knobs(&h, ctx)?;
@@ -1295,29 +1597,6 @@ fn knobs(h: &Host, ctx: &Ctx) -> Result<serde_json::Value> {
         // unit-tested (preflight).
         "min_free_gb": 5,
     }))
-}
-
-/// The dashboard's one-liner as root: `curl … | sudo bash -s -- ARGS`.
-fn install(h: &Host, args: &str, env: &[(&str, &str)], user: Option<&str>) -> Result<Run> {
-    let cmd = format!("curl -fsSL https://127.0.0.1:8443/install.sh | sudo bash -s -- {args}");
-    h.exec(user, env, &cmd, None)
-}
-
-fn set_gpu(h: &Host, json: &str) -> Result<()> {
-    h.write_file("/etc/gpum-sim/gpu.json", format!("{json}\n").as_bytes(), 0o644)
-}
-
-/// Points the platform at the host's probe image, by digest (`gpum-test/probe@sha256:<id>`).
-fn set_probe_image(h: &Host) -> Result<()> {
-    let host: serde_json::Value = serde_json::from_str(&h.sh_ok("cat /etc/gpum-test/host.json")?)?;
-    let id = host["probe_image_id"].as_str().context("probe_image_id")?;
-    h.platform(&format!("probe-image set gpum-test/probe@{id}"))?;
-    Ok(())
-}
-
-fn nodes(h: &Host) -> Result<Vec<gpum_protocol::NodeSummary>> {
-    let list: gpum_protocol::NodeList = serde_json::from_value(h.nodes()?)?;
-    Ok(list.nodes)
 }
 
 /// Registers "another server" with `code` through the platform's API (the body on stdin).

@@ -29,14 +29,20 @@ pub struct HostOpts {
     pub tmp_noexec: bool,
     /// Where `/opt/gpum-e2e` comes from.
     pub stage: PathBuf,
-    /// Give `/var/lib/docker` this size (e.g. "1g") instead of [`DATA_ROOT_SIZE`]: a data root
-    /// too small for Docker.
-    pub small_data_root: Option<String>,
+    /// Give `/var/lib/docker` this size instead of [`DATA_ROOT_SIZE`]: "1g", a data root too
+    /// small for Docker; [`RENTAL_DATA_ROOT_SIZE`], one whose free space the agent reports as
+    /// room for a rental.
+    pub data_root_size: Option<String>,
 }
 
 /// The size of every host's `/var/lib/docker` tmpfs: more than the scenarios' disk minimum
 /// (5 GB, `min_free_gb` in the installer's test knobs). Only what is written takes memory.
 pub const DATA_ROOT_SIZE: &str = "8g";
+
+/// The data root of a host that runs rentals: the agent reports free space in steps of 10 GiB
+/// (`gpum_enroll::inventory::DISK_GRANULARITY_GIB`), so 8 GB is "0 GiB free" and the platform
+/// refuses any rental's `disk_gib`; 20 GB is "10 GiB". Still only what is written takes memory.
+pub const RENTAL_DATA_ROOT_SIZE: &str = "20g";
 
 pub struct Host {
     name: String,
@@ -83,7 +89,7 @@ impl Host {
         let host = Host { name: name.clone(), systemd: opts.systemd };
         let data_root = format!(
             "/var/lib/docker:rw,exec,size={}",
-            opts.small_data_root.as_deref().unwrap_or(DATA_ROOT_SIZE)
+            opts.data_root_size.as_deref().unwrap_or(DATA_ROOT_SIZE)
         );
         let tmp = if opts.tmp_noexec { "/tmp:rw,noexec,nosuid,nodev" } else { "/tmp:rw,exec,nosuid,nodev" };
         let stage = opts.stage.canonicalize().with_context(|| format!("{}", opts.stage.display()))?;

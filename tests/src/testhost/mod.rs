@@ -7,13 +7,19 @@
 //! - [`stage`]: what the run mounts into every host at `/opt/gpum-e2e` (made by
 //!   `cargo xtask e2e`; this module adds the TLS files).
 //! - [`seed`]: the seed's failure titles, for the Russian comparisons.
+//! - [`steps`]: what every scenario does on a host (the one-liner, the simulated GPU's file, the
+//!   check image, the node list, waiting for a condition).
+//! - [`rental`]: what every rental scenario needs (issue 33): a rentable node, the rental image,
+//!   the platform's rentals, and the proof that nothing of one is left.
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
 
 pub mod host;
 pub mod image;
+pub mod rental;
 pub mod seed;
 pub mod stage;
+pub mod steps;
 
 pub use host::{Host, HostOpts, Run};
 pub use image::Images;
