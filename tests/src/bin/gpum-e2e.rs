@@ -1591,7 +1591,7 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
 
     // The same image with NVIDIA_VISIBLE_DEVICES=all in its own environment.
     let nvall = h.sh_ok(&format!(
-        "set -e; c=$(docker create {image}); \
+        "set -e; c=$(docker create {repo}:sim); \
          docker commit --change 'ENV NVIDIA_VISIBLE_DEVICES=all' $c {repo}:nvall >/dev/null; docker rm $c >/dev/null; \
          docker image inspect -f '{{{{.Id}}}}' {repo}:nvall",
         repo = rental::IMAGE_REPO
@@ -1634,7 +1634,9 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
 
     // The owner's own containers: `--gpus all` alone is not a GPU container any more (the hook
     // leaves it alone: no nvidia-smi inside, no device), with the guide's device-list mount it is.
-    let plain = h.sh(&format!("docker run --name owner-gpus --gpus all {image} nvidia-smi -L"))?;
+    // The owner's CLI names the image by its tag (an image id is no reference it resolves).
+    let tag = format!("{}:sim", rental::IMAGE_REPO);
+    let plain = h.sh(&format!("docker run --name owner-gpus --gpus all {tag} nvidia-smi -L"))?;
     o.check(
         plain.code != 0 && listed_uuids(&plain.stdout).is_empty(),
         "docker run --gpus all (no device-list mount) sees no GPU after the install",
@@ -1654,14 +1656,14 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
         &hook_log,
     );
     let env_all =
-        h.sh(&format!("docker run --rm --gpus all -e NVIDIA_VISIBLE_DEVICES=all {image} nvidia-smi -L"))?;
+        h.sh(&format!("docker run --rm --gpus all -e NVIDIA_VISIBLE_DEVICES=all {tag} nvidia-smi -L"))?;
     o.check(
         env_all.code != 0 && listed_uuids(&env_all.stdout).is_empty(),
         "docker run --gpus all -e NVIDIA_VISIBLE_DEVICES=all sees no GPU either",
         &env_all,
     );
     let mounted = h.sh(&format!(
-        "docker run --rm --gpus all -v /dev/null:/var/run/nvidia-container-devices/all:ro {image} nvidia-smi -L"
+        "docker run --rm --gpus all -v /dev/null:/var/run/nvidia-container-devices/all:ro {tag} nvidia-smi -L"
     ))?;
     o.check(
         mounted.code == 0 && listed_uuids(&mounted.stdout) == all,
