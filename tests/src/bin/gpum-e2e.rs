@@ -1592,13 +1592,16 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     // The same image with NVIDIA_VISIBLE_DEVICES=all in its own environment.
     let nvall = h.sh_ok(&format!(
         "set -e; c=$(docker create {repo}:sim); \
-         docker commit --change 'ENV NVIDIA_VISIBLE_DEVICES=all' $c {repo}:nvall >/dev/null; docker rm $c >/dev/null; \
+         docker commit --change 'ENV NVIDIA_VISIBLE_DEVICES=all' $c {repo}:nvall >/dev/null; docker rm -v $c >/dev/null; \
          docker image inspect -f '{{{{.Id}}}}' {repo}:nvall",
         repo = rental::IMAGE_REPO
     ))?;
     let nvall = format!("{}@{}", rental::IMAGE_REPO, nvall.trim());
-    let a = rental::create(&h, &rental::Spec::new(&node, &image))?;
-    let b = rental::create(&h, &rental::Spec::new(&node, &nvall))?;
+    // Each rental's own process lists its GPUs and its variable into its log (the test host's
+    // cgroup v1 layout refuses `docker exec` into a rental's container).
+    let script = "nvidia-smi -L; echo \"smi exit $?\"; echo \"NVD=$NVIDIA_VISIBLE_DEVICES\"; sleep 86400";
+    let a = rental::create(&h, &rental::Spec::new(&node, &image).shell(script))?;
+    let b = rental::create(&h, &rental::Spec::new(&node, &nvall).shell(script))?;
     let mut seen_uuids = Vec::new();
     for (r, what) in [(&a, "the plain image"), (&b, "the image with NVIDIA_VISIBLE_DEVICES=all")] {
         let id = &r.spec.id;
@@ -1607,21 +1610,27 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
             continue;
         }
         let name = gpum_agent::docker::rental::container_name(id);
-        let smi = h.sh(&format!("docker exec {name} nvidia-smi -L"))?;
+        let logs = h.wait_for(
+            "the rental's log",
+            Duration::from_secs(20),
+            &format!("docker logs {name} 2>&1 | grep -q '^NVD='"),
+        );
+        check_ok(&mut o, &format!("{what}: the rental's command ran"), logs);
+        let smi = h.sh(&format!("docker logs {name} 2>&1"))?;
         let got = listed_uuids(&smi.stdout);
         o.check(
-            smi.code == 0 && got == r.spec.gpu_uuids && got.len() == 1,
+            smi.stdout.contains("smi exit 0") && got == r.spec.gpu_uuids && got.len() == 1,
             &format!(
                 "{what}: nvidia-smi in the rental lists exactly its one rented UUID {:?}",
                 r.spec.gpu_uuids
             ),
             &smi,
         );
-        let env = h.sh(&format!("docker exec {name} printenv NVIDIA_VISIBLE_DEVICES"))?;
+        let want = format!("NVD={}", r.spec.gpu_uuids.join(","));
         o.check(
-            env.stdout.trim() == r.spec.gpu_uuids.join(","),
+            smi.stdout.lines().any(|l| l == want),
             &format!("{what}: the container's NVIDIA_VISIBLE_DEVICES is its UUID, not the image's"),
-            &env,
+            &smi,
         );
         seen_uuids.extend(got);
     }
@@ -1644,7 +1653,7 @@ fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     );
     // The hook was called for it (moby's device request) and chose no device.
     let hook_log = h
-        .sh("id=$(docker inspect -f '{{.Id}}' owner-gpus) && docker rm owner-gpus >/dev/null && \
+        .sh("id=$(docker inspect -f '{{.Id}}' owner-gpus) && docker rm -v owner-gpus >/dev/null && \
          grep \"prestart bundle=.*$id\" /var/log/gpum-sim-hook.log")?;
     o.check(
         hook_log.code == 0
