@@ -5,6 +5,7 @@
 //! when privileged or accepted from unprivileged containers), and the simulated `nvidia-smi` it
 //! copies in must show exactly those GPUs. The scenarios `rental-gpus` and the rental suite rely
 //! on both. Needs `sh` and `jq` (the hook's own dependencies in the test host).
+#![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -32,6 +33,7 @@ fn sim(rel: &str) -> PathBuf {
 
 /// One container start: its spec's env, mounts and privilege, under a toolkit `config` (`None`:
 /// no file, the defaults).
+#[derive(Default)]
 struct Start<'a> {
     env: &'a [&'a str],
     mounts: Vec<Value>,
@@ -39,11 +41,6 @@ struct Start<'a> {
     config: Option<&'a str>,
 }
 
-impl Default for Start<'_> {
-    fn default() -> Self {
-        Start { env: &[], mounts: Vec::new(), privileged: false, config: None }
-    }
-}
 
 /// A read-only `/dev/null` device-list mount, as the agent adds one per rented GPU.
 fn device_mount(id: &str) -> Value {
