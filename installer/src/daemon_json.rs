@@ -1,8 +1,11 @@
-//! `/etc/docker/daemon.json`: adding the `nvidia` runtime while keeping everything else.
+//! `/etc/docker/daemon.json`: adding the `nvidia` runtime and `live-restore` while keeping
+//! everything else.
 //!
 //! The owner's file may carry `log-opts`, `data-root`, `registry-mirrors` and anything else; gpum
 //! adds exactly what `nvidia-ctk runtime configure --runtime=docker` adds
-//! (`"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}`) and nothing more.
+//! (`"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}`) and
+//! `"live-restore": true` (a dockerd restart leaves running containers, a rental's too, running;
+//! a reload applies it), and nothing more.
 //! Every other key keeps its value *and its place*: [`Json`] is an order-preserving JSON tree
 //! (serde_json's own map sorts keys unless a workspace-wide feature is switched on), so the file
 //! the owner reads afterwards differs from theirs by the added entry only. Like nvidia-ctk, the
@@ -67,21 +70,40 @@ pub enum Merged {
     Changed(String),
 }
 
-/// Adds the `nvidia` runtime to `old` (`None`: the file does not exist). An existing `nvidia`
-/// entry is left as the owner wrote it.
-pub fn add_nvidia_runtime(old: Option<&str>) -> Result<Merged, MergeError> {
+/// The key that keeps containers running while dockerd restarts.
+pub const LIVE_RESTORE: &str = "live-restore";
+
+/// Adds the `nvidia` runtime and, with `live_restore`, `"live-restore": true` to `old` (`None`:
+/// the file does not exist). An existing `nvidia` entry is left as the owner wrote it; an
+/// existing `live-restore` other than `true` is set to `true` where it stands.
+pub fn configure(old: Option<&str>, live_restore: bool) -> Result<Merged, MergeError> {
     let mut doc = match old {
         None => Json::Object(Vec::new()),
         Some(t) if t.trim().is_empty() => Json::Object(Vec::new()),
         Some(t) => serde_json::from_str::<Json>(t).map_err(|e| MergeError::Invalid(e.to_string()))?,
     };
     let Json::Object(_) = doc else { return Err(MergeError::NotAnObject) };
-    if let Some(r) = doc.get("runtimes") {
-        match r {
-            Json::Object(_) if r.get(RUNTIME).is_some() => return Ok(Merged::Unchanged),
-            Json::Object(_) => {}
-            _ => return Err(MergeError::RuntimesNotAnObject),
+    let has_runtime = match doc.get("runtimes") {
+        Some(r @ Json::Object(_)) => r.get(RUNTIME).is_some(),
+        Some(_) => return Err(MergeError::RuntimesNotAnObject),
+        None => false,
+    };
+    let live_restore = !live_restore || doc.get(LIVE_RESTORE) == Some(&Json::Bool(true));
+    if has_runtime && live_restore {
+        return Ok(Merged::Unchanged);
+    }
+    if !live_restore {
+        match doc.get_mut(LIVE_RESTORE) {
+            Some(v) => *v = Json::Bool(true),
+            None => {
+                if let Json::Object(m) = &mut doc {
+                    m.push((LIVE_RESTORE.into(), Json::Bool(true)));
+                }
+            }
         }
+    }
+    if has_runtime {
+        return Ok(Merged::Changed(to_text(&doc)));
     }
     let entry = Json::Object(vec![
         ("args".into(), Json::Array(Vec::new())),
@@ -203,55 +225,100 @@ mod tests {
 
     #[test]
     fn keeps_every_key_and_its_order_and_adds_only_the_runtime() {
-        let Merged::Changed(t) = add_nvidia_runtime(Some(OWNER)).unwrap() else { panic!() };
-        let keys: Vec<usize> =
-            ["log-opts", "max-size", "max-file", "data-root", "registry-mirrors", "mtu", "debug", "runtimes"]
-                .iter()
-                .map(|k| t.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} lost in {t}")))
-                .collect();
+        let Merged::Changed(t) = configure(Some(OWNER), true).unwrap() else { panic!() };
+        let keys: Vec<usize> = [
+            "log-opts",
+            "max-size",
+            "max-file",
+            "data-root",
+            "registry-mirrors",
+            "mtu",
+            "debug",
+            "live-restore",
+            "runtimes",
+        ]
+        .iter()
+        .map(|k| t.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} lost in {t}")))
+        .collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "order changed: {t}");
         let old: serde_json::Value = serde_json::from_str(OWNER).unwrap();
         let mut new: serde_json::Value = serde_json::from_str(&t).unwrap();
         assert_eq!(new["runtimes"]["nvidia"]["path"], RUNTIME_PATH);
         assert_eq!(new["runtimes"]["nvidia"]["args"], serde_json::json!([]));
+        assert_eq!(new["live-restore"], true);
         new.as_object_mut().unwrap().remove("runtimes");
+        new.as_object_mut().unwrap().remove("live-restore");
         assert_eq!(new, old, "nothing else may change");
         assert!(t.contains("\n    \"log-opts\""), "four-space indent like nvidia-ctk: {t}");
         // Merging again changes nothing.
-        assert_eq!(add_nvidia_runtime(Some(&t)).unwrap(), Merged::Unchanged);
+        assert_eq!(configure(Some(&t), true).unwrap(), Merged::Unchanged);
     }
 
     #[test]
     fn other_runtimes_stay_and_an_existing_nvidia_entry_is_the_owners() {
         let t = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc"}}}"#;
-        let Merged::Changed(out) = add_nvidia_runtime(Some(t)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["runtimes"]["runsc"]["path"], "/usr/bin/runsc");
         assert!(out.find("runsc").unwrap() < out.find("nvidia").unwrap());
+        let own = r#"{"runtimes": {"nvidia": {"path": "/opt/custom-runtime"}}, "live-restore": true}"#;
+        assert_eq!(configure(Some(own), true).unwrap(), Merged::Unchanged);
+        // The owner's runtime stays; only live-restore is added.
         let own = r#"{"runtimes": {"nvidia": {"path": "/opt/custom-runtime"}}}"#;
-        assert_eq!(add_nvidia_runtime(Some(own)).unwrap(), Merged::Unchanged);
+        let Merged::Changed(out) = configure(Some(own), true).unwrap() else { panic!() };
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"runtimes": {"nvidia": {"path": "/opt/custom-runtime"}}, "live-restore": true})
+        );
+    }
+
+    #[test]
+    fn live_restore_off_is_turned_on_where_it_stands() {
+        let t = r#"{"debug": true, "live-restore": false, "mtu": 1400}"#;
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
+        let (d, l, m) =
+            (out.find("debug").unwrap(), out.find("live-restore").unwrap(), out.find("mtu").unwrap());
+        assert!(d < l && l < m, "in place: {out}");
+        assert!(out.contains("\"live-restore\": true"));
+        assert_eq!(configure(Some(&out), true).unwrap(), Merged::Unchanged);
     }
 
     #[test]
     fn absent_or_empty_file_gets_just_the_runtime() {
         for old in [None, Some(""), Some("  \n")] {
-            let Merged::Changed(t) = add_nvidia_runtime(old).unwrap() else { panic!() };
+            let Merged::Changed(t) = configure(old, true).unwrap() else { panic!() };
             let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-            assert_eq!(v, serde_json::json!({"runtimes": {"nvidia": {"args": [], "path": RUNTIME_PATH}}}));
+            assert_eq!(
+                v,
+                serde_json::json!({"live-restore": true, "runtimes": {"nvidia": {"args": [], "path": RUNTIME_PATH}}})
+            );
         }
     }
 
     #[test]
+    fn without_live_restore_only_the_runtime_is_added() {
+        // dockerd runs with --live-restore: the key in the file too would stop it.
+        let Merged::Changed(t) = configure(Some("{\"log-level\": \"warn\"}"), false).unwrap() else {
+            panic!()
+        };
+        assert!(!t.contains(LIVE_RESTORE) && t.contains(RUNTIME_PATH), "{t}");
+        assert_eq!(configure(Some(&t), false).unwrap(), Merged::Unchanged);
+        let Merged::Changed(t) = configure(None, false).unwrap() else { panic!() };
+        assert!(!t.contains(LIVE_RESTORE), "{t}");
+    }
+
+    #[test]
     fn broken_files_are_refused_not_replaced() {
-        assert!(matches!(add_nvidia_runtime(Some("{\"a\": 1,")), Err(MergeError::Invalid(_))));
-        assert_eq!(add_nvidia_runtime(Some("[1, 2]")), Err(MergeError::NotAnObject));
-        assert_eq!(add_nvidia_runtime(Some(r#"{"runtimes": []}"#)), Err(MergeError::RuntimesNotAnObject));
+        assert!(matches!(configure(Some("{\"a\": 1,"), true), Err(MergeError::Invalid(_))));
+        assert_eq!(configure(Some("[1, 2]"), true), Err(MergeError::NotAnObject));
+        assert_eq!(configure(Some(r#"{"runtimes": []}"#), true), Err(MergeError::RuntimesNotAnObject));
     }
 
     #[test]
     fn numbers_and_unicode_survive() {
         let t = r#"{"max-concurrent-downloads": 3, "ratio": 0.5, "big": 18446744073709551615, "label": "сервер"}"#;
-        let Merged::Changed(out) = add_nvidia_runtime(Some(t)).unwrap() else { panic!() };
+        let Merged::Changed(out) = configure(Some(t), true).unwrap() else { panic!() };
         assert!(out.contains("18446744073709551615") && out.contains("0.5") && out.contains("сервер"));
     }
 }

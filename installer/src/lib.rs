@@ -18,6 +18,7 @@ pub mod knobs;
 pub mod plan;
 pub mod report;
 pub mod text;
+pub mod toolkit_config;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

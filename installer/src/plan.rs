@@ -33,9 +33,16 @@ pub enum Step {
     AptUpdate,
     /// `apt-get install` of packages that are missing (or too old).
     InstallPackages { packages: Vec<String> },
-    /// Merge the `nvidia` runtime into `path`, keeping every other key, after a backup.
-    ConfigureDocker { path: String },
-    /// `systemctl reload docker`: enough for a new `runtimes` entry.
+    /// Set the toolkit's two settings in `path` (its `config.toml`) so that an unprivileged
+    /// container gets only the GPUs listed as mounts by whoever creates it, never the ones its
+    /// `NVIDIA_VISIBLE_DEVICES` names ([`crate::toolkit_config`]); every other line stays, after
+    /// a backup. The hook reads the file at each container start: nothing to reload.
+    ConfigureToolkit { path: String },
+    /// Merge the `nvidia` runtime and, with `live_restore`, `"live-restore": true` into `path`,
+    /// keeping every other key, after a backup. Without `live_restore` when dockerd has the
+    /// `--live-restore` flag (the key in the file too would stop dockerd).
+    ConfigureDocker { path: String, live_restore: bool },
+    /// `systemctl reload docker`: enough for a new `runtimes` entry and `live-restore`.
     ReloadDocker,
     /// `systemctl restart docker`: needed when dockerd started before the toolkit's hook was
     /// installed (it registers its GPU device driver only at start). `stops`: the running
@@ -178,6 +185,7 @@ impl Step {
             Step::UseSource(u) => format!("use_source_{}", u.repo.id),
             Step::AptUpdate => "apt_update".into(),
             Step::InstallPackages { .. } => "install_packages".into(),
+            Step::ConfigureToolkit { .. } => "configure_toolkit".into(),
             Step::ConfigureDocker { .. } => "configure_docker".into(),
             Step::ReloadDocker => "reload_docker".into(),
             Step::RestartDocker { .. } => "restart_docker".into(),
@@ -306,12 +314,22 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
             steps.push(Step::InstallPackages { packages });
         }
     }
+    // A toolkit settings file that cannot be parsed is refused by the checks, like daemon.json.
+    let toolkit_config_usable = !matches!(f.toolkit.config, Some(Err(_)));
+    if (need_toolkit || !f.toolkit.config_is_gpums()) && toolkit_config_usable {
+        steps.push(Step::ConfigureToolkit { path: gpum_preflight::facts::TOOLKIT_CONFIG.into() });
+    }
     let has_runtime = f.docker.has_nvidia_runtime();
+    let live_restore = f.docker.has_live_restore();
     // A daemon.json that cannot be parsed is refused by the checks (and never overwritten):
     // the plan does not promise to merge into it.
     let daemon_json_usable = !matches!(f.docker.daemon_json, Some(Err(_)));
-    if (need_docker || !has_runtime) && daemon_json_usable {
-        steps.push(Step::ConfigureDocker { path: gpum_preflight::facts::DAEMON_JSON.into() });
+    // With dockerd's `--live-restore` flag the file must not get the key; in a swarm the audit
+    // refuses (moby will not run swarm mode with live-restore).
+    let add_live_restore = !live_restore && f.docker.may_set_live_restore();
+    if (need_docker || !has_runtime || add_live_restore) && daemon_json_usable {
+        let path = gpum_preflight::facts::DAEMON_JSON.into();
+        steps.push(Step::ConfigureDocker { path, live_restore: add_live_restore });
     }
     if need_docker {
         // A fresh engine: its package started it, perhaps before the toolkit's hook was
@@ -319,7 +337,7 @@ pub fn plan(f: &Facts, input: &PlanInput) -> Plan {
         steps.push(Step::RestartDocker { stops: Vec::new() });
     } else if need_toolkit || input.docker.driver_stale() {
         steps.push(Step::RestartDocker { stops: input.docker.at_risk.clone() });
-    } else if !has_runtime || input.docker.engine_lacks_runtime {
+    } else if !has_runtime || add_live_restore || input.docker.engine_lacks_runtime {
         steps.push(Step::ReloadDocker);
     }
     if let Some(pem) = &input.ca_pem {
@@ -391,7 +409,16 @@ impl Step {
             Step::InstallPackages { packages } => {
                 tr(Msg::StepInstall).replace("{packages}", &packages.join(" "))
             }
-            Step::ConfigureDocker { path } => tr(Msg::StepConfigureDocker).replace("{path}", path),
+            Step::ConfigureToolkit { path } => tr(Msg::StepConfigureToolkit)
+                .replace("{path}", path)
+                .replace("{env}", gpum_preflight::parse::toolkit_config::ENVVAR_WHEN_UNPRIVILEGED)
+                .replace("{mounts}", gpum_preflight::parse::toolkit_config::AS_VOLUME_MOUNTS),
+            Step::ConfigureDocker { path, live_restore: true } => {
+                tr(Msg::StepConfigureDocker).replace("{path}", path)
+            }
+            Step::ConfigureDocker { path, live_restore: false } => {
+                tr(Msg::StepConfigureDockerRuntime).replace("{path}", path)
+            }
             Step::ReloadDocker => tr(Msg::StepReloadDocker).into(),
             Step::RestartDocker { stops } if stops.is_empty() => tr(Msg::StepRestartDocker).into(),
             Step::RestartDocker { stops } => {

@@ -27,6 +27,12 @@ fn fresh_ubuntu() -> FakeHost {
         .env_var("PATH", "/usr/bin")
 }
 
+/// `daemon.json` as the install leaves it: the runtime and live-restore.
+const CONFIGURED_DAEMON_JSON: &str = "{\"live-restore\": true, \"runtimes\": {\"nvidia\": {\"args\": [], \"path\": \"nvidia-container-runtime\"}}}";
+/// The toolkit's settings as the install leaves them.
+const GPUMS_TOOLKIT_CONFIG: &str = "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n\
+                                    accept-nvidia-visible-devices-as-volume-mounts = true\n";
+
 /// The audit of `h`, offline, in English.
 fn audit(h: &FakeHost) -> crate::Audit {
     crate::Audit::run(h, &t4(), &GatherOptions { offline: true, ..Default::default() }, gpum_common::Lang::En)
@@ -117,19 +123,60 @@ fn dry_run_snapshot_a_vulnerable_toolkit_the_install_upgrades() {
 
 #[test]
 fn dry_run_on_a_configured_machine_plans_only_the_agent() {
-    let h = fresh_ubuntu()
-        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
-        .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
-        .file("/usr/bin/docker", "")
-        .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"));
-    let a = audit(&h);
-    assert!(a.ready());
-    let kinds: Vec<String> = a.plan.steps.iter().map(|s| s.checkpoint()).collect();
-    assert_eq!(
-        kinds,
-        ["download_agent", "register", "write_agent_binary", "write_agent_unit", "start_agent", "gpu_check"],
-        "a configured machine: only the agent"
+    let configured = || {
+        fresh_ubuntu()
+            .file(DAEMON_JSON, CONFIGURED_DAEMON_JSON)
+            .file(TOOLKIT_CONFIG, GPUMS_TOOLKIT_CONFIG)
+            .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
+            .file("/usr/bin/docker", "")
+            .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))
+    };
+    let kinds = |h: &FakeHost| -> Vec<String> {
+        let a = audit(h);
+        assert!(a.ready(), "{:?}", a.findings);
+        a.plan.steps.iter().map(|s| s.checkpoint()).collect()
+    };
+    let agent =
+        ["download_agent", "register", "write_agent_binary", "write_agent_unit", "start_agent", "gpu_check"];
+    assert_eq!(kinds(&configured()), agent, "a configured machine: only the agent");
+    // The toolkit as its package ships it: its settings change; the hook reads them at each
+    // container start, so nothing reloads.
+    let h = configured().file(TOOLKIT_CONFIG, fixture("nvidia-container-runtime-config.toml"));
+    let mut want = agent.to_vec();
+    want.insert(1, "configure_toolkit");
+    assert_eq!(kinds(&h), want);
+    // Only live-restore missing: merged into daemon.json, and a reload applies it.
+    let h = configured().file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"));
+    let mut want = agent.to_vec();
+    want.splice(1..1, ["configure_docker", "reload_docker"]);
+    assert_eq!(kinds(&h), want);
+    assert!(
+        audit(&h)
+            .plan
+            .steps
+            .contains(&Step::ConfigureDocker { path: DAEMON_JSON.into(), live_restore: true })
     );
+    // dockerd runs with --live-restore: the file must not get the key too (dockerd would refuse
+    // to start or reload), so a runtime-less file gets the runtime alone.
+    let flag = |h: FakeHost, arg: &str| {
+        h.file(DOCKERD_PID, "4242\n")
+            .file("/proc/4242/cmdline", format!("/usr/bin/dockerd\0-H\0fd://\0{arg}\0"))
+    };
+    let h = flag(configured().file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json")), "--live-restore");
+    assert_eq!(kinds(&h), agent, "live-restore on by the flag");
+    let h = flag(configured().file(DAEMON_JSON, "{}"), "--live-restore=true");
+    let a = audit(&h);
+    assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into(), live_restore: false }));
+    assert!(a.plan.steps.contains(&Step::ReloadDocker), "{:?}", a.plan.steps);
+    // --live-restore=false, or a swarm: refused before anything changes.
+    let off = flag(configured(), "--live-restore=false");
+    let swarm = configured().file("/var/lib/docker/swarm/docker-state.json", "{}");
+    for h in [off, swarm] {
+        let a = audit(&h);
+        assert!(!a.ready());
+        let f = a.findings.iter().find(|f| f.id == gpum_preflight::checks::LIVE_RESTORE).unwrap();
+        assert_eq!(f.status, gpum_preflight::Status::Fail, "{f:?}");
+    }
     // Docker present without the toolkit: install it, merge daemon.json, and restart Docker
     // (its GPU driver registers only at start).
     let h = fresh_ubuntu()
@@ -156,14 +203,15 @@ fn dry_run_on_a_configured_machine_plans_only_the_agent() {
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("debian12-docker-ping.http"));
     let a = audit(&h);
     assert!(a.plan.steps.contains(&Step::ReloadDocker), "{:?}", a.plan.steps);
-    assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into() }));
+    assert!(a.plan.steps.contains(&Step::ConfigureDocker { path: DAEMON_JSON.into(), live_restore: true }));
     assert!(
         !a.plan.steps.iter().any(|s| matches!(s, Step::RestartDocker { .. } | Step::InstallPackages { .. }))
     );
     // Everything configured, but the running engine never read the file (an install killed
     // between writing daemon.json and reloading): a reload, nothing else.
     let h = fresh_ubuntu()
-        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
+        .file(DAEMON_JSON, CONFIGURED_DAEMON_JSON)
+        .file(TOOLKIT_CONFIG, GPUMS_TOOLKIT_CONFIG)
         .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
         .file("/usr/bin/docker", "")
         .unix_http(DEFAULT_DOCKER_SOCKET, "/_ping", fixture("ubuntu2204-docker-ping.http"))

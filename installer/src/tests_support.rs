@@ -56,6 +56,7 @@ pub fn configured_debian() -> FakeHost {
         .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
         .file(DPKG_STATUS, fixture("ubuntu2204-dpkg-status-excerpt").replace("1.17.3-1", "1.17.8-1"))
         .file(DAEMON_JSON, OWNER_DAEMON_JSON)
+        .file(TOOLKIT_CONFIG, fixture("nvidia-container-runtime-config.toml"))
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
         .dir(SYSTEMD_RUN_DIR)

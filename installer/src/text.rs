@@ -35,7 +35,15 @@ gpum_common::texts! {
             "refresh package lists (apt-get update)",
         ),
         StepInstall => ("установить пакеты: {packages}", "install packages: {packages}"),
+        StepConfigureToolkit => (
+            "настройки NVIDIA Container Toolkit {path}: GPU только из списка, который задаёт создатель контейнера, а не из NVIDIA_VISIBLE_DEVICES образа ({env} = false, {mounts} = true), остальное сохранить (с резервной копией)",
+            "NVIDIA Container Toolkit settings {path}: GPUs only from the list the container's creator sets, never from an image's NVIDIA_VISIBLE_DEVICES ({env} = false, {mounts} = true), keep the rest (with a backup)",
+        ),
         StepConfigureDocker => (
+            "настройки Docker {path}: добавить среду nvidia и live-restore (контейнеры переживают перезапуск Docker), остальное сохранить (с резервной копией)",
+            "Docker settings {path}: add the nvidia runtime and live-restore (containers outlive a Docker restart), keep the rest (with a backup)",
+        ),
+        StepConfigureDockerRuntime => (
             "настройки Docker {path}: добавить среду nvidia, остальное сохранить (с резервной копией)",
             "Docker settings {path}: add the nvidia runtime, keep the rest (with a backup)",
         ),

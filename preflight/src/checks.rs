@@ -6,8 +6,11 @@
 use gpum_common::Lang;
 use gpum_common::agent_state::{Connection, StopReason};
 
-use crate::facts::{Facts, LockFacts, PlatformFacts, TOOLKIT_ESCAPE_CVE, TOOLKIT_MIN_SAFE_VERSION};
+use crate::facts::{
+    Facts, LockFacts, PlatformFacts, TOOLKIT_CONFIG, TOOLKIT_ESCAPE_CVE, TOOLKIT_MIN_SAFE_VERSION,
+};
 use crate::gpu::GpuFacts;
+use crate::parse::toolkit_config::{AS_VOLUME_MOUNTS, ENVVAR_WHEN_UNPRIVILEGED};
 use crate::{Finding, Status};
 
 /// The free space Docker's data root needs: 50 GB (decimal, as disk vendors and the guide count).
@@ -23,6 +26,9 @@ pub const NVIDIA_DRIVER: &str = "nvidia_driver";
 pub const DOCKER: &str = "docker";
 pub const NVIDIA_TOOLKIT: &str = "nvidia_toolkit";
 pub const NFTABLES: &str = "nftables";
+pub const TOOLKIT_GPU_ACCESS: &str = "toolkit_gpu_access";
+pub const LIVE_RESTORE: &str = "live_restore";
+pub const DISK_LIMIT: &str = "disk_limit";
 pub const DPKG_LOCK: &str = "dpkg_lock";
 pub const EXISTING_INSTALL: &str = "existing_install";
 pub const PLATFORM: &str = "platform";
@@ -39,6 +45,9 @@ pub const ALL: &[&str] = &[
     DOCKER,
     NVIDIA_TOOLKIT,
     NFTABLES,
+    TOOLKIT_GPU_ACCESS,
+    LIVE_RESTORE,
+    DISK_LIMIT,
     DPKG_LOCK,
     EXISTING_INSTALL,
     PLATFORM,
@@ -110,6 +119,9 @@ pub fn run(f: &Facts, cx: &Context, lang: Lang) -> Vec<Finding> {
         docker(f, lang),
         nvidia_toolkit(f, cx, lang),
         nftables(f, lang),
+        toolkit_gpu_access(f, lang),
+        live_restore(f, lang),
+        disk_limit(f, lang),
         dpkg_lock(f, lang),
         existing_install(f, cx, lang),
         platform(f, lang),
@@ -590,6 +602,215 @@ pub fn nftables(f: &Facts, lang: Lang) -> Finding {
                 "rentals need nftables: nft was not found, and the agent will run no rental"
             ),
             Some(tr!(lang, "установите его: apt install nftables", "install it: apt install nftables")),
+        ),
+    }
+}
+
+/// Whether an unprivileged container can choose GPUs with its own `NVIDIA_VISIBLE_DEVICES`
+/// (the toolkit's default), or gets only the GPUs its creator listed as mounts (gpum's setting).
+/// A file that cannot be read fails: the installer would have to change it.
+pub fn toolkit_gpu_access(f: &Facts, lang: Lang) -> Finding {
+    let (file, env, mounts) = (TOOLKIT_CONFIG, ENVVAR_WHEN_UNPRIVILEGED, AS_VOLUME_MOUNTS);
+    match &f.toolkit.config {
+        Some(Err(e)) => Finding::fail(
+            TOOLKIT_GPU_ACCESS,
+            tr!(
+                lang,
+                "настройки NVIDIA Container Toolkit не читаются: {e}",
+                "the NVIDIA Container Toolkit's settings cannot be used: {e}"
+            ),
+            Some(tr!(
+                lang,
+                "исправьте синтаксис TOML в {file} (установщик меняет в нём две настройки)",
+                "fix the TOML in {file} (the installer changes two settings there)"
+            )),
+        ),
+        _ if f.toolkit.config_is_gpums() => Finding::pass(
+            TOOLKIT_GPU_ACCESS,
+            tr!(
+                lang,
+                "контейнер без привилегий получает только GPU, выданные ему при создании: {env} = false, {mounts} = true",
+                "an unprivileged container gets only the GPUs it was created with: {env} = false, {mounts} = true"
+            ),
+        ),
+        _ if !f.toolkit.present() => Finding::pass(
+            TOOLKIT_GPU_ACCESS,
+            tr!(
+                lang,
+                "установщик выключит выбор GPU переменной NVIDIA_VISIBLE_DEVICES образа ({env} = false в {file})",
+                "the installer turns off GPU choice by an image's NVIDIA_VISIBLE_DEVICES ({env} = false in {file})"
+            ),
+        ),
+        _ => Finding::warn(
+            TOOLKIT_GPU_ACCESS,
+            tr!(
+                lang,
+                "контейнер без привилегий может взять любые GPU, задав NVIDIA_VISIBLE_DEVICES (например, all)",
+                "an unprivileged container can take any GPU by setting NVIDIA_VISIBLE_DEVICES (all, for instance)"
+            ),
+            Some(tr!(
+                lang,
+                "установщик задаст {env} = false и {mounts} = true в {file} (копия прежнего файла останется рядом)",
+                "the installer sets {env} = false and {mounts} = true in {file} (a copy of the old file stays beside it)"
+            )),
+        ),
+    }
+}
+
+/// Whether containers (a rental's too) keep running while dockerd restarts (`live-restore`).
+/// Refused where the installer cannot turn it on safely: dockerd started with
+/// `--live-restore=false` (the key in `daemon.json` too would stop dockerd), or the engine in a
+/// swarm (moby refuses to start swarm mode with live-restore: the swarm would be gone after the
+/// next Docker restart).
+pub fn live_restore(f: &Facts, lang: Lang) -> Finding {
+    let d = &f.docker;
+    if let Some(Err(_)) = &d.daemon_json {
+        return Finding::skip(
+            LIVE_RESTORE,
+            tr!(
+                lang,
+                "файл настроек Docker не читается (см. docker)",
+                "Docker's settings file cannot be used (see docker)"
+            ),
+        );
+    }
+    if d.swarm {
+        let (msg, fix) = (
+            tr!(
+                lang,
+                "Docker в режиме swarm: он несовместим с live-restore, без которого перезапуск Docker останавливает аренды, а с ним swarm не запустится после перезапуска Docker",
+                "Docker is in swarm mode: it cannot be combined with live-restore, without which a Docker restart stops rentals, and with which the swarm does not start after a Docker restart"
+            ),
+            Some(tr!(
+                lang,
+                "выведите сервер из swarm (docker swarm leave) или сдавайте другой сервер",
+                "take the machine out of the swarm (docker swarm leave) or rent out another machine"
+            )),
+        );
+        return Finding::fail(LIVE_RESTORE, msg, fix);
+    }
+    match d.live_restore_flag {
+        Some(true) => {
+            return Finding::pass(
+                LIVE_RESTORE,
+                tr!(
+                    lang,
+                    "live-restore включён флагом dockerd --live-restore: контейнеры работают, пока Docker перезапускается",
+                    "live-restore is on by dockerd's --live-restore flag: containers keep running while Docker restarts"
+                ),
+            );
+        }
+        Some(false) => {
+            return Finding::fail(
+                LIVE_RESTORE,
+                tr!(
+                    lang,
+                    "dockerd запущен с --live-restore=false: перезапуск Docker останавливает все контейнеры, и аренды тоже, а включить live-restore в daemon.json при этом флаге нельзя (Docker не запустится)",
+                    "dockerd runs with --live-restore=false: a Docker restart stops every container, rentals included, and daemon.json cannot turn live-restore on while that flag is given (Docker would not start)"
+                ),
+                Some(tr!(
+                    lang,
+                    "уберите --live-restore=false из командной строки dockerd (systemctl edit docker), перезапустите Docker и запустите установщик снова",
+                    "remove --live-restore=false from dockerd's command line (systemctl edit docker), restart Docker and run the installer again"
+                )),
+            );
+        }
+        None => {}
+    }
+    if d.has_live_restore() {
+        return Finding::pass(
+            LIVE_RESTORE,
+            tr!(
+                lang,
+                "live-restore включён: контейнеры работают, пока Docker перезапускается",
+                "live-restore is on: containers keep running while Docker restarts"
+            ),
+        );
+    }
+    if !d.present() {
+        return Finding::pass(
+            LIVE_RESTORE,
+            tr!(
+                lang,
+                "установщик включит live-restore в /etc/docker/daemon.json",
+                "the installer turns live-restore on in /etc/docker/daemon.json"
+            ),
+        );
+    }
+    Finding::warn(
+        LIVE_RESTORE,
+        tr!(
+            lang,
+            "live-restore выключен: перезапуск Docker останавливает все контейнеры, и аренды тоже",
+            "live-restore is off: a Docker restart stops every container, rentals included"
+        ),
+        Some(tr!(
+            lang,
+            "установщик добавит \"live-restore\": true в /etc/docker/daemon.json и перечитает настройки Docker (без перезапуска)",
+            "the installer adds \"live-restore\": true to /etc/docker/daemon.json and reloads Docker (no restart)"
+        )),
+    )
+}
+
+/// Whether a rental's disk can be limited here: Docker's overlay2 enforces `--storage-opt size=`
+/// only on XFS mounted with project quotas. Read-only, from mountinfo and `daemon.json`.
+pub fn disk_limit(f: &Facts, lang: Lang) -> Finding {
+    let root = f.disk.data_root.display().to_string();
+    let driver = f
+        .docker
+        .daemon_json
+        .as_ref()
+        .and_then(|d| d.as_ref().ok())
+        .and_then(|d| d.storage_driver.clone())
+        .unwrap_or_else(|| "overlay2".into());
+    let fix = Some(tr!(
+        lang,
+        "чтобы ограничивать диск каждой аренды, разместите каталог данных Docker на XFS, смонтированной с prjquota, с драйвером overlay2",
+        "to limit each rental's disk, put Docker's data root on XFS mounted with prjquota, with the overlay2 driver"
+    ));
+    if driver != "overlay2" {
+        return Finding::warn(
+            DISK_LIMIT,
+            tr!(
+                lang,
+                "ограничение диска аренды не поддерживается: драйвер хранения {driver}, а не overlay2",
+                "a rental's disk limit is not supported: the storage driver is {driver}, not overlay2"
+            ),
+            fix,
+        );
+    }
+    match &f.disk.mount {
+        Some(m) if m.has_project_quota() => {
+            let mp = m.mount_point.display().to_string();
+            Finding::pass(
+                DISK_LIMIT,
+                tr!(
+                    lang,
+                    "ограничение диска аренды поддерживается: {root} на XFS с квотами проектов ({mp}), overlay2",
+                    "a rental's disk limit is supported: {root} is on XFS with project quotas ({mp}), overlay2"
+                ),
+            )
+        }
+        Some(m) => {
+            let (fs, mp) = (m.fstype.clone(), m.mount_point.display().to_string());
+            Finding::warn(
+                DISK_LIMIT,
+                tr!(
+                    lang,
+                    "ограничение диска аренды не поддерживается: {root} на {fs} ({mp}) без квот проектов XFS; диск аренды ограничен только свободным местом",
+                    "a rental's disk limit is not supported: {root} is on {fs} ({mp}) without XFS project quotas; a rental's disk is bounded only by the free space"
+                ),
+                fix,
+            )
+        }
+        None => Finding::warn(
+            DISK_LIMIT,
+            tr!(
+                lang,
+                "ограничение диска аренды не поддерживается: не удалось узнать файловую систему {root}",
+                "a rental's disk limit is not supported: the filesystem of {root} could not be read"
+            ),
+            fix,
         ),
     }
 }

@@ -19,6 +19,7 @@ use crate::parse::dpkg::{self, Package};
 use crate::parse::mountinfo::{self, Mount};
 use crate::parse::os_release::{self, OsRelease};
 use crate::parse::systemctl::{self, UnitState};
+use crate::parse::toolkit_config::{self, ToolkitConfig};
 
 /// Command-line prefixes [`gather`] may run. All of them only read.
 pub const READ_ONLY_COMMANDS: &[&str] = &["systemctl show "];
@@ -27,7 +28,14 @@ pub const OS_RELEASE: &str = "/etc/os-release";
 pub const OS_RELEASE_FALLBACK: &str = "/usr/lib/os-release";
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+/// The NVIDIA Container Toolkit's settings (its hook's and runtime's).
+pub const TOOLKIT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 pub const DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
+/// dockerd's pid file (its `--pidfile` default): its command line is read for `--live-restore`.
+pub const DOCKERD_PID: &str = "/var/run/docker.pid";
+/// Under Docker's data root: the state swarm mode keeps while the engine is in a swarm (moby's
+/// `daemon/cluster`: `swarmDirName`, `stateFile`; `docker swarm leave` removes it).
+pub const SWARM_STATE: &str = "swarm/docker-state.json";
 pub const DPKG_STATUS: &str = "/var/lib/dpkg/status";
 /// apt takes the frontend lock, dpkg the second, `apt-get update` the package lists' (held by
 /// `apt-daily` on a freshly booted Ubuntu); any held means another install or update is running.
@@ -79,6 +87,8 @@ pub struct DiskFacts {
     /// The nearest existing directory at or above `data_root`, whose filesystem was measured.
     pub probed: PathBuf,
     pub space: Result<FsSpace, String>,
+    /// The mount that holds the data root (`None`: mountinfo could not be read).
+    pub mount: Option<Mount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +104,13 @@ pub struct DockerFacts {
     pub package: Option<(String, String)>,
     /// `/etc/docker/daemon.json`: `None` when absent, `Err` when unreadable or invalid.
     pub daemon_json: Option<Result<DaemonJson, String>>,
+    /// The engine is in a swarm ([`SWARM_STATE`] exists under the data root). Swarm mode and
+    /// `live-restore` exclude each other: with both, the swarm does not start at dockerd's next start.
+    pub swarm: bool,
+    /// `--live-restore` on the running dockerd's command line (`Some(false)` for
+    /// `--live-restore=false`). dockerd refuses to start, or to reload, when a setting is both a
+    /// flag and in `daemon.json`: with the flag, the file must not get the key.
+    pub live_restore_flag: Option<bool>,
 }
 
 impl DockerFacts {
@@ -103,6 +120,22 @@ impl DockerFacts {
             .as_ref()
             .and_then(|d| d.as_ref().ok())
             .is_some_and(|d| d.runtimes.iter().any(|r| r == "nvidia"))
+    }
+    /// `live-restore` is on: by dockerd's flag, else by `daemon.json`.
+    pub fn has_live_restore(&self) -> bool {
+        match self.live_restore_flag {
+            Some(on) => on,
+            None => self
+                .daemon_json
+                .as_ref()
+                .and_then(|d| d.as_ref().ok())
+                .is_some_and(|d| d.live_restore == Some(true)),
+        }
+    }
+    /// The installer may put `"live-restore": true` into `daemon.json`: dockerd has no
+    /// `--live-restore` flag (a key that is also a flag stops dockerd) and is in no swarm.
+    pub fn may_set_live_restore(&self) -> bool {
+        self.live_restore_flag.is_none() && !self.swarm
     }
     pub fn present(&self) -> bool {
         self.binary.is_some() || self.package.is_some() || self.engine.is_ok() || self.snap
@@ -121,11 +154,18 @@ pub struct ToolkitFacts {
     /// it has a known container escape ([`TOOLKIT_ESCAPE_CVE`]) and must be upgraded before gpum
     /// runs a probe through it. False when no package is installed.
     pub vulnerable: bool,
+    /// [`TOOLKIT_CONFIG`], parsed (`None`: the file does not exist).
+    pub config: Option<Result<ToolkitConfig, String>>,
 }
 
 impl ToolkitFacts {
     pub fn present(&self) -> bool {
         self.ctk.is_some() || self.package_version.is_some()
+    }
+
+    /// The toolkit's settings already are gpum's (see [`ToolkitConfig::is_gpums`]).
+    pub fn config_is_gpums(&self) -> bool {
+        matches!(&self.config, Some(Ok(c)) if c.is_gpums())
     }
 
     /// Whether an installed version `v` is older than [`TOOLKIT_MIN_SAFE_VERSION`].
@@ -220,15 +260,17 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
         .collect();
     let which = |name: &str| path_dirs.iter().map(|d| d.join(name)).find(|p| host.exists(p));
 
+    let disk = disk_facts(host, daemon_json.as_ref(), mounts.as_ref().ok().map(Vec::as_slice));
+    let data_root = disk.data_root.clone();
     Facts {
         euid: host.euid(),
         systemd,
         os: read_os(host),
         arch: host.arch(),
         tmp: tmp_facts(host, mounts.as_ref().map_err(|e| e.to_string())),
-        disk: disk_facts(host, daemon_json.as_ref()),
+        disk,
         gpu: gpu.probe(host),
-        docker: docker_facts(host, &packages, which("docker"), daemon_json),
+        docker: docker_facts(host, &packages, which("docker"), daemon_json, data_root),
         toolkit: {
             let package_version = dpkg::installed_version(&packages, TOOLKIT_PACKAGE).map(str::to_string);
             ToolkitFacts {
@@ -236,6 +278,11 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
                 runtime: which("nvidia-container-runtime"),
                 vulnerable: package_version.as_deref().is_some_and(ToolkitFacts::is_vulnerable_version),
                 package_version,
+                config: match host.read_to_string(Path::new(TOOLKIT_CONFIG)) {
+                    Ok(t) => Some(toolkit_config::parse(&t).map_err(|e| format!("{TOOLKIT_CONFIG}: {e}"))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => Some(Err(format!("{TOOLKIT_CONFIG}: {e}"))),
+                },
             }
         },
         dpkg_lock: lock_facts(host),
@@ -263,7 +310,11 @@ fn tmp_facts(host: &dyn Host, mounts: Result<&Vec<Mount>, String>) -> TmpFacts {
     }
 }
 
-fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>) -> DiskFacts {
+fn disk_facts(
+    host: &dyn Host,
+    daemon_json: Option<&Result<DaemonJson, String>>,
+    mounts: Option<&[Mount]>,
+) -> DiskFacts {
     let configured = daemon_json.and_then(|d| d.as_ref().ok()).and_then(|d| d.data_root.clone());
     let from_daemon_json = configured.is_some();
     let data_root = PathBuf::from(configured.unwrap_or_else(|| DEFAULT_DATA_ROOT.into()));
@@ -275,7 +326,8 @@ fn disk_facts(host: &dyn Host, daemon_json: Option<&Result<DaemonJson, String>>)
         }
     }
     let space = host.space(&probed).map_err(|e| format!("{}: {e}", probed.display()));
-    DiskFacts { data_root, from_daemon_json, probed, space }
+    let mount = mounts.and_then(|m| mountinfo::mount_for(m, &probed)).cloned();
+    DiskFacts { data_root, from_daemon_json, probed, space, mount }
 }
 
 /// The Docker socket: `DOCKER_HOST` when it names a Unix socket, else the default.
@@ -288,6 +340,7 @@ fn docker_facts(
     packages: &[Package],
     binary: Option<PathBuf>,
     daemon_json: Option<Result<DaemonJson, String>>,
+    data_root: PathBuf,
 ) -> DockerFacts {
     let socket = docker_socket(host);
     let engine = match &socket {
@@ -310,7 +363,35 @@ fn docker_facts(
         engine,
         package,
         daemon_json,
+        swarm: host.exists(&data_root.join(SWARM_STATE)),
+        live_restore_flag: dockerd_live_restore_flag(host),
     }
+}
+
+/// `--live-restore` on the running dockerd's command line ([`DOCKERD_PID`], then
+/// `/proc/<pid>/cmdline`); `None` when absent or when dockerd is not running.
+fn dockerd_live_restore_flag(host: &dyn Host) -> Option<bool> {
+    let pid = host.read_to_string(Path::new(DOCKERD_PID)).ok()?;
+    let pid: u32 = pid.trim().parse().ok()?;
+    let cmdline = host.read(&PathBuf::from(format!("/proc/{pid}/cmdline"))).ok()?;
+    live_restore_flag(&cmdline)
+}
+
+/// The `--live-restore` flag in a NUL-separated command line (the last one counts, as in Go's
+/// flag parsing): `--live-restore`, `--live-restore=true|false`.
+pub fn live_restore_flag(cmdline: &[u8]) -> Option<bool> {
+    let mut flag = None;
+    for arg in cmdline.split(|b| *b == 0).map(String::from_utf8_lossy) {
+        match arg.as_ref() {
+            "--live-restore" => flag = Some(true),
+            a => {
+                if let Some(v) = a.strip_prefix("--live-restore=") {
+                    flag = Some(!matches!(v, "false" | "0" | "f" | "F" | "FALSE" | "False"));
+                }
+            }
+        }
+    }
+    flag
 }
 
 /// The journal entries dpkg left unfinished ([`DPKG_UPDATES`]); none when the directory cannot

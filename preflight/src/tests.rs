@@ -18,11 +18,24 @@ fn t4() -> GpuFacts {
 }
 
 /// A ready Ubuntu 22.04 GPU machine with Docker and the toolkit configured.
+/// Docker's data root on its own XFS with project quotas (a rental's disk can be limited).
+const XFS_DATA_ROOT: &str = "900 25 253:1 / /var/lib/docker rw,relatime shared:90 - xfs /dev/mapper/vg-docker rw,attr2,inode64,prjquota\n";
+
+/// daemon.json with the runtime and live-restore, as the install leaves it.
+fn daemon_json_configured() -> String {
+    fixture("ubuntu2204-daemon-nvidia.json").replacen('{', "{\n    \"live-restore\": true,", 1)
+}
+
 fn ubuntu_ready() -> FakeHost {
     FakeHost::new()
         .file(OS_RELEASE, fixture("ubuntu2204.os-release"))
-        .file(MOUNTINFO, fixture("debian12-container.mountinfo"))
-        .file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"))
+        .file(MOUNTINFO, fixture("debian12-container.mountinfo") + XFS_DATA_ROOT)
+        .file(DAEMON_JSON, daemon_json_configured())
+        .file(
+            TOOLKIT_CONFIG,
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n\
+             accept-nvidia-visible-devices-as-volume-mounts = true\n",
+        )
         .file(DPKG_STATUS, safe_toolkit_status())
         .file("/usr/bin/docker", "")
         .file("/usr/bin/nvidia-ctk", "")
@@ -68,6 +81,63 @@ fn a_ready_machine_passes_everything_but_the_skipped_platform() {
     assert_eq!(f.toolkit.package_version.as_deref(), Some("1.17.8-1"));
     assert!(!f.toolkit.vulnerable);
     assert_eq!(f.docker.binary.as_deref(), Some(Path::new("/usr/bin/docker")));
+}
+
+#[test]
+fn toolkit_gpu_access_warns_on_the_shipped_settings_and_fails_on_a_broken_file() {
+    let h = ubuntu_ready().file(TOOLKIT_CONFIG, fixture("nvidia-container-runtime-config.toml"));
+    let (_, r) = audit(&h, &t4());
+    assert_eq!(st(&r, TOOLKIT_GPU_ACCESS), Status::Warn, "the installer changes it");
+    assert!(ready(&r));
+    let (_, r) = audit(&ubuntu_ready().file(TOOLKIT_CONFIG, "[broken\n"), &t4());
+    assert_eq!(st(&r, TOOLKIT_GPU_ACCESS), Status::Fail);
+    assert_eq!(failed_ids(&r), [TOOLKIT_GPU_ACCESS]);
+}
+
+#[test]
+fn live_restore_from_the_file_the_flag_and_swarm() {
+    let off = ubuntu_ready().file(DAEMON_JSON, fixture("ubuntu2204-daemon-nvidia.json"));
+    let (f, r) = audit(&off, &t4());
+    assert_eq!(st(&r, LIVE_RESTORE), Status::Warn, "the installer adds it");
+    assert!(f.docker.may_set_live_restore());
+    let flag = |h: FakeHost, arg: &str| {
+        h.file(DOCKERD_PID, "77\n").file("/proc/77/cmdline", format!("/usr/bin/dockerd\0{arg}\0-H\0fd://\0"))
+    };
+    let (f, r) = audit(&flag(off.clone(), "--live-restore"), &t4());
+    assert_eq!((f.docker.live_restore_flag, st(&r, LIVE_RESTORE)), (Some(true), Status::Pass));
+    assert!(!f.docker.may_set_live_restore(), "the key would conflict with the flag");
+    let (_, r) = audit(&flag(ubuntu_ready(), "--live-restore=false"), &t4());
+    assert_eq!(failed_ids(&r), [LIVE_RESTORE], "the flag wins over the file and cannot be merged away");
+    let swarm = ubuntu_ready().file("/var/lib/docker/swarm/docker-state.json", "{}");
+    let (f, r) = audit(&swarm, &t4());
+    assert!(f.docker.swarm);
+    assert_eq!(failed_ids(&r), [LIVE_RESTORE]);
+    assert!(r.iter().any(|x| x.id == LIVE_RESTORE && x.message.contains("swarm")));
+}
+
+#[test]
+fn live_restore_flag_parsing() {
+    assert_eq!(facts::live_restore_flag(b"dockerd\0-H\0fd://"), None);
+    assert_eq!(facts::live_restore_flag(b"dockerd\0--live-restore"), Some(true));
+    assert_eq!(facts::live_restore_flag(b"dockerd\0--live-restore=false\0"), Some(false));
+    assert_eq!(facts::live_restore_flag(b"dockerd\0--live-restore=false\0--live-restore"), Some(true));
+    assert_eq!(facts::live_restore_flag(b"dockerd\0--live-restore-x"), None);
+}
+
+#[test]
+fn disk_limit_needs_xfs_project_quotas_and_overlay2_and_never_blocks() {
+    let (f, r) = audit(&ubuntu_ready(), &t4());
+    assert_eq!(st(&r, DISK_LIMIT), Status::Pass);
+    assert_eq!(f.disk.mount.unwrap().mount_point, Path::new("/var/lib/docker"));
+    let ext4 = ubuntu_ready().file(MOUNTINFO, fixture("debian12-container.mountinfo"));
+    let (_, r) = audit(&ext4, &t4());
+    assert_eq!(st(&r, DISK_LIMIT), Status::Warn);
+    assert!(ready(&r), "a machine without the limit is still rentable");
+    let other =
+        ubuntu_ready().file(DAEMON_JSON, "{\"storage-driver\": \"fuse-overlayfs\", \"live-restore\": true}");
+    let (_, r) = audit(&other, &t4());
+    assert_eq!(st(&r, DISK_LIMIT), Status::Warn);
+    assert!(r.iter().any(|x| x.id == DISK_LIMIT && x.message.contains("fuse-overlayfs")));
 }
 
 #[test]

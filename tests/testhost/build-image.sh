@@ -5,7 +5,8 @@
 #   DOCKER_TAG  the same with Debian's own docker.io installed (the "Docker present" host).
 # Usage: build-image.sh BASE_TAG DOCKER_TAG
 # The tags are chosen by tests/src/testhost/image.rs from a hash of everything this script
-# reads (this directory and tests/sim/), so an edit rebuilds and an unchanged recipe is reused.
+# reads (this directory, tests/sim/ and the toolkit settings fixture), so an edit rebuilds and an
+# unchanged recipe is reused.
 # Needs root (or user namespaces for mmdebstrap), mmdebstrap, dpkg-dev, apt-utils, gpg, cc,
 # binutils (ar), busybox-static, and a Docker Engine. Debian's archive is the only network
 # this touches; nothing in the images reaches the network later.

@@ -71,6 +71,22 @@ toolkit() { # VERSION
     chmod 0755 "$d"/usr/bin/*
     # The real runtime is a runc shim that adds the hook; a plain runc is enough here.
     ln -s /usr/sbin/runc "$d/usr/bin/nvidia-container-runtime"
+    # The real package writes /etc/nvidia-container-runtime/config.toml in its postinst
+    # (`nvidia-ctk config --in-place`: the defaults, keeping values already set); the simulated
+    # one installs the defaults as the real one writes them (tests/fixtures/preflight/) when the
+    # file is absent and keeps an existing file.
+    mkdir -p "$d/usr/share/gpum-sim-toolkit"
+    cp "$here/../fixtures/preflight/nvidia-container-runtime-config.toml" "$d/usr/share/gpum-sim-toolkit/config.toml"
+    cat >"$d/DEBIAN/postinst" <<'PI'
+#!/bin/sh
+# SIMULATION of nvidia-container-toolkit-base's postinst (tests/testhost/customize.sh).
+set -e
+if [ "$1" = configure ] && [ ! -e /etc/nvidia-container-runtime/config.toml ]; then
+    mkdir -p /etc/nvidia-container-runtime
+    cp /usr/share/gpum-sim-toolkit/config.toml /etc/nvidia-container-runtime/config.toml
+fi
+PI
+    chmod 0755 "$d/DEBIAN/postinst"
     cat >"$d/DEBIAN/control" <<CTL
 Package: nvidia-container-toolkit
 Version: $1-1

@@ -22,7 +22,10 @@
 //! - **What it may do**: every capability dropped, `no-new-privileges`, a read-only root
 //!   filesystem, [`PIDS_LIMIT`] processes, [`MEMORY_LIMIT_BYTES`] of memory, network `none`, not
 //!   privileged. It asks for all GPUs (`DeviceRequest { Driver: "", Count: -1, Capabilities:
-//!   [["gpu"]] }`, exactly what the docker CLI sends for `--gpus all`) and nothing else.
+//!   [["gpu"]] }`, exactly what the docker CLI sends for `--gpus all`, and the toolkit's
+//!   device-list mount for `all`, [`super::rental::gpu_list_mounts`], which is what the toolkit
+//!   reads for an unprivileged container once the installer turned its environment variable off)
+//!   and nothing else.
 //! - **Its marks**: the labels `gpum.probe=true` and `gpum.probe.run=<this run's id>`, and a
 //!   name starting `gpum-probe-`.
 //!
@@ -330,6 +333,7 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         }]
     });
     // What the toolkit does for a GPU container, done by the simulation for one without.
+    let mounts = spec.request_gpus.then(|| super::rental::gpu_list_mounts(&["all".to_string()]));
     let binds =
         spec.simulated_toolkit.as_ref().map(|p| vec![format!("{}:{TOOLKIT_NVIDIA_SMI}:ro", p.display())]);
     let config = Config {
@@ -345,6 +349,7 @@ pub async fn run_probe_with(docker: &Docker, spec: &ProbeSpec) -> ProbeOutcome {
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
             device_requests,
+            mounts,
             binds,
             auto_remove: Some(false),
             privileged: Some(false),

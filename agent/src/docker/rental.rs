@@ -33,9 +33,12 @@
 //!   never removes a desired rental's ([`crate::core`] counts it as known);
 //! - **GPUs**: each a `GPU-`/`MIG-` UUID ([`valid_gpu_uuid`]: no comma, no keyword), none held by
 //!   another rental present on the node (checked before the start, whatever the platform says);
-//!   a device request for exactly the rented UUIDs, and `NVIDIA_VISIBLE_DEVICES` set to
-//!   them, last, over the image's and the spec's (which may say `all`); the spec's `NVIDIA_*` and
-//!   `CUDA_VISIBLE_DEVICES` are dropped;
+//!   a device request for exactly the rented UUIDs, the same list as the toolkit's device-list
+//!   mounts ([`gpu_list_mounts`]: `/dev/null` read-only at
+//!   `/var/run/nvidia-container-devices/<UUID>`, which the installer makes the toolkit's only
+//!   source for an unprivileged container, docs/agent.md "How a rental gets its GPUs"), and
+//!   `NVIDIA_VISIBLE_DEVICES` set to them, last, over the image's and the spec's (which may say
+//!   `all`); the spec's `NVIDIA_*` and `CUDA_VISIBLE_DEVICES` are dropped;
 //! - **limits**: CPU (`NanoCpus`), memory with swap equal to it, [`PIDS_LIMIT`] processes,
 //!   `/dev/shm`, [`NOFILE`] open files, the log rotated ([`LOG_MAX_SIZE`] × [`LOG_MAX_FILES`]),
 //!   and the writable layer's size (`--storage-opt size=`) where the data root supports it;
@@ -43,8 +46,9 @@
 //!   create), the container is created without it and the `running` report says so
 //!   ([`DISK_LIMIT_UNSUPPORTED`]);
 //! - **privileges**: every capability dropped but [`CAP_ADD`], `no-new-privileges`, the engine's
-//!   default seccomp profile (nothing unconfines it), not privileged, no bind mounts or devices
-//!   (so no Docker socket), private PID and IPC namespaces, `init`, no restart policy;
+//!   default seccomp profile (nothing unconfines it), not privileged, no bind mounts (but
+//!   `/dev/null` for the device list) or devices (so no Docker socket), private PID and IPC
+//!   namespaces, `init`, no restart policy;
 //! - **network**: [`NETWORK`], a bridge of gpum's own with inter-container traffic disabled
 //!   ([`ensure_network`]);
 //! - **egress**: [`crate::egress`]'s nftables table, verified in the kernel (and put back when
@@ -73,7 +77,8 @@ use std::time::Duration;
 use bollard::container::{Config, CreateContainerOptions, ListContainersOptions, StopContainerOptions};
 use bollard::image::CreateImageOptions;
 use bollard::models::{
-    DeviceRequest, HostConfig, HostConfigLogConfig, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
+    DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountTypeEnum, ResourcesUlimits, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::network::CreateNetworkOptions;
 use futures_util::StreamExt;
@@ -163,6 +168,25 @@ pub fn visible_devices(uuids: &[String]) -> String {
     if uuids.is_empty() { "void".to_string() } else { uuids.join(",") }
 }
 
+/// Where the NVIDIA Container Toolkit reads a container's device list as mounts
+/// (`DeviceListAsVolumeMountsRoot` in its `internal/config/image`): each `/dev/null` mounted at
+/// `<root>/<id>` asks for device `<id>`, and only a mount whose source is `/dev/null` counts.
+pub const DEVICE_LIST_ROOT: &str = "/var/run/nvidia-container-devices";
+
+/// The toolkit's device-list mounts for `ids` (UUIDs, or `all` for the probe): `/dev/null`,
+/// read-only, at [`DEVICE_LIST_ROOT`]`/<id>`. Empty for no id.
+pub fn gpu_list_mounts(ids: &[String]) -> Vec<Mount> {
+    ids.iter()
+        .map(|id| Mount {
+            target: Some(format!("{DEVICE_LIST_ROOT}/{id}")),
+            source: Some("/dev/null".to_string()),
+            typ: Some(MountTypeEnum::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The container's environment: the tenant's (minus what it may not set), then
 /// `NVIDIA_VISIBLE_DEVICES`, last.
 pub fn container_env(spec: &RentalSpec) -> Vec<String> {
@@ -208,6 +232,7 @@ pub fn container_config(
         host_config: Some(HostConfig {
             network_mode: Some(NETWORK.to_string()),
             ipc_mode: Some("private".to_string()),
+            mounts: (request_gpus && !spec.gpu_uuids.is_empty()).then(|| gpu_list_mounts(&spec.gpu_uuids)),
             device_requests,
             nano_cpus: Some(i64::from(spec.cpu_millis) * 1_000_000),
             memory: Some(memory),
@@ -975,11 +1000,18 @@ mod tests {
         assert_eq!(h.ipc_mode.as_deref(), Some("private"));
         assert_eq!(h.userns_mode, None);
         assert_eq!(h.uts_mode, None);
+        // Nothing of the host but /dev/null, once per rented GPU, where the toolkit reads the
+        // device list: the only GPUs an unprivileged container gets with gpum's toolkit settings.
+        let mounts = h.mounts.clone().unwrap();
+        let targets: Vec<&str> = mounts.iter().filter_map(|m| m.target.as_deref()).collect();
         assert_eq!(
-            (h.binds, h.mounts, h.devices, h.volumes_from),
-            (None, None, None, None),
-            "nothing of the host"
+            targets,
+            ["/var/run/nvidia-container-devices/GPU-1111", "/var/run/nvidia-container-devices/GPU-2222"]
         );
+        assert!(mounts.iter().all(|m| m.source.as_deref() == Some("/dev/null")
+            && m.typ == Some(MountTypeEnum::BIND)
+            && m.read_only == Some(true)));
+        assert_eq!((h.binds, h.devices, h.volumes_from), (None, None, None), "nothing else of the host");
         assert_eq!(h.readonly_rootfs, Some(false));
         assert_eq!(h.init, Some(true));
         assert_eq!(h.restart_policy.unwrap().name, Some(RestartPolicyNameEnum::NO));
@@ -992,6 +1024,7 @@ mod tests {
         let h = c.host_config.unwrap();
         assert_eq!(h.storage_opt, None);
         assert_eq!(h.device_requests, None);
+        assert_eq!(h.mounts, None, "no GPU asked for, no device list");
         assert_eq!(c.env.unwrap().last().unwrap(), "NVIDIA_VISIBLE_DEVICES=GPU-1111,GPU-2222");
         // The image's command when the spec has none.
         let c = container_config(

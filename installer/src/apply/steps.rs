@@ -128,7 +128,12 @@ impl Run<'_> {
                 self.summary.installed.extend(packages.iter().cloned());
                 Ok(Outcome::Done(None))
             }
-            Step::ConfigureDocker { path } => self.configure_docker(Path::new(path)),
+            Step::ConfigureToolkit { path } => {
+                self.edit_config(Path::new(path), crate::toolkit_config::configure)
+            }
+            Step::ConfigureDocker { path, live_restore } => self.edit_config(Path::new(path), |old| {
+                daemon_json::configure(old, *live_restore).map_err(|e| e.to_string())
+            }),
             Step::ReloadDocker => {
                 let _p = self.progress.wait(Msg::ProgressDockerReload, super::waits::RUNTIME_WAIT);
                 must(h, &Cmd::new("systemctl").args(["reload", "docker"]))?;
@@ -203,14 +208,20 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn configure_docker(&mut self, path: &Path) -> Result<Outcome, Failure> {
+    /// Changes the settings file `path` with `merge` (the owner's `daemon.json`, the toolkit's
+    /// `config.toml`), after a backup beside it; a file `merge` refuses is left as it is.
+    fn edit_config(
+        &mut self,
+        path: &Path,
+        merge: impl Fn(Option<&str>) -> Result<Merged, String>,
+    ) -> Result<Outcome, Failure> {
         let h = self.host.as_ref();
         let old = match h.read_to_string(path) {
             Ok(t) => Some(t),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Failure::SetupFailed(format!("{}: {e}", path.display()))),
         };
-        let new = daemon_json::add_nvidia_runtime(old.as_deref()).map_err(|e| {
+        let new = merge(old.as_deref()).map_err(|e| {
             Failure::SetupFailed(format!("{}: {e}; the file was left as it is", path.display()))
         })?;
         let Merged::Changed(text) = new else {

@@ -215,11 +215,23 @@ fn a_merge_keeps_the_owners_keys_backs_up_and_reloads_then_registration_failure_
     // No platform listens: registration fails after the machine is ready.
     let f = r.unwrap_err();
     assert_eq!(f.code(), 1, "{out}");
-    assert!(out.contains("[ ok ] 2. Docker settings"), "{out}");
-    assert!(out.contains("[ ok ] 3. reload Docker's settings"), "{out}");
-    assert!(out.contains("[FAIL] 4. register"), "{out}");
+    assert!(out.contains("[ ok ] 2. NVIDIA Container Toolkit settings"), "{out}");
+    assert!(out.contains("[ ok ] 3. Docker settings"), "{out}");
+    assert!(out.contains("[ ok ] 4. reload Docker's settings"), "{out}");
+    assert!(out.contains("[FAIL] 5. register"), "{out}");
     let new = h.read_to_string(Path::new("/etc/docker/daemon.json")).unwrap();
     assert!(new.find("log-opts").unwrap() < new.find("runtimes").unwrap(), "{new}");
+    assert!(new.contains("\"live-restore\": true"), "{new}");
+    // The toolkit's settings: gpum's two values, every shipped line kept, the old file beside it.
+    let toolkit = Path::new(gpum_preflight::facts::TOOLKIT_CONFIG);
+    let new = h.read_to_string(toolkit).unwrap();
+    assert!(gpum_preflight::parse::toolkit_config::parse(&new).unwrap().is_gpums(), "{new}");
+    let shipped = crate::tests_support::fixture("nvidia-container-runtime-config.toml");
+    assert!(shipped.lines().all(|l| new.lines().any(|n| n == l)), "{new}");
+    let backups: Vec<_> =
+        h.writes().into_iter().filter(|p| p.to_string_lossy().contains("config.toml.gpum-backup-")).collect();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    assert_eq!(h.read_to_string(&backups[0]).unwrap(), shipped);
     let backups: Vec<_> =
         h.writes().into_iter().filter(|p| p.to_string_lossy().contains("daemon.json.gpum-backup-")).collect();
     assert_eq!(backups.len(), 1);

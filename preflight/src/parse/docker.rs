@@ -85,6 +85,10 @@ pub struct DaemonJson {
     pub data_root: Option<String>,
     pub runtimes: Vec<String>,
     pub default_runtime: Option<String>,
+    /// `live-restore`: containers keep running while dockerd restarts.
+    pub live_restore: Option<bool>,
+    /// `storage-driver` (absent: the engine's default, overlay2 on the filesystems gpum meets).
+    pub storage_driver: Option<String>,
 }
 
 pub fn parse_daemon_json(json: &str) -> Result<DaemonJson, String> {
@@ -101,6 +105,8 @@ pub fn parse_daemon_json(json: &str) -> Result<DaemonJson, String> {
         data_root: s("data-root").or_else(|| s("graph")),
         runtimes: keys(v.get("runtimes")),
         default_runtime: s("default-runtime"),
+        live_restore: v.get("live-restore").and_then(Value::as_bool),
+        storage_driver: s("storage-driver"),
     })
 }
 
@@ -162,6 +168,9 @@ mod tests {
             parse_daemon_json(r#"{"graph":"/srv/docker"}"#).unwrap().data_root.as_deref(),
             Some("/srv/docker")
         );
+        let d = parse_daemon_json(r#"{"live-restore": true, "storage-driver": "overlay2"}"#).unwrap();
+        assert_eq!((d.live_restore, d.storage_driver.as_deref()), (Some(true), Some("overlay2")));
+        assert_eq!(parse_daemon_json("{}").unwrap().live_restore, None);
         assert!(parse_daemon_json("[1]").is_err());
         assert!(parse_daemon_json("{").is_err());
     }

@@ -8,6 +8,7 @@ pub mod dpkg;
 pub mod mountinfo;
 pub mod os_release;
 pub mod systemctl;
+pub mod toolkit_config;
 
 #[cfg(test)]
 pub(crate) fn fixture(name: &str) -> String {

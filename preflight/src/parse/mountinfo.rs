@@ -9,11 +9,19 @@ pub struct Mount {
     pub options: Vec<String>,
     pub fstype: String,
     pub source: String,
+    /// The filesystem's own options (the last field): XFS's `prjquota`/`pquota` are here.
+    pub super_options: Vec<String>,
 }
 
 impl Mount {
     pub fn has(&self, opt: &str) -> bool {
         self.options.iter().any(|o| o == opt)
+    }
+
+    /// Whether the filesystem enforces project quotas, which Docker's overlay2 needs for a
+    /// container's `--storage-opt size=` (XFS mounted with `prjquota`, or its alias `pquota`).
+    pub fn has_project_quota(&self) -> bool {
+        self.fstype == "xfs" && self.super_options.iter().any(|o| o == "prjquota" || o == "pquota")
     }
 }
 
@@ -50,6 +58,10 @@ pub fn parse(text: &str) -> Vec<Mount> {
                 options: f[5].split(',').map(str::to_string).collect(),
                 fstype: f[sep + 1].to_string(),
                 source: unescape(f[sep + 2]),
+                super_options: f
+                    .get(sep + 3)
+                    .map(|o| o.split(',').map(str::to_string).collect())
+                    .unwrap_or_default(),
             })
         })
         .collect()
@@ -73,6 +85,20 @@ pub fn mount_for<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
 mod tests {
     use super::*;
     use crate::parse::fixture;
+
+    #[test]
+    fn xfs_project_quota_is_in_the_super_options() {
+        let t = "36 25 253:1 / /var/lib/docker rw,relatime shared:1 - xfs /dev/mapper/vg-docker rw,attr2,inode64,logbufs=8,logbsize=32k,prjquota\n\
+                 37 25 253:2 / /srv rw,relatime shared:2 - xfs /dev/sdb1 rw,attr2,inode64,logbufs=8,logbsize=32k,noquota\n\
+                 38 25 253:3 / /data rw,relatime shared:3 - ext4 /dev/sdc1 rw,prjquota\n";
+        let m = parse(t);
+        assert!(m[0].has_project_quota(), "{m:?}");
+        assert!(!m[0].has("prjquota"), "a super option, not a per-mount one");
+        assert!(!m[1].has_project_quota());
+        assert!(!m[2].has_project_quota(), "overlay2's size limit is XFS's alone");
+        let pq = "39 25 253:4 / /x rw - xfs /dev/sdd rw,pquota\n";
+        assert!(parse(pq)[0].has_project_quota());
+    }
 
     #[test]
     fn debian12_container_captured() {

@@ -219,6 +219,18 @@ fn scenarios() -> Vec<Scenario> {
             what: "a running rental reaches the made-up internet and none of the made-up LAN, metadata, CGNAT, 10/8, 172.16/12 or the host's own addresses; the table survives a dockerd restart untouched and comes back after its deletion; uninstall removes it",
             run: rental_network,
         },
+        Scenario {
+            name: "rental-gpus",
+            expect: 0,
+            what: "two one-GPU rentals on a two-GPU machine each see exactly their UUID, one from an image setting NVIDIA_VISIBLE_DEVICES=all; the owner's docker run --gpus all sees no GPU, with the guide's device-list mount every GPU",
+            run: rental_gpus,
+        },
+        Scenario {
+            name: "rental-dockerd-restart",
+            expect: 0,
+            what: "systemctl restart docker mid-rental: the same container and process run on (live-restore), still reported running, then torn down",
+            run: rental_dockerd_restart,
+        },
     ]
 }
 
@@ -1780,6 +1792,189 @@ fn rental_agent_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     Ok(o)
 }
 
+/// What `nvidia-smi -L` lists, as UUIDs (the simulated one prints the real format).
+fn listed_uuids(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split("(UUID: ").nth(1).map(|u| u.trim_end_matches(')').to_string()))
+        .collect()
+}
+
+/// Issue 33: a rental sees exactly its GPUs, whatever its image's environment says; after the
+/// install, an unprivileged container's `--gpus` alone (moby's `NVIDIA_VISIBLE_DEVICES`) reaches no
+/// GPU, and the device-list mount the owner's guide gives does.
+fn rental_gpus(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 2)?;
+    let mut o = rental_outcome();
+    // The install's toolkit settings, with the package's file kept beside them.
+    let conf = h.sh("cat /etc/nvidia-container-runtime/config.toml; ls /etc/nvidia-container-runtime/")?;
+    o.check(
+        conf.stdout.contains("\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n")
+            && conf.stdout.contains("\naccept-nvidia-visible-devices-as-volume-mounts = true\n")
+            && conf.stdout.contains("config.toml.gpum-backup-"),
+        "the install set the toolkit's two settings, with a backup",
+        &conf,
+    );
+    let uuids = h.sh_ok("nvidia-smi -L")?;
+    let all = listed_uuids(&uuids);
+    o.check(all.len() == 2, "the host has two (simulated) GPUs", &Run::text(&uuids));
+
+    // The same image with NVIDIA_VISIBLE_DEVICES=all in its own environment.
+    let nvall = h.sh_ok(&format!(
+        "set -e; c=$(docker create {repo}:sim); \
+         docker commit --change 'ENV NVIDIA_VISIBLE_DEVICES=all' $c {repo}:nvall >/dev/null; docker rm -v $c >/dev/null; \
+         docker image inspect -f '{{{{.Id}}}}' {repo}:nvall",
+        repo = rental::IMAGE_REPO
+    ))?;
+    let nvall = format!("{}@{}", rental::IMAGE_REPO, nvall.trim());
+    // Each rental's own process lists its GPUs and its variable into its log (the test host's
+    // cgroup v1 layout refuses `docker exec` into a rental's container).
+    let script = "nvidia-smi -L; echo \"smi exit $?\"; echo \"NVD=$NVIDIA_VISIBLE_DEVICES\"; sleep 86400";
+    let a = rental::create(&h, &rental::Spec::new(&node, &image).shell(script))?;
+    let b = rental::create(&h, &rental::Spec::new(&node, &nvall).shell(script))?;
+    let mut seen_uuids = Vec::new();
+    for (r, what) in [(&a, "the plain image"), (&b, "the image with NVIDIA_VISIBLE_DEVICES=all")] {
+        let id = &r.spec.id;
+        let run = rental::wait_state(&h, id, gpum_protocol::RentalState::Running, 60);
+        if check_ok(&mut o, &format!("{what}: the rental runs"), run).is_none() {
+            continue;
+        }
+        let name = gpum_agent::docker::rental::container_name(id);
+        let logs = h.wait_for(
+            "the rental's log",
+            Duration::from_secs(20),
+            &format!("docker logs {name} 2>&1 | grep -q '^NVD='"),
+        );
+        check_ok(&mut o, &format!("{what}: the rental's command ran"), logs);
+        let smi = h.sh(&format!("docker logs {name} 2>&1"))?;
+        let got = listed_uuids(&smi.stdout);
+        o.check(
+            smi.stdout.contains("smi exit 0") && got == r.spec.gpu_uuids && got.len() == 1,
+            &format!(
+                "{what}: nvidia-smi in the rental lists exactly its one rented UUID {:?}",
+                r.spec.gpu_uuids
+            ),
+            &smi,
+        );
+        let want = format!("NVD={}", r.spec.gpu_uuids.join(","));
+        o.check(
+            smi.stdout.lines().any(|l| l == want),
+            &format!("{what}: the container's NVIDIA_VISIBLE_DEVICES is its UUID, not the image's"),
+            &smi,
+        );
+        seen_uuids.extend(got);
+    }
+    seen_uuids.sort();
+    o.check(
+        seen_uuids == all,
+        "the two rentals hold the host's two GPUs, one each",
+        &Run::text(&format!("{seen_uuids:?}")),
+    );
+
+    // The owner's own containers: `--gpus all` alone is not a GPU container any more (the hook
+    // leaves it alone: no nvidia-smi inside, no device), with the guide's device-list mount it is.
+    // The owner's CLI names the image by its tag (an image id is no reference it resolves).
+    let tag = format!("{}:sim", rental::IMAGE_REPO);
+    let plain = h.sh(&format!("docker run --name owner-gpus --gpus all {tag} nvidia-smi -L"))?;
+    o.check(
+        plain.code != 0 && listed_uuids(&plain.stdout).is_empty(),
+        "docker run --gpus all (no device-list mount) sees no GPU after the install",
+        &plain,
+    );
+    // The hook was called for it (moby's device request) and chose no device.
+    let hook_log = h
+        .sh("id=$(docker inspect -f '{{.Id}}' owner-gpus) && docker rm -v owner-gpus >/dev/null && \
+         grep \"prestart bundle=.*$id\" /var/log/gpum-sim-hook.log")?;
+    o.check(
+        hook_log.code == 0
+            && hook_log
+                .stdout
+                .lines()
+                .all(|l| l.contains("accept_env=false") && l.trim_end().ends_with("devices=")),
+        "the (simulated) hook was called for it and chose no device",
+        &hook_log,
+    );
+    let env_all =
+        h.sh(&format!("docker run --rm --gpus all -e NVIDIA_VISIBLE_DEVICES=all {tag} nvidia-smi -L"))?;
+    o.check(
+        env_all.code != 0 && listed_uuids(&env_all.stdout).is_empty(),
+        "docker run --gpus all -e NVIDIA_VISIBLE_DEVICES=all sees no GPU either",
+        &env_all,
+    );
+    let mounted = h.sh(&format!(
+        "docker run --rm --gpus all -v /dev/null:/var/run/nvidia-container-devices/all:ro {tag} nvidia-smi -L"
+    ))?;
+    o.check(
+        mounted.code == 0 && listed_uuids(&mounted.stdout) == all,
+        "the owner's guide's device-list mount gives docker run --gpus all every GPU",
+        &mounted,
+    );
+    for r in [&a, &b] {
+        rental::stop(&h, &r.spec.id)?;
+    }
+    for r in [&a, &b] {
+        rental_gone(&mut o, &h, &r.spec.id, None, 40, "stopped")?;
+    }
+    Ok(o)
+}
+
+/// Issue 33: `systemctl restart docker` mid-rental leaves the rental's container running (the
+/// install's live-restore): same container, same process, still reported running.
+fn rental_dockerd_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    let (h, node, image) = rental_host(ctx, s, 1)?;
+    let mut o = rental_outcome();
+    let lr = h.sh("docker info -f '{{.LiveRestoreEnabled}}'; cat /etc/docker/daemon.json")?;
+    o.check(
+        lr.stdout.starts_with("true\n"),
+        "the engine runs with live-restore (the install's daemon.json)",
+        &lr,
+    );
+    let id = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    rental::wait_state(&h, &id, gpum_protocol::RentalState::Running, 60)?;
+    let first = rental::seen(&h, &id)?;
+    let name = gpum_agent::docker::rental::container_name(&id);
+    let started =
+        h.sh_ok(&format!("docker inspect -f '{{{{.State.StartedAt}}}} {{{{.RestartCount}}}}' {name}"))?;
+    let dockerd = h.sh_ok("systemctl show -p MainPID --value docker")?;
+    h.sh_ok("systemctl restart docker")?;
+    let back = h.wait_for(
+        "dockerd back",
+        Duration::from_secs(60),
+        &format!(
+            "systemctl is-active -q docker && test \"$(systemctl show -p MainPID --value docker)\" != {} && docker version >/dev/null",
+            dockerd.trim()
+        ),
+    );
+    o.check(back.is_ok(), "dockerd restarted as a new process", &Run::text(&format!("{back:?}")));
+    let now = rental::seen(&h, &id);
+    if let Some(now) = check_ok(&mut o, "the rental's container runs after dockerd's restart", now) {
+        o.check(
+            now.container == first.container && now.pid == first.pid,
+            "the same container and the same process (not restarted, not recreated)",
+            &Run::text(&format!("{first:?} -> {now:?}")),
+        );
+    }
+    let again =
+        h.sh_ok(&format!("docker inspect -f '{{{{.State.StartedAt}}}} {{{{.RestartCount}}}}' {name}"))?;
+    o.check(again == started, "the container never restarted", &Run::text(&format!("{started} -> {again}")));
+    // The agent's next rounds against the new dockerd: heartbeats, and the rental still running.
+    let beat = nodes(&h)?.into_iter().find(|n| n.id == node).and_then(|n| n.last_heartbeat_at).unwrap_or(0);
+    let beats = rental::wait_node(&h, &node, 30, "heartbeating after dockerd's restart", |n| {
+        n.online && n.last_heartbeat_at.is_some_and(|t| t > beat + 4)
+    });
+    check_ok(&mut o, "the agent heartbeats after dockerd's restart", beats);
+    let r = rental::show(&h, &id)?;
+    o.check(
+        r.state == Some(gpum_protocol::RentalState::Running) && r.listed,
+        "the platform still shows the rental running",
+        &rental::text(&r),
+    );
+    let count = h.sh_ok("docker ps -aq --filter label=gpum.rental | wc -l")?;
+    o.check(count.trim() == "1", "one rental container", &Run::text(&count));
+    rental::stop(&h, &id)?;
+    rental_gone(&mut o, &h, &id, Some(&first), 40, "stopped after dockerd's restart")?;
+    Ok(o)
+}
+
 fn boot(ctx: &Ctx, s: &Scenario, v: Variant) -> Result<Host> {
     let image = match v {
         Variant::DockerPresent => ctx.images.docker.clone(),
@@ -1869,8 +2064,25 @@ fn installed(h: &Host, o: &mut Outcome, docker_pkg: &str) -> Result<()> {
     o.check(cfg.stdout.trim() == "600", "/etc/gpum-agent/config.toml is 0600", &cfg);
     let rt = h.sh("docker info --format '{{json .Runtimes}}'")?;
     o.check(rt.stdout.contains("nvidia"), "dockerd lists the nvidia runtime", &rt);
-    let gpu = h.sh("docker run --rm --network none --gpus all \"$(jq -r .probe_image_id /etc/gpum-test/host.json)\" nvidia-smi")?;
-    o.check(gpu.code == 0 && gpu.stdout.contains("SIMULATED"), "docker run --gpus all runs nvidia-smi", &gpu);
+    // The toolkit's settings (issue 33): `--gpus all` alone no longer reaches a GPU; the owner's
+    // guide's device-list mount does.
+    let probe = "\"$(jq -r .probe_image_id /etc/gpum-test/host.json)\"";
+    let gpu = h.sh(&format!(
+        "docker run --rm --network none --gpus all -v /dev/null:/var/run/nvidia-container-devices/all:ro {probe} nvidia-smi"
+    ))?;
+    o.check(
+        gpu.code == 0 && gpu.stdout.contains("SIMULATED"),
+        "docker run --gpus all with the device-list mount runs nvidia-smi",
+        &gpu,
+    );
+    let bare = h.sh(&format!("docker run --rm --network none --gpus all {probe} nvidia-smi"))?;
+    o.check(
+        bare.code != 0 && !bare.stdout.contains("SIMULATED"),
+        "docker run --gpus all alone gets no GPU",
+        &bare,
+    );
+    let lr = h.sh("docker info --format '{{.LiveRestoreEnabled}}'")?;
+    o.check(lr.stdout.trim() == "true", "dockerd runs with live-restore", &lr);
     // The agent's first probe may land a heartbeat after the installer returned.
     let start = Instant::now();
     loop {

@@ -41,6 +41,8 @@ pub fn recipe_hash() -> Result<String> {
     for dir in ["tests/testhost", "tests/sim"] {
         collect(&root.join(dir), &mut files)?;
     }
+    // The toolkit's default settings, which the simulated toolkit package installs.
+    files.push(root.join("tests/fixtures/preflight/nvidia-container-runtime-config.toml"));
     files.sort();
     let mut h = Sha256::new();
     for f in &files {
