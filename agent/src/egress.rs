@@ -542,6 +542,9 @@ mod tests {
         ] {
             assert!(!hit(a), "{a} is the internet");
         }
+        for a in crate::docker::rental::DNS {
+            assert!(!hit(a), "a rental's resolver {a} must be reachable");
+        }
     }
 
     #[test]

@@ -41,7 +41,6 @@ struct Start<'a> {
     config: Option<&'a str>,
 }
 
-
 /// A read-only `/dev/null` device-list mount, as the agent adds one per rented GPU.
 fn device_mount(id: &str) -> Value {
     json!({"destination": format!("{MOUNT_ROOT}/{id}"), "type": "bind", "source": "/dev/null", "options": ["rbind", "ro"]})

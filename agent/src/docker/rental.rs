@@ -102,6 +102,11 @@ pub const NETWORK: &str = "gpum-rentals";
 pub const LABEL_NETWORK: &str = "gpum.network";
 /// The network's bridge interface on the host (what the egress table, [`crate::egress`], names).
 pub const BRIDGE_NAME: &str = "gpum-rent0";
+/// The resolvers a rental's names go to (through the engine's embedded DNS, which forwards
+/// from inside the container's network): public ones, because the host's own are usually the
+/// owner's router or another LAN address, which the egress table drops, so a rental would
+/// resolve nothing. Cloudflare's and Quad9's, two operators for one failure.
+pub const DNS: [&str; 2] = ["1.1.1.1", "9.9.9.9"];
 /// The most processes (threads included) one rental holds: a fork bomb stops here, far below
 /// the host's own limit, while a data loader with many workers still fits.
 pub const PIDS_LIMIT: i64 = 4096;
@@ -231,6 +236,7 @@ pub fn container_config(
         labels: Some(labels),
         host_config: Some(HostConfig {
             network_mode: Some(NETWORK.to_string()),
+            dns: Some(DNS.iter().map(|a| a.to_string()).collect()),
             ipc_mode: Some("private".to_string()),
             mounts: (request_gpus && !spec.gpu_uuids.is_empty()).then(|| gpu_list_mounts(&spec.gpu_uuids)),
             device_requests,
@@ -996,6 +1002,9 @@ mod tests {
         );
         assert_eq!(h.privileged, Some(false));
         assert_eq!(h.network_mode.as_deref(), Some(NETWORK));
+        // Public resolvers: the host's own (often the owner's router) are behind the egress table.
+        // (`egress_denies_what_the_issue_lists_and_not_the_internet` checks they are reachable.)
+        assert_eq!(h.dns.clone().unwrap(), DNS);
         assert_eq!(h.pid_mode, None, "private PID namespace");
         assert_eq!(h.ipc_mode.as_deref(), Some("private"));
         assert_eq!(h.userns_mode, None);
