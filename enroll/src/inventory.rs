@@ -129,6 +129,9 @@ pub struct Gatherer {
     /// `/etc/os-release` changes only with an upgrade; it is re-read every
     /// [`SLOW_FACTS_EVERY`] gatherings.
     os: Option<String>,
+    /// Whether the data root's filesystem can limit a rental's disk (XFS with project quotas),
+    /// from `/proc/self/mountinfo`, re-read with the os-release.
+    disk_limit: Option<bool>,
     /// Free bytes of the data root at the last `metrics`, reused by the inventory.
     free_bytes: Option<u64>,
     /// RAM total and available, in bytes, from `/proc/meminfo` at the last `metrics` (or
@@ -180,6 +183,7 @@ impl Gatherer {
             docker_root: PathBuf::from(DEFAULT_DOCKER_ROOT),
             calls: 0,
             os: None,
+            disk_limit: None,
             free_bytes: None,
             mem: None,
             cpu,
@@ -243,6 +247,17 @@ impl Gatherer {
         }
     }
 
+    /// Whether the mount holding the data root enforces project quotas (the same rule as the
+    /// installer's `disk_limit` check); `None` when mountinfo cannot be read.
+    fn disk_limit(&self) -> Option<bool> {
+        let text = self.host.read_to_string(Path::new("/proc/self/mountinfo")).ok()?;
+        let mounts = gpum_preflight::parse::mountinfo::parse(&text);
+        Some(
+            gpum_preflight::parse::mountinfo::mount_for(&mounts, &self.docker_root)
+                .is_some_and(|m| m.has_project_quota()),
+        )
+    }
+
     /// The inventory now. `docker_version` comes from the engine (the caller holds the socket).
     /// RAM is as of the last [`Gatherer::metrics`] (or creation); call that first for fresh
     /// figures, as the heartbeat does.
@@ -253,6 +268,7 @@ impl Gatherer {
                 .read_to_string(Path::new("/etc/os-release"))
                 .ok()
                 .and_then(|t| parse_os_release(&t));
+            self.disk_limit = self.disk_limit();
         }
         self.calls += 1;
         if self.nvml.nvml.is_none() && self.calls.is_multiple_of(SLOW_FACTS_EVERY) {
@@ -283,6 +299,7 @@ impl Gatherer {
                 cpu_cores: self.cpu_cores,
                 ram_mib: self.total_memory() / MIB,
                 disk_gib: free_gib / DISK_GRANULARITY_GIB * DISK_GRANULARITY_GIB,
+                rental_disk_limit: self.disk_limit,
             },
             private: PrivateInventory {
                 // The hostname can change while the agent runs: asked every time (one
@@ -486,6 +503,34 @@ mod tests {
         // Then 100 more, all idle.
         host.write_atomic(Path::new("/proc/stat"), b"cpu  150 0 125 1125 0 0 0 0 0 0\n", 0o444).unwrap();
         assert_eq!(g.metrics().cpu_load_pct, 0.0);
+    }
+
+    /// The disk limit a rental can have is the installer's rule: the mount holding Docker's data
+    /// root is XFS with project quotas; unknown when mountinfo cannot be read.
+    #[test]
+    fn the_inventory_says_whether_a_rentals_disk_can_be_limited() {
+        let line = |fs: &str, opts: &str| {
+            format!(
+                "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                 40 22 8:16 / /var/lib/docker rw,relatime shared:9 - {fs} /dev/sdb rw,{opts}\n"
+            )
+        };
+        for (mountinfo, want) in [
+            (Some(line("xfs", "attr2,inode64,prjquota")), Some(true)),
+            (Some(line("xfs", "attr2,inode64,pquota")), Some(true)),
+            (Some(line("xfs", "attr2,inode64,noquota")), Some(false)),
+            (Some(line("ext4", "errors=remount-ro")), Some(false)),
+            (None, None),
+        ] {
+            let mut h = FakeHost::new()
+                .env_var("GPUM_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+                .space_at("/var/lib/docker", 10 * GIB);
+            if let Some(m) = &mountinfo {
+                h = h.file("/proc/self/mountinfo", m.as_str());
+            }
+            let mut g = Gatherer::new(Arc::new(h));
+            assert_eq!(g.inventory(None).public.rental_disk_limit, want, "{mountinfo:?}");
+        }
     }
 
     #[test]

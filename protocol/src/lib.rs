@@ -143,6 +143,11 @@ pub struct PublicInventory {
     pub ram_mib: u64,
     /// Free space for Docker's data root, in GiB.
     pub disk_gib: u64,
+    /// Whether a rental's disk can have a hard limit here: Docker's data root is on XFS mounted
+    /// with project quotas (what overlay2's `--storage-opt size=` needs). `None` from agents that
+    /// do not say, or when the mounts could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rental_disk_limit: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

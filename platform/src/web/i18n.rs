@@ -231,6 +231,13 @@ gpum_common::texts! {
         Cpu => ("Процессор", "CPU"),
         Ram => ("ОЗУ", "RAM"),
         Disk => ("Диск для Docker", "Disk for Docker"),
+        RentalDiskLimit => ("Предел диска аренды", "A rental's disk limit"),
+        DiskLimitOn => ("есть: XFS с квотами проектов", "enforced: XFS with project quotas"),
+        DiskLimitOff => (
+            "нет: диск аренды ограничен только свободным местом (нужна XFS с квотами проектов)",
+            "not enforced: a rental's disk is bounded only by the free space (needs XFS with project quotas)"
+        ),
+        DiskLimitUnknown => ("неизвестно: агент не сообщил", "unknown: the agent did not say"),
         Hostname => ("Имя компьютера", "Host name"),
         GpuUuids => ("UUID видеокарт", "GPU UUIDs"),
         Os => ("Операционная система", "OS"),

@@ -793,6 +793,11 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
                 (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
                 (row(ctx, Msg::Ram, true, &memory(ctx, inv.public.ram_mib)))
                 (row(ctx, Msg::Disk, true, &fill(ctx.t(Msg::Gib), &[("n", &inv.public.disk_gib.to_string())])))
+                (row(ctx, Msg::RentalDiskLimit, true, ctx.t(match inv.public.rental_disk_limit {
+                    Some(true) => Msg::DiskLimitOn,
+                    Some(false) => Msg::DiskLimitOff,
+                    None => Msg::DiskLimitUnknown,
+                })))
                 tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
                 tr {
                     th { (ctx.t(Msg::GpuUuids)) }
@@ -1438,6 +1443,26 @@ pub(crate) mod tests {
     /// The server's rentals in a table of cards, each cell labelled, in both languages; none: a
     /// line that says so.
     #[test]
+    fn the_server_page_says_whether_a_rentals_disk_can_be_limited() {
+        let mut n = node("node-1");
+        for (limit, en, ru) in [
+            (Some(true), "enforced: XFS with project quotas", "есть: XFS с квотами проектов"),
+            (Some(false), "not enforced: a rental's disk is bounded only", "нет: диск аренды ограничен"),
+            (None, "unknown: the agent did not say", "неизвестно: агент не сообщил"),
+        ] {
+            n.inventory.public.rental_disk_limit = limit;
+            for (lang, want) in [(Lang::En, en), (Lang::Ru, ru)] {
+                let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+                let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
+                assert!(
+                    s.contains(&maud::html! { (want) }.into_string()),
+                    "{lang:?} {limit:?}: {want} in {s}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_server_page_lists_its_rentals_in_both_languages() {
         use gpum_protocol::RentalState::*;
         let n = node("node-1");
@@ -1637,8 +1662,8 @@ pub(crate) mod tests {
     /// Proper names a Russian text may carry in Latin letters: product and program names,
     /// standard abbreviations, the name of the other language on its switch, and keys.
     const LATIN_ALLOWED: &[&str] = &[
-        "gpum", "GPU", "NVIDIA", "CUDA", "Docker", "UUID", "UTC", "ID", "TOTP", "URL", "API", "English",
-        "Enter", "Ctrl", "D", "root",
+        "gpum", "GPU", "NVIDIA", "CUDA", "Docker", "UUID", "UTC", "ID", "TOTP", "URL", "API", "XFS",
+        "English", "Enter", "Ctrl", "D", "root",
     ];
 
     /// What a Russian text may quote verbatim because the owner types or reads it as it is: the
