@@ -218,6 +218,10 @@ CREATE TABLE rentals (
 CREATE INDEX rentals_node ON rentals(node_id, created_at);
 CREATE INDEX rentals_listed ON rentals(node_id, ends_at) WHERE listed = 1;
 "#,
+    // The tunnel (issue 34): the SHA-256 of a rental's tenant credential, when it has ports.
+    r#"
+ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.

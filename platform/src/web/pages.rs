@@ -1414,6 +1414,7 @@ pub(crate) mod tests {
                 env: vec![],
                 command: vec![],
                 ends_at: 1_796_290_406,
+                ports: vec![],
             },
             created_at: 1,
             stopped_at: None,
@@ -1422,6 +1423,7 @@ pub(crate) mod tests {
             exit_code: Some(3),
             reason: reason.map(String::from),
             updated_at: None,
+            tunnel: None,
         }
     }
 
