@@ -265,7 +265,8 @@ async fn stream_task(stream: yamux::Stream, docker: &Docker, rentals: &Rentals, 
         {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => {
-                return refuse(&mut s, Some(&req), format!("the container's port does not answer: {e}")).await;
+                return refuse(&mut s, Some(&req), format!("the container's port does not answer: {e}"))
+                    .await;
             }
             Err(_) => {
                 return refuse(&mut s, Some(&req), "the container's port does not answer in time".into())

@@ -675,6 +675,11 @@ fn authenticate_hash(conn: &Connection, h: &str) -> Result<String, ApiError> {
     ))
 }
 
+/// The node of a live node's token, else the answer a heartbeat would get (the tunnel).
+pub fn node_of_token(conn: &Connection, token: &str) -> Result<String, ApiError> {
+    authenticate_node(conn, token)
+}
+
 /// Authentication only, with no effect: `Ok` for a live node's token, else the answer.
 pub fn check_node_token(conn: &Connection, token: &str) -> Result<(), ApiError> {
     authenticate_node(conn, token).map(|_| ())
