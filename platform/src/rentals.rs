@@ -400,7 +400,9 @@ pub enum Unreachable {
 /// Checks a tenant's credential for rental `id` and whether it can be reached at `now`. The
 /// credential is compared by its SHA-256 (hex, a fixed-length comparison of hashes).
 pub fn reachable(conn: &Connection, now: u64, id: &str, credential: &str) -> Result<Reachable, Unreachable> {
-    let row: Option<(String, String, Option<String>, bool, i64, Option<String>)> = conn
+    /// node_id, spec_json, tunnel_hash, listed, ends_at, state.
+    type Row = (String, String, Option<String>, bool, i64, Option<String>);
+    let row: Option<Row> = conn
         .prepare_cached(
             "SELECT node_id, spec_json, tunnel_hash, listed, ends_at, state FROM rentals WHERE id = ?1",
         )
