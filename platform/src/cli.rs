@@ -134,6 +134,7 @@ struct ServeArgs {
     write_timeout: u64,
     /// Connections one client address (an IPv6 /64) may hold at once; one past it is closed at
     /// once. Default: a sixteenth of --max-connections, at least 8. Terminators are not capped.
+    /// The relay's tenant door (--relay-listen) has its own count under the same cap.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_address: Option<u64>,
     /// The address a TLS terminator connects from (repeatable): all its clients share it, so it
@@ -919,6 +920,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         idle_timeout: Duration::from_secs(args.relay_idle_timeout),
         rate: args.relay_rate,
         max_connections,
+        max_per_address: transport.max_per_address,
+        terminators: transport.terminators.clone(),
         header_timeout: Duration::from_secs(args.header_timeout),
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());

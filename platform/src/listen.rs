@@ -252,21 +252,21 @@ async fn serve_one<I>(
 // ---------------------------------------------------------------------------------------------
 // Connections per address
 
-/// Open connections per client address.
-struct PerAddress {
+/// Open connections per client address (the API's listener, and the relay's tenant door).
+pub(crate) struct PerAddress {
     cap: usize,
     terminators: Vec<Terminator>,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One admitted connection; its address's count goes down when it is dropped.
-struct Held {
+pub(crate) struct Held {
     table: Arc<PerAddress>,
     key: Option<IpAddr>,
 }
 
 impl PerAddress {
-    fn new(cap: usize, terminators: Vec<Terminator>) -> PerAddress {
+    pub(crate) fn new(cap: usize, terminators: Vec<Terminator>) -> PerAddress {
         PerAddress { cap: cap.max(1), terminators, open: Mutex::new(HashMap::new()) }
     }
 
@@ -284,7 +284,7 @@ impl PerAddress {
     }
 
     /// A hold on one more connection for `ip`, or `None` when its address is at the cap.
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
         let key = self.key(ip);
         if let Some(k) = key {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());

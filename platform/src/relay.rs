@@ -8,7 +8,9 @@
 //!
 //! **The tenant's side** ([`serve_tenants`], `serve --relay-listen ADDR`): HTTP `CONNECT
 //! rental-<hex>:<port>` with `Proxy-Authorization: Basic base64(<rental id>:<credential>)`,
-//! TLS with the platform's certificate (plain only on loopback, like the API). In order:
+//! TLS with the platform's certificate (plain only on loopback, like the API). Connections are
+//! capped in all and per client address as on the API's listener (`listen`: one past its
+//! address's cap is closed at once; a TLS terminator's address is not capped). In order:
 //! - a client address blocked by the platform's throttle (wrong tokens, `web::throttle`) gets
 //!   429; a missing, wrong or other rental's credential gets 407 and counts as a wrong token;
 //! - a rental stopped, expired or ended gets 404; a port its spec does not list, 403;
@@ -68,6 +70,11 @@ pub struct RelayConfig {
     pub rate: Option<u64>,
     /// Tenant connections open at once (more wait in the backlog).
     pub max_connections: usize,
+    /// Tenant connections one client address (an IPv6 /64) may hold at once; one past it is
+    /// closed as soon as it is accepted (`serve --max-connections-per-address`, as the API's).
+    pub max_per_address: usize,
+    /// Addresses not capped per address: TLS terminators (`serve --terminator-address`).
+    pub terminators: Vec<crate::listen::Terminator>,
     /// How long a tenant has to send its `CONNECT` (and finish TLS).
     pub header_timeout: Duration,
 }
@@ -79,6 +86,8 @@ impl Default for RelayConfig {
             idle_timeout: Duration::from_secs(600),
             rate: None,
             max_connections: 4096,
+            max_per_address: crate::listen::default_max_per_address(4096),
+            terminators: vec![crate::listen::Terminator::Loopback],
             header_timeout: Duration::from_secs(20),
         }
     }
@@ -280,6 +289,10 @@ pub async fn serve_tenants(
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(t.relay.cfg.max_connections));
+    let per_address = Arc::new(crate::listen::PerAddress::new(
+        t.relay.cfg.max_per_address,
+        t.relay.cfg.terminators.clone(),
+    ));
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(16 * 1024);
     let builder = Arc::new(builder);
@@ -300,10 +313,17 @@ pub async fn serve_tenants(
             },
             () = &mut shutdown => break,
         };
+        // Over its address's cap, a connection is closed at once (and its slot given back), as
+        // on the API's listener: one address cannot hold the relay's connections.
+        let Some(held) = per_address.admit(peer.ip()) else {
+            tracing::debug!("a relay connection over the per-address cap was closed");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let (t, tls, builder) = (t.clone(), tls.clone(), builder.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            let _held = held;
             match tls {
                 None => serve_tenant(stream, peer, &builder, t).await,
                 Some(acceptor) => {
@@ -604,5 +624,51 @@ mod tests {
         r.end_rental("rent-1");
         assert!(a.is_cancelled() && c.is_cancelled());
         assert!(r.enter("rent-1").is_some(), "a fresh count after the end");
+    }
+
+    /// One client address holds at most `max_per_address` tenant connections: the next is closed
+    /// as soon as it is accepted, and a slot given back admits one again.
+    #[tokio::test]
+    async fn relay_tenant_connections_are_capped_per_client_address() {
+        use tokio::net::TcpStream;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
+        // No terminator: loopback is counted like any client here.
+        let cfg = RelayConfig { max_per_address: 2, terminators: vec![], ..Default::default() };
+        let t = Arc::new(Tenants {
+            relay: Arc::new(Relay::new(cfg)),
+            db,
+            clock: Clock::system(),
+            throttle: Arc::default(),
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_tenants(l, None, t, stop.clone().cancelled_owned()));
+        // Closed at once: EOF (or a reset) well before the header timeout.
+        let closed = |mut s: TcpStream| async move {
+            let mut b = [0u8; 1];
+            matches!(tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await, Ok(Ok(0) | Err(_)))
+        };
+        // Served: a CONNECT without a credential is answered 407.
+        let served = |mut s: TcpStream| async move {
+            s.write_all(b"CONNECT rental-00112233445566aa:22 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let mut head = [0u8; 12];
+            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+                .await
+                .is_ok_and(|r| r.is_ok())
+                && &head == b"HTTP/1.1 407"
+        };
+        let a = TcpStream::connect(addr).await.unwrap();
+        let b = TcpStream::connect(addr).await.unwrap();
+        // The two are accepted (and counted) before the third arrives.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(closed(TcpStream::connect(addr).await.unwrap()).await, "the third is closed");
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(served(TcpStream::connect(addr).await.unwrap()).await, "a freed slot admits one");
+        drop(b);
+        stop.cancel();
+        server.await.unwrap();
     }
 }
