@@ -8,7 +8,8 @@
 //! streams toward the agent, which HTTP/2 lets only the client do; each stream has its own flow
 //! window, so a slow tenant or container stalls only its stream, never the agent's memory; it
 //! rides inside one TLS connection through terminators that pass upgrades, where QUIC's UDP
-//! would not). A broken tunnel is dialled again with backoff; a deleted node or a replaced token
+//! would not). No tunnel where a proxy variable is set (its client speaks to no proxy, and
+//! never goes around the owner's). A broken tunnel is dialled again with backoff; a deleted node or a replaced token
 //! ends it ([`crate::client::classify`], the heartbeat's rule; the heartbeat then stops the agent).
 //!
 //! Each stream starts with one JSON line from the relay, [`TunnelOpen`] (a rental and a port);
@@ -172,6 +173,14 @@ type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// serves, dials again after a break (with backoff). Returns only when the platform revoked the
 /// node.
 pub async fn run(platform: Platform, token: Token, docker: Arc<Docker>, rentals: Rentals, now: Clock) {
+    if !platform.can_tunnel() {
+        // Fail closed: the tunnel's client speaks to no proxy, and must not go around the one
+        // the owner set. Tenants get 502 at the relay.
+        warn!(
+            "a rental has ports, but the tunnel cannot go through the HTTP proxy set for the agent; tenants cannot reach this machine's rentals"
+        );
+        return;
+    }
     let mut rentals = rentals;
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
     let mut rng = rand::rngs::StdRng::from_entropy();

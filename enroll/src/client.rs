@@ -111,8 +111,9 @@ pub struct Platform {
     /// heartbeat then goes through reqwest, which speaks to proxies.
     heartbeat: Option<PostClient>,
     /// The tunnel's client (issue 34): the same TLS settings, one connection per tunnel. It
-    /// speaks to no proxy: with a proxy variable set the tunnel still dials directly.
-    tunnel: PostClient,
+    /// speaks to no proxy, and it never goes around one: `None` when a proxy variable is set
+    /// (the tunnel is then unavailable on this machine, [`Platform::can_tunnel`]).
+    tunnel: Option<PostClient>,
 }
 
 /// The connection of an established tunnel: the upgraded HTTP/1.1 connection.
@@ -142,8 +143,14 @@ impl Platform {
                     .map_err(|e| CallError::Transport(e.to_string()))?,
             )
         };
-        let tunnel = PostClient::new(&format!("{server}{PATH_TUNNEL}"), &opts)
-            .map_err(|e| CallError::Transport(e.to_string()))?;
+        let tunnel = if proxy_in_env() {
+            None
+        } else {
+            Some(
+                PostClient::new(&format!("{server}{PATH_TUNNEL}"), &opts)
+                    .map_err(|e| CallError::Transport(e.to_string()))?,
+            )
+        };
         Ok(Platform { http, server, heartbeat, tunnel })
     }
 
@@ -151,8 +158,11 @@ impl Platform {
     /// the node's token. Any other answer is an error that [`classify`] judges as it judges a
     /// heartbeat's (a deleted node or a replaced token is final).
     pub async fn tunnel(&self, token: &Token) -> Result<TunnelIo, CallError> {
-        let up = self.tunnel.upgrade(TUNNEL_UPGRADE, token.expose(), MAX_ANSWER_BYTES).await.map_err(
-            |e| match e {
+        let Some(tunnel) = &self.tunnel else {
+            return Err(CallError::Transport("the tunnel does not go through an HTTP proxy".into()));
+        };
+        let up =
+            tunnel.upgrade(TUNNEL_UPGRADE, token.expose(), MAX_ANSWER_BYTES).await.map_err(|e| match e {
                 PostError::Timeout => CallError::Timeout,
                 PostError::TooLarge(max) => {
                     CallError::Decode(format!("the answer is larger than {max} bytes"))
@@ -160,8 +170,7 @@ impl Platform {
                 PostError::Transport(s) => {
                     CallError::Transport(truncate(&format!("error opening the tunnel: {s}"), 300))
                 }
-            },
-        )?;
+            })?;
         match up {
             Upgrade::Switched(io) => Ok(io),
             Upgrade::Refused(PostAnswer { status, headers, body }) => {
@@ -177,6 +186,12 @@ impl Platform {
                 }
             }
         }
+    }
+
+    /// Whether this machine can open the tunnel: not while a proxy variable is set, since the
+    /// tunnel's client speaks to no proxy and must not go around the one the owner configured.
+    pub fn can_tunnel(&self) -> bool {
+        self.tunnel.is_some()
     }
 
     pub fn server(&self) -> &str {
