@@ -1254,6 +1254,7 @@ mod tests {
             env: vec![],
             command: vec![],
             ends_at: 2_000_000_000,
+            ports: vec![],
         };
         let mut removed = Vec::new();
         for _ in 0..10 {

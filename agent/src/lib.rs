@@ -27,4 +27,5 @@ pub mod run;
 pub mod smoke;
 pub mod status;
 pub mod text;
+pub mod tunnel;
 pub mod uninstall;

@@ -224,6 +224,10 @@ struct Agent {
     desired: Option<Vec<RentalSpec>>,
     /// The GPU check between rentals and the quarantine ([`gpucheck`]), shared with the runner.
     gpus: gpucheck::Guard,
+    /// The tunnel (issue 34, [`crate::tunnel`]): the platform's last list, and the task,
+    /// started at the first list that has a rental with ports.
+    tunnel_desired: tokio::sync::watch::Sender<Arc<Vec<RentalSpec>>>,
+    tunnel_task: Option<JoinHandle<()>>,
 }
 
 /// Runs the service until it stops; returns the exit code.
@@ -316,6 +320,8 @@ impl Agent {
             rental_runner,
             desired: None,
             gpus,
+            tunnel_desired: tokio::sync::watch::channel(Arc::new(Vec::new())).0,
+            tunnel_task: None,
         }
     }
 
@@ -528,6 +534,7 @@ impl Agent {
             self.rentals.acked(&rentals_sent);
             self.desired = Some(ans.body.rentals.clone());
             self.gpus.set_probe_image(ans.body.probe_image.clone());
+            self.feed_tunnel(&ans.body.rentals);
         }
         self.docker_version = docker_version;
         if listed {
@@ -636,6 +643,28 @@ impl Agent {
             }
             Err(_) => warn!("the node was deleted: tearing its rentals down took too long"),
         }
+    }
+
+    /// Hands the platform's list to the tunnel, and starts the tunnel's task at the first list
+    /// with a rental that has ports (it then dials only while such a rental runs here).
+    fn feed_tunnel(&mut self, desired: &[RentalSpec]) {
+        self.tunnel_desired.send_if_modified(|d| {
+            let changed = d.as_slice() != desired;
+            if changed {
+                *d = Arc::new(desired.to_vec());
+            }
+            changed
+        });
+        let Some(docker) = self.docker.clone() else { return };
+        if self.tunnel_task.is_some() || !desired.iter().any(|s| !s.ports.is_empty()) {
+            return;
+        }
+        let rentals =
+            crate::tunnel::Rentals { desired: self.tunnel_desired.subscribe(), book: self.rentals.clone() };
+        let host = self.host.clone();
+        let now = Arc::new(move || crate::state::unix(host.now()));
+        let (platform, token) = (self.platform.clone(), self.cfg.token.clone());
+        self.tunnel_task = Some(tokio::spawn(crate::tunnel::run(platform, token, docker, rentals, now)));
     }
 
     /// Writes `state.json` as the core asked ([`Action::WriteState`]).

@@ -11,11 +11,11 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use gpum_host::http::{
-    ClientOptions, PostAnswer, PostClient, PostError, client_for, error_chain, proxy_in_env,
+    ClientOptions, PostAnswer, PostClient, PostError, Upgrade, client_for, error_chain, proxy_in_env,
 };
 use gpum_protocol::{
     EnrollRequest, EnrollResponse, ErrorBody, ErrorCode, HeartbeatRequest, HeartbeatResponse, PATH_ENROLL,
-    PATH_HEARTBEAT, PATH_REGISTER, RegisterRequest, RegisterResponse,
+    PATH_HEARTBEAT, PATH_REGISTER, PATH_TUNNEL, RegisterRequest, RegisterResponse, TUNNEL_UPGRADE,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -110,7 +110,14 @@ pub struct Platform {
     /// rustls, without reqwest's layers), made once. `None` when a proxy variable is set; the
     /// heartbeat then goes through reqwest, which speaks to proxies.
     heartbeat: Option<PostClient>,
+    /// The tunnel's client (issue 34): the same TLS settings, one connection per tunnel. It
+    /// speaks to no proxy, and it never goes around one: `None` when a proxy variable is set
+    /// (the tunnel is then unavailable on this machine, [`Platform::can_tunnel`]).
+    tunnel: Option<PostClient>,
 }
+
+/// The connection of an established tunnel: the upgraded HTTP/1.1 connection.
+pub type TunnelIo = gpum_host::http::UpgradedIo;
 
 impl Platform {
     /// A client for `server` (https, or http to loopback), trusting `extra_roots_pem` besides
@@ -136,7 +143,55 @@ impl Platform {
                     .map_err(|e| CallError::Transport(e.to_string()))?,
             )
         };
-        Ok(Platform { http, server, heartbeat })
+        let tunnel = if proxy_in_env() {
+            None
+        } else {
+            Some(
+                PostClient::new(&format!("{server}{PATH_TUNNEL}"), &opts)
+                    .map_err(|e| CallError::Transport(e.to_string()))?,
+            )
+        };
+        Ok(Platform { http, server, heartbeat, tunnel })
+    }
+
+    /// Opens the tunnel (issue 34): `GET` [`PATH_TUNNEL`] upgraded to [`TUNNEL_UPGRADE`] with
+    /// the node's token. Any other answer is an error that [`classify`] judges as it judges a
+    /// heartbeat's (a deleted node or a replaced token is final).
+    pub async fn tunnel(&self, token: &Token) -> Result<TunnelIo, CallError> {
+        let Some(tunnel) = &self.tunnel else {
+            return Err(CallError::Transport("the tunnel does not go through an HTTP proxy".into()));
+        };
+        let up =
+            tunnel.upgrade(TUNNEL_UPGRADE, token.expose(), MAX_ANSWER_BYTES).await.map_err(|e| match e {
+                PostError::Timeout => CallError::Timeout,
+                PostError::TooLarge(max) => {
+                    CallError::Decode(format!("the answer is larger than {max} bytes"))
+                }
+                PostError::Transport(s) => {
+                    CallError::Transport(truncate(&format!("error opening the tunnel: {s}"), 300))
+                }
+            })?;
+        match up {
+            Upgrade::Switched(io) => Ok(io),
+            Upgrade::Refused(PostAnswer { status, headers, body }) => {
+                let content_type = headers
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                match answer::<serde_json::Value>(status, None, &content_type, &body, 0) {
+                    // A 2xx that is not 101: the server does not speak the tunnel.
+                    Ok(_) => Err(CallError::Foreign { status, content_type: truncate(&content_type, 60) }),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Whether this machine can open the tunnel: not while a proxy variable is set, since the
+    /// tunnel's client speaks to no proxy and must not go around the one the owner configured.
+    pub fn can_tunnel(&self) -> bool {
+        self.tunnel.is_some()
     }
 
     pub fn server(&self) -> &str {

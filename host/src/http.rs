@@ -277,10 +277,61 @@ impl PostClient {
         req
     }
 
+    /// `GET` with `Connection: Upgrade` and `Upgrade: <protocol>` (the agent's tunnel, issue 34),
+    /// on a connection of its own, never the kept one: on `101` the connection is handed over
+    /// whole ([`Upgrade::Switched`]); any other answer is read (at most `max` bytes) and given
+    /// back ([`Upgrade::Refused`]). Connecting and the answer's head are bounded by the timeout.
+    pub async fn upgrade(&self, protocol: &str, bearer: &str, max: usize) -> Result<Upgrade, PostError> {
+        let mut auth = http::HeaderValue::try_from(format!("Bearer {bearer}"))
+            .map_err(|_| PostError::Transport("the token is not a valid header value".into()))?;
+        auth.set_sensitive(true);
+        let proto = http::HeaderValue::try_from(protocol)
+            .map_err(|_| PostError::Transport("the protocol is not a valid header value".into()))?;
+        let call = async {
+            let mut sender = self.connect_upgradable().await?;
+            let mut req = http::Request::new(http_body_util::Full::new(bytes::Bytes::new()));
+            *req.uri_mut() = self.path.clone();
+            let h = req.headers_mut();
+            h.insert(http::header::HOST, self.host_header.clone());
+            h.insert(http::header::USER_AGENT, self.user_agent.clone());
+            h.insert(http::header::CONNECTION, http::HeaderValue::from_static("upgrade"));
+            h.insert(http::header::UPGRADE, proto);
+            h.insert(http::header::AUTHORIZATION, auth);
+            let res = sender.send_request(req).await.map_err(|e| PostError::Transport(error_chain(&e)))?;
+            if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                let io = hyper::upgrade::on(res).await.map_err(|e| PostError::Transport(error_chain(&e)))?;
+                return Ok(Upgrade::Switched(hyper_util::rt::TokioIo::new(io)));
+            }
+            let (parts, body) = res.into_parts();
+            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max))
+                .await
+                .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
+                    Ok(_) => PostError::TooLarge(max),
+                    Err(e) => PostError::Transport(error_chain(e.as_ref())),
+                })?
+                .to_bytes();
+            Ok(Upgrade::Refused(PostAnswer {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body: body.to_vec(),
+            }))
+        };
+        tokio::time::timeout(self.timeout, call).await.map_err(|_| PostError::Timeout)?
+    }
+
     /// A new connection: each address the name resolves to in turn (each within the connect
     /// timeout), TCP_NODELAY, TLS when https, then HTTP/1.1. Its connection task runs until the
     /// server closes it or the client drops it.
     async fn connect(&self) -> Result<Sender, PostError> {
+        self.connect_with(false).await
+    }
+
+    /// A new connection whose task allows an upgrade (see [`PostClient::upgrade`]).
+    async fn connect_upgradable(&self) -> Result<Sender, PostError> {
+        self.connect_with(true).await
+    }
+
+    async fn connect_with(&self, upgrades: bool) -> Result<Sender, PostError> {
         let t = &self.target;
         let failed =
             |e: &dyn std::fmt::Display| PostError::Transport(format!("error trying to connect: {e}"));
@@ -321,15 +372,26 @@ impl PostClient {
             Some((connector, name)) => {
                 let s = connector.connect(name.clone(), tcp).await.map_err(|e| failed(&error_chain(&e)))?;
                 tracing::trace!(version = ?s.get_ref().1.protocol_version(), "TLS handshake done");
-                handshake(s).await
+                handshake(s, upgrades).await
             }
-            None => handshake(tcp).await,
+            None => handshake(tcp, upgrades).await,
         }
     }
 }
 
-/// HTTP/1.1 over `io`, its connection task spawned.
-async fn handshake<T>(io: T) -> Result<Sender, PostError>
+/// An upgraded connection, as tokio's reader and writer.
+pub type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// What [`PostClient::upgrade`] got.
+pub enum Upgrade {
+    /// `101`: the connection, now the new protocol's.
+    Switched(UpgradedIo),
+    /// Any other answer, read whole.
+    Refused(PostAnswer),
+}
+
+/// HTTP/1.1 over `io`, its connection task spawned (allowing an upgrade when `upgrades`).
+async fn handshake<T>(io: T, upgrades: bool) -> Result<Sender, PostError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
@@ -338,8 +400,9 @@ where
         .map_err(|e| PostError::Transport(error_chain(&e)))?;
     tokio::spawn(async move {
         // Ends when the server closes the connection or the last sender is dropped; either way
-        // the next request opens a new one.
-        let r = conn.await;
+        // the next request opens a new one. An upgraded connection's task ends when it hands
+        // the connection over.
+        let r = if upgrades { conn.with_upgrades().await } else { conn.await };
         tracing::trace!(error = r.err().map(|e| error_chain(&e)), "connection closed");
     });
     Ok(sender)

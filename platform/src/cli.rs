@@ -134,6 +134,7 @@ struct ServeArgs {
     write_timeout: u64,
     /// Connections one client address (an IPv6 /64) may hold at once; one past it is closed at
     /// once. Default: a sixteenth of --max-connections, at least 8. Terminators are not capped.
+    /// The relay's tenant door (--relay-listen) has its own count under the same cap.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_address: Option<u64>,
     /// The address a TLS terminator connects from (repeatable): all its clients share it, so it
@@ -145,6 +146,21 @@ struct ServeArgs {
     /// needs more waits for it, within --body-timeout.
     #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     body_memory: u64,
+    /// Also serve the tunnel relay for tenants on ADDR (issue 34): `CONNECT rental-<id>:<port>`
+    /// with the rental's credential. TLS with --tls-cert/--tls-key; plain only with
+    /// --insecure-http, on a loopback address.
+    #[arg(long, value_name = "ADDR")]
+    relay_listen: Option<SocketAddr>,
+    /// Bytes per second one rental's tunnel streams may carry together (both directions);
+    /// unlimited when not given.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
+    relay_rate: Option<u64>,
+    /// Streams one rental may hold open at once through the relay.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    relay_max_streams: u64,
+    /// Seconds a relay stream may carry no byte either way before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    relay_idle_timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +324,9 @@ struct CreateRentalArgs {
     /// For how long: 24h, 30m, 7d or seconds.
     #[arg(long, value_name = "D", value_parser = parse_duration)]
     duration: Option<u64>,
+    /// A container port the tenant reaches through the relay (repeat for more; at most 8).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    port: Vec<u16>,
     /// The command and its arguments, after `--` (none: the image's own).
     #[arg(last = true)]
     command: Vec<String>,
@@ -336,6 +355,7 @@ impl CreateRentalArgs {
             command: self.command.clone(),
             ends_at: self.ends_at,
             duration_secs: self.duration,
+            ports: self.port.clone(),
         })
     }
 }
@@ -729,6 +749,13 @@ fn human_rentals(list: &[gpum_protocol::RentalSummary]) -> String {
             Escaped(r.reason.as_deref().unwrap_or(""))
         ));
     }
+    // Only `rentals create` of a rental with ports has it: shown this once.
+    for t in list.iter().filter_map(|r| r.tunnel.as_ref()) {
+        s.push_str(&format!("\ntunnel credential (shown only now): {}", t.credential));
+        for p in &t.ports {
+            s.push_str(&format!("\n  port {}: CONNECT {}", p.port, p.target));
+        }
+    }
     s
 }
 
@@ -851,8 +878,23 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
     let ckpt = store::open(&db_path)?;
+    if let Some(r) = args.relay_listen
+        && tls.is_none()
+        && !r.ip().is_loopback()
+    {
+        bail!("--relay-listen without TLS is allowed only on a loopback address, not {r}");
+    }
     let listener =
         std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
+    let relay_listener = match args.relay_listen {
+        Some(r) => {
+            let l =
+                std::net::TcpListener::bind(r).with_context(|| format!("listen on {r} (--relay-listen)"))?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        }
+        None => None,
+    };
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let public_url =
@@ -873,6 +915,16 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         terminators: terminators(&args.terminator_address)?,
         body_memory: usize::try_from(args.body_memory).unwrap_or(usize::MAX).saturating_mul(1024 * 1024),
     };
+    let relay = Arc::new(crate::relay::Relay::new(crate::relay::RelayConfig {
+        max_streams_per_rental: usize::try_from(args.relay_max_streams).unwrap_or(64),
+        idle_timeout: Duration::from_secs(args.relay_idle_timeout),
+        rate: args.relay_rate,
+        max_connections,
+        max_per_address: transport.max_per_address,
+        terminators: transport.terminators.clone(),
+        header_timeout: Duration::from_secs(args.header_timeout),
+    }));
+    let throttle = Arc::new(crate::web::throttle::Throttle::default());
     let db = crate::db::Db::start(conn);
     db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
     let state = Arc::new(AppState {
@@ -885,6 +937,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             public_url,
             body_timeout: Duration::from_secs(args.body_timeout),
         },
+        relay: relay.clone(),
+        throttle: throttle.clone(),
     });
 
     let _ = tracing_subscriber::fmt()
@@ -919,6 +973,17 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let st = state.clone();
     let res = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        if let Some(l) = relay_listener {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tracing::info!(addr = %l.local_addr()?, tls = acceptor.is_some(), "relay listening");
+            let tenants = Arc::new(crate::relay::Tenants {
+                relay,
+                db: state.db.clone(),
+                clock: state.clock.clone(),
+                throttle,
+            });
+            tokio::spawn(crate::relay::serve_tenants(l, acceptor.clone(), tenants, shutdown_signal()));
+        }
         announce(acceptor.is_some(), addr)?;
         crate::listen::serve(listener, acceptor, server::router(state), transport, shutdown_signal()).await?;
         Ok::<(), anyhow::Error>(())

@@ -23,6 +23,7 @@ pub mod db;
 pub mod error;
 pub mod install;
 pub mod listen;
+pub mod relay;
 pub mod rentable;
 pub mod rentals;
 pub mod server;

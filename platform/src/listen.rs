@@ -41,7 +41,6 @@ use std::time::Duration;
 use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -157,7 +156,10 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(t.max_connections));
     let per_address = Arc::new(PerAddress::new(t.max_per_address, t.terminators.clone()));
     let app = app.layer(Extension(BodyBudget::new(t.body_memory)));
-    let graceful = GracefulShutdown::new();
+    // Connections are told to finish through `stop` and counted by `tracker` (hyper-util's
+    // graceful watcher cannot watch a connection that may be upgraded: the agent's tunnel).
+    let stop = tokio_util::sync::CancellationToken::new();
+    let tracker = tokio_util::task::TaskTracker::new();
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(t.header_timeout).max_buf_size(64 * 1024);
     let builder = Arc::new(builder);
@@ -189,12 +191,12 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let stream = WriteBound::new(stream, t.write_timeout);
-        let watcher = graceful.watcher();
+        let watcher = stop.clone();
         let builder = builder.clone();
         let app = app.clone();
         let tls = tls.clone();
         let header_timeout = t.header_timeout;
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             let _permit = permit;
             let _held = held;
             match tls {
@@ -208,7 +210,9 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
+    stop.cancel();
+    tracker.close();
+    if tokio::time::timeout(GRACE, tracker.wait()).await.is_err() {
         tracing::info!("connections still open after {GRACE:?}; closing them");
     }
     Ok(())
@@ -221,7 +225,7 @@ async fn serve_one<I>(
     peer: std::net::SocketAddr,
     builder: &http1::Builder,
     app: Router,
-    watcher: hyper_util::server::graceful::Watcher,
+    stop: tokio_util::sync::CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -230,8 +234,17 @@ async fn serve_one<I>(
         req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
         hyper::service::Service::call(&app, req)
     });
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
-    if let Err(e) = watcher.watch(conn).await {
+    // Upgrades are allowed: the agent's tunnel (`relay`) takes its connection over after `101`.
+    let conn = builder.serve_connection(TokioIo::new(io), svc).with_upgrades();
+    tokio::pin!(conn);
+    let r = tokio::select! {
+        r = conn.as_mut() => r,
+        () = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = r {
         tracing::debug!("connection: {e}");
     }
 }
@@ -239,21 +252,21 @@ async fn serve_one<I>(
 // ---------------------------------------------------------------------------------------------
 // Connections per address
 
-/// Open connections per client address.
-struct PerAddress {
+/// Open connections per client address (the API's listener, and the relay's tenant door).
+pub(crate) struct PerAddress {
     cap: usize,
     terminators: Vec<Terminator>,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One admitted connection; its address's count goes down when it is dropped.
-struct Held {
+pub(crate) struct Held {
     table: Arc<PerAddress>,
     key: Option<IpAddr>,
 }
 
 impl PerAddress {
-    fn new(cap: usize, terminators: Vec<Terminator>) -> PerAddress {
+    pub(crate) fn new(cap: usize, terminators: Vec<Terminator>) -> PerAddress {
         PerAddress { cap: cap.max(1), terminators, open: Mutex::new(HashMap::new()) }
     }
 
@@ -271,7 +284,7 @@ impl PerAddress {
     }
 
     /// A hold on one more connection for `ip`, or `None` when its address is at the cap.
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
         let key = self.key(ip);
         if let Some(k) = key {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());

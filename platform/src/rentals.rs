@@ -22,7 +22,8 @@
 
 use gpum_protocol::{
     CreateRentalRequest, ErrorCode, NodeEventKind, NodeSummary, RentableState, RentalList, RentalReport,
-    RentalSpec, RentalState, RentalSummary, limits,
+    RentalSpec, RentalState, RentalSummary, TUNNEL_CREDENTIAL_PREFIX, TunnelAccess, TunnelPort, limits,
+    tunnel_target,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -207,6 +208,15 @@ pub fn check_request(req: &CreateRentalRequest) -> Result<(), ApiError> {
             )));
         }
     }
+    if req.ports.len() > limits::MAX_RENTAL_PORTS {
+        return Err(invalid(format!("ports: at most {}", limits::MAX_RENTAL_PORTS)));
+    }
+    if req.ports.contains(&0) {
+        return Err(invalid("ports: each 1 to 65535"));
+    }
+    if req.ports.iter().enumerate().any(|(i, p)| req.ports[..i].contains(p)) {
+        return Err(invalid("ports: each port once"));
+    }
     if req.command.len() > limits::MAX_RENTAL_ARGS {
         return Err(invalid(format!("command: at most {} arguments", limits::MAX_RENTAL_ARGS)));
     }
@@ -336,16 +346,23 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
         env: req.env.clone(),
         command: req.command.clone(),
         ends_at,
+        ports: req.ports.clone(),
     };
+    // The tenant's credential for the relay (issue 34): shown once, in this answer; the
+    // database keeps only its SHA-256, like every other secret.
+    let credential =
+        (!spec.ports.is_empty()).then(|| format!("{TUNNEL_CREDENTIAL_PREFIX}{}", store::new_token()));
     conn.prepare_cached(
-        "INSERT INTO rentals (id, node_id, spec_json, created_at, ends_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO rentals (id, node_id, spec_json, created_at, ends_at, tunnel_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![
         spec.id,
         req.node_id,
         serde_json::to_string(&spec)?,
         now as i64,
-        ends_at as i64
+        ends_at as i64,
+        credential.as_deref().map(store::hash_secret),
     ])?;
     // The heartbeat looks rentals up only until the latest end (an upper bound: a stopped one
     // costs a lookup that finds nothing, never a missed rental).
@@ -354,7 +371,68 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
     )?
     .execute(params![ends_at as i64, req.node_id])?;
     record(conn, &req.node_id, now, NodeEventKind::RentalCreated, &spec.id, &spec.image)?;
-    show(conn, now, &spec.id, &Scope::All)
+    let mut created = show(conn, now, &spec.id, &Scope::All)?;
+    created.tunnel = credential.map(|credential| TunnelAccess {
+        credential,
+        ports: spec
+            .ports
+            .iter()
+            .map(|&port| TunnelPort { port, target: tunnel_target(&spec.id, port) })
+            .collect(),
+    });
+    Ok(created)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The relay's lookups (issue 34)
+
+/// A rental a tenant may reach through the relay now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reachable {
+    pub node_id: String,
+    pub ports: Vec<u16>,
+}
+
+/// Why the relay refuses a tenant's `CONNECT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreachable {
+    /// No such rental, no credential, or not this one: 407, counted as a wrong token.
+    WrongCredential,
+    /// The credential is right, but the rental is stopped, expired or ended: 404.
+    Ended,
+}
+
+/// Checks a tenant's credential for rental `id` and whether it can be reached at `now`. The
+/// credential is compared by its SHA-256 (hex, a fixed-length comparison of hashes).
+pub fn reachable(conn: &Connection, now: u64, id: &str, credential: &str) -> Result<Reachable, Unreachable> {
+    /// node_id, spec_json, tunnel_hash, listed, ends_at, state.
+    type Row = (String, String, Option<String>, bool, i64, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT node_id, spec_json, tunnel_hash, listed, ends_at, state FROM rentals WHERE id = ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+            })
+            .optional()
+        })
+        .map_err(|e| {
+            tracing::warn!(error = %e, "relay: could not look a rental up");
+            Unreachable::Ended
+        })?;
+    let Some((node_id, spec_json, Some(hash), listed, ends_at, state)) = row else {
+        return Err(Unreachable::WrongCredential);
+    };
+    if !credential.starts_with(TUNNEL_CREDENTIAL_PREFIX) || store::hash_secret(credential) != hash {
+        return Err(Unreachable::WrongCredential);
+    }
+    let ended = matches!(state.as_deref(), Some("gone" | "failed" | "exited" | "stopping"));
+    if !listed || ends_at <= now as i64 || ended {
+        return Err(Unreachable::Ended);
+    }
+    let spec: RentalSpec = serde_json::from_str(&spec_json).map_err(|_| Unreachable::Ended)?;
+    Ok(Reachable { node_id, ports: spec.ports })
 }
 
 /// The node as the list shows it, with its verdict.
@@ -390,6 +468,7 @@ fn summary(r: &rusqlite::Row<'_>, now: u64) -> rusqlite::Result<(RentalSummary, 
                 env: Vec::new(),
                 command: Vec::new(),
                 ends_at: 0,
+                ports: Vec::new(),
             },
             created_at: r.get::<_, i64>(2)?.max(0) as u64,
             stopped_at: t(r.get(3)?),
@@ -398,6 +477,7 @@ fn summary(r: &rusqlite::Row<'_>, now: u64) -> rusqlite::Result<(RentalSummary, 
             exit_code: r.get(7)?,
             reason: r.get(8)?,
             updated_at: t(r.get(9)?),
+            tunnel: None,
         },
         spec_json,
     ))

@@ -26,7 +26,7 @@ use gpum_protocol::{
     InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
     PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
     PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
-    PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, QueueCommandRequest, RegisterRequest,
+    PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, PATH_TUNNEL, QueueCommandRequest, RegisterRequest,
     RentalRegistries, SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest,
     UpdateNodeRequest, UpdateOwnerRequest,
 };
@@ -51,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", PATH_ENROLL),
     ("POST", PATH_REGISTER),
     ("POST", PATH_HEARTBEAT),
+    ("GET", PATH_TUNNEL),
     ("POST", PATH_ADMIN_JOIN_CODES),
     ("GET", PATH_ADMIN_NODES),
     ("PATCH", "/api/v1/admin/nodes/{id}"),
@@ -100,13 +101,17 @@ pub struct AppState {
     pub db: Db,
     pub clock: Clock,
     pub cfg: Config,
+    /// The agents' tunnels and the tenants' streams (issue 34).
+    pub relay: Arc<crate::relay::Relay>,
+    /// Wrong admin tokens, passwords, API keys and relay credentials, per client address.
+    pub throttle: Arc<Throttle>,
 }
 
 type St = State<Arc<AppState>>;
 
 pub fn router(state: Arc<AppState>) -> Router {
     // One budget of wrong admin tokens per client address, for the admin API and the sign-in.
-    let throttle = Arc::new(Throttle::default());
+    let throttle = state.throttle.clone();
     let admin = Router::new()
         .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
         .route(PATH_ADMIN_NODES, get(list_nodes))
@@ -141,6 +146,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_ENROLL, post(enroll))
         .route(PATH_REGISTER, post(register))
         .route(PATH_HEARTBEAT, post(heartbeat))
+        .route(PATH_TUNNEL, get(tunnel))
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
         .merge(admin)
@@ -406,6 +412,39 @@ async fn heartbeat(State(st): St, req: Request) -> Result<Response, ApiError> {
     Ok(Json(r).into_response())
 }
 
+/// The agent's tunnel (issue 34, `relay`): the node's token as for a heartbeat (a deleted node or
+/// a replaced token hears so), `Upgrade: gpum-tunnel`, then `101` and the connection is the
+/// relay's.
+async fn tunnel(State(st): St, mut req: Request) -> Result<Response, ApiError> {
+    let token = bearer(req.headers())
+        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?
+        .to_owned();
+    let node_id = st.db.call(move |c| store::node_of_token(c, &token)).await?;
+    let asks = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(gpum_protocol::TUNNEL_UPGRADE));
+    if !asks {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the tunnel needs Connection: Upgrade and Upgrade: {}", gpum_protocol::TUNNEL_UPGRADE),
+        ));
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let relay = st.relay.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(io) => relay.attach(node_id, hyper_util::rt::TokioIo::new(io)).await,
+            Err(e) => tracing::debug!(error = %e, "the tunnel did not switch"),
+        }
+    });
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    resp.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(gpum_protocol::TUNNEL_UPGRADE));
+    Ok(resp)
+}
+
 /// For a heartbeat whose body is bad: the revocation or authentication answer if there is one
 /// (without recording anything), else the body's error.
 async fn revocation_or(st: &AppState, token: &str, body_err: ApiError) -> ApiError {
@@ -450,6 +489,7 @@ async fn delete_node(
     let now = st.clock.now();
     let i = id.clone();
     st.db.call(move |c| store::delete_node(c, now, &i, &scope)).await?;
+    st.relay.end_node(&id);
     Ok(Json(NodeDeleted { deleted: id }).into_response())
 }
 
@@ -588,7 +628,11 @@ async fn show_rental(
 
 async fn stop_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| crate::rentals::stop(c, now, &id)).await?).into_response())
+    let rid = id.clone();
+    let r = st.db.call(move |c| crate::rentals::stop(c, now, &rid)).await?;
+    // Its tenants' streams close now, not when the agent next hears of it.
+    st.relay.end_rental(&id);
+    Ok(Json(r).into_response())
 }
 
 async fn set_known_containers(
@@ -759,6 +803,8 @@ mod tests {
                 public_url: "http://127.0.0.1:1".into(),
                 body_timeout: Duration::from_secs(30),
             },
+            relay: Arc::new(crate::relay::Relay::new(Default::default())),
+            throttle: Arc::default(),
         });
         let app = router(state);
         let call = |method: &str, path: &str| {

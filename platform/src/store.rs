@@ -224,6 +224,10 @@ CREATE INDEX rentals_listed ON rentals(node_id, ends_at) WHERE listed = 1;
     r#"
 ALTER TABLE nodes ADD COLUMN quarantine_json TEXT;
 "#,
+    // The tunnel (issue 34): the SHA-256 of a rental's tenant credential, when it has ports.
+    r#"
+ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
+"#,
 ];
 
 /// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
@@ -675,6 +679,11 @@ fn authenticate_hash(conn: &Connection, h: &str) -> Result<String, ApiError> {
         ErrorCode::TokenReplaced,
         "this node's token was replaced; the agent stops. Create a new join code and run the installer again",
     ))
+}
+
+/// The node of a live node's token, else the answer a heartbeat would get (the tunnel).
+pub fn node_of_token(conn: &Connection, token: &str) -> Result<String, ApiError> {
+    authenticate_node(conn, token)
 }
 
 /// Authentication only, with no effect: `Ok` for a live node's token, else the answer.

@@ -40,6 +40,13 @@ pub const PATH_ADMIN_RENTAL_REGISTRIES: &str = "/api/v1/admin/rental-registries"
 pub const PATH_INSTALL_SH: &str = "/install.sh";
 /// Downloads: `/dl/<file>` (the installer, the agent, their `.sha256` and `.sig`).
 pub const PATH_DOWNLOADS: &str = "/dl";
+/// The agent's tunnel (issue 34): `GET` with `Upgrade: gpum-tunnel` and the node's bearer token;
+/// `101` and then yamux over the connection (docs/protocol.md, "The tunnel").
+pub const PATH_TUNNEL: &str = "/api/v1/agent/tunnel";
+/// The `Upgrade` protocol token of [`PATH_TUNNEL`].
+pub const TUNNEL_UPGRADE: &str = "gpum-tunnel";
+/// The prefix of a rental's tunnel credential: `gpumt_` and 64 hex digits (256 random bits).
+pub const TUNNEL_CREDENTIAL_PREFIX: &str = "gpumt_";
 
 /// `/api/v1/admin/nodes/{id}`: DELETE removes the node.
 pub fn path_admin_node(id: &str) -> String {
@@ -129,6 +136,11 @@ pub mod limits {
     pub const MAX_RENTAL_ARG_BYTES: usize = 4096;
     /// Rental reports in one heartbeat request: the live ones and those that ended since.
     pub const MAX_RENTAL_REPORTS: usize = 2 * MAX_RENTALS_PER_NODE;
+    /// Container ports one rental exposes through the tunnel.
+    pub const MAX_RENTAL_PORTS: usize = 8;
+    /// The first line of a tunnel stream ([`super::TunnelOpen`], [`super::TunnelReply`]), in
+    /// bytes with its newline: a longer one is refused.
+    pub const MAX_TUNNEL_LINE: usize = 512;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -979,6 +991,10 @@ pub struct RentalSpec {
     pub command: Vec<String>,
     /// Unix seconds: the agent stops the rental then, whatever the platform says later.
     pub ends_at: u64,
+    /// The container ports a tenant may reach through the tunnel (issue 34); the agent connects
+    /// to no other. Empty (also from an older platform): no tunnel.
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1047,6 +1063,10 @@ pub struct CreateRentalRequest {
     pub ends_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_secs: Option<u64>,
+    /// Container ports the tenant reaches through the relay: at most
+    /// [`limits::MAX_RENTAL_PORTS`], each 1–65535, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
 }
 
 /// A rental as the operator sees it: what the platform asks of the node, and what its agent
@@ -1069,6 +1089,48 @@ pub struct RentalSummary {
     pub reason: Option<String>,
     /// Unix seconds of the last change of `state`.
     pub updated_at: Option<u64>,
+    /// Only in the answer that created a rental with ports: how the tenant reaches them. The
+    /// platform keeps only the credential's SHA-256; it is never shown again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelAccess>,
+}
+
+/// A rental's tenant access through the relay (issue 34).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelAccess {
+    /// `gpumt_` and 64 hex digits: the password of `Proxy-Authorization: Basic`, with the
+    /// rental's id as the user.
+    pub credential: String,
+    pub ports: Vec<TunnelPort>,
+}
+
+/// One exposed port: the `CONNECT` target a tenant names at the relay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelPort {
+    pub port: u16,
+    /// `rental-<id without rent->:<port>`.
+    pub target: String,
+}
+
+/// The `CONNECT` target of a rental's port at the relay: `rental-<hex>:<port>`.
+pub fn tunnel_target(rental_id: &str, port: u16) -> String {
+    format!("rental-{}:{port}", rental_id.strip_prefix("rent-").unwrap_or(rental_id))
+}
+
+/// The first line the relay writes on a tunnel stream (JSON, then `\n`): which rental's port
+/// the tenant asked for. It names no address: the agent finds the rental's container itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelOpen {
+    pub rental: String,
+    pub port: u16,
+}
+
+/// The agent's answer line on a tunnel stream; after `ok`, bytes flow both ways.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelReply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `PUT /api/v1/admin/rental-registries`: `host` or `host:port` each; `None` goes back to the

@@ -68,6 +68,7 @@ fn spec(image: &str, command: &[&str]) -> RentalSpec {
         ],
         command: command.iter().map(|s| s.to_string()).collect(),
         ends_at: LATER,
+        ports: vec![],
     }
 }
 

@@ -555,6 +555,7 @@ mod tests {
             env: vec![],
             command: vec![],
             ends_at: 2_000_000_000,
+            ports: vec![],
         }
     }
 

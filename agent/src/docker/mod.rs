@@ -21,6 +21,7 @@
 //! with, so one test never sees another's containers. It exists only in a build with the
 //! `test-knobs` feature (and in unit tests); release builds lack it.
 
+pub mod address;
 pub mod gpucheck;
 pub mod image;
 pub mod ledger;

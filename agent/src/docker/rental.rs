@@ -933,6 +933,7 @@ mod tests {
             ],
             command: vec!["python".into(), "train.py".into()],
             ends_at: 2_000_000_000,
+            ports: vec![],
         }
     }
 

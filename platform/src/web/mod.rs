@@ -794,6 +794,8 @@ mod tests {
                 public_url: "https://gpum.example".into(),
                 body_timeout: Duration::from_secs(5),
             },
+            relay: Arc::new(crate::relay::Relay::new(Default::default())),
+            throttle: Arc::default(),
         });
         crate::server::router(state)
     }

@@ -1429,6 +1429,7 @@ pub(crate) mod tests {
                 env: vec![],
                 command: vec![],
                 ends_at: 1_796_290_406,
+                ports: vec![],
             },
             created_at: 1,
             stopped_at: None,
@@ -1437,6 +1438,7 @@ pub(crate) mod tests {
             exit_code: Some(3),
             reason: reason.map(String::from),
             updated_at: None,
+            tunnel: None,
         }
     }
 

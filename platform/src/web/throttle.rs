@@ -45,6 +45,8 @@ pub enum Door {
     AdminApi,
     /// The owner API's keys.
     OwnerApi,
+    /// The relay's tenant credentials (issue 34).
+    Relay,
 }
 
 impl Door {
@@ -53,6 +55,7 @@ impl Door {
             Door::SignIn => "dashboard sign-in",
             Door::AdminApi => "admin API",
             Door::OwnerApi => "owner API",
+            Door::Relay => "tunnel relay",
         }
     }
 }

@@ -1,0 +1,674 @@
+//! The relay (issue 34): tenants reach the ports of their rentals through the platform, over the
+//! tunnel their node's agent keeps open, with no inbound connection to the owner's machine.
+//!
+//! **The agent's side** ([`Relay::attach`]): `GET /api/v1/agent/tunnel` with the node's token and
+//! `Upgrade: gpum-tunnel` is answered `101` (`server::tunnel`), and the connection becomes a
+//! yamux session in which the relay opens one stream per tenant connection. One tunnel per node:
+//! a new one replaces the old. Streams the agent opens are dropped.
+//!
+//! **The tenant's side** ([`serve_tenants`], `serve --relay-listen ADDR`): HTTP `CONNECT
+//! rental-<hex>:<port>` with `Proxy-Authorization: Basic base64(<rental id>:<credential>)`,
+//! TLS with the platform's certificate (plain only on loopback, like the API). Connections are
+//! capped in all and per client address as on the API's listener (`listen`: one past its
+//! address's cap is closed at once; a TLS terminator's address is not capped). In order:
+//! - a client address blocked by the platform's throttle (wrong tokens, `web::throttle`) gets
+//!   429; a missing, wrong or other rental's credential gets 407 and counts as a wrong token;
+//! - a rental stopped, expired or ended gets 404; a port its spec does not list, 403;
+//! - past [`RelayConfig::max_streams_per_rental`] streams, 503; a node whose agent has no tunnel,
+//!   502; an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
+//! - else `200`, and bytes flow both ways.
+//!
+//! The relay only ever routes a rental's stream into the tunnel of the node the rental was
+//! created on: a node's agent cannot reach another node's rental. The stream's first line names
+//! the rental and the port, never an address.
+//!
+//! **Bounds**: each direction copies through one [`COPY_BUFFER`]; yamux's per-stream window
+//! pushes back on the agent's side and TCP's on the tenant's, so a slow reader stalls its own
+//! stream and nothing buffers without bound. A stream with no byte either way for
+//! [`RelayConfig::idle_timeout`] is closed. Bytes per second per rental (both directions
+//! together) are limited by a token bucket when `--relay-rate` is set. Stopping a rental (or
+//! deleting its node) closes its open streams at once ([`Relay::end_rental`]).
+
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use base64::Engine;
+use gpum_protocol::{TunnelOpen, TunnelReply, limits};
+use hyper::server::conn::http1;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::db::Db;
+use crate::rentals::{Unreachable, reachable};
+use crate::web::throttle::{Door, Throttle};
+
+/// The buffer of each direction of a stream.
+pub const COPY_BUFFER: usize = 16 * 1024;
+/// How long opening a stream and the agent's answer may take.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Streams one tunnel may hold at once (the agent's yamux refuses more).
+pub const MAX_STREAMS: usize = 1024;
+
+/// The relay's limits (`serve --relay-*`).
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub max_streams_per_rental: usize,
+    pub idle_timeout: Duration,
+    /// Bytes per second per rental, both directions together; `None`: unlimited.
+    pub rate: Option<u64>,
+    /// Tenant connections open at once (more wait in the backlog).
+    pub max_connections: usize,
+    /// Tenant connections one client address (an IPv6 /64) may hold at once; one past it is
+    /// closed as soon as it is accepted (`serve --max-connections-per-address`, as the API's).
+    pub max_per_address: usize,
+    /// Addresses not capped per address: TLS terminators (`serve --terminator-address`).
+    pub terminators: Vec<crate::listen::Terminator>,
+    /// How long a tenant has to send its `CONNECT` (and finish TLS).
+    pub header_timeout: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            max_streams_per_rental: 64,
+            idle_timeout: Duration::from_secs(600),
+            rate: None,
+            max_connections: 4096,
+            max_per_address: crate::listen::default_max_per_address(4096),
+            terminators: vec![crate::listen::Terminator::Loopback],
+            header_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// yamux's settings: at most [`MAX_STREAMS`] streams, each with the default 256 KiB window.
+fn yamux_config() -> yamux::Config {
+    let mut c = yamux::Config::default();
+    c.set_max_connection_receive_window(Some(MAX_STREAMS * yamux::DEFAULT_CREDIT as usize));
+    c.set_max_num_streams(MAX_STREAMS);
+    c
+}
+
+type OpenRequest = oneshot::Sender<Option<yamux::Stream>>;
+
+/// One node's tunnel: where to ask for a new stream.
+struct Link {
+    generation: u64,
+    open: mpsc::Sender<OpenRequest>,
+}
+
+/// A rental's open streams: their count, what closes them, and its byte budget.
+struct RentalStreams {
+    count: usize,
+    cancel: CancellationToken,
+    bucket: Option<Arc<Bucket>>,
+}
+
+/// The tunnels of the nodes and the streams of the rentals.
+pub struct Relay {
+    pub cfg: RelayConfig,
+    links: Mutex<HashMap<String, Link>>,
+    rentals: Mutex<HashMap<String, RentalStreams>>,
+    generation: AtomicU64,
+}
+
+impl Relay {
+    pub fn new(cfg: RelayConfig) -> Relay {
+        Relay { cfg, links: Mutex::default(), rentals: Mutex::default(), generation: AtomicU64::new(0) }
+    }
+
+    /// Whether node `id` has a tunnel now.
+    pub fn has_tunnel(&self, id: &str) -> bool {
+        self.links.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+    }
+
+    /// Runs node `node_id`'s tunnel over `io` (the upgraded connection) until it breaks or is
+    /// replaced by a newer one.
+    pub async fn attach<T>(self: Arc<Self>, node_id: String, io: T)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut conn = yamux::Connection::new(io.compat(), yamux_config(), yamux::Mode::Server);
+        let (tx, mut rx) = mpsc::channel::<OpenRequest>(64);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        self.links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node_id.clone(), Link { generation, open: tx });
+        tracing::info!(node = %node_id, "tunnel attached");
+        let mut waiting: std::collections::VecDeque<OpenRequest> = Default::default();
+        let end = poll_fn(|cx| {
+            loop {
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(r)) => waiting.push_back(r),
+                    // Replaced by a newer tunnel, or the node was deleted.
+                    Poll::Ready(None) => return Poll::Ready("replaced or ended"),
+                    Poll::Pending => break,
+                }
+            }
+            while !waiting.is_empty() {
+                match conn.poll_new_outbound(cx) {
+                    Poll::Ready(Ok(s)) => {
+                        let _ = waiting.pop_front().expect("not empty").send(Some(s));
+                    }
+                    Poll::Ready(Err(e)) => {
+                        tracing::debug!(error = %e, "tunnel: opening a stream");
+                        return Poll::Ready("the connection broke");
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            loop {
+                match conn.poll_next_inbound(cx) {
+                    // The agent opens no streams: anything it opens is dropped.
+                    Poll::Ready(Some(Ok(s))) => drop(s),
+                    Poll::Ready(Some(Err(e))) => {
+                        tracing::debug!(error = %e, "tunnel connection");
+                        return Poll::Ready("the connection broke");
+                    }
+                    Poll::Ready(None) => return Poll::Ready("the agent closed it"),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| conn.poll_close(cx))).await;
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        if links.get(&node_id).is_some_and(|l| l.generation == generation) {
+            links.remove(&node_id);
+        }
+        tracing::info!(node = %node_id, why = end, "tunnel detached");
+    }
+
+    /// A new stream in node `node_id`'s tunnel, or `None` when it has none (or it broke).
+    async fn open(&self, node_id: &str) -> Option<yamux::Stream> {
+        let tx = self.links.lock().unwrap_or_else(|e| e.into_inner()).get(node_id)?.open.clone();
+        let (otx, orx) = oneshot::channel();
+        tx.send(otx).await.ok()?;
+        tokio::time::timeout(OPEN_TIMEOUT, orx).await.ok()?.ok()?
+    }
+
+    /// Drops node `node_id`'s tunnel (the node was deleted).
+    pub fn end_node(&self, node_id: &str) {
+        self.links.lock().unwrap_or_else(|e| e.into_inner()).remove(node_id);
+    }
+
+    /// Closes rental `id`'s open streams at once (it was stopped).
+    pub fn end_rental(&self, id: &str) {
+        if let Some(r) = self.rentals.lock().unwrap_or_else(|e| e.into_inner()).remove(id) {
+            tracing::info!(rental = %id, streams = r.count, "relay: the rental ended; closing its streams");
+            r.cancel.cancel();
+        }
+    }
+
+    /// A slot for one more stream of rental `id`: what closes it and its byte budget; `None`
+    /// past the cap.
+    fn enter(&self, id: &str) -> Option<(CancellationToken, Option<Arc<Bucket>>)> {
+        let mut m = self.rentals.lock().unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(id.to_string()).or_insert_with(|| RentalStreams {
+            count: 0,
+            cancel: CancellationToken::new(),
+            bucket: self.cfg.rate.map(|r| Arc::new(Bucket::new(r))),
+        });
+        if e.count >= self.cfg.max_streams_per_rental {
+            return None;
+        }
+        e.count += 1;
+        Some((e.cancel.clone(), e.bucket.clone()))
+    }
+
+    fn leave(&self, id: &str, cancel: &CancellationToken) {
+        let mut m = self.rentals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = m.get_mut(id)
+            && !cancel.is_cancelled()
+        {
+            e.count = e.count.saturating_sub(1);
+            if e.count == 0 {
+                m.remove(id);
+            }
+        }
+    }
+}
+
+/// A token bucket: `rate` bytes a second, a second's worth of burst. [`Bucket::take`] goes into
+/// debt and sleeps it off, so a copy never holds more than its one buffer.
+pub struct Bucket {
+    rate: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    pub fn new(rate: u64) -> Bucket {
+        let rate = rate.max(1) as f64;
+        Bucket { rate, state: Mutex::new((rate, Instant::now())) }
+    }
+
+    /// How long to wait before `n` more bytes may pass, at `now`.
+    fn debt(&self, n: usize, now: Instant) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
+        s.0 = (s.0 + elapsed * self.rate).min(self.rate);
+        s.1 = now;
+        s.0 -= n as f64;
+        if s.0 >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-s.0 / self.rate) }
+    }
+
+    pub async fn take(&self, n: usize) {
+        let wait = self.debt(n, Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// What the tenant listener needs.
+pub struct Tenants {
+    pub relay: Arc<Relay>,
+    pub db: Db,
+    pub clock: Clock,
+    pub throttle: Arc<Throttle>,
+}
+
+/// Serves tenants' `CONNECT`s on `listener` until `shutdown` completes.
+pub async fn serve_tenants(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    t: Arc<Tenants>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(t.relay.cfg.max_connections));
+    let per_address = Arc::new(crate::listen::PerAddress::new(
+        t.relay.cfg.max_per_address,
+        t.relay.cfg.terminators.clone(),
+    ));
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(16 * 1024);
+    let builder = Arc::new(builder);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!("relay accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Over its address's cap, a connection is closed at once (and its slot given back), as
+        // on the API's listener: one address cannot hold the relay's connections.
+        let Some(held) = per_address.admit(peer.ip()) else {
+            tracing::debug!("a relay connection over the per-address cap was closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (t, tls, builder) = (t.clone(), tls.clone(), builder.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _held = held;
+            match tls {
+                None => serve_tenant(stream, peer, &builder, t).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(t.relay.cfg.header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => serve_tenant(s, peer, &builder, t).await,
+                        Ok(Err(e)) => tracing::debug!("relay TLS handshake: {e}"),
+                        Err(_) => tracing::debug!("relay TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn serve_tenant<I>(io: I, peer: SocketAddr, builder: &http1::Builder, t: Arc<Tenants>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let t = t.clone();
+        async move { Ok::<_, std::convert::Infallible>(connect(req, peer, t).await) }
+    });
+    if let Err(e) = builder.serve_connection(TokioIo::new(io), svc).with_upgrades().await {
+        tracing::debug!("relay connection: {e}");
+    }
+}
+
+fn answer(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Body::from(format!("{text}\n")));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain"));
+    r
+}
+
+fn proxy_auth_required() -> Response<Body> {
+    let mut r =
+        answer(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "the rental's id and credential are needed");
+    r.headers_mut().insert(
+        hyper::header::PROXY_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Basic realm=\"gpum\""),
+    );
+    r
+}
+
+/// `rental-<16 hex>:<port>` as (`rent-<16 hex>`, port).
+pub fn parse_target(authority: &str) -> Option<(String, u16)> {
+    let (host, port) = authority.rsplit_once(':')?;
+    let hex = host.strip_prefix("rental-")?;
+    let id = format!("rent-{hex}");
+    let ok = hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    ok.then_some((id, port))
+}
+
+/// `Basic base64(user:password)` as (user, password).
+pub fn parse_basic(value: &str) -> Option<(String, String)> {
+    let b64 = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic "))?;
+    let raw = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;
+    let s = String::from_utf8(raw).ok()?;
+    let (u, p) = s.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
+}
+
+/// One tenant request: the checks of the module docs, in order.
+async fn connect(
+    mut req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+    t: Arc<Tenants>,
+) -> Response<Body> {
+    if req.method() != hyper::Method::CONNECT {
+        return answer(StatusCode::METHOD_NOT_ALLOWED, "the relay answers only CONNECT rental-<id>:<port>");
+    }
+    let client = crate::web::throttle::client_key(&req);
+    let client = if client.is_unspecified() { peer.ip() } else { client };
+    if let Err(wait) = t.throttle.check(client, Door::Relay) {
+        let mut r = answer(StatusCode::TOO_MANY_REQUESTS, "too many wrong credentials from this address");
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from(crate::web::throttle::retry_after(wait)),
+        );
+        return r;
+    }
+    let Some((id, port)) = req.uri().authority().and_then(|a| parse_target(a.as_str())) else {
+        return answer(StatusCode::BAD_REQUEST, "the target is rental-<16 hex digits>:<port>");
+    };
+    let creds = req
+        .headers()
+        .get(hyper::header::PROXY_AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_basic);
+    let Some((user, credential)) = creds.filter(|(u, _)| *u == id) else {
+        t.throttle.failed(client, Door::Relay);
+        return proxy_auth_required();
+    };
+    let now = t.clock.now();
+    let found = t.db.call(move |c| Ok(reachable(c, now, &user, &credential))).await;
+    let rental = match found {
+        Ok(Ok(r)) => r,
+        Ok(Err(Unreachable::WrongCredential)) => {
+            t.throttle.failed(client, Door::Relay);
+            return proxy_auth_required();
+        }
+        Ok(Err(Unreachable::Ended)) => {
+            t.throttle.succeeded(client);
+            return answer(StatusCode::NOT_FOUND, "the rental has ended");
+        }
+        Err(_) => {
+            return answer(StatusCode::SERVICE_UNAVAILABLE, "the platform could not look the rental up");
+        }
+    };
+    t.throttle.succeeded(client);
+    if !rental.ports.contains(&port) {
+        return answer(StatusCode::FORBIDDEN, "the rental does not expose that port");
+    }
+    let Some((cancel, bucket)) = t.relay.enter(&id) else {
+        return answer(StatusCode::SERVICE_UNAVAILABLE, "the rental has its limit of streams open");
+    };
+    let opened = open_stream(&t.relay, &rental.node_id, &id, port).await;
+    let agent = match opened {
+        Ok(s) => s,
+        Err((status, why)) => {
+            t.relay.leave(&id, &cancel);
+            return answer(status, &why);
+        }
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let relay = t.relay.clone();
+    let idle = relay.cfg.idle_timeout;
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => {
+                let tenant = TokioIo::new(up);
+                tokio::select! {
+                    () = splice(tenant, agent, bucket, idle) => {}
+                    () = cancel.cancelled() => tracing::debug!(rental = %id, "relay: stream closed, the rental ended"),
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "relay: the tenant's connection did not switch"),
+        }
+        relay.leave(&id, &cancel);
+    });
+    Response::new(Body::empty())
+}
+
+type AgentStream = BufReader<tokio_util::compat::Compat<yamux::Stream>>;
+
+/// Opens a stream to rental `id`'s port in its node's tunnel and reads the agent's answer.
+async fn open_stream(
+    relay: &Relay,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<AgentStream, (StatusCode, String)> {
+    let no_tunnel =
+        || (StatusCode::BAD_GATEWAY, "the rental's server has no tunnel to the platform now".to_string());
+    let stream = relay.open(node_id).await.ok_or_else(no_tunnel)?;
+    let mut s = BufReader::with_capacity(COPY_BUFFER, stream.compat());
+    let mut line = serde_json::to_vec(&TunnelOpen { rental: id.to_string(), port }).expect("plain JSON");
+    line.push(b'\n');
+    let talk = async {
+        s.write_all(&line).await?;
+        s.flush().await?;
+        read_line(&mut s).await
+    };
+    let reply = match tokio::time::timeout(OPEN_TIMEOUT, talk).await {
+        Ok(Ok(l)) => l,
+        _ => return Err((StatusCode::BAD_GATEWAY, "the rental's server did not answer".into())),
+    };
+    match serde_json::from_slice::<TunnelReply>(&reply) {
+        Ok(TunnelReply { ok: true, .. }) => Ok(s),
+        Ok(TunnelReply { reason, .. }) => {
+            let why = reason.unwrap_or_default();
+            let why: String = why.chars().filter(|c| !c.is_control()).take(200).collect();
+            Err((StatusCode::BAD_GATEWAY, format!("the rental's server refused: {why}")))
+        }
+        Err(_) => Err((StatusCode::BAD_GATEWAY, "the rental's server answered something else".into())),
+    }
+}
+
+/// One line of at most [`limits::MAX_TUNNEL_LINE`] bytes, without its newline; what follows
+/// stays in the reader.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..take]);
+        r.consume(take);
+        if line.len() > limits::MAX_TUNNEL_LINE {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        if done {
+            line.pop();
+            return Ok(line);
+        }
+    }
+}
+
+/// Copies both ways, each through one buffer, until both ends are done or nothing moved for
+/// `idle`.
+async fn splice<A, B>(a: A, b: B, bucket: Option<Arc<Bucket>>, idle: Duration)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let (ar, aw) = tokio::io::split(a);
+    let (br, bw) = tokio::io::split(b);
+    let both = async {
+        let _ = tokio::join!(
+            pump(ar, bw, bucket.as_deref(), &last, start),
+            pump(br, aw, bucket.as_deref(), &last, start)
+        );
+    };
+    let watchdog = async {
+        loop {
+            let since = Duration::from_millis(last.load(Ordering::Relaxed));
+            let quiet = start.elapsed().saturating_sub(since);
+            if quiet >= idle {
+                tracing::debug!("relay: stream idle; closed");
+                return;
+            }
+            tokio::time::sleep(idle - quiet).await;
+        }
+    };
+    tokio::select! {
+        () = both => {}
+        () = watchdog => {}
+    }
+}
+
+async fn pump<R, W>(mut r: R, mut w: W, bucket: Option<&Bucket>, last: &AtomicU64, start: Instant)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; COPY_BUFFER];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if let Some(b) = bucket {
+            b.take(n).await;
+        }
+        if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_targets_and_credentials_parse_strictly() {
+        assert_eq!(parse_target("rental-00112233445566aa:22"), Some(("rent-00112233445566aa".into(), 22)));
+        assert_eq!(parse_target("rental-00112233445566aa:0"), None);
+        assert_eq!(parse_target("rental-00112233445566AA:22"), None);
+        assert_eq!(parse_target("rental-0011:22"), None);
+        assert_eq!(parse_target("10.0.0.1:22"), None);
+        assert_eq!(parse_target("rental-00112233445566aa"), None);
+        let b = base64::engine::general_purpose::STANDARD.encode("rent-1:gpumt_x:y");
+        assert_eq!(parse_basic(&format!("Basic {b}")), Some(("rent-1".into(), "gpumt_x:y".into())));
+        assert_eq!(parse_basic("Bearer abc"), None);
+        assert_eq!(parse_basic("Basic !!!"), None);
+    }
+
+    #[test]
+    fn relay_bucket_lets_a_second_through_then_paces() {
+        let b = Bucket::new(1000);
+        let t = Instant::now();
+        assert_eq!(b.debt(1000, t), Duration::ZERO, "a second's burst");
+        assert_eq!(b.debt(500, t), Duration::from_millis(500));
+        assert_eq!(b.debt(0, t + Duration::from_millis(500)), Duration::ZERO, "paid off");
+    }
+
+    #[tokio::test]
+    async fn relay_rental_streams_are_capped_and_closed_when_it_ends() {
+        let r = Relay::new(RelayConfig { max_streams_per_rental: 2, ..Default::default() });
+        let (a, _) = r.enter("rent-1").unwrap();
+        let (b, _) = r.enter("rent-1").unwrap();
+        assert!(r.enter("rent-1").is_none(), "the cap");
+        assert!(r.enter("rent-2").is_some(), "per rental");
+        r.leave("rent-1", &b);
+        let (c, _) = r.enter("rent-1").unwrap();
+        r.end_rental("rent-1");
+        assert!(a.is_cancelled() && c.is_cancelled());
+        assert!(r.enter("rent-1").is_some(), "a fresh count after the end");
+    }
+
+    /// One client address holds at most `max_per_address` tenant connections: the next is closed
+    /// as soon as it is accepted, and a slot given back admits one again.
+    #[tokio::test]
+    async fn relay_tenant_connections_are_capped_per_client_address() {
+        use tokio::net::TcpStream;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
+        // No terminator: loopback is counted like any client here.
+        let cfg = RelayConfig { max_per_address: 2, terminators: vec![], ..Default::default() };
+        let t = Arc::new(Tenants {
+            relay: Arc::new(Relay::new(cfg)),
+            db,
+            clock: Clock::system(),
+            throttle: Arc::default(),
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_tenants(l, None, t, stop.clone().cancelled_owned()));
+        // Closed at once: EOF (or a reset) well before the header timeout.
+        let closed = |mut s: TcpStream| async move {
+            let mut b = [0u8; 1];
+            matches!(tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await, Ok(Ok(0) | Err(_)))
+        };
+        // Served: a CONNECT without a credential is answered 407.
+        let served = |mut s: TcpStream| async move {
+            s.write_all(b"CONNECT rental-00112233445566aa:22 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let mut head = [0u8; 12];
+            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+                .await
+                .is_ok_and(|r| r.is_ok())
+                && &head == b"HTTP/1.1 407"
+        };
+        let a = TcpStream::connect(addr).await.unwrap();
+        let b = TcpStream::connect(addr).await.unwrap();
+        // The two are accepted (and counted) before the third arrives.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(closed(TcpStream::connect(addr).await.unwrap()).await, "the third is closed");
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(served(TcpStream::connect(addr).await.unwrap()).await, "a freed slot admits one");
+        drop(b);
+        stop.cancel();
+        server.await.unwrap();
+    }
+}

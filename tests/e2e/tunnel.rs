@@ -1,0 +1,532 @@
+//! Issue 34: a tenant reaches a rental's ports through the real relay (`serve --relay-listen`)
+//! and the real agent's outbound tunnel, against the real engine on this machine. The rental's
+//! container runs a line echo server (`nc -ll -e cat`) and a web server (`httpd`), through the
+//! agent's `test-knobs` seam without the GPU request (`gpum-test/` images only).
+//!
+//! Proved here: an ssh-like interactive session (many round trips) and an HTTP request reach the
+//! container; another rental's credential is 407; a port the rental does not list is 403;
+//! stopping the rental closes its open stream and the next `CONNECT` is 404; the tunnel comes
+//! back after the agent restarts and after the platform restarts.
+//!
+//! And against a hostile relay (a front the test makes before the real platform, which answers
+//! the agent's tunnel upgrade itself and then opens whatever streams it likes): the agent refuses
+//! another node's rental, an unknown one, a stopped one, one whose container exited, a port the
+//! rental does not list, names that are addresses, and lines that are not requests; an extra
+//! field naming an address changes nothing (the agent never reads an address); nothing reaches
+//! the host.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use gpum_protocol::{
+    GpuPublic, Health, HeartbeatRequest, Inventory, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeReport,
+    RegisterRequest, RegisterResponse, VerificationState,
+};
+use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
+use gpum_tests::{bin, require_docker};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn inventory() -> Inventory {
+    let mut inv = Inventory::default();
+    inv.public.cpu_model = "Test CPU".into();
+    inv.public.cpu_cores = 16;
+    inv.public.ram_mib = 65_536;
+    inv.public.disk_gib = 500;
+    inv.public.gpus = vec![GpuPublic { model: "Tesla T4".into(), vram_mib: 15_360 }; 2];
+    inv.private.gpu_uuids = vec![
+        "GPU-11111111-2222-3333-4444-000000000001".into(),
+        "GPU-11111111-2222-3333-4444-000000000002".into(),
+    ];
+    inv
+}
+
+/// A node made rentable over HTTP (registered, its check passed, priced).
+async fn rentable_node(p: &TestPlatform) -> RegisterResponse {
+    rentable_node_with(p, inventory()).await
+}
+
+async fn rentable_node_with(p: &TestPlatform, inventory: Inventory) -> RegisterResponse {
+    let c = reqwest::Client::new();
+    let inventory = || inventory.clone();
+    let req = RegisterRequest {
+        join_code: p.join_code(),
+        agent_version: "0.1.0".into(),
+        inventory: inventory(),
+        install_id: None,
+    };
+    let reg: RegisterResponse =
+        c.post(format!("{}{PATH_REGISTER}", p.url())).json(&req).send().await.unwrap().json().await.unwrap();
+    let hb = HeartbeatRequest {
+        seq: 1,
+        inventory_hash: inventory().hash(),
+        health: Health { docker_ok: true, nvml: NvmlState::Ok, ..Default::default() },
+        probe: Some(ProbeReport {
+            state: VerificationState::Verified,
+            reason: None,
+            output: "ok".into(),
+            finished_at: 1,
+            image: String::new(),
+        }),
+        ..Default::default()
+    };
+    let r =
+        c.post(format!("{}{PATH_HEARTBEAT}", p.url())).bearer_auth(&reg.node_token).json(&hb).send().await;
+    assert!(r.unwrap().status().is_success());
+    p.cli_json(&["nodes", "set", &reg.node_id, "--price", "1.50"]);
+    reg
+}
+
+struct Rental {
+    id: String,
+    credential: String,
+}
+
+/// The rental's command: a web server on 8080 and a line echo server on 7000.
+const SERVERS: &str = "mkdir -p /www && echo hello-from-rental > /www/index.html && httpd -p 8080 -h /www && exec nc -ll -p 7000 -e cat";
+
+fn create_rental(p: &TestPlatform, node: &str, image: &str) -> Rental {
+    create_rental_running(p, node, image, SERVERS)
+}
+
+/// A rental exposing 7000 and 8080 whose container runs `sh -c script`.
+fn create_rental_running(p: &TestPlatform, node: &str, image: &str, script: &str) -> Rental {
+    let v = p.cli_json(&[
+        "rentals",
+        "create",
+        "--node",
+        node,
+        "--image",
+        image,
+        "--gpus",
+        "1",
+        "--cpu-millis",
+        "500",
+        "--memory-mib",
+        "128",
+        "--disk-gib",
+        "1",
+        "--shm-mib",
+        "16",
+        "--duration",
+        "1h",
+        "--port",
+        "7000",
+        "--port",
+        "8080",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    Rental {
+        id: v["spec"]["id"].as_str().unwrap().to_string(),
+        credential: v["tunnel"]["credential"].as_str().expect("the credential, once").to_string(),
+    }
+}
+
+struct AgentProc(Child);
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_agent(dir: &std::path::Path) -> AgentProc {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
+    AgentProc(
+        Command::new(bin("gpum-agent"))
+            .args(["run", "--state", dir.to_str().unwrap()])
+            .env("GPUM_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the agent"),
+    )
+}
+
+/// `CONNECT` at the relay: the status, and the connection when it is 200.
+fn connect(relay: u16, rental: &str, port: u16, user: &str, credential: &str) -> (u16, Option<TcpStream>) {
+    let mut s = TcpStream::connect(("127.0.0.1", relay)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let target = format!("rental-{}:{port}", rental.strip_prefix("rent-").unwrap());
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{credential}"));
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n")
+        .unwrap();
+    // The head, byte by byte, so that nothing after it is read.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, (status == 200).then_some(s))
+}
+
+fn rental_state(p: &TestPlatform, id: &str) -> String {
+    p.cli_json(&["rentals", "show", id])["state"].as_str().unwrap_or("").to_string()
+}
+
+/// The ssh-like session: many round trips of a line each.
+fn echo_session(s: TcpStream, rounds: usize) {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    for i in 0..rounds {
+        let line = format!("round {i} привет\n");
+        w.write_all(line.as_bytes()).unwrap();
+        let mut back = String::new();
+        r.read_line(&mut back).unwrap();
+        assert_eq!(back, line, "round {i}");
+    }
+}
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread")]
+async fn tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts() {
+    require_docker("tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts");
+    let relay = free_port();
+    let mut p = TestPlatform::start(PlatformOpts {
+        extra_args: vec!["--relay-listen".into(), format!("127.0.0.1:{relay}")],
+        ..PlatformOpts::insecure_http()
+    });
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let node = rentable_node(&p).await;
+    let a = create_rental(&p, &node.node_id, &image);
+    let b = create_rental(&p, &node.node_id, &image);
+    let scope = format!("gpum.test.tunnel=p{}", std::process::id());
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let out =
+                Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
+            for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+            }
+        }
+    }
+    let _cleanup = Cleanup(scope.clone());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "server = '{}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
+             test_rentals_without_gpu_request = true\nrentals = true\n",
+            p.url(),
+            node.node_id,
+            node.node_token
+        ),
+    )
+    .unwrap();
+    let agent = start_agent(dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    wait_until(LONG, "both rentals running", || {
+        rental_state(&p, &a.id) == "running" && rental_state(&p, &b.id) == "running"
+    });
+    let ready = |r: &Rental| connect(relay, &r.id, 7000, &r.id, &r.credential).1.is_some();
+    let t = Instant::now();
+    while !ready(&a) {
+        assert!(t.elapsed() < LONG, "no tunnel; agent log:\n{}\nplatform log:\n{}", log(), p.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // An ssh-like session and an HTTP request reach the container.
+    let (st, s) = connect(relay, &a.id, 7000, &a.id, &a.credential);
+    assert_eq!(st, 200);
+    echo_session(s.unwrap(), 50);
+    let (st, s) = connect(relay, &a.id, 8080, &a.id, &a.credential);
+    assert_eq!(st, 200);
+    let mut s = s.unwrap();
+    s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.") && page.contains("hello-from-rental"), "{page}");
+
+    // Another rental's credential, a wrong one, and none: 407; a port not listed: 403.
+    assert_eq!(connect(relay, &a.id, 7000, &a.id, &b.credential).0, 407);
+    assert_eq!(connect(relay, &a.id, 7000, &b.id, &b.credential).0, 407);
+    assert_eq!(connect(relay, &a.id, 7000, &a.id, "gpumt_0000").0, 407);
+    assert_eq!(connect(relay, &a.id, 22, &a.id, &a.credential).0, 403);
+    assert_eq!(connect(relay, &b.id, 7000, &b.id, &b.credential).0, 200, "b's own works");
+
+    // The agent restarts: the tunnel comes back.
+    drop(agent);
+    let agent = start_agent(dir.path());
+    wait_until(LONG, "the tunnel back after the agent restarted", || ready(&b));
+    echo_session(connect(relay, &b.id, 7000, &b.id, &b.credential).1.unwrap(), 5);
+
+    // The platform restarts: the agent dials again.
+    p.restart();
+    wait_until(LONG, "the tunnel back after the platform restarted", || ready(&b));
+    echo_session(connect(relay, &b.id, 7000, &b.id, &b.credential).1.unwrap(), 5);
+
+    // Stopped: its open stream closes at once, and it answers 404.
+    let (_, open) = connect(relay, &b.id, 7000, &b.id, &b.credential);
+    let mut open = open.unwrap();
+    // Through the admin API: the relay closes its streams now, before the agent hears of it.
+    let r = reqwest::Client::new()
+        .post(format!("{}{}", p.url(), gpum_protocol::path_admin_rental_stop(&b.id)))
+        .bearer_auth(p.admin_token())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    open.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(open.read(&mut buf).unwrap_or(0), 0, "the stream closed");
+    assert!(t.elapsed() < Duration::from_secs(5), "at once: {:?}", t.elapsed());
+    assert_eq!(connect(relay, &b.id, 7000, &b.id, &b.credential).0, 404);
+    assert!(!log().contains(&a.credential), "the credential never reaches the agent's log");
+    drop(agent);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hostile relay
+
+/// Asks for a new stream in the relay's end of a tunnel.
+type OpenStream = tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<yamux::Stream>>;
+
+/// A front for the real platform at `platform` (`127.0.0.1:port`) that passes every request
+/// through, byte for byte, except the agent's tunnel upgrade: that one it answers itself (`101`)
+/// and hands the connection to the test, which then plays a hostile relay. Returns its URL and
+/// where the upgraded connections arrive.
+async fn hostile_front(platform: String) -> (String, tokio::sync::mpsc::Receiver<tokio::net::TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (tx, platform) = (tx.clone(), platform.clone());
+            tokio::spawn(async move {
+                // The first request's head, byte by byte, so that nothing after it is read.
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).await.unwrap_or(0) == 0 || head.len() > 64 * 1024 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if text.starts_with(&format!("get {} ", gpum_protocol::PATH_TUNNEL))
+                    && text.contains(&format!("upgrade: {}", gpum_protocol::TUNNEL_UPGRADE))
+                    && text.contains("authorization: bearer ")
+                {
+                    let answer = format!(
+                        "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: {}\r\n\r\n",
+                        gpum_protocol::TUNNEL_UPGRADE
+                    );
+                    s.write_all(answer.as_bytes()).await.unwrap();
+                    let _ = tx.send(s).await;
+                    return;
+                }
+                let Ok(mut up) = tokio::net::TcpStream::connect(platform.as_str()).await else { return };
+                if up.write_all(&head).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
+                }
+            });
+        }
+    });
+    (url, rx)
+}
+
+/// Drives the relay's end (yamux server) of an upgraded tunnel connection; streams are opened
+/// through the returned sender.
+fn drive_tunnel(io: tokio::net::TcpStream) -> OpenStream {
+    use std::task::Poll;
+    use tokio_util::compat::TokioAsyncReadCompatExt;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<yamux::Stream>>(8);
+    tokio::spawn(async move {
+        let mut conn = yamux::Connection::new(io.compat(), yamux::Config::default(), yamux::Mode::Server);
+        let mut waiting = std::collections::VecDeque::new();
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(r)) = rx.poll_recv(cx) {
+                waiting.push_back(r);
+            }
+            while !waiting.is_empty() {
+                match conn.poll_new_outbound(cx) {
+                    Poll::Ready(Ok(s)) => {
+                        let _ = waiting.pop_front().expect("not empty").send(s);
+                    }
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => break,
+                }
+            }
+            loop {
+                match conn.poll_next_inbound(cx) {
+                    Poll::Ready(Some(Ok(s))) => drop(s),
+                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await;
+    });
+    tx
+}
+
+type AgentStream = tokio::io::BufReader<tokio_util::compat::Compat<yamux::Stream>>;
+
+/// Opens a stream, sends `line` as its first line, and returns the agent's answer line.
+async fn ask(tunnel: &OpenStream, line: &str) -> (gpum_protocol::TunnelReply, AgentStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio_util::compat::FuturesAsyncReadCompatExt;
+    let (otx, orx) = tokio::sync::oneshot::channel();
+    tunnel.send(otx).await.expect("the tunnel is up");
+    let s = tokio::time::timeout(Duration::from_secs(10), orx).await.expect("a stream in time").unwrap();
+    let mut s = tokio::io::BufReader::new(s.compat());
+    s.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    s.flush().await.unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_line(&mut reply))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    let reply = serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply:?} for {line}: {e}"));
+    (reply, s)
+}
+
+/// The agent refuses `line` with a reason containing `why`, and nothing else flows.
+async fn refused(tunnel: &OpenStream, line: &str, why: &str) {
+    use tokio::io::AsyncReadExt;
+    let (reply, mut s) = ask(tunnel, line).await;
+    assert!(!reply.ok, "{line} was let through");
+    let reason = reply.reason.unwrap_or_default();
+    assert!(reason.contains(why), "{line}: {reason:?} does not say {why:?}");
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await;
+    assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "{line}: the agent closed the stream, sent {rest:?}");
+}
+
+/// A line through an open stream comes back (the rental's echo server).
+async fn echoes(s: &mut AgentStream, line: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    s.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    s.flush().await.unwrap();
+    let mut back = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_line(&mut back)).await.unwrap().unwrap();
+    assert_eq!(back, format!("{line}\n"));
+}
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
+    require_docker("tunnel_agent_refuses_what_a_hostile_relay_asks");
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let (front, mut tunnels) = hostile_front(p.url().trim_start_matches("http://").to_string()).await;
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    // Rentals are created before the agent runs: its first heartbeat reports this machine's own
+    // inventory (no GPU), after which nothing new can be rented on the node.
+    let mut three = inventory();
+    three.private.gpu_uuids.push("GPU-11111111-2222-3333-4444-000000000003".into());
+    three.public.gpus.push(three.public.gpus[0].clone());
+    let node = rentable_node_with(&p, three).await;
+    let mut other_inv = inventory();
+    other_inv.private.gpu_uuids = vec!["GPU-11111111-2222-3333-4444-0000000000ff".into()];
+    other_inv.public.gpus.truncate(1);
+    let other = rentable_node_with(&p, other_inv).await;
+    let a = create_rental(&p, &node.node_id, &image);
+    let stopped = create_rental(&p, &node.node_id, &image);
+    let elsewhere = create_rental(&p, &other.node_id, &image);
+    let exited = create_rental_running(&p, &node.node_id, &image, "exit 3");
+    let scope = format!("gpum.test.tunnel=h{}", std::process::id());
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let out =
+                Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
+            for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+            }
+        }
+    }
+    let _cleanup = Cleanup(scope.clone());
+    let dir = tempfile::tempdir().unwrap();
+    // The agent's platform is the hostile front.
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "server = '{front}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
+             test_rentals_without_gpu_request = true\nrentals = true\n",
+            node.node_id, node.node_token
+        ),
+    )
+    .unwrap();
+    let agent = start_agent(dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    wait_until(LONG, "both rentals running", || {
+        rental_state(&p, &a.id) == "running" && rental_state(&p, &stopped.id) == "running"
+    });
+    // One stopped (its container torn down), one whose container exits at once.
+    let r = reqwest::Client::new()
+        .post(format!("{}{}", p.url(), gpum_protocol::path_admin_rental_stop(&stopped.id)))
+        .bearer_auth(p.admin_token())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    wait_until(LONG, "the stopped rental gone", || rental_state(&p, &stopped.id) == "gone");
+    wait_until(LONG, "the other rental exited", || rental_state(&p, &exited.id) == "exited");
+
+    // The host listens on a port of its own, on every address (the rentals' gateway included).
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let host_port = host.local_addr().unwrap().port();
+
+    let io = tokio::time::timeout(LONG, tunnels.recv()).await.expect("the agent dials the tunnel").unwrap();
+    let tunnel = drive_tunnel(io);
+    let open = |rental: &str, port: u16| serde_json::json!({ "rental": rental, "port": port }).to_string();
+
+    // The control: a's listed port, through this relay's end, reaches a's echo server.
+    let (reply, mut s) = ask(&tunnel, &open(&a.id, 7000)).await;
+    assert!(reply.ok, "{reply:?}");
+    echoes(&mut s, "through a hostile relay").await;
+
+    // Another node's rental, one that never was, one stopped, one exited: not run here now.
+    for id in [&elsewhere.id, "rent-ffffffffffffffff", &stopped.id, &exited.id] {
+        refused(&tunnel, &open(id, 7000), "does not run").await;
+    }
+    // Ports a does not list: its ssh port, and the host's listener.
+    refused(&tunnel, &open(&a.id, 22), "port 22 is not one").await;
+    refused(&tunnel, &open(&a.id, host_port), &format!("port {host_port} is not one")).await;
+    // Names that are addresses or paths, not rental ids.
+    for name in ["127.0.0.1", "172.17.0.1", "localhost", "../rent-00112233445566aa", "rent-"] {
+        refused(&tunnel, &open(name, host_port), "not a rental id").await;
+    }
+    refused(&tunnel, &format!("CONNECT 127.0.0.1:{host_port} HTTP/1.1"), "not a tunnel request").await;
+    refused(&tunnel, r#"{"rental":1,"port":22}"#, "not a tunnel request").await;
+    // An address in an extra field is not read: the stream reaches a's own container.
+    let line = serde_json::json!({
+        "rental": a.id, "port": 7000, "host": "127.0.0.1", "address": format!("127.0.0.1:{host_port}"),
+    });
+    let (reply, mut s2) = ask(&tunnel, &line.to_string()).await;
+    assert!(reply.ok, "{reply:?}");
+    echoes(&mut s2, "still the container").await;
+
+    // The tunnel survived all of it, and the agent said why each was refused.
+    echoes(&mut s, "the first stream still works").await;
+    assert!(
+        matches!(host.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing reached the host's listener"
+    );
+    let refusals = log().matches("tunnel: refused a stream").count();
+    assert!(refusals >= 13, "{refusals} refusals logged:\n{}", log());
+    drop(agent);
+}
