@@ -51,7 +51,7 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
-    /// sizes, verify, or all (all but instructions, which agent includes).
+    /// sizes, verify, tunnel (needs Docker), or all (all but instructions, which agent includes).
     Bench {
         #[arg(default_value = "all")]
         which: String,

@@ -8,6 +8,7 @@ pub mod cost;
 mod dryrun;
 mod platform;
 mod sizes;
+mod tunnel;
 mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +62,25 @@ impl Row {
             measured,
             unit,
             goal: format!("{} {} {unit}", if strict { "<" } else { "<=" }, fmt(limit)),
+            reference: None,
+            met: Some(met),
+            verdict,
+        }
+    }
+
+    /// A row whose goal is `measured >= limit`.
+    pub fn at_least(name: &str, measured: f64, unit: &'static str, limit: f64) -> Row {
+        let met = measured >= limit;
+        let verdict = if met {
+            "met".to_owned()
+        } else {
+            format!("MISSED by {:.0}%", (1.0 - measured / limit) * 100.0)
+        };
+        Row {
+            name: name.to_owned(),
+            measured,
+            unit,
+            goal: format!(">= {} {unit}", fmt(limit)),
             reference: None,
             met: Some(met),
             verdict,
@@ -165,4 +185,5 @@ const BENCHES: &[(&str, BenchFn)] = &[
     ("platform", platform::run),
     ("sizes", sizes::run),
     ("verify", verify::run),
+    ("tunnel", tunnel::run),
 ];
