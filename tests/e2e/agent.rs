@@ -1093,7 +1093,7 @@ fn rentals_run_survive_an_agent_restart_stop_at_their_end_and_a_busy_gpu_quarant
     )
     .unwrap();
     // The simulated NVML and the file that describes the machine to it.
-    let sim = build_nvml_sim(dir.path());
+    let sim = gpum_tests::build_nvml_sim(dir.path());
     let gpu_json = dir.path().join("gpu.json");
     std::fs::write(&gpu_json, r#"{"state":"ok","gpus":2}"#).unwrap();
     let agent = || {
@@ -1176,14 +1176,4 @@ fn rentals_run_survive_an_agent_restart_stop_at_their_end_and_a_busy_gpu_quarant
 /// Whether the engine knows container `name`.
 fn container_exists(name: &str) -> bool {
     Command::new("docker").args(["inspect", name]).output().unwrap().status.success()
-}
-
-/// The NVML simulation (`tests/sim/nvml/libnvidia-ml-sim.c`, the only simulated layer) built
-/// into `dir`. gcc is one of the tests' dependencies (tests/setup-deps.sh).
-fn build_nvml_sim(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("sim/nvml/libnvidia-ml-sim.c");
-    let out = dir.join("libnvidia-ml-sim.so");
-    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().expect("cc");
-    assert!(st.success(), "cc {}: {st}", src.display());
-    out
 }

@@ -43,8 +43,8 @@ fn inventory() -> Inventory {
     inv.public.disk_gib = 500;
     inv.public.gpus = vec![GpuPublic { model: "Tesla T4".into(), vram_mib: 15_360 }; 2];
     inv.private.gpu_uuids = vec![
-        "GPU-11111111-2222-3333-4444-000000000001".into(),
-        "GPU-11111111-2222-3333-4444-000000000002".into(),
+        "GPU-5a1e0000-0000-4000-8000-000000000000".into(),
+        "GPU-5a1e0000-0000-4000-8000-000000000001".into(),
     ];
     inv
 }
@@ -141,12 +141,21 @@ impl Drop for AgentProc {
     }
 }
 
-fn start_agent(dir: &std::path::Path) -> AgentProc {
+/// The agent, on the SIMULATED NVML (`tests/sim/nvml`, `gpus` GPUs, whose UUIDs the inventories
+/// above use; no more, or the node would claim another node's GPU): after a rental's teardown it asks NVML whether the rental's GPUs are free, and a
+/// machine without NVML would quarantine the node instead of reporting the rental gone.
+fn start_agent(dir: &std::path::Path, gpus: u32) -> AgentProc {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
+    let sim = gpum_tests::build_nvml_sim(dir);
+    let gpu_json = dir.join("gpu.json");
+    std::fs::write(&gpu_json, format!(r#"{{"state":"ok","gpus":{gpus}}}"#)).unwrap();
     AgentProc(
         Command::new(bin("gpum-agent"))
             .args(["run", "--state", dir.to_str().unwrap()])
             .env("GPUM_LOG", "debug")
+            .env("GPUM_NVML_LIB", &sim)
+            .env("GPUM_SIM_CONFIG", &gpu_json)
+            .env_remove("GPUM_SIM_NVML")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -232,7 +241,7 @@ async fn tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts()
         ),
     )
     .unwrap();
-    let agent = start_agent(dir.path());
+    let agent = start_agent(dir.path(), 2);
     let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
     wait_until(LONG, "both rentals running", || {
         rental_state(&p, &a.id) == "running" && rental_state(&p, &b.id) == "running"
@@ -265,7 +274,7 @@ async fn tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts()
 
     // The agent restarts: the tunnel comes back.
     drop(agent);
-    let agent = start_agent(dir.path());
+    let agent = start_agent(dir.path(), 2);
     wait_until(LONG, "the tunnel back after the agent restarted", || ready(&b));
     echo_session(connect(relay, &b.id, 7000, &b.id, &b.credential).1.unwrap(), 5);
 
@@ -435,11 +444,11 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
     // Rentals are created before the agent runs: its first heartbeat reports this machine's own
     // inventory (no GPU), after which nothing new can be rented on the node.
     let mut three = inventory();
-    three.private.gpu_uuids.push("GPU-11111111-2222-3333-4444-000000000003".into());
+    three.private.gpu_uuids.push("GPU-5a1e0000-0000-4000-8000-000000000002".into());
     three.public.gpus.push(three.public.gpus[0].clone());
     let node = rentable_node_with(&p, three).await;
     let mut other_inv = inventory();
-    other_inv.private.gpu_uuids = vec!["GPU-11111111-2222-3333-4444-0000000000ff".into()];
+    other_inv.private.gpu_uuids = vec!["GPU-5a1e0000-0000-4000-8000-000000000003".into()];
     other_inv.public.gpus.truncate(1);
     let other = rentable_node_with(&p, other_inv).await;
     let a = create_rental(&p, &node.node_id, &image);
@@ -469,11 +478,14 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
         ),
     )
     .unwrap();
-    let agent = start_agent(dir.path());
+    let agent = start_agent(dir.path(), 3);
     let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
-    wait_until(LONG, "both rentals running", || {
-        rental_state(&p, &a.id) == "running" && rental_state(&p, &stopped.id) == "running"
-    });
+    let running = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(LONG, "both rentals running", || {
+            rental_state(&p, &a.id) == "running" && rental_state(&p, &stopped.id) == "running"
+        })
+    }));
+    assert!(running.is_ok(), "{}\nthe agent's log:\n{}", p.cli_json(&["rentals", "show", &a.id]), log());
     // One stopped (its container torn down), one whose container exits at once.
     let r = reqwest::Client::new()
         .post(format!("{}{}", p.url(), gpum_protocol::path_admin_rental_stop(&stopped.id)))
@@ -482,7 +494,15 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
         .await
         .unwrap();
     assert!(r.status().is_success());
-    wait_until(LONG, "the stopped rental gone", || rental_state(&p, &stopped.id) == "gone");
+    let gone = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(LONG, "the stopped rental gone", || rental_state(&p, &stopped.id) == "gone")
+    }));
+    assert!(
+        gone.is_ok(),
+        "the stopped rental: {}\nthe agent's log:\n{}",
+        p.cli_json(&["rentals", "show", &stopped.id]),
+        log()
+    );
     wait_until(LONG, "the other rental exited", || rental_state(&p, &exited.id) == "exited");
 
     // The host listens on a port of its own, on every address (the rentals' gateway included).

@@ -21,6 +21,17 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the workspace").to_path_buf()
 }
 
+/// The NVML simulation (`tests/sim/nvml/libnvidia-ml-sim.c`, the only simulated layer) built
+/// into `dir`, for an agent run with `GPUM_NVML_LIB` naming it (a `test-knobs` build). gcc is
+/// one of the tests' dependencies (tests/setup-deps.sh).
+pub fn build_nvml_sim(dir: &std::path::Path) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sim/nvml/libnvidia-ml-sim.c");
+    let out = dir.join("libnvidia-ml-sim.so");
+    let st = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status().expect("cc");
+    assert!(st.success(), "cc {}: {st}", src.display());
+    out
+}
+
 /// The target directory cargo builds into.
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
