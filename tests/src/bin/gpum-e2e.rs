@@ -1038,9 +1038,11 @@ fn dpkg_interrupted(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
         // apt runs `dpkg … --unpack …` for the downloaded packages. Killed (in the same shell
         // that saw it) while dpkg's journal holds what it did so far: dpkg folds the journal
         // into its status file only now and then, and a kill leaves it as a power cut would.
+        // apt counts only the journal's numbered files (`tmp.i` is dpkg's file being written),
+        // so the kill waits for one of those.
         wait_until(
             &h,
-            "if pgrep -f 'dpkg .*--unpack' >/dev/null && [ -n \"$(ls -A /var/lib/dpkg/updates)\" ]; then \
+            "if pgrep -f 'dpkg .*--unpack' >/dev/null && ls /var/lib/dpkg/updates | grep -Eqx '[0-9]+'; then \
                pkill -KILL -x gpum-install; pkill -KILL -x apt-get; pkill -KILL -x dpkg; true; \
              else false; fi",
             300,
@@ -1090,6 +1092,13 @@ fn repair(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
             n.len() == 1 && n[0].id == node,
             &format!("{when}: one server on the platform, the first"),
             &Run::text(&format!("{n:?}")),
+        );
+        // A restarted agent says `connecting` until the platform's first answer (seconds on a
+        // loaded machine): wait for it, then read what it says.
+        let _ = h.wait_for(
+            "the agent connected",
+            Duration::from_secs(30),
+            "test \"$(jq -r .connection /var/lib/gpum-agent/state.json)\" = connected",
         );
         let st = h.sh(
             "systemctl is-active gpum-agent; jq -r '.node_id, .connection' /var/lib/gpum-agent/state.json",
