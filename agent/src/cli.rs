@@ -306,11 +306,12 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
         Command::Status { state, json } => {
             let paths = Paths::resolve(state.state.as_deref());
             let st = crate::status::load(host.as_ref(), &paths)?;
+            let now = crate::state::unix(host.now());
+            let q = crate::status::quarantine(host.as_ref(), &paths, now);
             if json {
-                println!("{}", crate::status::render_json(st.as_ref(), lang));
+                println!("{}", crate::status::render_json(st.as_ref(), q.as_ref(), lang));
             } else {
-                let now = crate::state::unix(host.now());
-                print!("{}", crate::status::render_text(st.as_ref(), now, lang));
+                print!("{}", crate::status::render_text(st.as_ref(), q.as_ref(), now, lang));
             }
             Ok(exit::OK)
         }

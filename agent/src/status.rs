@@ -1,5 +1,6 @@
-//! `gpum-agent status`: what the service last recorded in `state.json`, for a person (or
-//! `--json` for a script).
+//! `gpum-agent status`: what the service last recorded in `state.json`, and the GPU quarantine
+//! it keeps in `gpus.json` ([`crate::docker::gpucheck`]), for a person (or `--json` for a
+//! script).
 //!
 //! The system paths are root's (`/etc/gpum-agent` holds the token), so without root, and
 //! without `--state`, status exits 13 with the seed's «нужны права root (sudo)» rather than
@@ -13,7 +14,7 @@ use gpum_common::text::escape_controls;
 use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang};
 use gpum_host::Host;
-use gpum_protocol::VerificationState;
+use gpum_protocol::{Quarantine, VerificationState};
 
 use crate::config::Paths;
 use crate::text::Msg;
@@ -40,12 +41,22 @@ pub fn load(host: &dyn Host, paths: &Paths) -> Result<Option<AgentState>, Failur
     }
 }
 
-/// The `--json` form: the state file's fields, plus `stop_message` when stopped.
-pub fn render_json(st: Option<&AgentState>, lang: Lang) -> String {
+/// The quarantine the service keeps in `gpus.json`, if any (a file that cannot be read is one,
+/// as the service itself counts it). Called after [`load`], which checked the rights.
+pub fn quarantine(host: &dyn Host, paths: &Paths, now: u64) -> Option<Quarantine> {
+    crate::docker::gpucheck::GpuLedger::load(host, &paths.state_dir, now).quarantine
+}
+
+/// The `--json` form: the state file's fields, `quarantine` while there is one, plus
+/// `stop_message` when stopped.
+pub fn render_json(st: Option<&AgentState>, quarantine: Option<&Quarantine>, lang: Lang) -> String {
     let mut v = match st {
         Some(s) => serde_json::to_value(s).expect("state serializes"),
         None => serde_json::json!({ "connection": "never_ran" }),
     };
+    if let Some(q) = quarantine {
+        v["quarantine"] = serde_json::to_value(q).expect("quarantine serializes");
+    }
     if let Some(stop) = st.and_then(|s| s.stopped.as_ref()) {
         v["stop_message"] = serde_json::Value::String(stop_message(stop.reason, lang));
     }
@@ -59,7 +70,7 @@ fn ago(now: u64, then: u64, lang: Lang) -> String {
 }
 
 /// The text form.
-pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
+pub fn render_text(st: Option<&AgentState>, quarantine: Option<&Quarantine>, now: u64, lang: Lang) -> String {
     let Some(s) = st else {
         return format!("{}\n", Msg::StatusNeverRan.text(lang));
     };
@@ -105,6 +116,11 @@ pub fn render_text(st: Option<&AgentState>, now: u64, lang: Lang) -> String {
             [("message", message.as_str()), ("detail", &stop.detail), ("ago", &ago(now, stop.at, lang))];
         line(Msg::StatusStopped, fill(t(Msg::StatusStop), &values));
     }
+    if let Some(q) = quarantine {
+        let gpus = if q.gpu_uuids.is_empty() { "-".to_string() } else { q.gpu_uuids.join(", ") };
+        let values = [("reason", q.reason.as_str()), ("gpus", &gpus), ("ago", &ago(now, q.since, lang))];
+        line(Msg::StatusQuarantine, fill(t(Msg::StatusQuarantined), &values));
+    }
     out
 }
 
@@ -132,23 +148,23 @@ mod tests {
             stopped: Some(Stopped { reason: StopReason::Revoked, detail: "node_deleted".into(), at: 100 }),
             ..Default::default()
         };
-        let ru = render_text(Some(&st), 160, Lang::Ru);
+        let ru = render_text(Some(&st), None, 160, Lang::Ru);
         assert!(ru.contains("Агент остановлен: сервер удалён или токен заменён"), "{ru}");
         assert!(ru.contains("node_deleted") && ru.contains("60 с назад"), "{ru}");
         assert!(ru.contains("соединение:     остановлен\n"), "{ru}");
-        let en = render_text(Some(&st), 160, Lang::En);
+        let en = render_text(Some(&st), None, 160, Lang::En);
         assert!(en.contains("Agent stopped: server deleted or token replaced"));
         assert!(en.contains("node_deleted") && en.contains("60 s ago"), "{en}");
         assert!(en.contains("connection:     stopped\n"), "{en}");
-        let j: serde_json::Value = serde_json::from_str(&render_json(Some(&st), Lang::Ru)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&render_json(Some(&st), None, Lang::Ru)).unwrap();
         assert_eq!(j["stopped"]["reason"], "revoked");
         assert!(j["stop_message"].as_str().unwrap().starts_with("Агент остановлен"));
         let cfg = AgentState {
             stopped: Some(Stopped { reason: StopReason::ConfigError, detail: "x".into(), at: 1 }),
             ..Default::default()
         };
-        assert!(render_text(Some(&cfg), 2, Lang::Ru).contains("Агент остановлен: ошибка конфигурации"));
-        assert!(render_text(None, 0, Lang::En).contains("has not run"));
+        assert!(render_text(Some(&cfg), None, 2, Lang::Ru).contains("Агент остановлен: ошибка конфигурации"));
+        assert!(render_text(None, None, 0, Lang::En).contains("has not run"));
     }
 
     /// Each label leaves at least one space before its value, in both languages.
@@ -165,6 +181,7 @@ mod tests {
             StatusClockSkew,
             StatusLastError,
             StatusStopped,
+            StatusQuarantine,
         ];
         for (m, lang) in labels.iter().flat_map(|m| [(m, Lang::Ru), (m, Lang::En)]) {
             assert!(m.text(lang).chars().count() < 16, "{m:?} {lang:?}");
@@ -181,10 +198,41 @@ mod tests {
             ..Default::default()
         };
         for lang in [Lang::Ru, Lang::En] {
-            let t = render_text(Some(&st), 2, lang);
+            let t = render_text(Some(&st), None, 2, lang);
             assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
             assert_eq!(t.lines().count(), 7, "no forged line: {t}");
             assert!(t.contains("n1\\x1b[2J") && t.contains("\\u{9b}"), "{t}");
         }
+    }
+
+    #[test]
+    fn shows_a_quarantine_in_both_languages_and_json() {
+        let st = AgentState { node_id: Some("n1".into()), ..Default::default() };
+        let q = Quarantine {
+            reason: "GPU-a still runs process 4242\x1b[2J after the rental ended".into(),
+            since: 100,
+            gpu_uuids: vec!["GPU-a".into()],
+        };
+        let ru = render_text(Some(&st), Some(&q), 130, Lang::Ru);
+        assert!(ru.contains("карантин:       GPU-a still runs process 4242\\x1b[2J"), "{ru}");
+        assert!(ru.contains("(GPU: GPU-a; ") && ru.contains("30 с назад"), "{ru}");
+        assert!(ru.contains("Аренды не начнутся"), "{ru}");
+        let en = render_text(Some(&st), Some(&q), 130, Lang::En);
+        assert!(en.contains("quarantine:     GPU-a still runs") && en.contains("No rental starts"), "{en}");
+        assert!(!render_text(Some(&st), None, 130, Lang::En).contains("quarantine"));
+        let j: serde_json::Value = serde_json::from_str(&render_json(Some(&st), Some(&q), Lang::En)).unwrap();
+        assert_eq!(j["quarantine"]["gpu_uuids"][0], "GPU-a");
+        assert_eq!(j["quarantine"]["since"], 100);
+    }
+
+    #[test]
+    fn reads_the_quarantine_from_the_ledger_and_an_unreadable_ledger_is_one() {
+        let paths = Paths::resolve(Some(Path::new("/scratch")));
+        let h = FakeHost::new();
+        assert_eq!(quarantine(&h, &paths, 5), None);
+        h.write_atomic(&paths.state_dir.join(crate::docker::gpucheck::FILE), b"{not json", 0o600).unwrap();
+        let q = quarantine(&h, &paths, 5).expect("an unreadable ledger is a quarantine");
+        assert_eq!(q.since, 5);
+        assert!(q.reason.contains("gpus.json"), "{}", q.reason);
     }
 }

@@ -73,6 +73,7 @@ gpum_common::texts! {
         StatusClockSkew => ("разница часов:", "clock skew:"),
         StatusLastError => ("ошибка:", "last error:"),
         StatusStopped => ("остановлен:", "stopped:"),
+        StatusQuarantine => ("карантин:", "quarantine:"),
         StatusConnecting => ("подключается", "connecting"),
         StatusConnected => ("подключён", "connected"),
         StatusUnreachable => ("платформа недоступна (повторяет попытки)", "unreachable (retrying)"),
@@ -89,6 +90,10 @@ gpum_common::texts! {
             "{skew} s (this machine minus the platform; check NTP)",
         ),
         StatusStop => ("{message} ({detail}, {ago})", "{message} ({detail}, {ago})"),
+        StatusQuarantined => (
+            "{reason} (GPU: {gpus}; {ago}). Аренды не начнутся, пока повторная проверка (recheck) не найдёт GPU свободными.",
+            "{reason} (GPUs: {gpus}; {ago}). No rental starts until a recheck finds the GPUs free.",
+        ),
     }
 }
 

@@ -1689,6 +1689,13 @@ fn rental_quarantine(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
         "the agent keeps the quarantine in its state directory (gpus.json, 0600)",
         &kept,
     );
+    // The owner sees it too, in their language, from the service's own files.
+    let st = h.sh("LANG=ru_RU.UTF-8 /opt/gpum-agent/gpum-agent status")?;
+    o.check(
+        st.code == 0 && st.stdout.contains("карантин:") && st.stdout.contains("pid 4242"),
+        "gpum-agent status shows the quarantine and its reason (ru)",
+        &st,
+    );
     // A new rental is refused: 409 node_not_rentable, naming the quarantine.
     let spec = rental::Spec::new(&node, &image);
     let refused = h.sh(&format!(
