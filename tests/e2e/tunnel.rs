@@ -19,6 +19,8 @@
 //! the suites that build on it.
 #![allow(clippy::disallowed_methods)]
 
+mod tunnel_http;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -1,0 +1,224 @@
+//! The relay's HTTP door (`serve --relay-http-listen --relay-domain`), over the real relay, the
+//! real agent and a rental's container on the real engine: HTTP requests by host name reach the
+//! container's ports (busybox `httpd`, and a shell server on 8081 that answers with the request
+//! head it got, or `101` then `cat` for an upgrade); bodies larger than every buffer arrive
+//! intact both ways; wrong, other rental's and missing credentials are 401 with a Basic
+//! challenge; an unlisted port is 403; the credential never reaches the container; an upgraded
+//! connection flows; stopping the rental closes its open connections and its host name answers
+//! 404.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures_util::StreamExt;
+use gpum_tests::require_docker;
+use gpum_tests::tunnel::{Rental, SERVERS, TunnelWorld, free_port};
+use sha2::{Digest, Sha256};
+
+const DOMAIN: &str = "relay.test";
+
+/// The shell server of port 8081 (busybox `nc -ll -e`): the request head back as the body, or
+/// for an `Upgrade` a `101` and then every byte back.
+const ECHO_SH: &str = r#"#!/bin/sh
+h=""
+while IFS= read -r l; do
+  l=$(printf '%s' "$l" | tr -d '\r')
+  [ -z "$l" ] && break
+  h="$h$l
+"
+done
+case "$h" in
+  *[Uu]pgrade:*) printf 'HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n'; exec cat;;
+esac
+printf 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' "${#h}" "$h"
+"#;
+
+/// A CGI program of `httpd`: the SHA-256 of the request body.
+const SUM_CGI: &str = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\nhead -c \"$CONTENT_LENGTH\" | sha256sum | cut -d' ' -f1\n";
+
+/// 3 MB: far past the relay's 16 KiB copy buffer, hyper's buffers and yamux's 256 KiB window.
+const BIG: usize = 3_000_000;
+
+fn script() -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "mkdir -p /www/cgi-bin && head -c {BIG} /dev/urandom > /www/big && \
+         sha256sum /www/big | cut -d' ' -f1 > /www/big.sha256 && \
+         echo {} | base64 -d > /www/cgi-bin/sum && echo {} | base64 -d > /echo.sh && \
+         chmod +x /www/cgi-bin/sum /echo.sh && (nc -ll -p 8081 -e /echo.sh &) && {SERVERS}",
+        b64(SUM_CGI),
+        b64(ECHO_SH)
+    )
+}
+
+/// The host name of rental `r`'s `port`.
+fn host(r: &Rental, port: u16) -> String {
+    format!("{}-{port}.{DOMAIN}", r.id.strip_prefix("rent-").unwrap())
+}
+
+/// A client that reaches `host`'s names at the door on loopback port `door`.
+fn client(door: u16, hosts: &[String]) -> reqwest::Client {
+    let mut c = reqwest::Client::builder().timeout(Duration::from_secs(60));
+    for h in hosts {
+        c = c.resolve(h, ([127, 0, 0, 1], door).into());
+    }
+    c.build().unwrap()
+}
+
+/// One request's head and body over a raw connection (`Connection: close`).
+fn raw(door: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", door)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread")]
+async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
+    require_docker("tunnel_http_door_reaches_a_rentals_web_ports_by_host_name");
+    let door = free_port();
+    let args = vec![
+        "--relay-http-listen".to_string(),
+        format!("127.0.0.1:{door}"),
+        "--relay-domain".to_string(),
+        DOMAIN.to_string(),
+    ];
+    let w = TunnelWorld::start_with(args, &[7000, 8080, 8081], &script()).await;
+    let (a, b) = (w.a.clone(), w.b.clone());
+    let hosts: Vec<String> =
+        [&a, &b].iter().flat_map(|r| [host(r, 8080), host(r, 8081), host(r, 22)]).collect();
+    let c = client(door, &hosts);
+    let url = |r: &Rental, port: u16, path: &str| format!("http://{}:{door}{path}", host(r, port));
+
+    // A page, with the credential as HTTP Basic.
+    let r = c.get(url(&a, 8080, "/index.html")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "hello-from-rental\n");
+
+    // A download larger than every buffer on the way, hashed as it streams in.
+    let want =
+        c.get(url(&a, 8080, "/big.sha256")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    let want = want.text().await.unwrap().trim().to_string();
+    let r = c.get(url(&a, 8080, "/big")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (mut h, mut n, mut body) = (Sha256::new(), 0usize, r.bytes_stream());
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.unwrap();
+        n += chunk.len();
+        h.update(&chunk);
+    }
+    assert_eq!(n, BIG);
+    assert_eq!(hex::encode(h.finalize()), want, "the download arrived intact");
+
+    // An upload as large, which the container hashes.
+    let upload: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let sent = hex::encode(Sha256::digest(&upload));
+    let r = c
+        .post(url(&a, 8080, "/cgi-bin/sum"))
+        .basic_auth(&a.id, Some(&a.credential))
+        .body(upload)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap().trim(), sent, "the upload arrived intact");
+
+    // What the container sees: the host name kept, and no credential.
+    let r = c.get(url(&a, 8081, "/seen")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = r.text().await.unwrap().to_ascii_lowercase();
+    assert!(seen.starts_with("get /seen http/1.1\n"), "{seen}");
+    assert!(seen.contains(&format!("host: {}:{door}\n", host(&a, 8081))), "{seen}");
+    assert!(seen.contains(&format!("x-forwarded-host: {}:{door}\n", host(&a, 8081))), "{seen}");
+    assert!(!seen.contains("authorization"), "the credential was stripped: {seen}");
+    assert!(!seen.contains(&a.credential.to_ascii_lowercase()), "{seen}");
+    // In X-Gpum-Credential, the application's own Authorization passes, the credential does not.
+    let r = c
+        .get(url(&a, 8081, "/app"))
+        .header("X-Gpum-Credential", &a.credential)
+        .bearer_auth("the-apps-own-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = r.text().await.unwrap().to_ascii_lowercase();
+    assert!(seen.contains("authorization: bearer the-apps-own-token\n"), "{seen}");
+    assert!(!seen.contains(&a.credential.to_ascii_lowercase()) && !seen.contains("x-gpum"), "{seen}");
+
+    // Wrong credentials: 401 with a challenge a browser answers; a listed port only.
+    let r = c.get(url(&a, 8080, "/")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "no credential");
+    assert_eq!(r.headers()["www-authenticate"], "Basic realm=\"gpum\"");
+    let r = c.get(url(&a, 8080, "/")).basic_auth(&a.id, Some(&b.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 401, "another rental's credential");
+    let r = c.get(url(&a, 8080, "/")).basic_auth(&b.id, Some(&b.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 401, "another rental's id and credential");
+    let r = c.get(url(&a, 8080, "/")).basic_auth(&a.id, Some("gpumt_0000")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "a wrong credential");
+    let r = c.get(url(&a, 22, "/")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a port the rental does not list");
+    let r = raw(door, "GET / HTTP/1.1\r\nHost: elsewhere.example\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+
+    // An upgrade (a WebSocket's handshake, in shape): after the 101 the bytes flow both ways.
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", b.id, b.credential));
+    let upgraded = || {
+        let mut s = TcpStream::connect(("127.0.0.1", door)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "GET /ws HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {auth}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n",
+            host(&b, 8081)
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_string();
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        s
+    };
+    let mut s = upgraded();
+    for i in 0..20 {
+        let line = format!("frame {i}\n");
+        s.write_all(line.as_bytes()).unwrap();
+        let mut back = vec![0u8; line.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(back, line.as_bytes());
+    }
+
+    // Stopped: its open connections close at once, and its names answer 404.
+    let mut kept = TcpStream::connect(("127.0.0.1", door)).unwrap();
+    write!(
+        kept,
+        "GET /index.html HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {auth}\r\n\r\n",
+        host(&b, 8080)
+    )
+    .unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut first = [0u8; 12];
+    kept.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200", "a kept-alive connection to b");
+    w.stop_rental(&b.id).await;
+    let t = Instant::now();
+    let mut rest = Vec::new();
+    let _ = kept.read_to_end(&mut rest);
+    let mut buf = [0u8; 16];
+    assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "the upgraded connection closed");
+    assert!(t.elapsed() < Duration::from_secs(5), "at once: {:?}", t.elapsed());
+    let r = c.get(url(&b, 8080, "/")).basic_auth(&b.id, Some(&b.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    // a still answers.
+    let r = c.get(url(&a, 8080, "/index.html")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!w.agent_log().contains(&a.credential), "the credential never reaches the agent's log");
+    assert!(!w.platform.log().contains(&a.credential), "nor the platform's");
+}
