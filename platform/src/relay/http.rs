@@ -140,6 +140,10 @@ struct Conn {
     tls: bool,
     /// Closes the connection (and its upgraded splice): the rental ended, or the stream idled.
     close: CancellationToken,
+    /// Held by the connection and its upgraded splice; when both are gone, `done` is
+    /// cancelled and what watches them stops.
+    alive: Arc<tokio_util::sync::DropGuard>,
+    done: CancellationToken,
     activity: Arc<Activity>,
     backend: tokio::sync::Mutex<Option<Backend>>,
 }
@@ -157,16 +161,17 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let idle = t.relay.cfg.idle_timeout;
+    let done = CancellationToken::new();
     let conn = Arc::new(Conn {
         client: super::throttle_key(peer),
         t,
         tls,
         close: CancellationToken::new(),
+        alive: Arc::new(done.clone().drop_guard()),
+        done,
         activity: Arc::new(Activity::new()),
         backend: tokio::sync::Mutex::new(None),
     });
-    // Whatever watches the connection stops with it.
-    let _closed = conn.close.clone().drop_guard();
     let c = conn.clone();
     let svc = hyper::service::service_fn(move |req| {
         let c = c.clone();
@@ -256,7 +261,9 @@ impl Conn {
             let backend_up = hyper::upgrade::on(&mut resp);
             let (close, activity, idle) =
                 (self.close.clone(), self.activity.clone(), t.relay.cfg.idle_timeout);
+            let alive = self.alive.clone();
             tokio::spawn(async move {
+                let _alive = alive;
                 let (Ok(tenant), Ok(container)) = (tenant_up.await, backend_up.await) else {
                     return tracing::debug!("relay: an upgrade did not complete");
                 };
@@ -298,10 +305,10 @@ impl Conn {
             }
         });
         // The rental's end closes the tenant's connection, whatever its streams are doing.
-        let (close, ended) = (self.close.clone(), slot.cancel.clone());
+        let (close, ended, done) = (self.close.clone(), slot.cancel.clone(), self.done.clone());
         tokio::spawn(async move {
             tokio::select! {
-                () = close.cancelled() => {}
+                () = done.cancelled() => {}
                 () = ended.cancelled() => {
                     tracing::debug!("relay: the rental ended; closing its HTTP connection");
                     close.cancel();
