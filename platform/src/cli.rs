@@ -1175,6 +1175,19 @@ mod tests {
     }
 
     #[test]
+    fn relay_domains_and_trusted_proxies_parse() {
+        assert_eq!(domain_arg("Relay.GPUM.example.").unwrap(), "relay.gpum.example");
+        for bad in ["", "relay..example", "-relay.example", "relay_x.example", "*.relay.example", "a b"] {
+            assert!(domain_arg(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(cidr_arg("127.0.0.1").unwrap(), "127.0.0.1/32".parse().unwrap());
+        assert_eq!(cidr_arg("10.1.2.3/8").unwrap(), "10.0.0.0/8".parse().unwrap());
+        assert_eq!(cidr_arg("2001:db8::1/32").unwrap(), "2001:db8::/32".parse().unwrap());
+        assert!(cidr_arg("proxy.example").is_err());
+        assert!(cidr_arg("10.0.0.0/33").is_err());
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("24h"), Ok(86_400));
         assert_eq!(parse_duration("30m"), Ok(1_800));

@@ -396,15 +396,15 @@ impl Activity {
 /// The tunnel stream with the rental's byte budget and the connection's activity: each read or
 /// write is counted, and one that puts the rental in debt makes the next wait it off (so
 /// nothing more than hyper's buffers is held, as on the TCP door's copy).
-struct Metered {
-    io: AgentStream,
+struct Metered<S = AgentStream> {
+    io: S,
     bucket: Option<Arc<Bucket>>,
     activity: Arc<Activity>,
     wait: Option<Pin<Box<Sleep>>>,
 }
 
-impl Metered {
-    fn new(io: AgentStream, bucket: Option<Arc<Bucket>>, activity: Arc<Activity>) -> Metered {
+impl<S> Metered<S> {
+    fn new(io: S, bucket: Option<Arc<Bucket>>, activity: Arc<Activity>) -> Metered<S> {
         Metered { io, bucket, activity, wait: None }
     }
 
@@ -431,7 +431,7 @@ impl Metered {
     }
 }
 
-impl AsyncRead for Metered {
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -446,7 +446,7 @@ impl AsyncRead for Metered {
     }
 }
 
-impl AsyncWrite for Metered {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         std::task::ready!(this.paid(cx));
@@ -496,6 +496,35 @@ mod tests {
         }
         // The scheme fits one DNS label with room to spare.
         assert!("ffffffffffffffff-65535".len() <= 63);
+    }
+
+    /// The stream of a rental with a rate carries it at that rate (both directions together),
+    /// and every byte counts as activity for the idle timeout.
+    #[tokio::test]
+    async fn relay_http_stream_is_paced_by_the_rentals_bucket() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (near, mut far) = tokio::io::duplex(64 * 1024);
+        let activity = Arc::new(Activity::new());
+        let mut m = Metered::new(near, Some(Arc::new(Bucket::new(10_000))), activity.clone());
+        let started = Instant::now();
+        // A second's burst passes at once; 10 000 more bytes take about a second.
+        m.write_all(&[1u8; 10_000]).await.unwrap();
+        assert!(started.elapsed() < Duration::from_millis(500), "the burst");
+        far.write_all(&[2u8; 10_000]).await.unwrap();
+        let mut back = vec![0u8; 10_000];
+        m.read_exact(&mut back).await.unwrap();
+        m.write_all(&[3u8; 1]).await.unwrap();
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "{took:?}");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), activity.idle_for(Duration::from_millis(500)))
+                .await
+                .is_err(),
+            "bytes just moved: not idle"
+        );
+        tokio::time::timeout(Duration::from_secs(2), activity.idle_for(Duration::from_millis(500)))
+            .await
+            .expect("idle once nothing moves");
     }
 
     #[test]
