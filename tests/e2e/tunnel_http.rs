@@ -3,7 +3,8 @@
 //! container's ports (busybox `httpd`, and a shell server on 8081 that answers with the request
 //! head it got, or `101` then `cat` for an upgrade); bodies larger than every buffer arrive
 //! intact both ways; wrong, other rental's and missing credentials are 401 with a Basic
-//! challenge; an unlisted port is 403; the credential never reaches the container; an upgraded
+//! challenge (and soon 429, counted like the TCP door's); an unlisted port is 403, a listed one
+//! that does not speak HTTP 502; the credential never reaches the container; an upgraded
 //! connection flows; stopping the rental closes its open connections and its host name answers
 //! 404.
 
@@ -91,7 +92,7 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     let w = TunnelWorld::start_with(args, &[7000, 8080, 8081], &script()).await;
     let (a, b) = (w.a.clone(), w.b.clone());
     let hosts: Vec<String> =
-        [&a, &b].iter().flat_map(|r| [host(r, 8080), host(r, 8081), host(r, 22)]).collect();
+        [&a, &b].iter().flat_map(|r| [host(r, 8080), host(r, 8081), host(r, 7000), host(r, 22)]).collect();
     let c = client(door, &hosts);
     let url = |r: &Rental, port: u16, path: &str| format!("http://{}:{door}{path}", host(r, port));
 
@@ -162,6 +163,8 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     assert_eq!(r.status(), 401, "a wrong credential");
     let r = c.get(url(&a, 22, "/")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
     assert_eq!(r.status(), 403, "a port the rental does not list");
+    let r = c.get(url(&a, 7000, "/")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 502, "a listed port that does not speak HTTP (the line echo server)");
     let r = raw(door, "GET / HTTP/1.1\r\nHost: elsewhere.example\r\nConnection: close\r\n\r\n");
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
 
@@ -221,4 +224,15 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     assert_eq!(r.status(), 200);
     assert!(!w.agent_log().contains(&a.credential), "the credential never reaches the agent's log");
     assert!(!w.platform.log().contains(&a.credential), "nor the platform's");
+
+    // Wrong credentials count against the address like the TCP door's: soon 429.
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let r = c.get(url(&a, 8080, "/")).basic_auth(&a.id, Some("gpumt_0000")).send().await.unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses[0], 401, "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let r = c.get(url(&a, 8080, "/index.html")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 429, "while blocked, even the right credential waits");
 }
