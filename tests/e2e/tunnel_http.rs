@@ -14,8 +14,12 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures_util::StreamExt;
+use gpum_tests::platform::{PlatformOpts, RELAY_TEST_DOMAIN, TestPlatform};
 use gpum_tests::require_docker;
-use gpum_tests::tunnel::{Rental, SERVERS, TunnelWorld, free_port};
+use gpum_tests::tunnel::{
+    LONG, Rental, SERVERS, ScopedContainers, TunnelWorld, create_rental_with_ports, free_port, rentable_node,
+    start_agent, write_agent_config,
+};
 use sha2::{Digest, Sha256};
 
 const DOMAIN: &str = "relay.test";
@@ -235,4 +239,68 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     assert!(statuses.contains(&429), "{statuses:?}");
     let r = c.get(url(&a, 8080, "/index.html")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
     assert_eq!(r.status(), 429, "while blocked, even the right credential waits");
+}
+
+/// The HTTP door with TLS of its own (the platform's certificate, which covers
+/// `*.relay.localhost`): a request by host name over HTTPS reaches the container, which is told
+/// `X-Forwarded-Proto: https`; the agent's tunnel goes over the API's TLS as usual.
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread")]
+async fn tunnel_http_door_serves_tls_with_the_platforms_certificate() {
+    require_docker("tunnel_http_door_serves_tls_with_the_platforms_certificate");
+    let door = free_port();
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec![
+            "--relay-http-listen".into(),
+            format!("127.0.0.1:{door}"),
+            "--relay-domain".into(),
+            RELAY_TEST_DOMAIN.into(),
+        ],
+        ..Default::default()
+    });
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let node = rentable_node(&p).await;
+    let r = create_rental_with_ports(&p, &node.node_id, &image, &[8080, 8081], &script());
+    let containers = ScopedContainers::new("t");
+    let dir = tempfile::tempdir().unwrap();
+    write_agent_config(dir.path(), p.url(), &node, &containers.0);
+    let ca = p.ca_path().expect("a TLS platform has a CA");
+    let mut config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    config.push_str(&format!("ca_file = '{}'\n", ca.display()));
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    let _agent = start_agent(dir.path(), 2);
+    let name = |port: u16| format!("{}-{port}.{RELAY_TEST_DOMAIN}", r.id.strip_prefix("rent-").unwrap());
+    let c = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(p.ca_pem().unwrap().as_bytes()).unwrap())
+        .resolve(&name(8080), ([127, 0, 0, 1], door).into())
+        .resolve(&name(8081), ([127, 0, 0, 1], door).into())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let get = |port: u16, path: &'static str| {
+        c.get(format!("https://{}:{door}{path}", name(port))).basic_auth(&r.id, Some(&r.credential)).send()
+    };
+    // Until the rental runs and the tunnel is up: 502 (no tunnel) or 404/connection errors.
+    let t = Instant::now();
+    loop {
+        match get(8080, "/index.html").await {
+            Ok(resp) if resp.status() == 200 => {
+                assert_eq!(resp.text().await.unwrap(), "hello-from-rental\n");
+                break;
+            }
+            other => assert!(
+                t.elapsed() < LONG,
+                "no answer through the TLS door: {other:?}\nplatform log:\n{}",
+                p.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let seen = get(8081, "/seen").await.unwrap().text().await.unwrap().to_ascii_lowercase();
+    assert!(seen.contains("x-forwarded-proto: https\n"), "{seen}");
+    assert!(!seen.contains("authorization"), "{seen}");
+    // Plain HTTP at the TLS door gets nowhere.
+    let plain = raw(door, &format!("GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", name(8080)));
+    assert!(!plain.contains("hello-from-rental") && !plain.starts_with("HTTP/1.1 2"), "{plain}");
 }

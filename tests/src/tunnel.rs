@@ -51,7 +51,7 @@ pub async fn rentable_node(p: &TestPlatform) -> RegisterResponse {
 
 /// [`rentable_node`] with the given inventory.
 pub async fn rentable_node_with(p: &TestPlatform, inventory: Inventory) -> RegisterResponse {
-    let c = reqwest::Client::new();
+    let c = p.http_client();
     let inventory = || inventory.clone();
     let req = RegisterRequest {
         join_code: p.join_code(),

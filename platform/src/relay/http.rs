@@ -154,6 +154,8 @@ struct Backend {
     port: u16,
     send: hyper::client::conn::http1::SendRequest<Body>,
     slot: Arc<Slot>,
+    /// False once the container said it closes the connection after its answer.
+    reusable: bool,
 }
 
 async fn serve_conn<I>(io: I, peer: SocketAddr, tls: bool, builder: &http1::Builder, t: Arc<Tenants>)
@@ -218,40 +220,60 @@ impl Conn {
             Err(Refused::Credential) => return unauthorized(),
             Err(Refused::Answer(status, why)) => return answer(status, &why),
         };
-        let mut backend = self.backend.lock().await;
-        // The container may close a kept-alive connection: the next request opens a new stream.
-        if backend.as_ref().is_some_and(|b| b.send.is_closed()) {
-            *backend = None;
-        }
-        match &*backend {
-            Some(b) if b.id != id || b.port != port => {
-                return answer(
-                    StatusCode::MISDIRECTED_REQUEST,
-                    "this connection reaches another rental or port; open a new one",
-                );
-            }
-            Some(_) => {}
-            None => match self.open(&rental.node_id, &id, port).await {
-                Ok(b) => *backend = Some(b),
-                Err(Refused::Answer(status, why)) => return answer(status, &why),
-                Err(Refused::Credential) => return unauthorized(),
-            },
-        }
-        let b = backend.as_mut().expect("just set");
         let upgrade = req.headers().contains_key(header::UPGRADE);
         let tenant_up = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let fwd = forward_request(req, self.tls, upgrade);
-        let sent = match b.send.ready().await {
-            Ok(()) => b.send.send_request(fwd).await,
-            Err(e) => Err(e),
-        };
-        let slot = b.slot.clone();
-        let mut resp = match sent {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(error = %e, "relay: the rental's port did not answer over HTTP");
+        let mut fwd = forward_request(req, self.tls, upgrade);
+        let mut backend = self.backend.lock().await;
+        // Twice at most: a kept-alive stream the container has closed since (which it said with
+        // `Connection: close`, or which refuses the request before a byte of it went out) is
+        // replaced by a new one.
+        let mut tries = 0;
+        let (mut resp, slot) = loop {
+            tries += 1;
+            if backend.as_ref().is_some_and(|b| !b.reusable || b.send.is_closed()) {
                 *backend = None;
+            }
+            match &*backend {
+                Some(b) if b.id != id || b.port != port => {
+                    return answer(
+                        StatusCode::MISDIRECTED_REQUEST,
+                        "this connection reaches another rental or port; open a new one",
+                    );
+                }
+                Some(_) => {}
+                None => match self.open(&rental.node_id, &id, port).await {
+                    Ok(b) => *backend = Some(b),
+                    Err(Refused::Answer(status, why)) => return answer(status, &why),
+                    Err(Refused::Credential) => return unauthorized(),
+                },
+            }
+            let b = backend.as_mut().expect("just set");
+            if let Err(e) = b.send.ready().await {
+                *backend = None;
+                if tries < 2 {
+                    continue;
+                }
+                tracing::debug!(error = %e, "relay: the rental's port closed the connection");
                 return answer(StatusCode::BAD_GATEWAY, "the rental's port did not answer over HTTP");
+            }
+            match b.send.try_send_request(fwd).await {
+                Ok(r) => {
+                    b.reusable = !closes(&r);
+                    break (r, b.slot.clone());
+                }
+                Err(mut e) => {
+                    *backend = None;
+                    match e.take_message() {
+                        Some(again) if tries < 2 => fwd = again,
+                        _ => {
+                            tracing::debug!(error = %e.error(), "relay: the rental's port did not answer over HTTP");
+                            return answer(
+                                StatusCode::BAD_GATEWAY,
+                                "the rental's port did not answer over HTTP",
+                            );
+                        }
+                    }
+                }
             }
         };
         drop(backend);
@@ -315,7 +337,7 @@ impl Conn {
                 }
             }
         });
-        Ok(Backend { id: id.to_string(), port, send, slot: Arc::new(slot) })
+        Ok(Backend { id: id.to_string(), port, send, slot: Arc::new(slot), reusable: true })
     }
 }
 
@@ -346,6 +368,21 @@ fn forward_request(req: Request<hyper::body::Incoming>, tls: bool, upgrade: bool
     }
     parts.version = hyper::Version::HTTP_11;
     Request::from_parts(parts, Body::new(body))
+}
+
+/// Whether the container closes its connection after this answer (`Connection: close`, or
+/// HTTP/1.0 without `keep-alive`).
+fn closes<B>(resp: &Response<B>) -> bool {
+    let tokens = || {
+        resp.headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|t| t.trim().to_ascii_lowercase())
+    };
+    tokens().any(|t| t == "close")
+        || (resp.version() == hyper::Version::HTTP_10 && !tokens().any(|t| t == "keep-alive"))
 }
 
 /// Removes the headers of one hop: [`HOP_BY_HOP`] and whatever `Connection` names.
