@@ -222,7 +222,7 @@ impl Conn {
         };
         let upgrade = req.headers().contains_key(header::UPGRADE);
         let tenant_up = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let mut fwd = forward_request(req, self.tls, upgrade);
+        let mut fwd = forward_request(req, self.tls, upgrade).map(Body::new);
         let mut backend = self.backend.lock().await;
         // Twice at most: a kept-alive stream the container has closed since (which it said with
         // `Connection: close`, or which refuses the request before a byte of it went out) is
@@ -343,7 +343,7 @@ impl Conn {
 
 /// The request as the container gets it: origin-form target, hop-by-hop headers dropped (but
 /// an upgrade's), `X-Forwarded-Host` and, when this door did TLS, `X-Forwarded-Proto`.
-fn forward_request(req: Request<hyper::body::Incoming>, tls: bool, upgrade: bool) -> Request<Body> {
+fn forward_request<B>(req: Request<B>, tls: bool, upgrade: bool) -> Request<B> {
     let (mut parts, body) = req.into_parts();
     let keep_upgrade = upgrade.then(|| {
         (parts.headers.get(header::UPGRADE).cloned(), parts.headers.get(header::CONNECTION).cloned())
@@ -367,7 +367,7 @@ fn forward_request(req: Request<hyper::body::Incoming>, tls: bool, upgrade: bool
         parts.uri = pq.into();
     }
     parts.version = hyper::Version::HTTP_11;
-    Request::from_parts(parts, Body::new(body))
+    Request::from_parts(parts, body)
 }
 
 /// Whether the container closes its connection after this answer (`Connection: close`, or
@@ -562,6 +562,53 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), activity.idle_for(Duration::from_millis(500)))
             .await
             .expect("idle once nothing moves");
+    }
+
+    #[test]
+    fn relay_http_requests_go_on_without_hop_by_hop_headers() {
+        let req = Request::get("http://00112233445566aa-8080.relay.example.com/a/b?c=d")
+            .header("host", "ignored.example")
+            .header("connection", "keep-alive, x-hop")
+            .header("x-hop", "1")
+            .header("keep-alive", "timeout=5")
+            .header("proxy-authorization", "Basic eA==")
+            .header("te", "trailers")
+            .header("x-app", "kept")
+            .body(())
+            .unwrap();
+        let f = forward_request(req, true, false);
+        assert_eq!(f.uri(), "/a/b?c=d", "origin-form");
+        assert_eq!(f.headers()["host"], "00112233445566aa-8080.relay.example.com", "the name asked for");
+        assert_eq!(f.headers()["x-forwarded-host"], "00112233445566aa-8080.relay.example.com");
+        assert_eq!(f.headers()["x-forwarded-proto"], "https");
+        assert_eq!(f.headers()["x-app"], "kept");
+        for gone in ["connection", "x-hop", "keep-alive", "proxy-authorization", "te", "x-forwarded-for"] {
+            assert!(f.headers().get(gone).is_none(), "{gone}");
+        }
+        // An upgrade keeps what it needs; plain HTTP says nothing of the scheme.
+        let req = Request::get("/ws")
+            .header("host", "00112233445566aa-8080.relay.example.com")
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("x-forwarded-proto", "https")
+            .body(())
+            .unwrap();
+        let f = forward_request(req, false, true);
+        assert_eq!(f.headers()["upgrade"], "websocket");
+        assert_eq!(f.headers()["connection"], "upgrade");
+        assert_eq!(f.headers()["x-forwarded-proto"], "https", "a terminator's passes through");
+        // Whether the container closes after its answer.
+        let resp = |v: hyper::Version, c: Option<&str>| {
+            let mut r = Response::builder().version(v);
+            if let Some(c) = c {
+                r = r.header("connection", c);
+            }
+            r.body(()).unwrap()
+        };
+        assert!(closes(&resp(hyper::Version::HTTP_11, Some("Close"))));
+        assert!(!closes(&resp(hyper::Version::HTTP_11, None)));
+        assert!(closes(&resp(hyper::Version::HTTP_10, None)));
+        assert!(!closes(&resp(hyper::Version::HTTP_10, Some("keep-alive"))));
     }
 
     #[test]
