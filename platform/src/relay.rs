@@ -466,22 +466,37 @@ impl Drop for Slot {
     }
 }
 
-/// A slot for one more stream of rental `id` (503 past the cap), then the stream to its
-/// `port` in its node's tunnel, the agent's yes read (502 otherwise).
-pub(crate) async fn open_for(
-    relay: &Arc<Relay>,
-    node_id: &str,
-    id: &str,
-    port: u16,
-) -> Result<(AgentStream, Slot), Refused> {
+/// A slot for one more stream of rental `id`; 503 past the cap.
+pub(crate) fn slot(relay: &Arc<Relay>, id: &str) -> Result<Slot, Refused> {
     let Some((cancel, bucket)) = relay.enter(id) else {
         return Err(Refused::Answer(
             StatusCode::SERVICE_UNAVAILABLE,
             "the rental has its limit of streams open".into(),
         ));
     };
-    let slot = Slot { relay: relay.clone(), id: id.to_string(), cancel, bucket };
-    let agent = open_stream(relay, node_id, id, port).await.map_err(|(st, why)| Refused::Answer(st, why))?;
+    Ok(Slot { relay: relay.clone(), id: id.to_string(), cancel, bucket })
+}
+
+/// The stream to rental `id`'s `port` in its node's tunnel, the agent's yes read (502
+/// otherwise).
+pub(crate) async fn open_in(
+    relay: &Relay,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<AgentStream, Refused> {
+    open_stream(relay, node_id, id, port).await.map_err(|(st, why)| Refused::Answer(st, why))
+}
+
+/// A slot for one more stream of rental `id` ([`slot`]), then the stream ([`open_in`]).
+pub(crate) async fn open_for(
+    relay: &Arc<Relay>,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<(AgentStream, Slot), Refused> {
+    let slot = slot(relay, id)?;
+    let agent = open_in(relay, node_id, id, port).await?;
     Ok((agent, slot))
 }
 

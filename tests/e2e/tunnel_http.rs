@@ -172,6 +172,19 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     let r = raw(door, "GET / HTTP/1.1\r\nHost: elsewhere.example\r\nConnection: close\r\n\r\n");
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
 
+    // b's servers start after its 3 MB file is written: wait for them.
+    let t = Instant::now();
+    while !c
+        .get(url(&b, 8080, "/"))
+        .basic_auth(&b.id, Some(&b.credential))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() != 502)
+    {
+        assert!(t.elapsed() < LONG, "b's web server never answered");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
     // An upgrade (a WebSocket's handshake, in shape): after the 101 the bytes flow both ways.
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", b.id, b.credential));
     let upgraded = || {
@@ -303,4 +316,90 @@ async fn tunnel_http_door_serves_tls_with_the_platforms_certificate() {
     // Plain HTTP at the TLS door gets nowhere.
     let plain = raw(door, &format!("GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", name(8080)));
     assert!(!plain.contains("hello-from-rental") && !plain.starts_with("HTTP/1.1 2"), "{plain}");
+}
+
+/// The TCP door's limits hold on the HTTP door: a rental's stream cap (`503`), its byte rate,
+/// and the idle timeout, which closes an upgraded connection that carries nothing and gives its
+/// stream back.
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread")]
+async fn tunnel_http_door_keeps_the_relays_limits() {
+    require_docker("tunnel_http_door_keeps_the_relays_limits");
+    let door = free_port();
+    let args: Vec<String> = [
+        "--relay-http-listen",
+        &format!("127.0.0.1:{door}"),
+        "--relay-domain",
+        DOMAIN,
+        "--relay-max-streams",
+        "1",
+        "--relay-idle-timeout",
+        "3",
+        "--relay-rate",
+        "1000000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let w = TunnelWorld::start_with(args, &[7000, 8080, 8081], &script()).await;
+    let b = w.b.clone();
+    let hosts = [host(&b, 8080), host(&b, 8081)];
+    let c = client(door, &hosts);
+    let url = |port: u16, path: &str| format!("http://{}:{door}{path}", host(&b, port));
+    let get = |path: &'static str| c.get(url(8080, path)).basic_auth(&b.id, Some(&b.credential)).send();
+
+    // b's servers start after its 3 MB file is written: wait for them.
+    let t = Instant::now();
+    while !get("/index.html").await.is_ok_and(|r| r.status() == 200) {
+        assert!(t.elapsed() < LONG, "b's web server never answered");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // 3 MB at 1 MB/s, with a second's burst: two seconds at least (on the same kept-alive
+    // connection, under the same slot, although httpd closes its side after each answer).
+    let t = Instant::now();
+    let r = get("/big").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().len(), BIG);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(1800), "the rate was not applied: {took:?}");
+    // Its connection closed, its slot is free again.
+    drop(c);
+
+    // One upgraded connection holds the rental's only stream: another request is 503.
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", b.id, b.credential));
+    let t = Instant::now();
+    let mut s = loop {
+        let mut s = TcpStream::connect(("127.0.0.1", door)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "GET /ws HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {auth}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n",
+            host(&b, 8081)
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        if &head == b"HTTP/1.1 101" {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", String::from_utf8_lossy(&head));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let fresh = client(door, &hosts);
+    let r = fresh.get(url(8080, "/index.html")).basic_auth(&b.id, Some(&b.credential)).send().await.unwrap();
+    assert_eq!(r.status(), 503, "past the stream cap");
+
+    // Nothing moves for the idle timeout: the upgraded connection is closed and its stream freed.
+    let t = Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let idle = t.elapsed();
+    assert!(idle >= Duration::from_secs(2) && idle < Duration::from_secs(10), "closed after {idle:?}");
+    // (A new client: the idle timeout closed the other's kept-alive connection too.)
+    let r = client(door, &hosts)
+        .get(url(8080, "/index.html"))
+        .basic_auth(&b.id, Some(&b.credential))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the stream came back");
 }

@@ -18,8 +18,9 @@
 //! refused; 400 for a host name that is not `<16 hex>-<port>.<DOMAIN>`; 421 for a request on a
 //! kept-alive connection naming another rental or port than the connection's first.
 //!
-//! **Forwarding.** One tunnel stream per tenant connection, opened at its first admitted
-//! request and counted under the rental's stream cap until the connection closes. HTTP/1.1 with
+//! **Forwarding.** Each tenant connection holds one place under the rental's stream cap, from its
+//! first admitted request until it closes, and one tunnel stream at a time in it (a container
+//! that closes its side, `Connection: close`, gets a new stream at the next request). HTTP/1.1 with
 //! hyper on both sides (a client connection over the stream); bodies stream through, never held
 //! whole. `Host` is kept (the public name, so the application's absolute URLs work);
 //! `X-Forwarded-Host` repeats it, `X-Forwarded-Proto: https` is set when this door did TLS
@@ -47,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentStream, Bucket, Refused, Slot, Tenants, answer, blocked, check, open_for, parse_basic};
+use super::{AgentStream, Bucket, Refused, Slot, Tenants, answer, blocked, check, open_in, parse_basic};
 
 /// The header an application that uses `Authorization` itself can carry the credential in.
 pub const CREDENTIAL_HEADER: &str = "x-gpum-credential";
@@ -148,14 +149,15 @@ struct Conn {
     backend: tokio::sync::Mutex<Option<Backend>>,
 }
 
-/// The connection's tunnel stream, as an HTTP client connection to the container's port.
+/// The connection's place under the rental's stream cap (held until the tenant's connection
+/// closes, whatever streams come and go under it), and its tunnel stream now, as an HTTP
+/// client connection to the container's port.
 struct Backend {
     id: String,
     port: u16,
-    send: hyper::client::conn::http1::SendRequest<Body>,
     slot: Arc<Slot>,
-    /// False once the container said it closes the connection after its answer.
-    reusable: bool,
+    /// `None` once the container closed it (or said it would).
+    send: Option<hyper::client::conn::http1::SendRequest<Body>>,
 }
 
 async fn serve_conn<I>(io: I, peer: SocketAddr, tls: bool, builder: &http1::Builder, t: Arc<Tenants>)
@@ -226,43 +228,56 @@ impl Conn {
         let mut backend = self.backend.lock().await;
         // Twice at most: a kept-alive stream the container has closed since (which it said with
         // `Connection: close`, or which refuses the request before a byte of it went out) is
-        // replaced by a new one.
+        // replaced by a new one under the same slot.
         let mut tries = 0;
         let (mut resp, slot) = loop {
             tries += 1;
-            if backend.as_ref().is_some_and(|b| !b.reusable || b.send.is_closed()) {
-                *backend = None;
-            }
-            match &*backend {
+            let b = match &mut *backend {
                 Some(b) if b.id != id || b.port != port => {
                     return answer(
                         StatusCode::MISDIRECTED_REQUEST,
                         "this connection reaches another rental or port; open a new one",
                     );
                 }
-                Some(_) => {}
-                None => match self.open(&rental.node_id, &id, port).await {
-                    Ok(b) => *backend = Some(b),
+                Some(b) => b,
+                None => {
+                    let slot = match super::slot(&t.relay, &id) {
+                        Ok(s) => Arc::new(s),
+                        Err(Refused::Answer(status, why)) => return answer(status, &why),
+                        Err(Refused::Credential) => return unauthorized(),
+                    };
+                    self.watch(&slot);
+                    backend.insert(Backend { id: id.clone(), port, slot, send: None })
+                }
+            };
+            if b.send.as_ref().is_some_and(|s| s.is_closed()) {
+                b.send = None;
+            }
+            let send = match &mut b.send {
+                Some(s) => s,
+                None => match self.open(&rental.node_id, &id, port, &b.slot).await {
+                    Ok(s) => b.send.insert(s),
                     Err(Refused::Answer(status, why)) => return answer(status, &why),
                     Err(Refused::Credential) => return unauthorized(),
                 },
-            }
-            let b = backend.as_mut().expect("just set");
-            if let Err(e) = b.send.ready().await {
-                *backend = None;
+            };
+            if let Err(e) = send.ready().await {
+                b.send = None;
                 if tries < 2 {
                     continue;
                 }
                 tracing::debug!(error = %e, "relay: the rental's port closed the connection");
                 return answer(StatusCode::BAD_GATEWAY, "the rental's port did not answer over HTTP");
             }
-            match b.send.try_send_request(fwd).await {
+            match send.try_send_request(fwd).await {
                 Ok(r) => {
-                    b.reusable = !closes(&r);
+                    if closes(&r) {
+                        b.send = None;
+                    }
                     break (r, b.slot.clone());
                 }
                 Err(mut e) => {
-                    *backend = None;
+                    b.send = None;
                     match e.take_message() {
                         Some(again) if tries < 2 => fwd = again,
                         _ => {
@@ -277,9 +292,10 @@ impl Conn {
             }
         };
         drop(backend);
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-            && let Some(tenant_up) = tenant_up
-        {
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(tenant_up) = tenant_up else {
+                return answer(StatusCode::BAD_GATEWAY, "the rental's port switched protocols unasked");
+            };
             let backend_up = hyper::upgrade::on(&mut resp);
             let (close, activity, idle) =
                 (self.close.clone(), self.activity.clone(), t.relay.cfg.idle_timeout);
@@ -305,10 +321,15 @@ impl Conn {
         resp.map(Body::new)
     }
 
-    /// Opens the connection's stream (counted under the rental's cap) and an HTTP client
-    /// connection over it; the rental's end closes the tenant's connection too.
-    async fn open(&self, node_id: &str, id: &str, port: u16) -> Result<Backend, Refused> {
-        let (agent, slot) = open_for(&self.t.relay, node_id, id, port).await?;
+    /// Opens a stream (under the connection's `slot`) and an HTTP client connection over it.
+    async fn open(
+        &self,
+        node_id: &str,
+        id: &str,
+        port: u16,
+        slot: &Slot,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Body>, Refused> {
+        let agent = open_in(&self.t.relay, node_id, id, port).await?;
         let io = Metered::new(agent, slot.bucket.clone(), self.activity.clone());
         let (send, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
             Ok(v) => v,
@@ -326,7 +347,11 @@ impl Conn {
                 () = close.cancelled() => {}
             }
         });
-        // The rental's end closes the tenant's connection, whatever its streams are doing.
+        Ok(send)
+    }
+
+    /// The rental's end closes the tenant's connection, whatever its streams are doing.
+    fn watch(&self, slot: &Slot) {
         let (close, ended, done) = (self.close.clone(), slot.cancel.clone(), self.done.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -337,7 +362,6 @@ impl Conn {
                 }
             }
         });
-        Ok(Backend { id: id.to_string(), port, send, slot: Arc::new(slot), reusable: true })
     }
 }
 
