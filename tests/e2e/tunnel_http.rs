@@ -109,6 +109,7 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     let want =
         c.get(url(&a, 8080, "/big.sha256")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
     let want = want.text().await.unwrap().trim().to_string();
+    let t = Instant::now();
     let r = c.get(url(&a, 8080, "/big")).basic_auth(&a.id, Some(&a.credential)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let (mut h, mut n, mut body) = (Sha256::new(), 0usize, r.bytes_stream());
@@ -119,6 +120,7 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     }
     assert_eq!(n, BIG);
     assert_eq!(hex::encode(h.finalize()), want, "the download arrived intact");
+    eprintln!("{BIG} bytes down through the HTTP door (debug build) in {:?}", t.elapsed());
 
     // An upload as large, which the container hashes.
     let upload: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -353,14 +355,16 @@ async fn tunnel_http_door_keeps_the_relays_limits() {
         assert!(t.elapsed() < LONG, "b's web server never answered");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // 3 MB at 1 MB/s, with a second's burst: two seconds at least (on the same kept-alive
-    // connection, under the same slot, although httpd closes its side after each answer).
+    // 3 MB at 1 MB/s, with a second's burst: about two seconds, less the last read's debt that
+    // nothing waits off (hyper reads up to a few hundred KiB at once); unpaced, it takes a
+    // fraction of a second. On the same kept-alive connection, under the same slot, although
+    // httpd closes its side after each answer.
     let t = Instant::now();
     let r = get("/big").await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().len(), BIG);
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(1800), "the rate was not applied: {took:?}");
+    assert!(took >= Duration::from_millis(1200), "the rate was not applied: {took:?}");
     // Its connection closed, its slot is free again.
     drop(c);
 
