@@ -134,7 +134,8 @@ struct ServeArgs {
     write_timeout: u64,
     /// Connections one client address (an IPv6 /64) may hold at once; one past it is closed at
     /// once. Default: a sixteenth of --max-connections, at least 8. Terminators are not capped.
-    /// The relay's tenant door (--relay-listen) has its own count under the same cap.
+    /// The relay's tenant doors (--relay-listen, --relay-http-listen) each have their own count
+    /// under the same cap.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_address: Option<u64>,
     /// The address a TLS terminator connects from (repeatable): all its clients share it, so it
