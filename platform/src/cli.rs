@@ -134,7 +134,8 @@ struct ServeArgs {
     write_timeout: u64,
     /// Connections one client address (an IPv6 /64) may hold at once; one past it is closed at
     /// once. Default: a sixteenth of --max-connections, at least 8. Terminators are not capped.
-    /// The relay's tenant door (--relay-listen) has its own count under the same cap.
+    /// The relay's tenant doors (--relay-listen, --relay-http-listen) each have their own count
+    /// under the same cap.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_address: Option<u64>,
     /// The address a TLS terminator connects from (repeatable): all its clients share it, so it
@@ -151,6 +152,23 @@ struct ServeArgs {
     /// --insecure-http, on a loopback address.
     #[arg(long, value_name = "ADDR")]
     relay_listen: Option<SocketAddr>,
+    /// Also serve the relay's HTTP door on ADDR: a rental's HTTP port by host name,
+    /// `https://<16 hex>-<port>.<DOMAIN>/` (--relay-domain), with the rental's credential as
+    /// HTTP Basic. TLS with --tls-cert/--tls-key (a wildcard certificate for *.DOMAIN); plain
+    /// only with --insecure-http, on a loopback address (behind a TLS terminator).
+    #[arg(long, value_name = "ADDR", requires = "relay_domain")]
+    relay_http_listen: Option<SocketAddr>,
+    /// The domain under which the HTTP door names rentals' ports (a wildcard DNS name
+    /// *.DOMAIN points at the relay).
+    #[arg(long, value_name = "DOMAIN", value_parser = domain_arg)]
+    relay_domain: Option<String>,
+    /// A front (a TCP TLS terminator or load balancer) whose connections to the relay's doors
+    /// start with a PROXY protocol header (v1 or v2) naming the tenant's address, which the
+    /// per-address cap and the throttle then count (repeatable; an address or a CIDR block).
+    /// A connection from it without a valid header is closed; from anywhere else, a header is
+    /// never read.
+    #[arg(long, value_name = "CIDR", value_parser = cidr_arg)]
+    relay_trust_proxy: Vec<ipnet::IpNet>,
     /// Bytes per second one rental's tunnel streams may carry together (both directions);
     /// unlimited when not given.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
@@ -878,23 +896,26 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
     let ckpt = store::open(&db_path)?;
-    if let Some(r) = args.relay_listen
-        && tls.is_none()
-        && !r.ip().is_loopback()
+    for (flag, addr) in
+        [("--relay-listen", args.relay_listen), ("--relay-http-listen", args.relay_http_listen)]
     {
-        bail!("--relay-listen without TLS is allowed only on a loopback address, not {r}");
+        if let Some(r) = addr
+            && tls.is_none()
+            && !r.ip().is_loopback()
+        {
+            bail!("{flag} without TLS is allowed only on a loopback address, not {r}");
+        }
     }
     let listener =
         std::net::TcpListener::bind(args.listen).with_context(|| format!("listen on {}", args.listen))?;
-    let relay_listener = match args.relay_listen {
-        Some(r) => {
-            let l =
-                std::net::TcpListener::bind(r).with_context(|| format!("listen on {r} (--relay-listen)"))?;
-            l.set_nonblocking(true)?;
-            Some(l)
-        }
-        None => None,
+    let bind = |addr: Option<SocketAddr>, flag: &str| -> anyhow::Result<Option<std::net::TcpListener>> {
+        let Some(r) = addr else { return Ok(None) };
+        let l = std::net::TcpListener::bind(r).with_context(|| format!("listen on {r} ({flag})"))?;
+        l.set_nonblocking(true)?;
+        Ok(Some(l))
     };
+    let relay_listener = bind(args.relay_listen, "--relay-listen")?;
+    let relay_http_listener = bind(args.relay_http_listen, "--relay-http-listen")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let public_url =
@@ -923,6 +944,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         max_per_address: transport.max_per_address,
         terminators: transport.terminators.clone(),
         header_timeout: Duration::from_secs(args.header_timeout),
+        trusted_proxies: args.relay_trust_proxy.clone(),
+        domain: args.relay_domain.clone(),
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
     let db = crate::db::Db::start(conn);
@@ -973,16 +996,26 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let st = state.clone();
     let res = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        let tenants = Arc::new(crate::relay::Tenants {
+            relay,
+            db: state.db.clone(),
+            clock: state.clock.clone(),
+            throttle,
+        });
         if let Some(l) = relay_listener {
             let l = tokio::net::TcpListener::from_std(l)?;
             tracing::info!(addr = %l.local_addr()?, tls = acceptor.is_some(), "relay listening");
-            let tenants = Arc::new(crate::relay::Tenants {
-                relay,
-                db: state.db.clone(),
-                clock: state.clock.clone(),
-                throttle,
-            });
-            tokio::spawn(crate::relay::serve_tenants(l, acceptor.clone(), tenants, shutdown_signal()));
+            tokio::spawn(crate::relay::serve_tenants(
+                l,
+                acceptor.clone(),
+                tenants.clone(),
+                shutdown_signal(),
+            ));
+        }
+        if let Some(l) = relay_http_listener {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tracing::info!(addr = %l.local_addr()?, tls = acceptor.is_some(), "relay HTTP door listening");
+            tokio::spawn(crate::relay::http::serve(l, acceptor.clone(), tenants, shutdown_signal()));
         }
         announce(acceptor.is_some(), addr)?;
         crate::listen::serve(listener, acceptor, server::router(state), transport, shutdown_signal()).await?;
@@ -992,6 +1025,30 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("stopped; {}", st.db.stats().summary());
     res
+}
+
+/// One `--relay-domain`: a DNS name of letters, digits, dashes and dots, lower-cased.
+fn domain_arg(s: &str) -> Result<String, String> {
+    let d = s.trim_end_matches('.').to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if d.len() > 200 || !d.split('.').all(label_ok) {
+        return Err(format!("{s:?} is not a DNS name (e.g. relay.example.com)"));
+    }
+    Ok(d)
+}
+
+/// One `--relay-trust-proxy`: `192.0.2.10`, `10.0.0.0/8`, `2001:db8::/32`.
+fn cidr_arg(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("{s:?} is not an IP address or a CIDR block"))
 }
 
 /// One `--terminator-address`: an IP address, `loopback` or `none`.
@@ -1116,6 +1173,19 @@ mod tests {
             ]
         );
         assert!(terminator_arg("proxy.example").is_err());
+    }
+
+    #[test]
+    fn relay_domains_and_trusted_proxies_parse() {
+        assert_eq!(domain_arg("Relay.GPUM.example.").unwrap(), "relay.gpum.example");
+        for bad in ["", "relay..example", "-relay.example", "relay_x.example", "*.relay.example", "a b"] {
+            assert!(domain_arg(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(cidr_arg("127.0.0.1").unwrap(), "127.0.0.1/32".parse().unwrap());
+        assert_eq!(cidr_arg("10.1.2.3/8").unwrap(), "10.0.0.0/8".parse().unwrap());
+        assert_eq!(cidr_arg("2001:db8::1/32").unwrap(), "2001:db8::/32".parse().unwrap());
+        assert!(cidr_arg("proxy.example").is_err());
+        assert!(cidr_arg("10.0.0.0/33").is_err());
     }
 
     #[test]

@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -43,7 +43,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
@@ -144,33 +144,49 @@ pub fn effective_max_connections(asked: usize, nofile: u64) -> usize {
     asked.min(usize::try_from(allowed).unwrap_or(usize::MAX)).max(1)
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then gives open connections
-/// [`GRACE`] to finish.
-pub async fn serve(
+/// What [`accept_loop`] bounds: one door (the API's listener, the relay's TCP or HTTP door).
+#[derive(Debug, Clone)]
+pub struct Door {
+    /// Connections open at once; more wait in the kernel's backlog.
+    pub max_connections: usize,
+    /// Connections one client address may hold at once ([`default_max_per_address`]).
+    pub max_per_address: usize,
+    /// Addresses the per-address cap does not apply to: TLS terminators.
+    pub terminators: Vec<Terminator>,
+    /// Peers whose connections start with a PROXY protocol header naming the client
+    /// (`serve --relay-trust-proxy`); empty: no header is read from anyone.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// How long a trusted peer has to send its PROXY header.
+    pub header_timeout: Duration,
+}
+
+/// The accept loop every door shares: a slot under [`Door::max_connections`] first (at the cap,
+/// connections wait in the backlog), then `accept` (an error pauses the loop a moment rather
+/// than spinning: EMFILE), then the client's address (a trusted proxy's PROXY header, or the
+/// peer), then the per-address cap (one past it is closed at once and its slot given back).
+/// `handle` then gets the connection and the client's address, on a task of `tracker`, holding
+/// its slot until it returns. Runs until `shutdown` completes.
+pub async fn accept_loop<H, F>(
     listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    app: Router,
-    t: Transport,
+    door: Door,
+    tracker: tokio_util::task::TaskTracker,
     shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    let slots = Arc::new(Semaphore::new(t.max_connections));
-    let per_address = Arc::new(PerAddress::new(t.max_per_address, t.terminators.clone()));
-    let app = app.layer(Extension(BodyBudget::new(t.body_memory)));
-    // Connections are told to finish through `stop` and counted by `tracker` (hyper-util's
-    // graceful watcher cannot watch a connection that may be upgraded: the agent's tunnel).
-    let stop = tokio_util::sync::CancellationToken::new();
-    let tracker = tokio_util::task::TaskTracker::new();
-    let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(t.header_timeout).max_buf_size(64 * 1024);
-    let builder = Arc::new(builder);
+    handle: H,
+) where
+    H: Fn(TcpStream, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(door.max_connections));
+    let per_address = Arc::new(PerAddress::new(door.max_per_address, door.terminators.clone()));
+    let trusted = Arc::new(door.trusted_proxies);
+    let handle = Arc::new(handle);
     tokio::pin!(shutdown);
     loop {
-        // A slot first: at the cap, connections wait in the backlog instead of being accepted.
         let permit = tokio::select! {
             p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let (stream, peer) = tokio::select! {
+        let (mut stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(v) => v,
                 Err(e) => {
@@ -183,22 +199,69 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // Over its address's cap, a connection is closed at once (and its slot given back).
-        // No address is logged: the platform logs none.
-        let Some(held) = per_address.admit(peer.ip()) else {
-            tracing::debug!("a connection over the per-address cap was closed");
-            continue;
-        };
         let _ = stream.set_nodelay(true);
-        let stream = WriteBound::new(stream, t.write_timeout);
-        let watcher = stop.clone();
-        let builder = builder.clone();
-        let app = app.clone();
-        let tls = tls.clone();
-        let header_timeout = t.header_timeout;
-        tracker.spawn(async move {
-            let _permit = permit;
-            let _held = held;
+        let (per_address, handle) = (per_address.clone(), handle.clone());
+        if trusted.iter().any(|n| n.contains(&peer.ip().to_canonical())) {
+            // A trusted front: the client is the one its header names. Read on the connection's
+            // own task, so a slow front holds its slot, not the loop.
+            let timeout = door.header_timeout;
+            tracker.spawn(async move {
+                let _permit = permit;
+                let client = match tokio::time::timeout(timeout, read_proxy_header(&mut stream, peer)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return tracing::debug!("a PROXY header was refused: {e}"),
+                    Err(_) => return tracing::debug!("a PROXY header timed out"),
+                };
+                // No address is logged: the platform logs none.
+                let Some(_held) = per_address.admit(client.ip()) else {
+                    return tracing::debug!("a connection over the per-address cap was closed");
+                };
+                handle(stream, client).await;
+            });
+        } else {
+            // Over its address's cap, a connection is closed at once (and its slot given back).
+            let Some(held) = per_address.admit(peer.ip()) else {
+                tracing::debug!("a connection over the per-address cap was closed");
+                continue;
+            };
+            tracker.spawn(async move {
+                let _permit = permit;
+                let _held = held;
+                handle(stream, peer).await;
+            });
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then gives open connections
+/// [`GRACE`] to finish.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: Router,
+    t: Transport,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let app = app.layer(Extension(BodyBudget::new(t.body_memory)));
+    // Connections are told to finish through `stop` and counted by `tracker` (hyper-util's
+    // graceful watcher cannot watch a connection that may be upgraded: the agent's tunnel).
+    let stop = tokio_util::sync::CancellationToken::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(t.header_timeout).max_buf_size(64 * 1024);
+    let builder = Arc::new(builder);
+    let door = Door {
+        max_connections: t.max_connections,
+        max_per_address: t.max_per_address,
+        terminators: t.terminators.clone(),
+        trusted_proxies: Vec::new(),
+        header_timeout: t.header_timeout,
+    };
+    let (header_timeout, write_timeout, watcher) = (t.header_timeout, t.write_timeout, stop.clone());
+    accept_loop(listener, door, tracker.clone(), shutdown, move |stream, peer| {
+        let stream = WriteBound::new(stream, write_timeout);
+        let (builder, app, tls, watcher) = (builder.clone(), app.clone(), tls.clone(), watcher.clone());
+        async move {
             match tls {
                 None => serve_one(stream, peer, &builder, app, watcher).await,
                 Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
@@ -207,9 +270,9 @@ pub async fn serve(
                     Err(_) => tracing::debug!("TLS handshake timed out"),
                 },
             }
-        });
-    }
-    drop(listener);
+        }
+    })
+    .await;
     stop.cancel();
     tracker.close();
     if tokio::time::timeout(GRACE, tracker.wait()).await.is_err() {
@@ -218,11 +281,81 @@ pub async fn serve(
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// The PROXY protocol
+
+/// The longest PROXY header read: v1's is at most 107 bytes; v2's addresses and a few TLVs fit.
+const PROXY_HEADER_MAX: usize = 512;
+
+/// Reads the PROXY protocol header (v1 or v2, HAProxy's `proxy-protocol.txt`) a trusted front
+/// sends first on `stream`, exactly its bytes, and returns the client it names. A `LOCAL` (v2)
+/// or `UNKNOWN` (v1) header is the front's own connection (a health check): the peer itself.
+/// Anything else (no header, a malformed one, a UNIX or UDP address) is an error: the
+/// connection is closed (fail closed: a trusted front always sends one).
+pub async fn read_proxy_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    peer: SocketAddr,
+) -> io::Result<SocketAddr> {
+    use tokio::io::AsyncReadExt;
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    let mut buf = vec![0u8; 16];
+    stream.read_exact(&mut buf[..5]).await?;
+    if &buf[..5] == b"PROXY" {
+        // v1: one line of text.
+        buf.truncate(5);
+        let mut b = [0u8; 1];
+        while !buf.ends_with(b"\r\n") {
+            if buf.len() >= 107 {
+                return Err(bad("a PROXY v1 line longer than 107 bytes"));
+            }
+            stream.read_exact(&mut b).await?;
+            buf.push(b[0]);
+        }
+    } else if &buf[..5] == b"\r\n\r\n\0" {
+        // v2: 16 bytes, then as many as its length says.
+        stream.read_exact(&mut buf[5..16]).await?;
+        let len = usize::from(u16::from_be_bytes([buf[14], buf[15]]));
+        if 16 + len > PROXY_HEADER_MAX {
+            return Err(bad("a PROXY v2 header longer than the relay reads"));
+        }
+        buf.resize(16 + len, 0);
+        stream.read_exact(&mut buf[16..]).await?;
+    } else {
+        return Err(bad("no PROXY header from a trusted proxy"));
+    }
+    proxy_client(&buf, peer).map_err(|why| bad(&why))
+}
+
+/// The client a whole PROXY header names ([`read_proxy_header`]).
+pub fn proxy_client(header: &[u8], peer: SocketAddr) -> Result<SocketAddr, String> {
+    use ppp::{HeaderResult, v1, v2};
+    match HeaderResult::parse(header) {
+        HeaderResult::V1(Ok(h)) if h.header.len() == header.len() => match h.addresses {
+            v1::Addresses::Tcp4(a) => Ok(SocketAddr::from((a.source_address, a.source_port))),
+            v1::Addresses::Tcp6(a) => Ok(SocketAddr::from((a.source_address, a.source_port))),
+            v1::Addresses::Unknown => Ok(peer),
+        },
+        HeaderResult::V2(Ok(h)) if h.len() == header.len() => match (h.command, h.addresses) {
+            (v2::Command::Local, _) => Ok(peer),
+            (v2::Command::Proxy, v2::Addresses::IPv4(a)) if h.protocol == v2::Protocol::Stream => {
+                Ok(SocketAddr::from((a.source_address, a.source_port)))
+            }
+            (v2::Command::Proxy, v2::Addresses::IPv6(a)) if h.protocol == v2::Protocol::Stream => {
+                Ok(SocketAddr::from((a.source_address, a.source_port)))
+            }
+            _ => Err("a PROXY header for something other than TCP".into()),
+        },
+        HeaderResult::V1(Err(e)) => Err(format!("a malformed PROXY v1 header: {e}")),
+        HeaderResult::V2(Err(e)) => Err(format!("a malformed PROXY v2 header: {e}")),
+        _ => Err("a PROXY header with bytes after it".into()),
+    }
+}
+
 /// Serves one connection. Each request carries the peer's address as axum's `ConnectInfo`
 /// (what the admin token's rate limit counts by, `web::throttle`); no header is read for it.
 async fn serve_one<I>(
     io: I,
-    peer: std::net::SocketAddr,
+    peer: SocketAddr,
     builder: &http1::Builder,
     app: Router,
     stop: tokio_util::sync::CancellationToken,
@@ -563,6 +696,124 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    }
+
+    fn v2(command: ppp::v2::Command, protocol: ppp::v2::Protocol, src: &str) -> Vec<u8> {
+        use ppp::v2::{Builder, IPv4, Version};
+        let src: std::net::SocketAddrV4 = src.parse().unwrap();
+        let a = IPv4::new(*src.ip(), [192, 0, 2, 1].into(), src.port(), 443);
+        Builder::with_addresses(Version::Two | command, protocol, a).build().unwrap()
+    }
+
+    #[test]
+    fn proxy_headers_name_the_client_or_are_refused() {
+        use ppp::v2::{Command, Protocol};
+        let peer: SocketAddr = "10.0.0.5:40000".parse().unwrap();
+        let sa = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        assert_eq!(
+            proxy_client(b"PROXY TCP4 198.51.100.7 192.0.2.1 5555 443\r\n", peer),
+            Ok(sa("198.51.100.7:5555"))
+        );
+        assert_eq!(
+            proxy_client(b"PROXY TCP6 2001:db8::7 2001:db8::1 5555 443\r\n", peer),
+            Ok(sa("[2001:db8::7]:5555"))
+        );
+        assert_eq!(proxy_client(b"PROXY UNKNOWN\r\n", peer), Ok(peer), "the front's own connection");
+        let h = v2(Command::Proxy, Protocol::Stream, "198.51.100.8:6000");
+        assert_eq!(proxy_client(&h, peer), Ok(sa("198.51.100.8:6000")));
+        assert_eq!(proxy_client(&v2(Command::Local, Protocol::Unspecified, "1.2.3.4:1"), peer), Ok(peer));
+        assert!(proxy_client(&v2(Command::Proxy, Protocol::Datagram, "1.2.3.4:1"), peer).is_err(), "UDP");
+        for bad in [
+            &b"PROXY TCP4 999.51.100.7 192.0.2.1 5555 443\r\n"[..],
+            b"PROXY TCP4 198.51.100.7 192.0.2.1 5555\r\n",
+            b"PROXY TCP4 198.51.100.7 192.0.2.1 5555 443\r\nGET",
+            b"PROXY TCP9 198.51.100.7 192.0.2.1 5555 443\r\n",
+            b"GET / HTTP/1.1\r\n",
+        ] {
+            assert!(proxy_client(bad, peer).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let mut truncated = v2(Command::Proxy, Protocol::Stream, "198.51.100.8:6000");
+        truncated.pop();
+        assert!(proxy_client(&truncated, peer).is_err());
+    }
+
+    /// A trusted front's header sets the address the per-address cap counts; a trusted front
+    /// without a valid header is closed; anyone else's bytes are never read as a header.
+    #[tokio::test]
+    async fn the_accept_loop_reads_proxy_headers_only_from_trusted_fronts() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let door = Door {
+            max_connections: 64,
+            max_per_address: 1,
+            terminators: vec![],
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            header_timeout: Duration::from_secs(5),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        // Each connection is told the client it was counted as, then held until it closes.
+        let server = tokio::spawn(accept_loop(
+            l,
+            door,
+            tokio_util::task::TaskTracker::new(),
+            stop.clone().cancelled_owned(),
+            |mut s: TcpStream, client: SocketAddr| async move {
+                let _ = s.write_all(format!("{client}\n").as_bytes()).await;
+                let mut b = [0u8; 64];
+                while s.read(&mut b).await.is_ok_and(|n| n > 0) {}
+            },
+        ));
+        let from = |ip: &'static str| async move {
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+            sock.connect(addr).await.unwrap()
+        };
+        let told = |mut s: TcpStream| async move {
+            let mut out = Vec::new();
+            let mut b = [0u8; 1];
+            loop {
+                match tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await {
+                    Ok(Ok(1)) if b[0] != b'\n' => out.push(b[0]),
+                    Ok(Ok(1)) => return (Some(String::from_utf8(out).unwrap()), s),
+                    _ => return (None, s),
+                }
+            }
+        };
+        let mut held = Vec::new();
+        let mut s = from("127.0.0.1").await;
+        s.write_all(b"PROXY TCP4 198.51.100.7 192.0.2.1 5555 443\r\n").await.unwrap();
+        let (c, s) = told(s).await;
+        assert_eq!(c.as_deref(), Some("198.51.100.7:5555"));
+        held.push(s);
+        // The same client through the same front: over its cap of 1, closed.
+        let mut s = from("127.0.0.1").await;
+        s.write_all(b"PROXY TCP4 198.51.100.7 192.0.2.1 5556 443\r\n").await.unwrap();
+        assert_eq!(told(s).await.0, None, "the tenant's address is capped, not the front's");
+        // Another client through the front (v2): its own share.
+        let mut s = from("127.0.0.1").await;
+        s.write_all(&v2(ppp::v2::Command::Proxy, ppp::v2::Protocol::Stream, "198.51.100.8:6000"))
+            .await
+            .unwrap();
+        let (c, s) = told(s).await;
+        assert_eq!(c.as_deref(), Some("198.51.100.8:6000"));
+        held.push(s);
+        // The trusted front without a header, or with a malformed one: closed.
+        let mut s = from("127.0.0.1").await;
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert_eq!(told(s).await.0, None, "no header from a trusted front");
+        let mut s = from("127.0.0.1").await;
+        s.write_all(b"PROXY TCP4 198.51.100.9 192.0.2.1 99999 443\r\n").await.unwrap();
+        assert_eq!(told(s).await.0, None, "a malformed header");
+        // An untrusted peer's header is not read: it is counted as itself.
+        let mut s = from("127.0.0.2").await;
+        s.write_all(b"PROXY TCP4 198.51.100.10 192.0.2.1 5555 443\r\n").await.unwrap();
+        let (c, s) = told(s).await;
+        assert!(c.is_some_and(|c| c.starts_with("127.0.0.2:")), "an untrusted peer is itself");
+        held.push(s);
+        drop(held);
+        stop.cancel();
+        server.await.unwrap();
     }
 
     #[tokio::test]

@@ -45,7 +45,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +53,8 @@ use crate::clock::Clock;
 use crate::db::Db;
 use crate::rentals::{Unreachable, reachable};
 use crate::web::throttle::{Door, Throttle};
+
+pub mod http;
 
 /// The buffer of each direction of a stream.
 pub const COPY_BUFFER: usize = 16 * 1024;
@@ -75,8 +77,14 @@ pub struct RelayConfig {
     pub max_per_address: usize,
     /// Addresses not capped per address: TLS terminators (`serve --terminator-address`).
     pub terminators: Vec<crate::listen::Terminator>,
-    /// How long a tenant has to send its `CONNECT` (and finish TLS).
+    /// How long a tenant has to send its `CONNECT` or request head (and finish TLS).
     pub header_timeout: Duration,
+    /// Fronts whose connections start with a PROXY protocol header naming the tenant
+    /// (`serve --relay-trust-proxy`), on both doors.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The HTTP door's domain (`serve --relay-domain`): rentals' ports are
+    /// `<16 hex>-<port>.<domain>` ([`http::parse_host`]).
+    pub domain: Option<String>,
 }
 
 impl Default for RelayConfig {
@@ -89,6 +97,21 @@ impl Default for RelayConfig {
             max_per_address: crate::listen::default_max_per_address(4096),
             terminators: vec![crate::listen::Terminator::Loopback],
             header_timeout: Duration::from_secs(20),
+            trusted_proxies: Vec::new(),
+            domain: None,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// What the accept loop of either door bounds.
+    pub(crate) fn door(&self) -> crate::listen::Door {
+        crate::listen::Door {
+            max_connections: self.max_connections,
+            max_per_address: self.max_per_address,
+            terminators: self.terminators.clone(),
+            trusted_proxies: self.trusted_proxies.clone(),
+            header_timeout: self.header_timeout,
         }
     }
 }
@@ -288,42 +311,14 @@ pub async fn serve_tenants(
     t: Arc<Tenants>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(t.relay.cfg.max_connections));
-    let per_address = Arc::new(crate::listen::PerAddress::new(
-        t.relay.cfg.max_per_address,
-        t.relay.cfg.terminators.clone(),
-    ));
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(16 * 1024);
     let builder = Arc::new(builder);
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!("relay accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        // Over its address's cap, a connection is closed at once (and its slot given back), as
-        // on the API's listener: one address cannot hold the relay's connections.
-        let Some(held) = per_address.admit(peer.ip()) else {
-            tracing::debug!("a relay connection over the per-address cap was closed");
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    let door = t.relay.cfg.door();
+    let tracker = tokio_util::task::TaskTracker::new();
+    crate::listen::accept_loop(listener, door, tracker, shutdown, move |stream, peer| {
         let (t, tls, builder) = (t.clone(), tls.clone(), builder.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _held = held;
+        async move {
             match tls {
                 None => serve_tenant(stream, peer, &builder, t).await,
                 Some(acceptor) => {
@@ -334,8 +329,9 @@ pub async fn serve_tenants(
                     }
                 }
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 async fn serve_tenant<I>(io: I, peer: SocketAddr, builder: &http1::Builder, t: Arc<Tenants>)
@@ -351,7 +347,7 @@ where
     }
 }
 
-fn answer(status: StatusCode, text: &str) -> Response<Body> {
+pub(crate) fn answer(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(format!("{text}\n")));
     *r.status_mut() = status;
     r.headers_mut()
@@ -388,6 +384,122 @@ pub fn parse_basic(value: &str) -> Option<(String, String)> {
     Some((u.to_string(), p.to_string()))
 }
 
+/// Why a tenant is not let through; each door words "authenticate" its own way (407 on the
+/// TCP door, 401 on the HTTP door).
+pub(crate) enum Refused {
+    /// No credential, a wrong one or another rental's: counted as a wrong token.
+    Credential,
+    /// Every other answer: 404, 403, 503, 502.
+    Answer(StatusCode, String),
+}
+
+/// The client's address as the throttle counts it (IPv6 by its /64).
+pub(crate) fn throttle_key(peer: SocketAddr) -> std::net::IpAddr {
+    let mut req = Request::new(());
+    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    crate::web::throttle::client_key(&req)
+}
+
+/// 429 while the throttle blocks `client` (call first, before any credential is looked at).
+pub(crate) fn blocked(t: &Tenants, client: std::net::IpAddr) -> Option<Response<Body>> {
+    let wait = t.throttle.check(client, Door::Relay).err()?;
+    let mut r = answer(StatusCode::TOO_MANY_REQUESTS, "too many wrong credentials from this address");
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from(crate::web::throttle::retry_after(wait)),
+    );
+    Some(r)
+}
+
+/// Rental `id`'s credential checked (a wrong one counts against `client`), then whether it runs
+/// and lists `port`: its node, or why not.
+pub(crate) async fn check(
+    t: &Tenants,
+    client: std::net::IpAddr,
+    id: &str,
+    port: u16,
+    credential: Option<String>,
+) -> Result<crate::rentals::Reachable, Refused> {
+    let Some(credential) = credential else {
+        t.throttle.failed(client, Door::Relay);
+        return Err(Refused::Credential);
+    };
+    let now = t.clock.now();
+    let user = id.to_string();
+    let found = t.db.call(move |c| Ok(reachable(c, now, &user, &credential))).await;
+    let rental = match found {
+        Ok(Ok(r)) => r,
+        Ok(Err(Unreachable::WrongCredential)) => {
+            t.throttle.failed(client, Door::Relay);
+            return Err(Refused::Credential);
+        }
+        Ok(Err(Unreachable::Ended)) => {
+            t.throttle.succeeded(client);
+            return Err(Refused::Answer(StatusCode::NOT_FOUND, "the rental has ended".into()));
+        }
+        Err(_) => {
+            return Err(Refused::Answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the platform could not look the rental up".into(),
+            ));
+        }
+    };
+    t.throttle.succeeded(client);
+    if !rental.ports.contains(&port) {
+        return Err(Refused::Answer(StatusCode::FORBIDDEN, "the rental does not expose that port".into()));
+    }
+    Ok(rental)
+}
+
+/// One stream of a rental, counted under its cap until dropped.
+pub(crate) struct Slot {
+    relay: Arc<Relay>,
+    id: String,
+    /// Cancelled when the rental ends ([`Relay::end_rental`]).
+    pub(crate) cancel: CancellationToken,
+    pub(crate) bucket: Option<Arc<Bucket>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.relay.leave(&self.id, &self.cancel);
+    }
+}
+
+/// A slot for one more stream of rental `id`; 503 past the cap.
+pub(crate) fn slot(relay: &Arc<Relay>, id: &str) -> Result<Slot, Refused> {
+    let Some((cancel, bucket)) = relay.enter(id) else {
+        return Err(Refused::Answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the rental has its limit of streams open".into(),
+        ));
+    };
+    Ok(Slot { relay: relay.clone(), id: id.to_string(), cancel, bucket })
+}
+
+/// The stream to rental `id`'s `port` in its node's tunnel, the agent's yes read (502
+/// otherwise).
+pub(crate) async fn open_in(
+    relay: &Relay,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<AgentStream, Refused> {
+    open_stream(relay, node_id, id, port).await.map_err(|(st, why)| Refused::Answer(st, why))
+}
+
+/// A slot for one more stream of rental `id` ([`slot`]), then the stream ([`open_in`]).
+pub(crate) async fn open_for(
+    relay: &Arc<Relay>,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<(AgentStream, Slot), Refused> {
+    let slot = slot(relay, id)?;
+    let agent = open_in(relay, node_id, id, port).await?;
+    Ok((agent, slot))
+}
+
 /// One tenant request: the checks of the module docs, in order.
 async fn connect(
     mut req: Request<hyper::body::Incoming>,
@@ -397,79 +509,48 @@ async fn connect(
     if req.method() != hyper::Method::CONNECT {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "the relay answers only CONNECT rental-<id>:<port>");
     }
-    let client = crate::web::throttle::client_key(&req);
-    let client = if client.is_unspecified() { peer.ip() } else { client };
-    if let Err(wait) = t.throttle.check(client, Door::Relay) {
-        let mut r = answer(StatusCode::TOO_MANY_REQUESTS, "too many wrong credentials from this address");
-        r.headers_mut().insert(
-            hyper::header::RETRY_AFTER,
-            hyper::header::HeaderValue::from(crate::web::throttle::retry_after(wait)),
-        );
+    let client = throttle_key(peer);
+    if let Some(r) = blocked(&t, client) {
         return r;
     }
     let Some((id, port)) = req.uri().authority().and_then(|a| parse_target(a.as_str())) else {
         return answer(StatusCode::BAD_REQUEST, "the target is rental-<16 hex digits>:<port>");
     };
-    let creds = req
+    let credential = req
         .headers()
         .get(hyper::header::PROXY_AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(parse_basic);
-    let Some((user, credential)) = creds.filter(|(u, _)| *u == id) else {
-        t.throttle.failed(client, Door::Relay);
-        return proxy_auth_required();
+        .and_then(parse_basic)
+        .filter(|(u, _)| *u == id)
+        .map(|(_, c)| c);
+    let opened = match check(&t, client, &id, port, credential).await {
+        Ok(rental) => open_for(&t.relay, &rental.node_id, &id, port).await,
+        Err(e) => Err(e),
     };
-    let now = t.clock.now();
-    let found = t.db.call(move |c| Ok(reachable(c, now, &user, &credential))).await;
-    let rental = match found {
-        Ok(Ok(r)) => r,
-        Ok(Err(Unreachable::WrongCredential)) => {
-            t.throttle.failed(client, Door::Relay);
-            return proxy_auth_required();
-        }
-        Ok(Err(Unreachable::Ended)) => {
-            t.throttle.succeeded(client);
-            return answer(StatusCode::NOT_FOUND, "the rental has ended");
-        }
-        Err(_) => {
-            return answer(StatusCode::SERVICE_UNAVAILABLE, "the platform could not look the rental up");
-        }
-    };
-    t.throttle.succeeded(client);
-    if !rental.ports.contains(&port) {
-        return answer(StatusCode::FORBIDDEN, "the rental does not expose that port");
-    }
-    let Some((cancel, bucket)) = t.relay.enter(&id) else {
-        return answer(StatusCode::SERVICE_UNAVAILABLE, "the rental has its limit of streams open");
-    };
-    let opened = open_stream(&t.relay, &rental.node_id, &id, port).await;
-    let agent = match opened {
-        Ok(s) => s,
-        Err((status, why)) => {
-            t.relay.leave(&id, &cancel);
-            return answer(status, &why);
-        }
+    let (agent, slot) = match opened {
+        Ok(v) => v,
+        Err(Refused::Credential) => return proxy_auth_required(),
+        Err(Refused::Answer(status, why)) => return answer(status, &why),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let relay = t.relay.clone();
-    let idle = relay.cfg.idle_timeout;
+    let idle = t.relay.cfg.idle_timeout;
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(up) => {
                 let tenant = TokioIo::new(up);
                 tokio::select! {
-                    () = splice(tenant, agent, bucket, idle) => {}
-                    () = cancel.cancelled() => tracing::debug!(rental = %id, "relay: stream closed, the rental ended"),
+                    () = splice(tenant, agent, slot.bucket.clone(), idle) => {}
+                    () = slot.cancel.cancelled() => tracing::debug!(rental = %id, "relay: stream closed, the rental ended"),
                 }
             }
             Err(e) => tracing::debug!(error = %e, "relay: the tenant's connection did not switch"),
         }
-        relay.leave(&id, &cancel);
+        drop(slot);
     });
     Response::new(Body::empty())
 }
 
-type AgentStream = BufReader<tokio_util::compat::Compat<yamux::Stream>>;
+pub(crate) type AgentStream = BufReader<tokio_util::compat::Compat<yamux::Stream>>;
 
 /// Opens a stream to rental `id`'s port in its node's tunnel and reads the agent's answer.
 async fn open_stream(
@@ -668,6 +749,45 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(served(TcpStream::connect(addr).await.unwrap()).await, "a freed slot admits one");
         drop(b);
+        stop.cancel();
+        server.await.unwrap();
+    }
+
+    /// Behind a front that speaks the PROXY protocol: its header is read and the request served;
+    /// the same header from an untrusted peer is not a header but a bad request.
+    #[tokio::test]
+    async fn relay_proxy_headers_only_from_trusted_fronts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
+        let cfg =
+            RelayConfig { trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()], ..Default::default() };
+        let t = Arc::new(Tenants {
+            relay: Arc::new(Relay::new(cfg)),
+            db,
+            clock: Clock::system(),
+            throttle: Arc::default(),
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_tenants(l, None, t, stop.clone().cancelled_owned()));
+        let status = |from: &'static str| async move {
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind(SocketAddr::new(from.parse().unwrap(), 0)).unwrap();
+            let mut s = sock.connect(addr).await.unwrap();
+            s.write_all(
+                b"PROXY TCP4 198.51.100.7 192.0.2.1 5555 443\r\nCONNECT rental-00112233445566aa:22 HTTP/1.1\r\nHost: x\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut head = [0u8; 12];
+            match tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head)).await {
+                Ok(Ok(_)) => String::from_utf8_lossy(&head).to_string(),
+                _ => "closed".to_string(),
+            }
+        };
+        assert_eq!(status("127.0.0.1").await, "HTTP/1.1 407", "the trusted front's request is served");
+        assert_eq!(status("127.0.0.2").await, "HTTP/1.1 400", "an untrusted peer's header is refused");
         stop.cancel();
         server.await.unwrap();
     }

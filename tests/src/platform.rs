@@ -391,8 +391,12 @@ fn write_private(path: &Path, data: &[u8]) {
     f.write_all(data).expect("write");
 }
 
-/// A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost:
-/// (CA PEM, certificate PEM, key PEM).
+/// The domain the test certificate covers with a wildcard, for the relay's HTTP door under TLS.
+pub const RELAY_TEST_DOMAIN: &str = "relay.localhost";
+
+/// A throwaway CA and a server certificate it signed for 127.0.0.1, localhost and
+/// `*.relay.localhost` (the relay's HTTP door, [`RELAY_TEST_DOMAIN`]): (CA PEM, certificate
+/// PEM, key PEM).
 fn make_certs() -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("CA key");
@@ -401,8 +405,12 @@ fn make_certs() -> (String, String, String) {
     ca_params.distinguished_name.push(DnType::CommonName, "gpum test CA");
     let ca = ca_params.self_signed(&ca_key).expect("CA cert");
     let key = KeyPair::generate().expect("server key");
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("server params");
+    let mut params = CertificateParams::new(vec![
+        "127.0.0.1".to_owned(),
+        "localhost".to_owned(),
+        format!("*.{RELAY_TEST_DOMAIN}"),
+    ])
+    .expect("server params");
     params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
     let cert = params.signed_by(&key, &ca, &ca_key).expect("server cert");
     (ca.pem(), cert.pem(), key.serialize_pem())
