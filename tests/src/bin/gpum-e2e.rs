@@ -1617,10 +1617,10 @@ fn rental_tunnel(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     ] {
         let t = Instant::now();
         h.sh_ok(cmd)?;
-        let back = tunnel::wait_session(&h, &echo1, &cred1, 60);
+        let back = tunnel::wait_session(&h, &echo1, &cred1, 30);
         if let Some(d) = check_ok(
             &mut o,
-            &format!("after a restart of {who}, a new tenant session works within 60 s"),
+            &format!("after a restart of {who}, a new tenant session works within 30 s"),
             back,
         ) {
             times.push(format!(
