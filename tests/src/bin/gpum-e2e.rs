@@ -1548,7 +1548,10 @@ fn rental_tunnel(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     }
     straight_targets.sort();
     straight_targets.dedup();
-    let here = h.sh(&format!("echo ping | timeout 5 busybox nc -w 3 {ip} {}", tunnel::ECHO_PORT))?;
+    let here = h.sh(&format!(
+        "timeout 5 bash -c 'exec 3<>/dev/tcp/{ip}/{}; echo ping >&3; read -r -t 3 l <&3; echo \"$l\"'",
+        tunnel::ECHO_PORT
+    ))?;
     o.check(here.stdout.trim() == "ping", "the host itself reaches the rental's echo server", &here);
     let (in0, fwd0) = tunnel::drops(&h)?;
     let straight = tunnel::straight(&h, &straight_targets)?;
