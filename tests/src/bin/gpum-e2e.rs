@@ -25,7 +25,7 @@ use gpum_common::{Failure, Lang};
 use gpum_tests::testhost::seed::{self, SeedFailure};
 use gpum_tests::testhost::stage::{HOST_CA, Stage};
 use gpum_tests::testhost::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
-use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental, tunnel};
 
 /// What every scenario can use.
 struct Ctx {
@@ -218,6 +218,12 @@ fn scenarios() -> Vec<Scenario> {
             expect: 0,
             what: "a running rental reaches the made-up internet and none of the made-up LAN, metadata, CGNAT, 10/8, 172.16/12 or the host's own addresses; the table survives a dockerd restart untouched and comes back after its deletion; uninstall removes it",
             run: rental_network,
+        },
+        Scenario {
+            name: "rental-tunnel",
+            expect: 0,
+            what: "issue 34: the platform in a network namespace of its own, the host with no inbound path from before the install: straight connections to a rental or the host fail; through the relay an interactive session and a 3 MiB HTTP download arrive byte-exact; back after an agent and a platform restart; another rental's credential gets 407; a stopped rental 404 and its open session closes",
+            run: rental_tunnel,
         },
         Scenario {
             name: "rental-gpus",
@@ -1451,6 +1457,217 @@ fn rental_network(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     );
     let net = h.sh(&format!("docker network inspect {}", gpum_agent::docker::rental::NETWORK))?;
     o.check(net.code != 0, "after uninstall the rentals' network is gone", &net);
+    Ok(o)
+}
+
+/// Issue 34 in the test host (`testhost::tunnel`): the platform on a machine of its own (a network
+/// namespace joined to the host by one veth), the owner's host with no inbound path at all from
+/// before the one-liner on (nftables: only loopback and established/related in, nothing new
+/// forwarded from the platform's side). A tenant in the platform's namespace reaches a rental's
+/// echo server and HTTP server only through the relay. The recovery times go to
+/// `target/e2e/rental-tunnel-times.txt`.
+fn rental_tunnel(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    use gpum_protocol::RentalState;
+    let t0 = Instant::now();
+    let mut times: Vec<String> = Vec::new();
+    let h = boot(ctx, s, Variant::Rental)?;
+    let mut o = rental_outcome();
+    tunnel::move_platform(&h)?;
+    // A route and a listener exist: without the table the platform's side reaches the host.
+    let host_probe = format!("{}:{}", tunnel::HOST_ADDR, tunnel::HOST_PROBE_PORT);
+    let before = tunnel::straight(&h, std::slice::from_ref(&host_probe))?;
+    o.check(
+        before.iter().all(|(_, ok)| *ok),
+        "before the table, the platform's namespace reaches a port of the host (so a refusal later is the table's)",
+        &Run::text(&format!("{before:?}")),
+    );
+    tunnel::close_inbound(&h)?;
+    let node = rental::make_rentable_from(&h, 2, tunnel::PLATFORM_URL)?;
+    let image = rental::load_image(&h)?;
+    times.push(format!("host up, platform moved, node rentable: {:.1} s", t0.elapsed().as_secs_f64()));
+    let t_rentals = Instant::now();
+
+    let spec = rental::Spec {
+        ports: vec![tunnel::ECHO_PORT, tunnel::HTTP_PORT],
+        ..rental::Spec::new(&node, &image).shell(&tunnel::rental_script())
+    };
+    let r1 = rental::create(&h, &spec)?;
+    let r2 = rental::create(&h, &spec)?;
+    let target = |r: &gpum_protocol::RentalSummary, port: u16| -> Result<String> {
+        let t = r.tunnel.as_ref().context("rentals create shows no tunnel access")?;
+        let p = t.ports.iter().find(|p| p.port == port).context("a port missing from the tunnel access")?;
+        Ok(p.target.clone())
+    };
+    let (id1, id2) = (r1.spec.id.clone(), r2.spec.id.clone());
+    let (echo1, http1, echo2) =
+        (target(&r1, tunnel::ECHO_PORT)?, target(&r1, tunnel::HTTP_PORT)?, target(&r2, tunnel::ECHO_PORT)?);
+    let hex1 = id1.strip_prefix("rent-").unwrap_or(&id1);
+    o.check(
+        echo1 == format!("rental-{hex1}:{}", tunnel::ECHO_PORT),
+        "the CONNECT target names the rental and the port",
+        &Run::text(&echo1),
+    );
+    let cred = |r: &gpum_protocol::RentalSummary| {
+        r.tunnel.as_ref().map(|t| t.credential.clone()).unwrap_or_default()
+    };
+    let cred1 = tunnel::write_credential(&h, "r1", &id1, &cred(&r1))?;
+    let cred2 = tunnel::write_credential(&h, "r2", &id2, &cred(&r2))?;
+    // The first rental's id with the second's credential.
+    let mixed = tunnel::write_credential(&h, "mixed", &id1, &cred(&r2))?;
+    tunnel::write_session_script(&h)?;
+    for id in [&id1, &id2] {
+        rental::wait_state(&h, id, RentalState::Running, 60)?;
+        let name = gpum_agent::docker::rental::container_name(id);
+        wait_until(&h, &format!("docker logs {name} 2>&1 | grep -qx serving"), 20, "the rental's servers")?;
+    }
+    let name1 = gpum_agent::docker::rental::container_name(&id1);
+    let seen1 = rental::seen(&h, &id1)?;
+    let logs = h.sh_ok(&format!("docker logs {name1} 2>&1"))?;
+    let sum = logs.lines().find_map(|l| l.strip_prefix("blob ")).unwrap_or_default().trim().to_string();
+
+    // No inbound path: straight to the rental's container, or to any port the host listens on
+    // (on the veth's address and on the rentals' bridge), fails from the platform's side; the
+    // host itself reaches the same container port.
+    let ip = h.sh_ok(&format!(
+        "docker inspect -f '{{{{range .NetworkSettings.Networks}}}}{{{{.IPAddress}}}}{{{{end}}}}' {name1}"
+    ))?;
+    let ip = ip.trim();
+    let gw = h.sh_ok(&format!(
+        "docker network inspect {} -f '{{{{range .IPAM.Config}}}}{{{{.Gateway}}}}{{{{end}}}}'",
+        gpum_agent::docker::rental::NETWORK
+    ))?;
+    let ports = h.sh_ok("ss -Htln | awk '{n=split($4,a,\":\"); print a[n]}' | sort -un")?;
+    let mut straight_targets = vec![
+        format!("{ip}:{}", tunnel::ECHO_PORT),
+        format!("{ip}:{}", tunnel::HTTP_PORT),
+        host_probe.clone(),
+    ];
+    for p in ports.split_whitespace() {
+        straight_targets.push(format!("{}:{p}", tunnel::HOST_ADDR));
+        straight_targets.push(format!("{}:{p}", gw.trim()));
+    }
+    straight_targets.sort();
+    straight_targets.dedup();
+    let here = h.sh(&format!(
+        "timeout 5 bash -c 'exec 3<>/dev/tcp/{ip}/{}; echo ping >&3; read -r -t 3 l <&3; echo \"$l\"'",
+        tunnel::ECHO_PORT
+    ))?;
+    o.check(here.stdout.trim() == "ping", "the host itself reaches the rental's echo server", &here);
+    let (in0, fwd0) = tunnel::drops(&h)?;
+    let straight = tunnel::straight(&h, &straight_targets)?;
+    let through: Vec<_> = straight.iter().filter(|(_, ok)| *ok).collect();
+    o.check(
+        through.is_empty() && straight.len() >= 5,
+        "from the platform's namespace no straight connection reaches the rental or the host",
+        &Run::text(&format!("{straight:?}")),
+    );
+    let (in1, fwd1) = tunnel::drops(&h)?;
+    o.check(
+        in1 > in0 && fwd1 > fwd0,
+        "the host's table dropped them (input and forward counters rose)",
+        &Run::text(&format!("input {in0} -> {in1}, forward {fwd0} -> {fwd1}")),
+    );
+
+    // Through the relay: an interactive session, byte-exact round trips.
+    let sess = h.sh(&tunnel::session_cmd(&echo1, &cred1, 8, 0))?;
+    o.check(
+        sess.code == 0
+            && sess.stdout.contains("connect: HTTP/1.1 200")
+            && sess.stdout.contains("rounds ok 8"),
+        "through the relay: an interactive session, 8 round trips byte-exact",
+        &sess,
+    );
+    // An HTTP GET of the rental's random 3 MiB file: the same SHA-256 as the container's.
+    let get = tunnel::http_get(&h, &http1, tunnel::BLOB, &cred1, "/root/tenant/blob")?;
+    let got = h.sh("stat -c %s /root/tenant/blob; sha256sum /root/tenant/blob | cut -d' ' -f1")?;
+    o.check(
+        get.code == 0
+            && get.stdout.trim() == "200 200"
+            && sum.len() == 64
+            && got.stdout.split_whitespace().collect::<Vec<_>>()
+                == [tunnel::BLOB_BYTES.to_string(), sum.clone()],
+        "through the relay: an HTTP GET of the rental's 3 MiB file, the same SHA-256",
+        &Run::text(&format!(
+            "curl exit {} {:?}; container's sum {sum}; got {:?}",
+            get.code,
+            get.all(),
+            got.stdout
+        )),
+    );
+    // The second rental's own credential works for it, and for the first rental it does not.
+    let own = h.sh(&tunnel::session_cmd(&echo2, &cred2, 2, 0))?;
+    o.check(own.code == 0, "the second rental's credential reaches the second rental", &own);
+    for (why, c) in [
+        ("the second rental's id and credential", &cred2),
+        ("the first rental's id with the second's credential", &mixed),
+    ] {
+        let r = h.sh(&tunnel::session_cmd(&echo1, c, 1, 0))?;
+        o.check(
+            r.code != 0 && r.stdout.contains("connect: HTTP/1.1 407"),
+            &format!("{why} at the first rental: 407"),
+            &r,
+        );
+    }
+    times.push(format!(
+        "rentals running, straight refusals, relay session, GET, 407: {:.1} s",
+        t_rentals.elapsed().as_secs_f64()
+    ));
+
+    // Survives the agent's and the platform's restart: a new session works within a bound.
+    for (who, cmd) in [
+        ("the agent", "systemctl restart gpum-agent"),
+        ("the platform", "systemctl restart gpum-test-platform"),
+    ] {
+        let t = Instant::now();
+        h.sh_ok(cmd)?;
+        let back = tunnel::wait_session(&h, &echo1, &cred1, 30);
+        if let Some(d) = check_ok(
+            &mut o,
+            &format!("after a restart of {who}, a new tenant session works within 30 s"),
+            back,
+        ) {
+            times.push(format!(
+                "a session again after restarting {who}: {:.1} s ({:.1} s of polling)",
+                t.elapsed().as_secs_f64(),
+                d.as_secs_f64()
+            ));
+        }
+    }
+
+    // The rental ends: its address answers 404 and the open session closes.
+    h.sh_ok(&format!(
+        "setsid -f bash -c {} </dev/null >/dev/null 2>&1",
+        rental::quote(&format!(
+            "{} > /root/tenant/held.out 2>&1",
+            tunnel::session_cmd(&echo1, &cred1, 2, 45)
+        ))
+    ))?;
+    wait_until(&h, "grep -q 'rounds ok' /root/tenant/held.out", 20, "the held session's round trips")?;
+    let t_stop = Instant::now();
+    rental::stop(&h, &id1)?;
+    let after = h.sh(&tunnel::session_cmd(&echo1, &cred1, 1, 0))?;
+    o.check(
+        after.stdout.contains("connect: HTTP/1.1 404"),
+        "the stopped rental's address answers 404",
+        &after,
+    );
+    let ended = wait_until(
+        &h,
+        "grep -qE '^(closed|still open|unexpected)' /root/tenant/held.out",
+        50,
+        "the held session's end",
+    );
+    let held = h.sh("cat /root/tenant/held.out")?;
+    if check_ok(&mut o, "the held session ends", ended).is_some() {
+        o.check(held.stdout.lines().any(|l| l == "closed"), "the rental's open session is closed", &held);
+        times.push(format!("the open session closed {:.1} s after the stop", t_stop.elapsed().as_secs_f64()));
+    }
+    rental_gone(&mut o, &h, &id1, Some(&seen1), 40, "stopped")?;
+    let other = h.sh(&tunnel::session_cmd(&echo2, &cred2, 2, 0))?;
+    o.check(other.code == 0, "the other rental still reaches its tenant", &other);
+    times.push(format!("total: {:.1} s", t0.elapsed().as_secs_f64()));
+    let file = ctx.stage.dir.parent().unwrap_or(&ctx.stage.dir).join("rental-tunnel-times.txt");
+    std::fs::write(&file, times.join("\n") + "\n")?;
     Ok(o)
 }
 

@@ -12,6 +12,8 @@
 //! - [`rental`]: what every rental scenario needs (issue 33): a rentable node, the rental image,
 //!   the platform's rentals, and the proof that nothing of one is left.
 //! - [`lan`]: a made-up LAN and internet in network namespaces, for `rental-network`.
+//! - [`tunnel`]: the platform in a network namespace of its own, a host with no inbound path and
+//!   a tenant who reaches a rental only through the relay, for `rental-tunnel` (issue 34).
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
 
@@ -22,6 +24,7 @@ pub mod rental;
 pub mod seed;
 pub mod stage;
 pub mod steps;
+pub mod tunnel;
 
 pub use host::{Host, HostOpts, Run};
 pub use image::Images;

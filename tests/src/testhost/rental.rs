@@ -24,7 +24,7 @@ use gpum_agent::docker::rental::{LABEL_RENTAL, NETWORK, container_name};
 use gpum_protocol::{RentableState, RentalState, RentalSummary, VerificationState};
 
 use super::stage::HOST_CA;
-use super::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
+use super::steps::{PLATFORM_URL, install_from, nodes, set_gpu, set_probe_image, wait_until};
 use super::{Host, Run};
 
 /// The rental image's repository in the host's engine (`gpum-test/`: the agent's test prefix).
@@ -34,6 +34,12 @@ pub const IMAGE_REPO: &str = "gpum-test/rental";
 /// rentable; returns its id. An install that does not exit 0, or a node that does not become
 /// rentable within a minute, is an error carrying what was seen.
 pub fn make_rentable(h: &Host, gpus: u32) -> Result<String> {
+    make_rentable_from(h, gpus, PLATFORM_URL)
+}
+
+/// [`make_rentable`] with the one-liner of the platform at `url` (`rental-tunnel`'s platform in
+/// its own network namespace).
+pub fn make_rentable_from(h: &Host, gpus: u32, url: &str) -> Result<String> {
     set_gpu(
         h,
         &format!(
@@ -42,7 +48,7 @@ pub fn make_rentable(h: &Host, gpus: u32) -> Result<String> {
     )?;
     set_probe_image(h)?;
     let code = h.join_code("1h")?;
-    let r = install(h, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
+    let r = install_from(h, url, &format!("--code {code} --ca-file {HOST_CA} --yes"), &[], None)?;
     if r.code != 0 {
         bail!("the one-liner exited {}: {}", r.code, tail(&r.all(), 15));
     }
@@ -130,6 +136,8 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// The command and its arguments (empty: the image's own).
     pub command: Vec<String>,
+    /// The container ports the tenant reaches through the relay (`--port`, issue 34).
+    pub ports: Vec<u16>,
 }
 
 impl Spec {
@@ -146,6 +154,7 @@ impl Spec {
             ends_at: None,
             env: Vec::new(),
             command: Vec::new(),
+            ports: Vec::new(),
         }
     }
 
@@ -156,7 +165,8 @@ impl Spec {
     }
 }
 
-/// Creates the rental through the platform's admin CLI (all checks of the admin API apply).
+/// Creates the rental through the platform's admin CLI (all checks of the admin API apply). For a
+/// rental with ports the answer carries the tenant's credential (`tunnel`), shown only here.
 pub fn create(h: &Host, s: &Spec) -> Result<RentalSummary> {
     let mut args = format!(
         "--json rentals create --node {} --image {} --gpus {} --cpu-millis {} --memory-mib {} --disk-gib {} --shm-mib {}",
@@ -174,6 +184,9 @@ pub fn create(h: &Host, s: &Spec) -> Result<RentalSummary> {
     }
     for (k, v) in &s.env {
         args.push_str(&format!(" --env {}", quote(&format!("{k}={v}"))));
+    }
+    for p in &s.ports {
+        args.push_str(&format!(" --port {p}"));
     }
     if !s.command.is_empty() {
         args.push_str(" --");

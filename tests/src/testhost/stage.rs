@@ -2,7 +2,8 @@
 //!
 //! `cargo xtask e2e` makes `bin/gpum-platform`, `dist/`, `dist-tampered/`, `release.asc` and
 //! `release.fingerprint` (xtask owns signing); [`Stage::open`] adds `tls/`: a throwaway CA and a
-//! certificate for 127.0.0.1 that the platform serves and the host trusts.
+//! certificate for 127.0.0.1 (and [`super::tunnel::PLATFORM_ADDR`], where `rental-tunnel` moves
+//! the platform) that the platform serves and the host trusts.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,7 +50,8 @@ impl Stage {
     }
 }
 
-/// A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost:
+/// A throwaway CA and a server certificate it signed for 127.0.0.1, localhost and the platform's
+/// address in its own network namespace ([`super::tunnel::PLATFORM_ADDR`]):
 /// (CA PEM, certificate PEM, key PEM).
 fn make_certs() -> Result<(String, String, String)> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
@@ -59,7 +61,11 @@ fn make_certs() -> Result<(String, String, String)> {
     ca_params.distinguished_name.push(DnType::CommonName, "gpum e2e test CA");
     let ca = ca_params.self_signed(&ca_key)?;
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    let mut params = CertificateParams::new(vec![
+        "127.0.0.1".to_owned(),
+        "localhost".to_owned(),
+        super::tunnel::PLATFORM_ADDR.to_owned(),
+    ])?;
     params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
     let cert = params.signed_by(&key, &ca, &ca_key)?;
     Ok((ca.pem(), cert.pem(), key.serialize_pem()))

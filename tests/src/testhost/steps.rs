@@ -8,9 +8,24 @@ use anyhow::{Context, Result, bail};
 
 use super::{Host, Run};
 
+/// The test platform's URL, where the host's unit serves it (127.0.0.1:8443).
+pub const PLATFORM_URL: &str = "https://127.0.0.1:8443";
+
 /// The dashboard's one-liner as root: `curl … | sudo bash -s -- ARGS`.
 pub fn install(h: &Host, args: &str, env: &[(&str, &str)], user: Option<&str>) -> Result<Run> {
-    let cmd = format!("curl -fsSL https://127.0.0.1:8443/install.sh | sudo bash -s -- {args}");
+    install_from(h, PLATFORM_URL, args, env, user)
+}
+
+/// The one-liner of the platform at `url` (its `--public-url`, which `install.sh` carries on to
+/// the installer and the agent).
+pub fn install_from(
+    h: &Host,
+    url: &str,
+    args: &str,
+    env: &[(&str, &str)],
+    user: Option<&str>,
+) -> Result<Run> {
+    let cmd = format!("curl -fsSL {url}/install.sh | sudo bash -s -- {args}");
     h.exec(user, env, &cmd, None)
 }
 
