@@ -27,8 +27,9 @@ use crate::store::{self, Scope};
 #[derive(Debug, Parser)]
 #[command(name = "gpum-platform", version, about = "The gpum reference control plane")]
 struct Cli {
-    /// The SQLite database file (created when absent).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// The database: a SQLite file (created when absent), or PostgreSQL as
+    /// postgres://USER@HOST[:PORT]/DB (no password in it: it would show in the process list).
+    #[arg(long, global = true, value_name = "FILE|URL")]
     db: Option<PathBuf>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
@@ -476,6 +477,9 @@ fn run(cli: Cli) -> Result<()> {
         return serve(args, db_path, clock);
     }
     if let Cmd::Backup { to } = &cli.cmd {
+        if let crate::sql::Target::Postgres(_) = crate::sql::Target::parse(&db_path) {
+            bail!("backup copies a SQLite file; back PostgreSQL up with its own tools (pg_dump)");
+        }
         let b = crate::db::backup(&db_path, to)?;
         if cli.json {
             println!("{}", serde_json::to_string(&b)?);
@@ -488,19 +492,20 @@ fn run(cli: Cli) -> Result<()> {
     let now = clock.now();
     let json = cli.json;
     // Each operation is one transaction, like one HTTP request.
-    let tx = |f: &dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>| -> Result<serde_json::Value> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        match f(&conn) {
-            Ok(v) => {
-                conn.execute_batch("COMMIT")?;
-                Ok(v)
+    let tx =
+        |f: &dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>| -> Result<serde_json::Value> {
+            conn.begin()?;
+            match f(&conn) {
+                Ok(v) => {
+                    conn.execute_batch("COMMIT")?;
+                    Ok(v)
+                }
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e.into())
+                }
             }
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(e.into())
-            }
-        }
-    };
+        };
     // Human output is one line, or the node table whose fields are escaped one by one.
     let out = |v: &serde_json::Value, human: String| {
         if json {
@@ -630,7 +635,7 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-type Tx<'a> = dyn Fn(&dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
+type Tx<'a> = dyn Fn(&dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
     + 'a;
 
 /// `owners …`: each one transaction; the invitation link is printed once (the database keeps
@@ -875,9 +880,15 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     // connection and thread, so no request waits for one inside its COMMIT; the database thread
     // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL
     // that a long backup let grow is cut back when it restarts.
-    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    conn.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
-    let ckpt = store::open(&db_path)?;
+    // (SQLite only: PostgreSQL checkpoints by itself.)
+    let ckpt = match conn.sqlite() {
+        Some(c) => {
+            c.pragma_update(None, "wal_autocheckpoint", 0)?;
+            c.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
+            Some(store::open(&db_path)?)
+        }
+        None => None,
+    };
     if let Some(r) = args.relay_listen
         && tls.is_none()
         && !r.ip().is_loopback()
@@ -926,7 +937,9 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
     let db = crate::db::Db::start(conn);
-    db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
+    if let Some(ckpt) = ckpt {
+        db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
+    }
     let state = Arc::new(AppState {
         db,
         clock,
