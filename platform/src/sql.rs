@@ -70,6 +70,11 @@ pub enum Error {
     NoRows,
     #[error("column {0}: {1}")]
     Column(usize, String),
+    /// A text parameter holds a NUL character, which PostgreSQL's text cannot hold; refused on
+    /// both engines alike, before the statement runs, so that both answer the same (a request
+    /// that carried it is invalid, `ApiError`'s 400).
+    #[error("a text parameter holds a NUL character")]
+    Nul,
     /// The database is not one this binary can use (a newer schema, a password in the URL).
     #[error("{0}")]
     Refused(String),
@@ -189,6 +194,14 @@ macro_rules! params {
 /// What a statement's parameters may be given as: `params![…]`, `[]`, or a slice of values.
 pub trait Params {
     fn values(&self) -> &[Value];
+}
+
+fn checked<P: Params>(p: &P) -> Result<&[Value]> {
+    let v = p.values();
+    if v.iter().any(|v| matches!(v, Value::Text(t) if t.contains('\0'))) {
+        return Err(Error::Nul);
+    }
+    Ok(v)
 }
 impl<const N: usize> Params for [Value; N] {
     fn values(&self) -> &[Value] {
@@ -527,24 +540,26 @@ pub struct Stmt<'c, 's> {
 impl Stmt<'_, '_> {
     /// Runs it; the rows it changed.
     pub fn execute<P: Params>(&mut self, p: P) -> Result<usize> {
+        let p = checked(&p)?;
         match &self.conn.0 {
             Inner::Sqlite(c) => {
-                Ok(c.prepare_cached(self.sql)?.execute(rusqlite::params_from_iter(p.values().iter()))?)
+                Ok(c.prepare_cached(self.sql)?.execute(rusqlite::params_from_iter(p.iter()))?)
             }
             Inner::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let s = pg.statement(self.sql)?;
-                Ok(pg.client.execute(&s, &pg_params(p.values()))? as usize)
+                Ok(pg.client.execute(&s, &pg_params(p))? as usize)
             }
         }
     }
 
     /// The first row through `f`; [`Error::NoRows`] when there is none.
     pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> Result<T>>(&mut self, p: P, f: F) -> Result<T> {
+        let p = checked(&p)?;
         match &self.conn.0 {
             Inner::Sqlite(c) => {
                 let mut s = c.prepare_cached(self.sql)?;
-                let mut rows = s.query(rusqlite::params_from_iter(p.values().iter()))?;
+                let mut rows = s.query(rusqlite::params_from_iter(p.iter()))?;
                 match rows.next()? {
                     Some(r) => f(&Row(RowInner::Sqlite(r))),
                     None => Err(Error::NoRows),
@@ -554,7 +569,7 @@ impl Stmt<'_, '_> {
                 let rows = {
                     let mut pg = pg.borrow_mut();
                     let s = pg.statement(self.sql)?;
-                    pg.client.query(&s, &pg_params(p.values()))?
+                    pg.client.query(&s, &pg_params(p))?
                 };
                 match rows.first() {
                     Some(r) => f(&Row(RowInner::Postgres(r))),
@@ -570,11 +585,12 @@ impl Stmt<'_, '_> {
         p: P,
         mut f: F,
     ) -> Result<std::vec::IntoIter<Result<T>>> {
+        let p = checked(&p)?;
         let mut out = Vec::new();
         match &self.conn.0 {
             Inner::Sqlite(c) => {
                 let mut s = c.prepare_cached(self.sql)?;
-                let mut rows = s.query(rusqlite::params_from_iter(p.values().iter()))?;
+                let mut rows = s.query(rusqlite::params_from_iter(p.iter()))?;
                 while let Some(r) = rows.next()? {
                     out.push(f(&Row(RowInner::Sqlite(r))));
                 }
@@ -583,7 +599,7 @@ impl Stmt<'_, '_> {
                 let rows = {
                     let mut pg = pg.borrow_mut();
                     let s = pg.statement(self.sql)?;
-                    pg.client.query(&s, &pg_params(p.values()))?
+                    pg.client.query(&s, &pg_params(p))?
                 };
                 out.extend(rows.iter().map(|r| f(&Row(RowInner::Postgres(r)))));
             }

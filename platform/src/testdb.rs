@@ -288,6 +288,20 @@ mod tests {
         }
     }
 
+    /// PostgreSQL's text cannot hold a NUL; both engines refuse it alike, as an invalid request.
+    #[test]
+    fn a_nul_in_text_is_an_invalid_request_on_both_engines() {
+        for engine in [Engine::Sqlite, Engine::Postgres] {
+            let t = TestDb::on(engine);
+            let c = t.open();
+            let e =
+                c.query_row("SELECT id FROM nodes WHERE id = ?1", params!["x\0y"], |r| r.get::<_, String>(0));
+            assert!(matches!(e, Err(crate::sql::Error::Nul)), "{engine:?}: {e:?}");
+            let e = crate::store::node_settings(&c, "x\0y").unwrap_err();
+            assert_eq!(e.code, gpum_protocol::ErrorCode::InvalidRequest, "{engine:?}");
+        }
+    }
+
     /// Both engines' migrations end at the same version, and PostgreSQL's reach it at once.
     #[test]
     fn postgres_migrates_to_the_same_version_and_twice_is_harmless() {
