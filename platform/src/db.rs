@@ -508,4 +508,44 @@ mod tests {
         let wal = wal_len(&path);
         assert!(wal < written * 4096 / 2, "WAL {wal} bytes after {written} inserts");
     }
+
+    /// Group commit on both engines: operations sent at once share transactions, each answered
+    /// after its batch's COMMIT; one that fails rolls back to its own SAVEPOINT and leaves the
+    /// others of its batch in place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_commits_together_and_a_failed_operation_changes_nothing() {
+        for engine in [crate::sql::Engine::Sqlite, crate::sql::Engine::Postgres] {
+            let t = crate::testdb::TestDb::on(engine);
+            let db = Db::start(t.open());
+            let calls: Vec<_> = (0..200)
+                .map(|i| {
+                    let db = db.clone();
+                    tokio::spawn(async move {
+                        db.call(move |c| {
+                            let key = format!("k{i}");
+                            c.execute(
+                                "INSERT INTO settings (key, value) VALUES (?1, 'v')",
+                                crate::params![key],
+                            )?;
+                            if i % 10 == 0 { Err(ApiError::internal()) } else { Ok(()) }
+                        })
+                        .await
+                    })
+                })
+                .collect();
+            for (i, c) in calls.into_iter().enumerate() {
+                assert_eq!(c.await.unwrap().is_ok(), i % 10 != 0, "{engine:?} {i}");
+            }
+            let n: i64 = db
+                .call(|c| {
+                    Ok(c.query_row("SELECT count(*) FROM settings WHERE key LIKE 'k%'", [], |r| r.get(0))?)
+                })
+                .await
+                .unwrap();
+            assert_eq!(n, 180, "{engine:?}");
+            let (ops, tx) =
+                (db.stats().ops.load(Ordering::Relaxed), db.stats().transactions.load(Ordering::Relaxed));
+            assert!(tx < ops, "{engine:?}: {}", db.stats().summary());
+        }
+    }
 }
