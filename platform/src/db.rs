@@ -513,6 +513,7 @@ mod tests {
     /// after its batch's COMMIT; one that fails rolls back to its own SAVEPOINT and leaves the
     /// others of its batch in place.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
     async fn a_batch_commits_together_and_a_failed_operation_changes_nothing() {
         for engine in [crate::sql::Engine::Sqlite, crate::sql::Engine::Postgres] {
             let t = crate::testdb::TestDb::on(engine);

@@ -9,7 +9,8 @@
 //! it; every [`TestDb`] is a database of its own in it, dropped with the `TestDb`. The cluster
 //! keeps running after the tests (a later run reuses it); `pg_ctl stop -D <dir>/data` ends it.
 //! It runs with `fsync = off`: what it proves is the platform's SQL and transactions, not
-//! PostgreSQL's durability.
+//! PostgreSQL's durability. The tests that use PostgreSQL whatever the variable says are
+//! `#[ignore = "needs PostgreSQL …"]`, run by `--run-ignored all` (as `cargo xtask test` does).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -261,6 +262,7 @@ mod tests {
     /// Issue 35: a database migrated by a newer gpum-platform is refused, with a message that
     /// says what to do, on both engines; nothing is changed.
     #[test]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
     fn an_older_binary_refuses_a_newer_schema() {
         for engine in [Engine::Sqlite, Engine::Postgres] {
             let t = TestDb::on(engine);
@@ -290,6 +292,7 @@ mod tests {
 
     /// PostgreSQL's text cannot hold a NUL; both engines refuse it alike, as an invalid request.
     #[test]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
     fn a_nul_in_text_is_an_invalid_request_on_both_engines() {
         for engine in [Engine::Sqlite, Engine::Postgres] {
             let t = TestDb::on(engine);
@@ -304,6 +307,7 @@ mod tests {
 
     /// Both engines' migrations end at the same version, and PostgreSQL's reach it at once.
     #[test]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
     fn postgres_migrates_to_the_same_version_and_twice_is_harmless() {
         let t = TestDb::on(Engine::Postgres);
         drop(t.open());

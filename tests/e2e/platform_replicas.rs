@@ -15,6 +15,7 @@ use super::{Api, beat};
 /// other is told `join_code_used`), a node registered on one heartbeats on the other, and a
 /// node deleted through one is gone for an agent talking to the other.
 #[tokio::test]
+#[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
 async fn two_replicas_use_each_join_code_once_and_share_every_node() {
     let a = TestPlatform::start_on(PlatformOpts::insecure_http(), Arc::new(TestDb::on(Engine::Postgres)));
     let b = a.replica();
