@@ -1218,7 +1218,7 @@ pub fn heartbeat_prepared(
     // that carries them marks them delivered. A handshake (`seq == 0`, what `gpum-agent smoke`
     // sends) gets none: a one-shot process that exits right after would otherwise swallow a
     // command meant for the service.
-    let commands: Vec<gpum_protocol::Command> = if req.seq == 0 {
+    let pending: Vec<gpum_protocol::Command> = if req.seq == 0 {
         Vec::new()
     } else {
         conn.prepare_cached(
@@ -1229,9 +1229,19 @@ pub fn heartbeat_prepared(
         })?
         .collect::<Result<_, _>>()?
     };
-    for c in &commands {
-        conn.prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2")?
-            .execute(params![now as i64, c.id])?;
+    // Each is handed out by the UPDATE that marks it, only if still pending: two replicas
+    // answering the same node at once (a retry sent to the other) cannot both deliver one. (On
+    // PostgreSQL the node's row, updated above, already makes the second heartbeat wait for the
+    // first's COMMIT; this does not depend on that order.)
+    let mut commands = Vec::with_capacity(pending.len());
+    for c in pending {
+        if conn
+            .prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2 AND delivered_at IS NULL")?
+            .execute(params![now as i64, c.id])?
+            == 1
+        {
+            commands.push(c);
+        }
     }
     if !commands.is_empty() {
         // Delivered commands are history, bounded per node; pending ones always stay.

@@ -12,8 +12,9 @@ use reqwest::StatusCode;
 use super::{Api, beat};
 
 /// The same join code sent to two replicas at the same moment registers exactly one node (the
-/// other is told `join_code_used`), a node registered on one heartbeats on the other, and a
-/// node deleted through one is gone for an agent talking to the other.
+/// other is told `join_code_used`), a node registered on one heartbeats on the other, a node
+/// deleted through one is gone for an agent talking to the other, and a command is handed out
+/// once.
 #[tokio::test]
 #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
 async fn two_replicas_use_each_join_code_once_and_share_every_node() {
@@ -46,4 +47,17 @@ async fn two_replicas_use_each_join_code_once_and_share_every_node() {
     let ans = apis[1].heartbeat(&gone.node_token, &beat(1)).await;
     assert_eq!((ans.status, ans.code()), (StatusCode::GONE, ErrorCode::NodeDeleted));
     let _: HeartbeatResponse = apis[1].heartbeat(&nodes[1].node_token, &beat(1)).await.ok();
+
+    // A command is handed out once, even when the node's heartbeat reaches both replicas at the
+    // same moment (an agent's retry that the balancer sent to the other).
+    let n = &nodes[1];
+    for round in 0..10u64 {
+        let cmd = a.command(&n.node_id, "recheck");
+        let req = beat(2 + round);
+        let (ha, hb) =
+            tokio::join!(apis[0].heartbeat(&n.node_token, &req), apis[1].heartbeat(&n.node_token, &req));
+        let (ha, hb): (HeartbeatResponse, HeartbeatResponse) = (ha.ok(), hb.ok());
+        let handed = ha.commands.iter().chain(&hb.commands).filter(|c| c.id == cmd).count();
+        assert_eq!(handed, 1, "round {round}: {:?} and {:?}", ha.commands, hb.commands);
+    }
 }
