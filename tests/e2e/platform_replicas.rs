@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use gpum_platform::sql::Engine;
+use gpum_platform::store::{self, Scope};
 use gpum_platform::testdb::TestDb;
-use gpum_protocol::{ErrorCode, HeartbeatResponse, RegisterResponse};
+use gpum_protocol::{ErrorCode, HeartbeatResponse, PATH_REGISTER, RegisterRequest, RegisterResponse};
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::StatusCode;
 
-use super::{Api, beat};
+use super::{Api, beat, inventory};
 
 /// The same join code sent to two replicas at the same moment registers exactly one node (the
 /// other is told `join_code_used`), a node registered on one heartbeats on the other, a node
@@ -60,4 +61,73 @@ async fn two_replicas_use_each_join_code_once_and_share_every_node() {
         let handed = ha.commands.iter().chain(&hb.commands).filter(|c| c.id == cmd).count();
         assert_eq!(handed, 1, "round {round}: {:?} and {:?}", ha.commands, hb.commands);
     }
+}
+
+/// A registration as a load balancer's client sees it: the answer, or `None` when the replica
+/// died before answering (the connection broke) or answered with an error.
+async fn try_register(api: &Api, code: &str, uuid: &str) -> Option<RegisterResponse> {
+    let req = RegisterRequest {
+        join_code: code.into(),
+        agent_version: "0.1.0".into(),
+        inventory: inventory(uuid),
+        install_id: None,
+    };
+    let r = api.c.post(format!("{}{PATH_REGISTER}", api.url)).json(&req).send().await.ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.json().await.ok()
+}
+
+/// A replica killed (SIGKILL) in the middle of registrations: the other answers every request
+/// sent to it, and every registration either replica acknowledged is there, its token accepted.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+async fn a_replica_killed_mid_load_loses_nothing_it_acknowledged() {
+    let mut a = TestPlatform::start_on(PlatformOpts::insecure_http(), Arc::new(TestDb::on(Engine::Postgres)));
+    let b = a.replica();
+    // Join codes made straight in the database: the CLI is too slow to make enough of them for
+    // the load to outlast the kill.
+    let n = 600;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let codes: Vec<String> = b.with_db(|c| {
+        (0..n).map(|_| store::create_join_code(c, now, 3600, &Scope::All).unwrap().code).collect()
+    });
+    let apis = [Api::new(&a), Api::new(&b)];
+    let uuids: Vec<String> = (0..n).map(|i| format!("GPU-k{i}")).collect();
+    // Eight clients, each registering its share one after another, alternating replicas.
+    let clients = (0..8).map(|k| {
+        let (apis, codes, uuids) = (&apis, &codes, &uuids);
+        async move {
+            let mut out = Vec::new();
+            for i in (k..n).step_by(8) {
+                out.push((i, try_register(&apis[i % 2], &codes[i], &uuids[i]).await));
+            }
+            out
+        }
+    });
+    let kill = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        a.stop();
+    };
+    let (per_client, ()) = tokio::join!(futures_util::future::join_all(clients), kill);
+    let mut answers: Vec<(usize, Option<RegisterResponse>)> = per_client.into_iter().flatten().collect();
+    answers.sort_by_key(|(i, _)| *i);
+    let answers: Vec<Option<RegisterResponse>> = answers.into_iter().map(|(_, r)| r).collect();
+    let lost = answers.iter().enumerate().filter(|(i, r)| i % 2 == 0 && r.is_none()).count();
+    assert!(lost > 0, "the kill came after the load: make it longer");
+    for (i, r) in answers.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+        assert!(r.is_some(), "registration {i}, sent to the replica that lives, failed");
+    }
+    let acknowledged: Vec<&RegisterResponse> = answers.iter().flatten().collect();
+    let listed: Vec<String> = b.nodes().nodes.into_iter().map(|n| n.id).collect();
+    for r in &acknowledged {
+        assert!(listed.contains(&r.node_id), "{} was acknowledged, and is gone", r.node_id);
+        let _: HeartbeatResponse = apis[1].heartbeat(&r.node_token, &beat(1)).await.ok();
+    }
+    eprintln!(
+        "{} of {n} registrations acknowledged ({} by the killed replica)",
+        acknowledged.len(),
+        answers.iter().enumerate().filter(|(i, r)| i % 2 == 0 && r.is_some()).count()
+    );
 }
