@@ -77,6 +77,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RentalRegistriesCmd,
     },
+    /// Move the whole database from SQLite into an empty PostgreSQL database (issue 35), with no
+    /// `serve` running on either: `migrate --from sqlite:FILE --to postgres://USER@HOST/DB`.
+    Migrate {
+        /// The SQLite database, as `sqlite:FILE` (or just FILE).
+        #[arg(long, value_name = "sqlite:FILE")]
+        from: String,
+        /// The PostgreSQL database (no password in the URL).
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
     /// Copy the database consistently, also while `serve` runs, into a new file (mode 0600: it
     /// holds token hashes). Restore: docs/operator-guide.md.
     Backup {
@@ -472,6 +482,9 @@ fn run(cli: Cli) -> Result<()> {
     let clock = Clock::with_offset_file(cli.test_clock_file.clone());
     #[cfg(not(feature = "test-knobs"))]
     let clock = Clock::system();
+    if let Cmd::Migrate { from, to } = &cli.cmd {
+        return migrate(from, to, cli.json);
+    }
     let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
     if let Cmd::Serve(args) = cli.cmd {
         return serve(args, db_path, clock);
@@ -488,7 +501,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         return Ok(());
     }
-    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    let conn = store::open(&db_path)
+        .with_context(|| format!("open the database {}", crate::sql::Target::parse(&db_path).display()))?;
     let now = clock.now();
     let json = cli.json;
     // Each operation is one transaction, like one HTTP request.
@@ -515,7 +529,7 @@ fn run(cli: Cli) -> Result<()> {
         }
     };
     match cli.cmd {
-        Cmd::Serve(_) | Cmd::Backup { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Backup { .. } | Cmd::Migrate { .. } => unreachable!("handled above"),
         Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl, owner } } => {
             let v = tx(&|c| {
                 let scope = match &owner {
@@ -631,6 +645,38 @@ fn run(cli: Cli) -> Result<()> {
             };
             out(&v, v["image"].as_str().unwrap_or("(none)").to_owned());
         }
+    }
+    Ok(())
+}
+
+/// `migrate`: both ends opened (and so migrated) by `store::open`, then `migrate::copy`.
+fn migrate(from: &str, to: &str, json: bool) -> Result<()> {
+    use crate::sql::Target;
+    let from = std::path::PathBuf::from(from.strip_prefix("sqlite:").unwrap_or(from));
+    let Target::Sqlite(from) = Target::parse(&from) else { bail!("--from takes sqlite:FILE") };
+    let Target::Postgres(to) = Target::parse(std::path::Path::new(to)) else {
+        bail!("--to takes postgres://USER@HOST/DB")
+    };
+    if !from.is_file() {
+        bail!("{}: no such database file", from.display());
+    }
+    let src = store::open(&from).with_context(|| format!("open the database {}", from.display()))?;
+    let to = Target::Postgres(to);
+    let dst = store::open_target(&to).with_context(|| format!("open {}", to.display()))?;
+    let copied = crate::migrate::copy(&src, &dst)?;
+    if json {
+        let tables: serde_json::Map<String, serde_json::Value> =
+            copied.iter().map(|(t, n)| (t.clone(), serde_json::json!(n))).collect();
+        println!("{}", serde_json::json!({ "tables": tables }));
+    } else {
+        for (t, n) in &copied {
+            println!("{t}: {n} rows");
+        }
+        println!(
+            "copied {} into {}",
+            escape_controls(&from.display().to_string()),
+            escape_controls(&to.display())
+        );
     }
     Ok(())
 }
@@ -875,7 +921,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Some((cert, key)) => Some(crate::listen::tls_config(cert, key)?),
         None => None,
     };
-    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    let conn = store::open(&db_path)
+        .with_context(|| format!("open the database {}", crate::sql::Target::parse(&db_path).display()))?;
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
     // connection and thread, so no request waits for one inside its COMMIT; the database thread
     // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL

@@ -25,6 +25,7 @@ pub mod db;
 pub mod error;
 pub mod install;
 pub mod listen;
+pub mod migrate;
 pub mod relay;
 pub mod rentable;
 pub mod rentals;

@@ -49,13 +49,24 @@ impl Target {
         }
     }
 
-    /// How it is named in messages: the path, or the URL (which holds no secret: [`Conn::open`]
-    /// refuses one with a password).
+    /// How it is named in messages: the path, or the URL with any password in it replaced by
+    /// `***` (such a URL is refused, and the message that says so must not repeat it).
     pub fn display(&self) -> String {
         match self {
             Target::Sqlite(p) => p.display().to_string(),
-            Target::Postgres(u) => u.clone(),
+            Target::Postgres(u) => redact(u),
         }
+    }
+}
+
+/// `scheme://user:password@host…` as `scheme://user:***@host…`; anything else unchanged.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -629,6 +640,14 @@ mod tests {
         assert_eq!(Target::parse(Path::new("postgresql://x/y")), Target::Postgres("postgresql://x/y".into()));
         assert_eq!(Target::parse(Path::new("platform.db")), Target::Sqlite("platform.db".into()));
         assert_eq!(Target::parse(Path::new("./postgres://x")), Target::Sqlite("./postgres://x".into()));
+    }
+
+    #[test]
+    fn a_password_is_never_shown() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@%2Ftmp/db"), "postgres://u@%2Ftmp/db");
+        assert_eq!(redact("postgresql://u:p%40ss@h/db?x=1"), "postgresql://u:***@h/db?x=1");
+        assert_eq!(Target::parse(Path::new("postgres://u:s@h/d")).display(), "postgres://u:***@h/d");
     }
 
     #[test]
