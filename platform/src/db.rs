@@ -161,7 +161,7 @@ fn run(conn: Conn, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool)
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.begin() {
+        if let Err(e) = conn.begin_or_reconnect() {
             tracing::error!("database: begin: {}", e.detail());
             for j in jobs {
                 // Without a transaction, nothing may run; answer every caller with an error.
@@ -548,5 +548,33 @@ mod tests {
                 (db.stats().ops.load(Ordering::Relaxed), db.stats().transactions.load(Ordering::Relaxed));
             assert!(tx < ops, "{engine:?}: {}", db.stats().summary());
         }
+    }
+
+    /// PostgreSQL closed the database thread's connection (a restart, an administrator, a
+    /// failover): the next batch connects again instead of failing for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    async fn a_closed_postgres_connection_is_opened_again() {
+        let t = crate::testdb::TestDb::on(crate::sql::Engine::Postgres);
+        let db = Db::start(t.open());
+        let put = |k: &'static str| {
+            db.call(move |c| {
+                Ok(c.execute("INSERT INTO settings (key, value) VALUES (?1, 'v')", crate::params![k])?)
+            })
+        };
+        assert_eq!(put("before").await.unwrap(), 1);
+        let crate::testdb::TestDb::Postgres { name } = &t else { unreachable!() };
+        crate::testdb::cluster().admin(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ));
+        // The backend ends a moment after it is told to; an operation that was running on it
+        // then fails (and is answered so), and the one after it runs on a new connection.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if put("after").await.is_err() {
+            assert_eq!(put("after").await.unwrap(), 1, "the next operation runs on a new connection");
+        }
+        let n: i64 =
+            db.call(|c| Ok(c.query_row("SELECT count(*) FROM settings", [], |r| r.get(0))?)).await.unwrap();
+        assert_eq!(n, 2);
     }
 }

@@ -424,6 +424,8 @@ enum Inner {
 
 struct Pg {
     client: postgres::Client,
+    /// To connect again when the server closed the connection (a restart, a failover).
+    config: postgres::Config,
     /// Prepared statements by their `?N` text: each is parsed and planned once per connection.
     stmts: HashMap<String, postgres::Statement>,
 }
@@ -436,6 +438,18 @@ impl Pg {
         let s = self.client.prepare(&dollar_placeholders(sql))?;
         self.stmts.insert(sql.to_owned(), s.clone());
         Ok(s)
+    }
+}
+
+fn pg_connect(config: &postgres::Config) -> Result<postgres::Client> {
+    // The sync client runs its own small runtime; it must not be started inside another one
+    // (serve opens the database before its runtime starts; tests may not).
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| config.connect(postgres::NoTls)).join())
+            .map_err(|_| Error::Refused("the PostgreSQL connection thread panicked".into()))?
+            .map_err(Error::from)
+    } else {
+        Ok(config.connect(postgres::NoTls)?)
     }
 }
 
@@ -481,15 +495,25 @@ impl Conn {
                     .into(),
             ));
         }
-        // The sync client runs its own small runtime; it must not be started inside another
-        // one (serve opens the database before its runtime starts; tests may not).
-        let client = if tokio::runtime::Handle::try_current().is_ok() {
-            std::thread::scope(|s| s.spawn(|| config.connect(postgres::NoTls)).join())
-                .map_err(|_| Error::Refused("the PostgreSQL connection thread panicked".into()))??
-        } else {
-            config.connect(postgres::NoTls)?
-        };
-        Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg { client, stmts: HashMap::new() })))))
+        let client = pg_connect(&config)?;
+        Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg { client, config, stmts: HashMap::new() })))))
+    }
+
+    /// [`Conn::begin`], and on PostgreSQL, when the server had closed the connection (it
+    /// restarted, or a failover moved it), a new connection and the BEGIN again. What failed on
+    /// the old connection stays failed: it was answered as such.
+    pub fn begin_or_reconnect(&self) -> Result<()> {
+        match (self.begin(), &self.0) {
+            (Err(e), Inner::Postgres(pg)) if pg.borrow().client.is_closed() => {
+                tracing::warn!("database: the connection was closed ({}); connecting again", e.detail());
+                let mut pg = pg.borrow_mut();
+                pg.client = pg_connect(&pg.config)?;
+                pg.stmts.clear();
+                drop(pg);
+                self.begin()
+            }
+            (r, _) => r,
+        }
     }
 
     pub fn engine(&self) -> Engine {
