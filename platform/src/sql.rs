@@ -491,7 +491,7 @@ impl Conn {
         if config.get_password().is_some() {
             return Err(Error::Refused(
                 "the database URL holds a password, which would be visible in the process list; \
-                 use a password-less login (peer, trust over a socket, or a client certificate)"
+                 use a password-less login (peer or trust over the server's unix socket)"
                     .into(),
             ));
         }
