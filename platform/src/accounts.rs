@@ -15,10 +15,11 @@
 //! the oldest going first, so signing in again and again cannot grow the table. Disabling an
 //! owner or setting a new password ends their sessions.
 
+use crate::params;
+use crate::sql::{Conn, OptionalExtension};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 use gpum_protocol::{ErrorCode, OwnerSummary};
-use rusqlite::{Connection, OptionalExtension, params};
 use totp_rs::{Algorithm, Secret, TOTP};
 
 use crate::error::ApiError;
@@ -186,7 +187,7 @@ fn new_owner_id() -> String {
     format!("own-{}", &random_hex()[..16])
 }
 
-fn owner_summary(conn: &Connection, id: &str) -> Result<OwnerSummary, ApiError> {
+fn owner_summary(conn: &Conn, id: &str) -> Result<OwnerSummary, ApiError> {
     conn.prepare_cached(
         "SELECT id, email, created_at, disabled_at IS NOT NULL, password_hash IS NOT NULL, totp_secret IS NOT NULL,
                 (SELECT COUNT(*) FROM nodes WHERE owner_id = owners.id AND deleted_at IS NULL)
@@ -197,7 +198,7 @@ fn owner_summary(conn: &Connection, id: &str) -> Result<OwnerSummary, ApiError> 
     .ok_or_else(|| ApiError::not_found("owner"))
 }
 
-fn owner_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OwnerSummary> {
+fn owner_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<OwnerSummary> {
     Ok(OwnerSummary {
         id: r.get(0)?,
         email: r.get(1)?,
@@ -209,7 +210,7 @@ fn owner_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OwnerSummary> {
     })
 }
 
-pub fn list_owners(conn: &Connection) -> Result<Vec<OwnerSummary>, ApiError> {
+pub fn list_owners(conn: &Conn) -> Result<Vec<OwnerSummary>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT id, email, created_at, disabled_at IS NOT NULL, password_hash IS NOT NULL, totp_secret IS NOT NULL,
@@ -221,7 +222,7 @@ pub fn list_owners(conn: &Connection) -> Result<Vec<OwnerSummary>, ApiError> {
 }
 
 /// An owner by id or e-mail.
-pub fn find_owner(conn: &Connection, id_or_email: &str) -> Result<OwnerSummary, ApiError> {
+pub fn find_owner(conn: &Conn, id_or_email: &str) -> Result<OwnerSummary, ApiError> {
     let email = normalize_email(id_or_email).unwrap_or_default();
     let id: Option<String> = conn
         .prepare_cached("SELECT id FROM owners WHERE id = ?1 OR email = ?2")?
@@ -236,7 +237,7 @@ pub fn find_owner(conn: &Connection, id_or_email: &str) -> Result<OwnerSummary, 
 /// Invites `email` (creating the owner when new): a one-time link token, valid for
 /// [`INVITATION_TTL_SECS`]. Earlier unused links of the owner stop working. A disabled owner is
 /// refused: enable them first.
-pub fn invite(conn: &Connection, now: u64, email: &str) -> Result<(OwnerSummary, String, u64), ApiError> {
+pub fn invite(conn: &Conn, now: u64, email: &str) -> Result<(OwnerSummary, String, u64), ApiError> {
     let email = normalize_email(email)?;
     let found: Option<(String, Option<i64>)> = conn
         .prepare_cached("SELECT id, disabled_at FROM owners WHERE email = ?1")?
@@ -271,7 +272,7 @@ pub fn invite(conn: &Connection, now: u64, email: &str) -> Result<(OwnerSummary,
 
 /// The owner an invitation link is for, while it is unused, unexpired and the owner enabled:
 /// (id, e-mail).
-pub fn invitation(conn: &Connection, now: u64, token: &str) -> Result<Option<(String, String)>, ApiError> {
+pub fn invitation(conn: &Conn, now: u64, token: &str) -> Result<Option<(String, String)>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT o.id, o.email FROM invitations i JOIN owners o ON o.id = i.owner_id
@@ -284,7 +285,7 @@ pub fn invitation(conn: &Connection, now: u64, token: &str) -> Result<Option<(St
 /// Accepts an invitation: the owner's password becomes `password_hash` (made off this thread),
 /// the link is spent, and every session of theirs ends. `None` when the link no longer works.
 pub fn accept_invitation(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     token: &str,
     password_hash: &str,
@@ -301,7 +302,7 @@ pub fn accept_invitation(
 /// Disables or enables an owner. Disabling ends their sessions and unused invitations; their
 /// API keys are refused while disabled; their servers stay (the operator deletes them if they
 /// must go).
-pub fn set_disabled(conn: &Connection, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
+pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
         "UPDATE owners SET disabled_at = CASE WHEN ?2 THEN COALESCE(disabled_at, ?3) ELSE NULL END WHERE id = ?1",
@@ -324,7 +325,7 @@ pub struct SignInRow {
     pub totp_last_step: Option<u64>,
 }
 
-pub fn sign_in_row(conn: &Connection, email: &str) -> Result<Option<SignInRow>, ApiError> {
+pub fn sign_in_row(conn: &Conn, email: &str) -> Result<Option<SignInRow>, ApiError> {
     let Ok(email) = normalize_email(email) else { return Ok(None) };
     Ok(conn
         .prepare_cached(
@@ -345,7 +346,7 @@ pub fn sign_in_row(conn: &Connection, email: &str) -> Result<Option<SignInRow>, 
 /// Accepts a TOTP code for an owner once: checks it against their secret (or `pending`, the
 /// secret being turned on) and records its step. `false` for a wrong or reused code.
 pub fn use_totp_code(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     owner: &str,
     code: &str,
@@ -366,7 +367,7 @@ pub fn use_totp_code(
 }
 
 /// Turns the second factor on (with a secret whose code was just accepted) or off.
-pub fn set_totp(conn: &Connection, owner: &str, secret: Option<&str>) -> Result<(), ApiError> {
+pub fn set_totp(conn: &Conn, owner: &str, secret: Option<&str>) -> Result<(), ApiError> {
     conn.prepare_cached("UPDATE owners SET totp_secret = ?1 WHERE id = ?2")?
         .execute(params![secret, owner])?;
     Ok(())
@@ -385,13 +386,13 @@ pub struct SessionRow {
 }
 
 /// Starts a session at `now`; returns the id for the cookie (only its hash is kept).
-pub fn create_session(conn: &Connection, now: u64, owner: Option<&str>) -> Result<String, ApiError> {
+pub fn create_session(conn: &Conn, now: u64, owner: Option<&str>) -> Result<String, ApiError> {
     let id = random_hex();
     conn.prepare_cached("DELETE FROM sessions WHERE expires_at <= ?1")?.execute(params![now as i64])?;
     let keep = if owner.is_some() { MAX_SESSIONS_PER_OWNER } else { MAX_OPERATOR_SESSIONS } - 1;
     conn.prepare_cached(
-        "DELETE FROM sessions WHERE owner_id IS ?1 AND rowid NOT IN
-           (SELECT rowid FROM sessions WHERE owner_id IS ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2)",
+        "DELETE FROM sessions WHERE owner_id IS NOT DISTINCT FROM ?1 AND rowid NOT IN
+           (SELECT rowid FROM sessions WHERE owner_id IS NOT DISTINCT FROM ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2)",
     )?
     .execute(params![owner, keep as i64])?;
     conn.prepare_cached(
@@ -408,7 +409,7 @@ pub fn create_session(conn: &Connection, now: u64, owner: Option<&str>) -> Resul
 }
 
 /// The live session for a cookie's id; an owner's only while they are enabled.
-pub fn session(conn: &Connection, now: u64, id: &str) -> Result<Option<SessionRow>, ApiError> {
+pub fn session(conn: &Conn, now: u64, id: &str) -> Result<Option<SessionRow>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT s.owner_id, o.email, o.totp_secret IS NOT NULL, s.csrf FROM sessions s
@@ -426,7 +427,7 @@ pub fn session(conn: &Connection, now: u64, id: &str) -> Result<Option<SessionRo
         .optional()?)
 }
 
-pub fn end_session(conn: &Connection, id: &str) -> Result<(), ApiError> {
+pub fn end_session(conn: &Conn, id: &str) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM sessions WHERE id_hash = ?1")?.execute(params![hash_secret(id)])?;
     Ok(())
 }
@@ -444,12 +445,7 @@ pub struct ApiKeyRow {
 }
 
 /// A new API key for `owner`: (its id, the key, shown once).
-pub fn create_api_key(
-    conn: &Connection,
-    now: u64,
-    owner: &str,
-    label: &str,
-) -> Result<(String, String), ApiError> {
+pub fn create_api_key(conn: &Conn, now: u64, owner: &str, label: &str) -> Result<(String, String), ApiError> {
     let label = label.trim();
     let n = label.chars().count();
     if n == 0 || n > MAX_KEY_LABEL_CHARS || label.chars().any(char::is_control) {
@@ -478,7 +474,7 @@ pub fn create_api_key(
 }
 
 /// An owner's live API keys, newest first.
-pub fn list_api_keys(conn: &Connection, owner: &str) -> Result<Vec<ApiKeyRow>, ApiError> {
+pub fn list_api_keys(conn: &Conn, owner: &str) -> Result<Vec<ApiKeyRow>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT id, label, created_at, last_used_at FROM api_keys
@@ -496,7 +492,7 @@ pub fn list_api_keys(conn: &Connection, owner: &str) -> Result<Vec<ApiKeyRow>, A
 }
 
 /// Revokes one of `owner`'s keys; another owner's key is "not found".
-pub fn revoke_api_key(conn: &Connection, now: u64, owner: &str, id: &str) -> Result<(), ApiError> {
+pub fn revoke_api_key(conn: &Conn, now: u64, owner: &str, id: &str) -> Result<(), ApiError> {
     let n = conn
         .prepare_cached(
             "UPDATE api_keys SET revoked_at = ?1 WHERE id = ?2 AND owner_id = ?3 AND revoked_at IS NULL",
@@ -507,7 +503,7 @@ pub fn revoke_api_key(conn: &Connection, now: u64, owner: &str, id: &str) -> Res
 
 /// The enabled owner an API key belongs to, if it is live; marks it used (at most once a
 /// minute, so a busy client does not write on every call).
-pub fn owner_by_api_key(conn: &Connection, now: u64, key: &str) -> Result<Option<String>, ApiError> {
+pub fn owner_by_api_key(conn: &Conn, now: u64, key: &str) -> Result<Option<String>, ApiError> {
     if !key.starts_with(API_KEY_PREFIX) {
         return Ok(None);
     }
@@ -533,10 +529,11 @@ mod tests {
     use super::*;
     use crate::store;
 
-    fn db() -> (tempfile::TempDir, Connection) {
-        let dir = tempfile::tempdir().unwrap();
-        let c = store::open(&dir.path().join("p.db")).unwrap();
-        (dir, c)
+    /// A fresh database on the engine of `GPUM_TEST_DB` (`crate::testdb`).
+    fn db() -> (crate::testdb::TestDb, Conn) {
+        let t = crate::testdb::TestDb::new();
+        let c = t.open();
+        (t, c)
     }
 
     #[test]
@@ -587,7 +584,7 @@ mod tests {
         assert!(accept_invitation(&c, 105, &token2, "$argon2id$y").unwrap().is_none(), "used once");
         assert!(find_owner(&c, "ann@example.com").unwrap().password_set);
         let stored: Vec<String> = c
-            .prepare("SELECT token_hash FROM invitations")
+            .prepare_cached("SELECT token_hash FROM invitations")
             .unwrap()
             .query_map([], |r| r.get(0))
             .unwrap()
@@ -629,8 +626,9 @@ mod tests {
         for i in 0..MAX_SESSIONS_PER_OWNER + 5 {
             create_session(&c, 20 + i as u64, Some(&o.id)).unwrap();
         }
-        let n: i64 =
-            c.query_row("SELECT COUNT(*) FROM sessions WHERE owner_id = ?1", [&o.id], |r| r.get(0)).unwrap();
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM sessions WHERE owner_id = ?1", params![o.id], |r| r.get(0))
+            .unwrap();
         assert_eq!(n as usize, MAX_SESSIONS_PER_OWNER);
     }
 
@@ -644,8 +642,9 @@ mod tests {
         assert_eq!(owner_by_api_key(&c, 3, &key).unwrap().as_deref(), Some(a.id.as_str()));
         assert!(owner_by_api_key(&c, 3, "gpumk_nope").unwrap().is_none());
         assert_eq!(list_api_keys(&c, &a.id).unwrap()[0].last_used_at, Some(3));
-        let n: i64 =
-            c.query_row("SELECT COUNT(*) FROM api_keys WHERE key_hash = ?1", [&key], |r| r.get(0)).unwrap();
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM api_keys WHERE key_hash = ?1", params![key], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 0, "the key itself is never stored");
         assert_eq!(revoke_api_key(&c, 4, &b.id, &id).unwrap_err().code, ErrorCode::NotFound, "not b's");
         set_disabled(&c, 4, &a.id, true).unwrap();

@@ -27,8 +27,9 @@ use crate::store::{self, Scope};
 #[derive(Debug, Parser)]
 #[command(name = "gpum-platform", version, about = "The gpum reference control plane")]
 struct Cli {
-    /// The SQLite database file (created when absent).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// The database: a SQLite file (created when absent), or PostgreSQL as
+    /// postgres://USER@HOST[:PORT]/DB (no password in it: it would show in the process list).
+    #[arg(long, global = true, value_name = "FILE|URL")]
     db: Option<PathBuf>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
@@ -75,6 +76,16 @@ enum Cmd {
     RentalRegistries {
         #[command(subcommand)]
         cmd: RentalRegistriesCmd,
+    },
+    /// Move the whole database from SQLite into an empty PostgreSQL database (issue 35), with no
+    /// `serve` running on either: `migrate --from sqlite:FILE --to postgres://USER@HOST/DB`.
+    Migrate {
+        /// The SQLite database, as `sqlite:FILE` (or just FILE).
+        #[arg(long, value_name = "sqlite:FILE")]
+        from: String,
+        /// The PostgreSQL database (no password in the URL).
+        #[arg(long, value_name = "URL")]
+        to: String,
     },
     /// Copy the database consistently, also while `serve` runs, into a new file (mode 0600: it
     /// holds token hashes). Restore: docs/operator-guide.md.
@@ -489,11 +500,17 @@ fn run(cli: Cli) -> Result<()> {
     let clock = Clock::with_offset_file(cli.test_clock_file.clone());
     #[cfg(not(feature = "test-knobs"))]
     let clock = Clock::system();
+    if let Cmd::Migrate { from, to } = &cli.cmd {
+        return migrate(from, to, cli.json);
+    }
     let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
     if let Cmd::Serve(args) = cli.cmd {
         return serve(args, db_path, clock);
     }
     if let Cmd::Backup { to } = &cli.cmd {
+        if let crate::sql::Target::Postgres(_) = crate::sql::Target::parse(&db_path) {
+            bail!("backup copies a SQLite file; back PostgreSQL up with its own tools (pg_dump)");
+        }
         let b = crate::db::backup(&db_path, to)?;
         if cli.json {
             println!("{}", serde_json::to_string(&b)?);
@@ -502,23 +519,25 @@ fn run(cli: Cli) -> Result<()> {
         }
         return Ok(());
     }
-    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    let conn = store::open(&db_path)
+        .with_context(|| format!("open the database {}", crate::sql::Target::parse(&db_path).display()))?;
     let now = clock.now();
     let json = cli.json;
     // Each operation is one transaction, like one HTTP request.
-    let tx = |f: &dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>| -> Result<serde_json::Value> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        match f(&conn) {
-            Ok(v) => {
-                conn.execute_batch("COMMIT")?;
-                Ok(v)
+    let tx =
+        |f: &dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>| -> Result<serde_json::Value> {
+            conn.begin()?;
+            match f(&conn) {
+                Ok(v) => {
+                    conn.execute_batch("COMMIT")?;
+                    Ok(v)
+                }
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e.into())
+                }
             }
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(e.into())
-            }
-        }
-    };
+        };
     // Human output is one line, or the node table whose fields are escaped one by one.
     let out = |v: &serde_json::Value, human: String| {
         if json {
@@ -528,7 +547,7 @@ fn run(cli: Cli) -> Result<()> {
         }
     };
     match cli.cmd {
-        Cmd::Serve(_) | Cmd::Backup { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Backup { .. } | Cmd::Migrate { .. } => unreachable!("handled above"),
         Cmd::JoinCode { cmd: JoinCodeCmd::Create { ttl, owner } } => {
             let v = tx(&|c| {
                 let scope = match &owner {
@@ -648,7 +667,39 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-type Tx<'a> = dyn Fn(&dyn Fn(&rusqlite::Connection) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
+/// `migrate`: both ends opened (and so migrated) by `store::open`, then `migrate::copy`.
+fn migrate(from: &str, to: &str, json: bool) -> Result<()> {
+    use crate::sql::Target;
+    let from = std::path::PathBuf::from(from.strip_prefix("sqlite:").unwrap_or(from));
+    let Target::Sqlite(from) = Target::parse(&from) else { bail!("--from takes sqlite:FILE") };
+    let Target::Postgres(to) = Target::parse(std::path::Path::new(to)) else {
+        bail!("--to takes postgres://USER@HOST/DB")
+    };
+    if !from.is_file() {
+        bail!("{}: no such database file", from.display());
+    }
+    let src = store::open(&from).with_context(|| format!("open the database {}", from.display()))?;
+    let to = Target::Postgres(to);
+    let dst = store::open_target(&to).with_context(|| format!("open {}", to.display()))?;
+    let copied = crate::migrate::copy(&src, &dst)?;
+    if json {
+        let tables: serde_json::Map<String, serde_json::Value> =
+            copied.iter().map(|(t, n)| (t.clone(), serde_json::json!(n))).collect();
+        println!("{}", serde_json::json!({ "tables": tables }));
+    } else {
+        for (t, n) in &copied {
+            println!("{t}: {n} rows");
+        }
+        println!(
+            "copied {} into {}",
+            escape_controls(&from.display().to_string()),
+            escape_controls(&to.display())
+        );
+    }
+    Ok(())
+}
+
+type Tx<'a> = dyn Fn(&dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
     + 'a;
 
 /// `owners …`: each one transaction; the invitation link is printed once (the database keeps
@@ -888,14 +939,21 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Some((cert, key)) => Some(crate::listen::tls_config(cert, key)?),
         None => None,
     };
-    let conn = store::open(&db_path).with_context(|| format!("open the database {}", db_path.display()))?;
+    let conn = store::open(&db_path)
+        .with_context(|| format!("open the database {}", crate::sql::Target::parse(&db_path).display()))?;
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
     // connection and thread, so no request waits for one inside its COMMIT; the database thread
     // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL
     // that a long backup let grow is cut back when it restarts.
-    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    conn.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
-    let ckpt = store::open(&db_path)?;
+    // (SQLite only: PostgreSQL checkpoints by itself.)
+    let ckpt = match conn.sqlite() {
+        Some(c) => {
+            c.pragma_update(None, "wal_autocheckpoint", 0)?;
+            c.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
+            Some(store::open(&db_path)?)
+        }
+        None => None,
+    };
     for (flag, addr) in
         [("--relay-listen", args.relay_listen), ("--relay-http-listen", args.relay_http_listen)]
     {
@@ -949,7 +1007,9 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
     let db = crate::db::Db::start(conn);
-    db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
+    if let Some(ckpt) = ckpt {
+        db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
+    }
     let state = Arc::new(AppState {
         db,
         clock,

@@ -1,6 +1,7 @@
-//! One thread owns the server's SQLite connection and runs every operation, in batches.
+//! One thread owns the server's database connection and runs every operation, in batches.
 //!
-//! SQLite allows one writer at a time, and most requests (heartbeats) write. Instead of a pool
+//! SQLite allows one writer at a time, and most requests (heartbeats) write. On PostgreSQL the
+//! same shape pays for one COMMIT (one WAL flush) per batch instead of one per request. Instead of a pool
 //! of connections fighting over the write lock, handlers send closures to this thread. It takes
 //! whatever has queued up (up to [`MAX_BATCH`]), runs each inside its own SAVEPOINT within one
 //! transaction, commits once, and only then answers the callers: group commit. A failed
@@ -13,6 +14,8 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use rusqlite::Connection;
+
+use crate::sql::Conn;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -20,7 +23,7 @@ use crate::error::ApiError;
 const MAX_BATCH: usize = 512;
 
 type Reply = Box<dyn FnOnce(bool) + Send>;
-type Job = Box<dyn FnOnce(&Connection) -> Reply + Send>;
+type Job = Box<dyn FnOnce(&Conn) -> Reply + Send>;
 
 #[derive(Clone)]
 pub struct Db {
@@ -66,7 +69,7 @@ impl Stats {
 
 impl Db {
     /// Starts the database thread on an open connection.
-    pub fn start(conn: Connection) -> Db {
+    pub fn start(conn: Conn) -> Db {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(Stats::default());
         let restart = Arc::new(AtomicBool::new(false));
@@ -93,15 +96,19 @@ impl Db {
     /// until it is done; nothing waits for it.
     pub fn spawn_checkpointer(
         &self,
-        ckpt: Connection,
+        ckpt: Conn,
         period: std::time::Duration,
         restart_frames: i64,
     ) -> std::io::Result<()> {
+        if ckpt.sqlite().is_none() {
+            return Err(std::io::Error::other("checkpoints are SQLite's"));
+        }
         let restart = self.restart.clone();
         std::thread::Builder::new().name("gpum-checkpoint".into()).spawn(move || {
+            let Some(ckpt) = ckpt.sqlite() else { return };
             loop {
                 std::thread::sleep(period);
-                match close_in(&ckpt, restart_frames) {
+                match close_in(ckpt, restart_frames) {
                     Ok(true) => restart.store(true, Ordering::Relaxed),
                     Ok(false) => {}
                     Err(e) => tracing::warn!("database checkpoint: {e}"),
@@ -120,10 +127,10 @@ impl Db {
     pub async fn call<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(&Conn) -> Result<T, ApiError> + Send + 'static,
     {
         let (otx, orx) = oneshot::channel::<Result<T, ApiError>>();
-        let job: Job = Box::new(move |conn: &Connection| {
+        let job: Job = Box::new(move |conn: &Conn| {
             let r = match conn.execute_batch("SAVEPOINT op") {
                 Ok(()) => {
                     let r = f(conn);
@@ -144,7 +151,7 @@ impl Db {
     }
 }
 
-fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool) {
+fn run(conn: Conn, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool) {
     while let Ok(first) = rx.recv() {
         let started = Instant::now();
         let mut jobs = vec![first];
@@ -154,8 +161,8 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &Atomi
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            tracing::error!("database: begin: {e}");
+        if let Err(e) = conn.begin_or_reconnect() {
+            tracing::error!("database: begin: {}", e.detail());
             for j in jobs {
                 // Without a transaction, nothing may run; answer every caller with an error.
                 drop(j);
@@ -168,7 +175,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &Atomi
         let committed = match conn.execute_batch("COMMIT") {
             Ok(()) => true,
             Err(e) => {
-                tracing::error!("database: commit: {e}");
+                tracing::error!("database: commit: {}", e.detail());
                 let _ = conn.execute_batch("ROLLBACK");
                 false
             }
@@ -180,9 +187,11 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &Atomi
         for r in replies {
             r(committed);
         }
-        if restart.swap(false, Ordering::Relaxed) {
+        if restart.swap(false, Ordering::Relaxed)
+            && let Some(conn) = conn.sqlite()
+        {
             let started = Instant::now();
-            let done = checkpoint(&conn);
+            let done = checkpoint(conn);
             // Every attempt held the next batch back, a finished one or not.
             stats.restart_max_ns.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             match done {
@@ -365,11 +374,11 @@ mod tests {
 
     /// A platform database with its own table `t`, written with automatic checkpoints off, as
     /// the server's writer is.
-    fn writer_with_table(column: &str) -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+    fn writer_with_table(column: &str) -> (tempfile::TempDir, std::path::PathBuf, Conn) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("platform.db");
         let writer = crate::store::open(&path).unwrap();
-        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        writer.sqlite().unwrap().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
         writer.execute_batch(&format!("CREATE TABLE t (x {column})")).unwrap();
         (dir, path, writer)
     }
@@ -410,8 +419,8 @@ mod tests {
     }
 
     /// Frames in the WAL now, counted from its last restart.
-    fn frames(c: &Connection) -> i64 {
-        checkpoint(c).unwrap().frames
+    fn frames(c: &Conn) -> i64 {
+        checkpoint(c.sqlite().unwrap()).unwrap().frames
     }
 
     #[test]
@@ -421,7 +430,7 @@ mod tests {
             writer.execute("INSERT INTO t (x) VALUES (zeroblob(2000))", []).unwrap();
         }
         let ckpt = crate::store::open(&path).unwrap();
-        let w = checkpoint(&ckpt).unwrap();
+        let w = checkpoint(ckpt.sqlite().unwrap()).unwrap();
         assert!(w.frames >= 200, "{w:?}");
         assert!(w.complete(), "no writer ran meanwhile: {w:?}");
         writer.execute("INSERT INTO t (x) VALUES (1)", []).unwrap();
@@ -441,11 +450,11 @@ mod tests {
         let n: i64 = reader.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 1);
         for i in 2..=50 {
-            writer.execute("INSERT INTO t (x) VALUES (?1)", [i]).unwrap();
+            writer.execute("INSERT INTO t (x) VALUES (?1)", crate::params![i]).unwrap();
         }
 
         let started = Instant::now();
-        let w = checkpoint(&writer).unwrap();
+        let w = checkpoint(writer.sqlite().unwrap()).unwrap();
         assert!(!w.complete(), "the reader's snapshot is still in the WAL: {w:?}");
         assert!(
             started.elapsed() < std::time::Duration::from_secs(1),
@@ -456,7 +465,7 @@ mod tests {
 
         // Once the reader is done, the next checkpoint reaches the end and the WAL restarts.
         reader.execute_batch("COMMIT").unwrap();
-        assert!(checkpoint(&writer).unwrap().complete());
+        assert!(checkpoint(writer.sqlite().unwrap()).unwrap().complete());
         writer.execute("INSERT INTO t (x) VALUES (52)", []).unwrap();
         assert!(frames(&writer) < 5);
         let n: i64 = writer.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
@@ -468,7 +477,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn under_a_writer_that_never_pauses_the_wal_keeps_restarting() {
         let (_dir, path, writer) = writer_with_table("BLOB");
-        writer.pragma_update(None, "journal_size_limit", 64 * 4096).unwrap();
+        writer.sqlite().unwrap().pragma_update(None, "journal_size_limit", 64 * 4096).unwrap();
         let db = Db::start(writer);
         db.spawn_checkpointer(crate::store::open(&path).unwrap(), std::time::Duration::from_millis(20), 64)
             .unwrap();
@@ -498,5 +507,74 @@ mod tests {
         // Each insert is at least one 4 KiB frame; without restarts the file holds them all.
         let wal = wal_len(&path);
         assert!(wal < written * 4096 / 2, "WAL {wal} bytes after {written} inserts");
+    }
+
+    /// Group commit on both engines: operations sent at once share transactions, each answered
+    /// after its batch's COMMIT; one that fails rolls back to its own SAVEPOINT and leaves the
+    /// others of its batch in place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    async fn a_batch_commits_together_and_a_failed_operation_changes_nothing() {
+        for engine in [crate::sql::Engine::Sqlite, crate::sql::Engine::Postgres] {
+            let t = crate::testdb::TestDb::on(engine);
+            let db = Db::start(t.open());
+            let calls: Vec<_> = (0..200)
+                .map(|i| {
+                    let db = db.clone();
+                    tokio::spawn(async move {
+                        db.call(move |c| {
+                            let key = format!("k{i}");
+                            c.execute(
+                                "INSERT INTO settings (key, value) VALUES (?1, 'v')",
+                                crate::params![key],
+                            )?;
+                            if i % 10 == 0 { Err(ApiError::internal()) } else { Ok(()) }
+                        })
+                        .await
+                    })
+                })
+                .collect();
+            for (i, c) in calls.into_iter().enumerate() {
+                assert_eq!(c.await.unwrap().is_ok(), i % 10 != 0, "{engine:?} {i}");
+            }
+            let n: i64 = db
+                .call(|c| {
+                    Ok(c.query_row("SELECT count(*) FROM settings WHERE key LIKE 'k%'", [], |r| r.get(0))?)
+                })
+                .await
+                .unwrap();
+            assert_eq!(n, 180, "{engine:?}");
+            let (ops, tx) =
+                (db.stats().ops.load(Ordering::Relaxed), db.stats().transactions.load(Ordering::Relaxed));
+            assert!(tx < ops, "{engine:?}: {}", db.stats().summary());
+        }
+    }
+
+    /// PostgreSQL closed the database thread's connection (a restart, an administrator, a
+    /// failover): the next batch connects again instead of failing for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    async fn a_closed_postgres_connection_is_opened_again() {
+        let t = crate::testdb::TestDb::on(crate::sql::Engine::Postgres);
+        let db = Db::start(t.open());
+        let put = |k: &'static str| {
+            db.call(move |c| {
+                Ok(c.execute("INSERT INTO settings (key, value) VALUES (?1, 'v')", crate::params![k])?)
+            })
+        };
+        assert_eq!(put("before").await.unwrap(), 1);
+        let crate::testdb::TestDb::Postgres { name } = &t else { unreachable!() };
+        crate::testdb::cluster().admin(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ));
+        // The backend ends a moment after it is told to; an operation that was running on it
+        // then fails (and is answered so), and the one after it runs on a new connection.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if put("after").await.is_err() {
+            assert_eq!(put("after").await.unwrap(), 1, "the next operation runs on a new connection");
+        }
+        let n: i64 =
+            db.call(|c| Ok(c.query_row("SELECT count(*) FROM settings", [], |r| r.get(0))?)).await.unwrap();
+        assert_eq!(n, 2);
     }
 }

@@ -51,6 +51,16 @@ impl From<rusqlite::Error> for ApiError {
     }
 }
 
+impl From<crate::sql::Error> for ApiError {
+    fn from(e: crate::sql::Error) -> Self {
+        if let crate::sql::Error::Nul = e {
+            return ApiError::new(ErrorCode::InvalidRequest, "text must not hold a NUL character");
+        }
+        tracing::error!("database: {}", e.detail());
+        ApiError::internal()
+    }
+}
+
 impl From<serde_json::Error> for ApiError {
     fn from(e: serde_json::Error) -> Self {
         tracing::error!("stored JSON: {e}");

@@ -1,11 +1,13 @@
-//! gpum-platform: the reference control plane of the gpum protocol, on SQLite.
+//! gpum-platform: the reference control plane of the gpum protocol, on SQLite or PostgreSQL.
 //!
 //! It is the executable spec of `gpum-protocol` and what every end-to-end test runs against.
 //! It runs on the operator's server, not on an owner's machine, so it does its own I/O instead
 //! of going through the `gpum-host` seam.
 //!
-//! - [`store`]: schema, migrations and every operation over a `rusqlite::Connection`; the HTTP
+//! - [`store`]: schema, migrations and every operation over a [`sql::Conn`]; the HTTP
 //!   admin API and the CLI both call it.
+//! - [`sql`]: the seam to the engine, SQLite or PostgreSQL (issue 35): one SQL text per
+//!   statement for both, values, rows, cached statements.
 //! - [`accounts`]: owners, invitations, passwords (Argon2id), TOTP, dashboard sessions and API
 //!   keys; every node and join code belongs to an owner or to the operator ([`store::Scope`]).
 //! - [`rentals`]: tenant rentals (issue 33): validation, the operator's API, what the heartbeat
@@ -23,9 +25,13 @@ pub mod db;
 pub mod error;
 pub mod install;
 pub mod listen;
+pub mod migrate;
 pub mod relay;
 pub mod rentable;
 pub mod rentals;
 pub mod server;
+pub mod sql;
 pub mod store;
+#[cfg(any(test, feature = "test-knobs"))]
+pub mod testdb;
 pub mod web;

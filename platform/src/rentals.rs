@@ -20,12 +20,13 @@
 //! platform does not depend on the agent's crates): `name@sha256:<64 hex>`, no tag beside the
 //! digest, the registry split as the engine does it, `index.docker.io` is `docker.io`.
 
+use crate::params;
+use crate::sql::{Conn, Engine, OptionalExtension};
 use gpum_protocol::{
     CreateRentalRequest, ErrorCode, NodeEventKind, NodeSummary, RentableState, RentalList, RentalReport,
     RentalSpec, RentalState, RentalSummary, TUNNEL_CREDENTIAL_PREFIX, TunnelAccess, TunnelPort, limits,
     tunnel_target,
 };
-use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::ApiError;
 use crate::store::{self, Scope, enum_parse, enum_str, invalid, record, truncate};
@@ -100,7 +101,7 @@ fn canonical_registry(r: &str) -> String {
 
 /// The registries rental images may come from: the operator's list, or
 /// [`DEFAULT_RENTAL_REGISTRIES`].
-pub fn registries(conn: &Connection) -> Result<Vec<String>, ApiError> {
+pub fn registries(conn: &Conn) -> Result<Vec<String>, ApiError> {
     let v: Option<Option<String>> = conn
         .prepare_cached("SELECT value FROM settings WHERE key = 'rental_registries'")?
         .query_row([], |r| r.get(0))
@@ -113,7 +114,7 @@ pub fn registries(conn: &Connection) -> Result<Vec<String>, ApiError> {
 
 /// Sets the registries (`host` or `host:port` each, lower-cased, no duplicates); `None` goes
 /// back to the defaults.
-pub fn set_registries(conn: &Connection, list: Option<&[String]>) -> Result<Vec<String>, ApiError> {
+pub fn set_registries(conn: &Conn, list: Option<&[String]>) -> Result<Vec<String>, ApiError> {
     let Some(list) = list else {
         conn.prepare_cached("DELETE FROM settings WHERE key = 'rental_registries'")?.execute([])?;
         return registries(conn);
@@ -131,8 +132,11 @@ pub fn set_registries(conn: &Connection, list: Option<&[String]>) -> Result<Vec<
             out.push(r);
         }
     }
-    conn.prepare_cached("INSERT OR REPLACE INTO settings (key, value) VALUES ('rental_registries', ?1)")?
-        .execute(params![serde_json::to_string(&out)?])?;
+    conn.prepare_cached(
+        "INSERT INTO settings (key, value) VALUES ('rental_registries', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![serde_json::to_string(&out)?])?;
     Ok(out)
 }
 
@@ -232,7 +236,7 @@ pub fn check_request(req: &CreateRentalRequest) -> Result<(), ApiError> {
 /// The GPUs (UUIDs) of `node_id` that its rentals hold at `now`: those of every listed rental
 /// not yet expired, and of every other whose agent reported it and has not reported it `gone`
 /// or `failed`.
-pub fn held_gpus(conn: &Connection, node_id: &str, now: u64) -> Result<Vec<String>, ApiError> {
+pub fn held_gpus(conn: &Conn, node_id: &str, now: u64) -> Result<Vec<String>, ApiError> {
     let mut held = Vec::new();
     let mut stmt = conn.prepare_cached(
         "SELECT spec_json FROM rentals WHERE node_id = ?1 AND (
@@ -250,7 +254,7 @@ pub fn held_gpus(conn: &Connection, node_id: &str, now: u64) -> Result<Vec<Strin
 /// Creates a rental after checking all of it: 400 `invalid_request` naming the field, 404 for
 /// a node that does not exist (or is deleted), 409 `node_not_rentable` for a node that cannot
 /// take one now, 409 `gpus_unavailable` for GPUs it does not have free.
-pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<RentalSummary, ApiError> {
+pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<RentalSummary, ApiError> {
     check_request(req)?;
     let registry = pinned_registry(&req.image).map_err(invalid)?;
     if !registries(conn)?.contains(&registry) {
@@ -367,7 +371,8 @@ pub fn create(conn: &Connection, now: u64, req: &CreateRentalRequest) -> Result<
     // The heartbeat looks rentals up only until the latest end (an upper bound: a stopped one
     // costs a lookup that finds nothing, never a missed rental).
     conn.prepare_cached(
-        "UPDATE nodes SET rentals_until = MAX(COALESCE(rentals_until, 0), ?1) WHERE id = ?2",
+        "UPDATE nodes SET rentals_until = CASE WHEN rentals_until > ?1 THEN rentals_until ELSE ?1 END
+         WHERE id = ?2",
     )?
     .execute(params![ends_at as i64, req.node_id])?;
     record(conn, &req.node_id, now, NodeEventKind::RentalCreated, &spec.id, &spec.image)?;
@@ -404,7 +409,7 @@ pub enum Unreachable {
 
 /// Checks a tenant's credential for rental `id` and whether it can be reached at `now`. The
 /// credential is compared by its SHA-256 (hex, a fixed-length comparison of hashes).
-pub fn reachable(conn: &Connection, now: u64, id: &str, credential: &str) -> Result<Reachable, Unreachable> {
+pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Reachable, Unreachable> {
     /// node_id, spec_json, tunnel_hash, listed, ends_at, state.
     type Row = (String, String, Option<String>, bool, i64, Option<String>);
     let row: Option<Row> = conn
@@ -436,7 +441,7 @@ pub fn reachable(conn: &Connection, now: u64, id: &str, credential: &str) -> Res
 }
 
 /// The node as the list shows it, with its verdict.
-fn node(conn: &Connection, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
+fn node(conn: &Conn, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
     store::list_nodes(conn, now, &Scope::All)?
         .nodes
         .into_iter()
@@ -450,7 +455,7 @@ fn node(conn: &Connection, now: u64, id: &str) -> Result<NodeSummary, ApiError> 
 const COLUMNS: &str =
     "node_id, spec_json, created_at, stopped_at, listed, ends_at, state, exit_code, reason, updated_at";
 
-fn summary(r: &rusqlite::Row<'_>, now: u64) -> rusqlite::Result<(RentalSummary, String)> {
+fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSummary, String)> {
     let spec_json: String = r.get(1)?;
     let ends_at: i64 = r.get(5)?;
     let t = |v: Option<i64>| v.map(|x| x.max(0) as u64);
@@ -494,11 +499,11 @@ fn finish(rows: Vec<(RentalSummary, String)>) -> Result<Vec<RentalSummary>, ApiE
 
 /// One rental within `scope`; `not_found` when there is none, or when it runs on another
 /// owner's server. An owner sees it [`for_owner`].
-pub fn show(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<RentalSummary, ApiError> {
+pub fn show(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<RentalSummary, ApiError> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM rentals WHERE id = ?1
-             AND (?2 IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?2))"
+             AND (CAST(?2 AS TEXT) IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?2))"
         ))?
         .query_row(params![id, scope.owner()], |r| summary(r, now))
         .optional()?
@@ -529,7 +534,7 @@ pub const MAX_LISTED: usize = 1000;
 /// The rentals within `scope`, newest first, at most `limit` (and [`MAX_LISTED`]); of one node
 /// when `node_id` is given (a node that does not exist, or is another owner's, has none).
 pub fn list(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     node_id: Option<&str>,
     limit: usize,
@@ -537,8 +542,8 @@ pub fn list(
 ) -> Result<RentalList, ApiError> {
     let rows = conn
         .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM rentals WHERE (?1 IS NULL OR node_id = ?1)
-             AND (?3 IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?3))
+            "SELECT {COLUMNS} FROM rentals WHERE (CAST(?1 AS TEXT) IS NULL OR node_id = ?1)
+             AND (CAST(?3 AS TEXT) IS NULL OR node_id IN (SELECT id FROM nodes WHERE owner_id = ?3))
              ORDER BY created_at DESC, rowid DESC LIMIT ?2"
         ))?
         .query_map(params![node_id, limit.min(MAX_LISTED) as i64, scope.owner()], |r| summary(r, now))?
@@ -549,7 +554,7 @@ pub fn list(
 
 /// Stops a rental: the platform stops listing it, so its agent tears it down and reports
 /// `stopping`, then `gone`. Stopping one that is already stopped changes nothing.
-pub fn stop(conn: &Connection, now: u64, id: &str) -> Result<RentalSummary, ApiError> {
+pub fn stop(conn: &Conn, now: u64, id: &str) -> Result<RentalSummary, ApiError> {
     let node_id: String = conn
         .prepare_cached("SELECT node_id FROM rentals WHERE id = ?1")?
         .query_row(params![id], |r| r.get(0))
@@ -567,7 +572,7 @@ pub fn stop(conn: &Connection, now: u64, id: &str) -> Result<RentalSummary, ApiE
 }
 
 /// A deleted node's rentals end: none is listed any more, and each not stopped yet records why.
-pub fn end_for_deleted_node(conn: &Connection, now: u64, node_id: &str) -> Result<(), ApiError> {
+pub fn end_for_deleted_node(conn: &Conn, now: u64, node_id: &str) -> Result<(), ApiError> {
     conn.prepare_cached(
         "UPDATE rentals SET stopped_at = COALESCE(stopped_at, ?1), listed = 0,
              reason = CASE WHEN stopped_at IS NULL THEN 'node deleted' ELSE reason END
@@ -581,12 +586,20 @@ pub fn end_for_deleted_node(conn: &Connection, now: u64, node_id: &str) -> Resul
 // The heartbeat
 
 /// The rentals the heartbeat answer carries: listed and not expired, oldest first. One lookup
-/// by the partial index `rentals_listed`; a node with no rental finds nothing in it.
-pub fn desired(conn: &Connection, now: u64, node_id: &str) -> Result<Vec<RentalSpec>, ApiError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT spec_json FROM rentals INDEXED BY rentals_listed
-         WHERE node_id = ?1 AND listed = 1 AND ends_at > ?2 ORDER BY created_at, rowid LIMIT ?3",
-    )?;
+/// by the partial index `rentals_listed`; a node with no rental finds nothing in it. (SQLite is
+/// told the index, so that a test can prove when the lookup runs; PostgreSQL has no such hint
+/// and picks the partial index itself.)
+pub fn desired(conn: &Conn, now: u64, node_id: &str) -> Result<Vec<RentalSpec>, ApiError> {
+    let mut stmt = conn.prepare_cached(match conn.engine() {
+        Engine::Sqlite => {
+            "SELECT spec_json FROM rentals INDEXED BY rentals_listed
+             WHERE node_id = ?1 AND listed = 1 AND ends_at > ?2 ORDER BY created_at, rowid LIMIT ?3"
+        }
+        Engine::Postgres => {
+            "SELECT spec_json FROM rentals
+             WHERE node_id = ?1 AND listed = 1 AND ends_at > ?2 ORDER BY created_at, rowid LIMIT ?3"
+        }
+    })?;
     let rows = stmt.query_map(params![node_id, now as i64, limits::MAX_RENTALS_PER_NODE as i64], |r| {
         r.get::<_, String>(0)
     })?;
@@ -604,7 +617,7 @@ type ReportRow = (Option<String>, Option<i64>, Option<String>, Option<i64>);
 /// ignored), and only when it changes something; an event on each transition. A rental
 /// reported `gone` or `failed` is no longer listed.
 pub fn record_reports(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     node_id: &str,
     reports: &[RentalReport],
@@ -677,10 +690,11 @@ mod tests {
     const H: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     const T0: u64 = 1_000_000;
 
-    fn db() -> (tempfile::TempDir, Connection) {
-        let d = tempfile::tempdir().unwrap();
-        let c = store::open(&d.path().join("p.db")).unwrap();
-        (d, c)
+    /// A fresh database on the engine of `GPUM_TEST_DB` (`crate::testdb`).
+    fn db() -> (crate::testdb::TestDb, Conn) {
+        let t = crate::testdb::TestDb::new();
+        let c = t.open();
+        (t, c)
     }
 
     fn inventory(tag: &str) -> Inventory {
@@ -694,12 +708,12 @@ mod tests {
     }
 
     /// A node that is rentable at `T0`: four GPUs, verified, priced, beating; its token.
-    fn node(c: &Connection, tag: &str) -> (String, String) {
+    fn node(c: &Conn, tag: &str) -> (String, String) {
         node_of(c, tag, &Scope::All)
     }
 
     /// [`node`], registered with a join code of `scope`'s (so it is that owner's server).
-    fn node_of(c: &Connection, tag: &str, scope: &Scope) -> (String, String) {
+    fn node_of(c: &Conn, tag: &str, scope: &Scope) -> (String, String) {
         let code = store::create_join_code(c, T0, 3600, scope).unwrap().code;
         let req = RegisterRequest {
             join_code: code,
@@ -746,12 +760,12 @@ mod tests {
         }
     }
 
-    fn refused(c: &Connection, r: &CreateRentalRequest) -> (ErrorCode, String) {
+    fn refused(c: &Conn, r: &CreateRentalRequest) -> (ErrorCode, String) {
         let e = create(c, T0, r).unwrap_err();
         (e.code, e.message)
     }
 
-    fn count(c: &Connection) -> i64 {
+    fn count(c: &Conn) -> i64 {
         c.query_row("SELECT COUNT(*) FROM rentals", [], |r| r.get(0)).unwrap()
     }
 
@@ -983,7 +997,7 @@ mod tests {
         create(&c, T0 + 9, &req(&id)).unwrap();
     }
 
-    fn node_summary(c: &Connection, id: &str) -> NodeSummary {
+    fn node_summary(c: &Conn, id: &str) -> NodeSummary {
         store::list_nodes(c, T0 + 10, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == id).unwrap()
     }
 
@@ -1059,15 +1073,24 @@ mod tests {
         let s = show(&c, short.spec.ends_at, &short.spec.id, &Scope::All).unwrap();
         assert!(!s.listed && s.stopped_at.is_none());
         assert_eq!(state_word(&s), "expired");
-        // The lookup is the partial index's.
-        let plan: String = c
-            .query_row(
-                "EXPLAIN QUERY PLAN SELECT spec_json FROM rentals
-                 WHERE node_id = 'n' AND listed = 1 AND ends_at > 0 ORDER BY created_at",
-                [],
-                |r| r.get(3),
-            )
-            .unwrap();
+        // The lookup is the partial index's (PostgreSQL's planner would rather scan a table this
+        // small, so it is told not to, to show that the index serves the query).
+        let query = "SELECT spec_json FROM rentals
+                     WHERE node_id = 'n' AND listed = 1 AND ends_at > 0 ORDER BY created_at";
+        let plan: String = match c.engine() {
+            Engine::Sqlite => c.query_row(&format!("EXPLAIN QUERY PLAN {query}"), [], |r| r.get(3)).unwrap(),
+            Engine::Postgres => {
+                c.execute_batch("SET enable_seqscan = off").unwrap();
+                let lines: Vec<String> = c
+                    .prepare_cached(&format!("EXPLAIN {query}"))
+                    .unwrap()
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                lines.join("\n")
+            }
+        };
         assert!(plan.contains("rentals_listed"), "{plan}");
     }
 
@@ -1151,10 +1174,12 @@ mod tests {
 
     /// A node that never had a rental, or whose rentals all ended, beats without the rental
     /// lookup; one with a rental that can still be listed runs it. Proved by taking the lookup's
-    /// index away: the lookup names it (`INDEXED BY`), so only a beat that runs it fails.
+    /// index away: the lookup names it (`INDEXED BY`, SQLite's), so only a beat that runs it
+    /// fails.
     #[test]
     fn a_beat_looks_rentals_up_only_while_one_can_be_listed() {
-        let (_d, c) = db();
+        let d = crate::testdb::TestDb::on(Engine::Sqlite);
+        let c = d.open();
         let (_, never) = node(&c, "a");
         let (id, had) = node(&c, "b");
         let (busy_id, busy) = node(&c, "c");

@@ -1,6 +1,7 @@
-//! The platform's state in SQLite: schema, migrations and every operation, as plain functions
-//! over a `rusqlite::Connection`. The HTTP server and the CLI call the same functions, so the
-//! admin API and `gpum-platform nodes ...` cannot drift apart.
+//! The platform's state in SQLite or PostgreSQL: schema, migrations and every operation, as
+//! plain functions over a [`Conn`] (`sql.rs`: the same SQL on both engines). The HTTP server
+//! and the CLI call the same functions, so the admin API and `gpum-platform nodes ...` cannot
+//! drift apart.
 //!
 //! Privacy and secrecy, enforced here:
 //! - node tokens, join codes and install ids are stored only as SHA-256 hashes (hex); the
@@ -18,6 +19,8 @@
 
 use std::path::Path;
 
+use crate::params;
+use crate::sql::{Conn, OptionalExtension, Target};
 use gpum_protocol::joincode::JoinCode;
 use gpum_protocol::{
     CommandKind, CommandQueued, CommandResult, CommandStatus, ENROLL_GRACE_SECS, EnrollRequest,
@@ -29,7 +32,6 @@ use gpum_protocol::{
     TokenRotated, UpdateNodeRequest, VerificationState, limits,
 };
 use rand::RngCore;
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
@@ -230,26 +232,251 @@ ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
 "#,
 ];
 
-/// Opens (creating when absent) the database, sets WAL mode and runs pending migrations.
-pub fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
-    crate::db::private_files(path)?;
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    // In WAL mode NORMAL loses at most the last transactions on power loss, never integrity;
-    // it saves an fsync per commit, which is what lets one SQLite file take 10,000 beats/s.
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    migrate(&conn)?;
-    Ok(conn)
+/// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
+/// on PostgreSQL the one row of `schema_version`. A database at a higher version was migrated by
+/// a newer gpum-platform, and this one refuses it rather than misread it.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+/// PostgreSQL's migrations, each with the schema version it brings the database to. The first
+/// creates at once what SQLite's first ten migrations built up (PostgreSQL came with issue 35);
+/// a later migration is added to both lists, with the same number. Where the DDL differs:
+/// every integer is BIGINT (SQLite's INTEGER is 64-bit), and the tables whose pruning and order
+/// rely on SQLite's implicit `rowid` get it as a real column, so the same SQL reads both.
+const PG_MIGRATIONS: &[(usize, &str)] = &[(
+    10,
+    r#"
+CREATE TABLE join_codes (
+    code_hash        TEXT PRIMARY KEY,
+    created_at       BIGINT NOT NULL,
+    expires_at       BIGINT NOT NULL,
+    used_at          BIGINT,
+    install_id_hash  TEXT,
+    node_id          TEXT,
+    repeats          BIGINT NOT NULL DEFAULT 0,
+    owner_id         TEXT
+);
+CREATE TABLE nodes (
+    id                  TEXT PRIMARY KEY,
+    token_hash          TEXT NOT NULL UNIQUE,
+    registered_at       BIGINT NOT NULL,
+    deleted_at          BIGINT,
+    agent_version       TEXT NOT NULL DEFAULT '',
+    inventory_json      TEXT NOT NULL DEFAULT '{}',
+    inventory_hash      TEXT NOT NULL DEFAULT '',
+    last_heartbeat_at   BIGINT,
+    last_seq            BIGINT,
+    metrics_json        TEXT,
+    health_json         TEXT,
+    verification        TEXT NOT NULL DEFAULT 'awaiting_check',
+    probe_output        TEXT,
+    probe_reason        TEXT,
+    managed_json        TEXT NOT NULL DEFAULT '[]',
+    known_json          TEXT NOT NULL DEFAULT '[]',
+    name                TEXT,
+    price_per_gpu_hour  BIGINT,
+    min_rental_minutes  BIGINT NOT NULL DEFAULT 60,
+    paused              BIGINT NOT NULL DEFAULT 0,
+    owner_id            TEXT,
+    last_sample_at      BIGINT,
+    probe_at            BIGINT,
+    rentals_until       BIGINT,
+    quarantine_json     TEXT
+);
+CREATE TABLE node_gpus (
+    uuid     TEXT PRIMARY KEY,
+    node_id  TEXT NOT NULL REFERENCES nodes(id)
+);
+CREATE INDEX node_gpus_node ON node_gpus(node_id);
+CREATE TABLE replaced_tokens (
+    token_hash   TEXT PRIMARY KEY,
+    node_id      TEXT NOT NULL,
+    replaced_at  BIGINT NOT NULL,
+    rowid        BIGSERIAL
+);
+CREATE INDEX replaced_tokens_node ON replaced_tokens(node_id, replaced_at);
+CREATE TABLE commands (
+    id              TEXT PRIMARY KEY,
+    node_id         TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    queued_at       BIGINT NOT NULL,
+    delivered_at    BIGINT,
+    result_ok       BIGINT,
+    result_message  TEXT,
+    completed_at    BIGINT,
+    seq             BIGINT NOT NULL
+);
+CREATE INDEX commands_pending ON commands(node_id, delivered_at);
+CREATE INDEX commands_node_seq ON commands(node_id, seq);
+CREATE TABLE container_removals (
+    node_id  TEXT NOT NULL,
+    at       BIGINT NOT NULL,
+    id       TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    reason   TEXT NOT NULL,
+    rowid    BIGSERIAL
+);
+CREATE INDEX container_removals_node ON container_removals(node_id);
+CREATE TABLE settings (
+    key    TEXT PRIMARY KEY,
+    value  TEXT
+);
+CREATE TABLE owners (
+    id              TEXT PRIMARY KEY,
+    email           TEXT NOT NULL UNIQUE,
+    password_hash   TEXT,
+    totp_secret     TEXT,
+    totp_last_step  BIGINT,
+    created_at      BIGINT NOT NULL,
+    disabled_at     BIGINT
+);
+CREATE TABLE invitations (
+    token_hash  TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  BIGINT NOT NULL,
+    expires_at  BIGINT NOT NULL,
+    used_at     BIGINT,
+    rowid       BIGSERIAL
+);
+CREATE INDEX invitations_owner ON invitations(owner_id);
+CREATE TABLE sessions (
+    id_hash     TEXT PRIMARY KEY,
+    owner_id    TEXT,
+    csrf        TEXT NOT NULL,
+    created_at  BIGINT NOT NULL,
+    expires_at  BIGINT NOT NULL,
+    rowid       BIGSERIAL
+);
+CREATE INDEX sessions_owner ON sessions(owner_id, created_at);
+CREATE TABLE api_keys (
+    id            TEXT PRIMARY KEY,
+    owner_id      TEXT NOT NULL,
+    key_hash      TEXT NOT NULL UNIQUE,
+    label         TEXT NOT NULL,
+    created_at    BIGINT NOT NULL,
+    last_used_at  BIGINT,
+    revoked_at    BIGINT,
+    rowid         BIGSERIAL
+);
+CREATE INDEX api_keys_owner ON api_keys(owner_id);
+CREATE INDEX nodes_owner ON nodes(owner_id);
+CREATE INDEX join_codes_owner ON join_codes(owner_id, expires_at);
+CREATE TABLE node_samples (
+    node_id       TEXT NOT NULL,
+    at            BIGINT NOT NULL,
+    metrics_json  TEXT NOT NULL,
+    rowid         BIGSERIAL
+);
+CREATE INDEX node_samples_node ON node_samples(node_id, at);
+CREATE TABLE node_events (
+    node_id  TEXT NOT NULL,
+    at       BIGINT NOT NULL,
+    kind     TEXT NOT NULL,
+    subject  TEXT NOT NULL DEFAULT '',
+    detail   TEXT NOT NULL DEFAULT '',
+    rowid    BIGSERIAL
+);
+CREATE INDEX node_events_node ON node_events(node_id);
+CREATE TABLE rentals (
+    id           TEXT PRIMARY KEY,
+    node_id      TEXT NOT NULL,
+    spec_json    TEXT NOT NULL,
+    created_at   BIGINT NOT NULL,
+    ends_at      BIGINT NOT NULL,
+    stopped_at   BIGINT,
+    listed       BIGINT NOT NULL DEFAULT 1,
+    state        TEXT,
+    exit_code    BIGINT,
+    reason       TEXT,
+    updated_at   BIGINT,
+    started_at   BIGINT,
+    tunnel_hash  TEXT,
+    rowid        BIGSERIAL
+);
+CREATE INDEX rentals_node ON rentals(node_id, created_at);
+-- In the order the heartbeat lists them, so that PostgreSQL's planner takes it over
+-- rentals_node (SQLite is told to use it: rentals::desired).
+CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
+"#,
+)];
+
+/// Opens the platform's database at `db` (a SQLite file's path, created when absent, or a
+/// `postgres://` URL) and runs pending migrations; a schema newer than [`SCHEMA_VERSION`] is
+/// refused.
+pub fn open(db: &Path) -> Result<Conn, crate::sql::Error> {
+    open_target(&Target::parse(db))
 }
 
-fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
+/// [`open`] for a parsed target.
+pub fn open_target(target: &Target) -> Result<Conn, crate::sql::Error> {
+    match target {
+        Target::Sqlite(path) => {
+            crate::db::private_files(path)?;
+            let conn = rusqlite::Connection::open(path)?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            // In WAL mode NORMAL loses at most the last transactions on power loss, never
+            // integrity; it saves an fsync per commit, which is what lets one SQLite file take
+            // 10,000 beats/s.
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            migrate_sqlite(&conn)?;
+            Ok(Conn::from_sqlite(conn))
+        }
+        Target::Postgres(url) => {
+            let conn = Conn::connect_postgres(url)?;
+            migrate_postgres(&conn)?;
+            Ok(conn)
+        }
+    }
+}
+
+fn newer_schema(found: i64) -> crate::sql::Error {
+    crate::sql::Error::Refused(format!(
+        "the database's schema is version {found}, newer than this gpum-platform knows \
+         (version {SCHEMA_VERSION}): a newer gpum-platform migrated it; run that version (or newer)"
+    ))
+}
+
+fn migrate_sqlite(conn: &rusqlite::Connection) -> Result<(), crate::sql::Error> {
     let done: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if done > SCHEMA_VERSION as i64 {
+        return Err(newer_schema(done));
+    }
     for (i, m) in MIGRATIONS.iter().enumerate().skip(done.max(0) as usize) {
         conn.execute_batch(&format!("BEGIN IMMEDIATE; {m}; PRAGMA user_version = {}; COMMIT;", i + 1))?;
     }
     Ok(())
+}
+
+/// Key of the advisory lock under which a replica migrates, so that two starting at once do not
+/// both create the schema.
+const PG_MIGRATION_LOCK: i64 = 0x6770_756d_0035;
+
+fn migrate_postgres(conn: &Conn) -> Result<(), crate::sql::Error> {
+    conn.execute_batch(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK});
+         CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)"
+    ))?;
+    let run = || -> Result<(), crate::sql::Error> {
+        let done: i64 =
+            conn.query_row("SELECT version FROM schema_version", [], |r| r.get(0)).optional()?.unwrap_or(0);
+        if done > SCHEMA_VERSION as i64 {
+            return Err(newer_schema(done));
+        }
+        for (version, m) in PG_MIGRATIONS.iter().filter(|(v, _)| *v as i64 > done) {
+            conn.execute_batch(m)?;
+            conn.execute("DELETE FROM schema_version", [])?;
+            conn.execute("INSERT INTO schema_version (version) VALUES (?1)", params![*version as i64])?;
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
 }
 
 /// SHA-256 of a secret, hex. The only form in which secrets reach the database.
@@ -295,7 +522,7 @@ pub(crate) fn enum_parse<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
 /// A new join code for `scope`'s owner (the operator's codes belong to no owner): the node it
 /// registers is theirs.
 pub fn create_join_code(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     ttl_secs: u64,
     scope: &Scope,
@@ -315,13 +542,13 @@ pub fn create_join_code(
 /// A join code, looked up by its hash (what the dashboard's waiting page holds): when it
 /// expires and the node it created, if it was used; `None` for another owner's. Read only.
 pub fn join_code_use(
-    conn: &Connection,
+    conn: &Conn,
     code_hash: &str,
     scope: &Scope,
 ) -> Result<Option<(u64, Option<String>)>, ApiError> {
     Ok(conn
         .prepare_cached(
-            "SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1 AND (?2 IS NULL OR owner_id = ?2)",
+            "SELECT expires_at, node_id FROM join_codes WHERE code_hash = ?1 AND (CAST(?2 AS TEXT) IS NULL OR owner_id = ?2)",
         )?
         .query_row(params![code_hash, scope.owner()], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
         .optional()?)
@@ -341,11 +568,11 @@ pub const OPEN_CODES_SHOWN: usize = 50;
 
 /// The join codes not used yet and not expired at `now`, newest first (at most
 /// [`OPEN_CODES_SHOWN`]).
-pub fn open_join_codes(conn: &Connection, now: u64, scope: &Scope) -> Result<Vec<OpenCode>, ApiError> {
+pub fn open_join_codes(conn: &Conn, now: u64, scope: &Scope) -> Result<Vec<OpenCode>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT code_hash, created_at, expires_at FROM join_codes
-             WHERE used_at IS NULL AND expires_at > ?1 AND (?3 IS NULL OR owner_id = ?3)
+             WHERE used_at IS NULL AND expires_at > ?1 AND (CAST(?3 AS TEXT) IS NULL OR owner_id = ?3)
              ORDER BY created_at DESC, code_hash LIMIT ?2",
         )?
         .query_map(params![now as i64, OPEN_CODES_SHOWN as i64, scope.owner()], |r| {
@@ -435,7 +662,7 @@ fn digest_eq(a: &str, b: &str) -> bool {
 
 /// Refuses `gpu_already_registered` when a GPU of `uuids` belongs to a live node other than
 /// `node_id` (a deleted node gives its GPUs up). Registration and heartbeats share this rule.
-fn check_gpus_free(conn: &Connection, uuids: &[String], node_id: Option<&str>) -> Result<(), ApiError> {
+fn check_gpus_free(conn: &Conn, uuids: &[String], node_id: Option<&str>) -> Result<(), ApiError> {
     for uuid in uuids {
         let owner: Option<String> = conn
             .prepare_cached("SELECT node_id FROM node_gpus WHERE uuid = ?1")?
@@ -461,7 +688,7 @@ struct CodeRow {
     repeats: i64,
 }
 
-fn code_row(conn: &Connection, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
+fn code_row(conn: &Conn, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT expires_at, used_at, install_id_hash, node_id, repeats FROM join_codes WHERE code_hash = ?1",
@@ -497,7 +724,7 @@ fn code_expired() -> ApiError {
 
 /// Counts one more use of a code by the install id it is bound to; `join_code_used` past
 /// `limits::MAX_CODE_REPEATS`, so that repeating a code cannot grow the database without bound.
-fn count_repeat(conn: &Connection, code_hash: &str, row: &CodeRow) -> Result<(), ApiError> {
+fn count_repeat(conn: &Conn, code_hash: &str, row: &CodeRow) -> Result<(), ApiError> {
     if row.repeats >= i64::from(limits::MAX_CODE_REPEATS) {
         return Err(code_used());
     }
@@ -509,7 +736,7 @@ fn count_repeat(conn: &Connection, code_hash: &str, row: &CodeRow) -> Result<(),
 /// `POST /api/v1/agent/enroll`: binds an unused code to `install_id` (see
 /// [`gpum_protocol::EnrollRequest`]). The same install id may enroll again; any other gets
 /// `join_code_used`, and so does a registration with the code that lacks the install id.
-pub fn enroll(conn: &Connection, now: u64, req: &EnrollRequest) -> Result<EnrollResponse, ApiError> {
+pub fn enroll(conn: &Conn, now: u64, req: &EnrollRequest) -> Result<EnrollResponse, ApiError> {
     let code = parse_code(&req.join_code)?;
     let id_hash = hash_secret(&normalize_install_id(&req.install_id)?);
     let code_hash = hash_secret(&code.to_string());
@@ -520,10 +747,16 @@ pub fn enroll(conn: &Connection, now: u64, req: &EnrollRequest) -> Result<Enroll
         None if !live => Err(code_expired()),
         None => {
             let expires_at = row.expires_at.max((now + ENROLL_GRACE_SECS) as i64);
-            conn.prepare_cached(
-                "UPDATE join_codes SET install_id_hash = ?1, expires_at = ?2 WHERE code_hash = ?3",
-            )?
-            .execute(params![id_hash, expires_at, code_hash])?;
+            // Bound only if still unbound and unused (two replicas may race; see `register`).
+            let bound = conn
+                .prepare_cached(
+                    "UPDATE join_codes SET install_id_hash = ?1, expires_at = ?2
+                     WHERE code_hash = ?3 AND install_id_hash IS NULL AND used_at IS NULL",
+                )?
+                .execute(params![id_hash, expires_at, code_hash])?;
+            if bound != 1 {
+                return Err(code_used());
+            }
             Ok(EnrollResponse { expires_at: expires_at as u64 })
         }
         Some(stored) if digest_eq(stored, &id_hash) && live => {
@@ -536,7 +769,7 @@ pub fn enroll(conn: &Connection, now: u64, req: &EnrollRequest) -> Result<Enroll
 }
 
 pub fn register(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     req: &RegisterRequest,
     heartbeat_interval_secs: u64,
@@ -577,10 +810,18 @@ pub fn register(
     // can delete the old server and run the installer again with the same code.
     check_gpus_free(conn, &req.inventory.private.gpu_uuids, None)?;
     let node_id = new_id("node-");
-    conn.prepare_cached(
-        "UPDATE join_codes SET used_at = ?1, install_id_hash = ?2, node_id = ?3 WHERE code_hash = ?4",
-    )?
-    .execute(params![now as i64, install_id_hash, node_id, code_hash])?;
+    // Taken only if still unused: with several replicas on one PostgreSQL, two may have read the
+    // code as unused at the same moment; the second UPDATE waits for the first to commit, then
+    // finds it used and changes nothing (issue 35). On SQLite, the one writer, it always takes.
+    let taken = conn
+        .prepare_cached(
+            "UPDATE join_codes SET used_at = ?1, install_id_hash = ?2, node_id = ?3
+             WHERE code_hash = ?4 AND used_at IS NULL AND (install_id_hash IS NULL OR install_id_hash = ?2)",
+        )?
+        .execute(params![now as i64, install_id_hash, node_id, code_hash])?;
+    if taken != 1 {
+        return Err(code_used());
+    }
     let token = new_token();
     let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
     conn.prepare_cached(
@@ -609,7 +850,7 @@ pub fn register(
 /// A repeated registration of the same installation: the node takes the new inventory and a
 /// fresh token; the first token is revoked like a rotated one (`token_replaced`).
 fn register_again(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     req: &RegisterRequest,
     node_id: &str,
@@ -634,10 +875,10 @@ fn register_again(
 
 /// Replaces the node's GPUs. Callers have checked with [`check_gpus_free`] that none belongs to
 /// another node; a UUID listed twice is stored once.
-fn set_gpus(conn: &Connection, node_id: &str, uuids: &[String]) -> Result<(), ApiError> {
+fn set_gpus(conn: &Conn, node_id: &str, uuids: &[String]) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![node_id])?;
     for u in uuids {
-        conn.prepare_cached("INSERT OR IGNORE INTO node_gpus (uuid, node_id) VALUES (?1, ?2)")?
+        conn.prepare_cached("INSERT INTO node_gpus (uuid, node_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
             .execute(params![u, node_id])?;
     }
     Ok(())
@@ -647,11 +888,11 @@ fn set_gpus(conn: &Connection, node_id: &str, uuids: &[String]) -> Result<(), Ap
 // Heartbeat
 
 /// Finds the live node a bearer token belongs to, or the revocation answer.
-fn authenticate_node(conn: &Connection, token: &str) -> Result<String, ApiError> {
+fn authenticate_node(conn: &Conn, token: &str) -> Result<String, ApiError> {
     authenticate_hash(conn, &hash_secret(token))
 }
 
-fn authenticate_hash(conn: &Connection, h: &str) -> Result<String, ApiError> {
+fn authenticate_hash(conn: &Conn, h: &str) -> Result<String, ApiError> {
     let row: Option<(String, Option<i64>)> = conn
         .prepare_cached("SELECT id, deleted_at FROM nodes WHERE token_hash = ?1")?
         .query_row(params![h], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -682,12 +923,12 @@ fn authenticate_hash(conn: &Connection, h: &str) -> Result<String, ApiError> {
 }
 
 /// The node of a live node's token, else the answer a heartbeat would get (the tunnel).
-pub fn node_of_token(conn: &Connection, token: &str) -> Result<String, ApiError> {
+pub fn node_of_token(conn: &Conn, token: &str) -> Result<String, ApiError> {
     authenticate_node(conn, token)
 }
 
 /// Authentication only, with no effect: `Ok` for a live node's token, else the answer.
-pub fn check_node_token(conn: &Connection, token: &str) -> Result<(), ApiError> {
+pub fn check_node_token(conn: &Conn, token: &str) -> Result<(), ApiError> {
     authenticate_node(conn, token).map(|_| ())
 }
 
@@ -769,7 +1010,7 @@ fn bounded_quarantine_json(q: &Quarantine) -> Result<String, ApiError> {
 /// A heartbeat, start to end. The token is checked before the body: a revoked node hears so
 /// even if its body is bad (the server does the same with [`PreparedBeat`] off this thread).
 pub fn heartbeat(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     token: &str,
     req: &HeartbeatRequest,
@@ -785,7 +1026,7 @@ pub fn heartbeat(
 }
 
 pub fn heartbeat_prepared(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     req: &HeartbeatRequest,
     prep: &PreparedBeat,
@@ -977,7 +1218,7 @@ pub fn heartbeat_prepared(
     // that carries them marks them delivered. A handshake (`seq == 0`, what `gpum-agent smoke`
     // sends) gets none: a one-shot process that exits right after would otherwise swallow a
     // command meant for the service.
-    let commands: Vec<gpum_protocol::Command> = if req.seq == 0 {
+    let pending: Vec<gpum_protocol::Command> = if req.seq == 0 {
         Vec::new()
     } else {
         conn.prepare_cached(
@@ -988,9 +1229,19 @@ pub fn heartbeat_prepared(
         })?
         .collect::<Result<_, _>>()?
     };
-    for c in &commands {
-        conn.prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2")?
-            .execute(params![now as i64, c.id])?;
+    // Each is handed out by the UPDATE that marks it, only if still pending: two replicas
+    // answering the same node at once (a retry sent to the other) cannot both deliver one. (On
+    // PostgreSQL the node's row, updated above, already makes the second heartbeat wait for the
+    // first's COMMIT; this does not depend on that order.)
+    let mut commands = Vec::with_capacity(pending.len());
+    for c in pending {
+        if conn
+            .prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2 AND delivered_at IS NULL")?
+            .execute(params![now as i64, c.id])?
+            == 1
+        {
+            commands.push(c);
+        }
     }
     if !commands.is_empty() {
         // Delivered commands are history, bounded per node; pending ones always stay.
@@ -1049,7 +1300,7 @@ struct BeatRow {
 /// Appends an event to a node's log, which keeps its newest [`MAX_EVENTS_PER_NODE`]. Called
 /// where the event happens, and on a heartbeat only on a transition.
 pub(crate) fn record(
-    conn: &Connection,
+    conn: &Conn,
     node_id: &str,
     at: u64,
     kind: NodeEventKind,
@@ -1076,13 +1327,7 @@ pub(crate) fn record(
 
 /// Records `hardware_changed` when the inventory `json` (as stored, with its `hash`) differs from
 /// the one the node holds, naming the parts that changed.
-fn hardware_changed(
-    conn: &Connection,
-    now: u64,
-    node_id: &str,
-    json: &str,
-    hash: &str,
-) -> Result<(), ApiError> {
+fn hardware_changed(conn: &Conn, now: u64, node_id: &str, json: &str, hash: &str) -> Result<(), ApiError> {
     let (old_json, old_hash): (String, String) = conn
         .prepare_cached("SELECT inventory_json, inventory_hash FROM nodes WHERE id = ?1")?
         .query_row(params![node_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -1139,7 +1384,7 @@ impl Scope {
 }
 
 /// A node (live or deleted) within `scope`; `not_found` for another owner's.
-fn owned(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
+fn owned(conn: &Conn, id: &str, scope: &Scope) -> Result<(), ApiError> {
     let Scope::Owner(want) = scope else { return Ok(()) };
     let owner: Option<Option<String>> = conn
         .prepare_cached("SELECT owner_id FROM nodes WHERE id = ?1")?
@@ -1152,7 +1397,7 @@ fn owned(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
 }
 
 /// A live node within `scope`; `not_found` for a deleted one, another owner's, or none.
-pub(crate) fn live_node(conn: &Connection, id: &str, scope: &Scope) -> Result<(), ApiError> {
+pub(crate) fn live_node(conn: &Conn, id: &str, scope: &Scope) -> Result<(), ApiError> {
     let found: Option<(Option<i64>, Option<String>)> = conn
         .prepare_cached("SELECT deleted_at, owner_id FROM nodes WHERE id = ?1")?
         .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1170,13 +1415,13 @@ fn online(last: Option<u64>, now: u64) -> bool {
     last.is_some_and(|t| now < t.saturating_add(OFFLINE_AFTER_SECS))
 }
 
-pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
+pub fn list_nodes(conn: &Conn, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
                 (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json
-         FROM nodes WHERE deleted_at IS NULL AND (?1 IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
+         FROM nodes WHERE deleted_at IS NULL AND (CAST(?1 AS TEXT) IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
     // Each row maps straight to its summary; the two histories are filled in after.
     let mut nodes: Vec<NodeSummary> = stmt
@@ -1226,7 +1471,7 @@ pub fn list_nodes(conn: &Connection, now: u64, scope: &Scope) -> Result<NodeList
     Ok(NodeList { nodes })
 }
 
-fn removals(conn: &Connection, node_id: &str) -> Result<Vec<RemovedContainer>, ApiError> {
+fn removals(conn: &Conn, node_id: &str) -> Result<Vec<RemovedContainer>, ApiError> {
     let mut v: Vec<RemovedContainer> = conn
         .prepare_cached(
             "SELECT id, name, reason FROM container_removals WHERE node_id = ?1 ORDER BY rowid DESC LIMIT ?2",
@@ -1239,7 +1484,7 @@ fn removals(conn: &Connection, node_id: &str) -> Result<Vec<RemovedContainer>, A
     Ok(v)
 }
 
-fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus>, ApiError> {
+fn command_history(conn: &Conn, node_id: &str) -> Result<Vec<CommandStatus>, ApiError> {
     let mut v: Vec<CommandStatus> = conn
         .prepare_cached(
             "SELECT id, kind, queued_at, delivered_at, result_ok, result_message, completed_at FROM commands
@@ -1269,7 +1514,7 @@ fn command_history(conn: &Connection, node_id: &str) -> Result<Vec<CommandStatus
 
 /// The node's row: its last heartbeat and whether it was deleted; `not_found` if there never
 /// was such a node.
-fn node_row(conn: &Connection, id: &str) -> Result<(Option<i64>, bool), ApiError> {
+fn node_row(conn: &Conn, id: &str) -> Result<(Option<i64>, bool), ApiError> {
     conn.prepare_cached("SELECT last_heartbeat_at, deleted_at IS NOT NULL FROM nodes WHERE id = ?1")?
         .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
@@ -1278,12 +1523,7 @@ fn node_row(conn: &Connection, id: &str) -> Result<(Option<i64>, bool), ApiError
 
 /// A node's figures over the last day before `now`, oldest first: at most one sample per
 /// [`SAMPLE_INTERVAL_SECS`]. A deleted node has none.
-pub fn node_samples(
-    conn: &Connection,
-    node_id: &str,
-    now: u64,
-    scope: &Scope,
-) -> Result<NodeMetrics, ApiError> {
+pub fn node_samples(conn: &Conn, node_id: &str, now: u64, scope: &Scope) -> Result<NodeMetrics, ApiError> {
     owned(conn, node_id, scope)?;
     node_row(conn, node_id)?;
     let now = now as i64;
@@ -1310,7 +1550,7 @@ pub fn node_samples(
 /// now, `offline` at its last heartbeat (recorded only once the gap ends). A deleted node's log
 /// holds only `deleted`.
 pub fn node_events(
-    conn: &Connection,
+    conn: &Conn,
     node_id: &str,
     now: u64,
     limit: usize,
@@ -1420,7 +1660,7 @@ pub fn check_update(req: &UpdateNodeRequest) -> Result<Option<Option<String>>, S
 
 /// Changes the owner's settings of a live node: only the fields `req` carries, all or none.
 pub fn update_node(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     req: &UpdateNodeRequest,
     scope: &Scope,
@@ -1448,7 +1688,7 @@ pub fn update_node(
 }
 
 /// A live node's settings, its name defaulting to its host name.
-pub fn node_settings(conn: &Connection, id: &str) -> Result<NodeSettings, ApiError> {
+pub fn node_settings(conn: &Conn, id: &str) -> Result<NodeSettings, ApiError> {
     let row = conn
         .prepare_cached(
             "SELECT name, inventory_json, price_per_gpu_hour, min_rental_minutes, paused FROM nodes
@@ -1479,7 +1719,7 @@ pub fn node_settings(conn: &Connection, id: &str) -> Result<NodeSettings, ApiErr
 
 /// Deletes a node: its next heartbeat gets 410 `node_deleted`. Everything but the id, the token
 /// hash and the deletion time goes.
-pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<(), ApiError> {
+pub fn delete_node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<(), ApiError> {
     live_node(conn, id, scope)?;
     conn.prepare_cached(
         "UPDATE nodes SET deleted_at = ?1, inventory_json = '{}', inventory_hash = '', metrics_json = NULL, last_sample_at = NULL,
@@ -1501,7 +1741,7 @@ pub fn delete_node(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Resu
 }
 
 pub fn queue_command(
-    conn: &Connection,
+    conn: &Conn,
     now: u64,
     id: &str,
     kind: &str,
@@ -1535,14 +1775,15 @@ pub fn queue_command(
     Ok(CommandQueued { id: cmd_id })
 }
 
-pub fn rotate_token(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Result<TokenRotated, ApiError> {
+pub fn rotate_token(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<TokenRotated, ApiError> {
     live_node(conn, id, scope)?;
     let old: String = conn
         .prepare_cached("SELECT token_hash FROM nodes WHERE id = ?1")?
         .query_row(params![id], |r| r.get(0))?;
     let token = new_token();
     conn.prepare_cached(
-        "INSERT OR REPLACE INTO replaced_tokens (token_hash, node_id, replaced_at) VALUES (?1, ?2, ?3)",
+        "INSERT INTO replaced_tokens (token_hash, node_id, replaced_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (token_hash) DO UPDATE SET node_id = excluded.node_id, replaced_at = excluded.replaced_at",
     )?
     .execute(params![old, id, now as i64])?;
     // Only the newest replaced tokens are remembered (their agents are told `token_replaced`),
@@ -1559,7 +1800,7 @@ pub fn rotate_token(conn: &Connection, now: u64, id: &str, scope: &Scope) -> Res
     Ok(TokenRotated { node_token: token })
 }
 
-pub fn set_known_containers(conn: &Connection, id: &str, ids: &[String]) -> Result<(), ApiError> {
+pub fn set_known_containers(conn: &Conn, id: &str, ids: &[String]) -> Result<(), ApiError> {
     if ids.len() > limits::MAX_KNOWN_CONTAINERS || ids.iter().any(|c| c.is_empty() || c.len() > MAX_ID_LEN) {
         return Err(invalid(format!(
             "container_ids: at most {} ids of 1 to {MAX_ID_LEN} bytes",
@@ -1572,7 +1813,7 @@ pub fn set_known_containers(conn: &Connection, id: &str, ids: &[String]) -> Resu
     Ok(())
 }
 
-pub fn probe_image(conn: &Connection) -> Result<Option<String>, ApiError> {
+pub fn probe_image(conn: &Conn) -> Result<Option<String>, ApiError> {
     let v: Option<Option<String>> = conn
         .prepare_cached("SELECT value FROM settings WHERE key = 'probe_image'")?
         .query_row([], |r| r.get(0))
@@ -1580,14 +1821,17 @@ pub fn probe_image(conn: &Connection) -> Result<Option<String>, ApiError> {
     Ok(v.flatten())
 }
 
-pub fn set_probe_image(conn: &Connection, image: Option<&str>) -> Result<(), ApiError> {
+pub fn set_probe_image(conn: &Conn, image: Option<&str>) -> Result<(), ApiError> {
     if let Some(i) = image
         && (i.is_empty() || i.len() > 512 || i.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "image: 1 to 512 characters, no spaces"));
     }
-    conn.prepare_cached("INSERT OR REPLACE INTO settings (key, value) VALUES ('probe_image', ?1)")?
-        .execute(params![image])?;
+    conn.prepare_cached(
+        "INSERT INTO settings (key, value) VALUES ('probe_image', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![image])?;
     Ok(())
 }
 
@@ -1596,13 +1840,14 @@ mod tests {
     use super::*;
     use gpum_protocol::ProbeReport;
 
-    fn db() -> (tempfile::TempDir, Connection) {
-        let d = tempfile::tempdir().unwrap();
-        let c = open(&d.path().join("p.db")).unwrap();
-        (d, c)
+    /// A fresh database on the engine of `GPUM_TEST_DB` (`crate::testdb`).
+    fn db() -> (crate::testdb::TestDb, Conn) {
+        let t = crate::testdb::TestDb::new();
+        let c = t.open();
+        (t, c)
     }
 
-    fn reg(conn: &Connection, now: u64, code: &str, uuid: &str) -> Result<RegisterResponse, ApiError> {
+    fn reg(conn: &Conn, now: u64, code: &str, uuid: &str) -> Result<RegisterResponse, ApiError> {
         let mut inventory = Inventory::default();
         inventory.private.gpu_uuids = vec![uuid.into()];
         register(
@@ -1619,7 +1864,7 @@ mod tests {
     }
 
     fn reg_id(
-        conn: &Connection,
+        conn: &Conn,
         now: u64,
         code: &str,
         uuid: &str,
@@ -1636,7 +1881,7 @@ mod tests {
         register(conn, now, &req, 10)
     }
 
-    fn count(c: &Connection, sql: &str) -> i64 {
+    fn count(c: &Conn, sql: &str) -> i64 {
         c.query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
@@ -1658,7 +1903,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("p.db");
         {
-            let c = Connection::open(&p).unwrap();
+            let c = rusqlite::Connection::open(&p).unwrap();
             for (i, m) in MIGRATIONS.iter().enumerate().take(3) {
                 c.execute_batch(&format!("BEGIN; {m}; PRAGMA user_version = {}; COMMIT;", i + 1)).unwrap();
             }
@@ -1666,7 +1911,7 @@ mod tests {
             inv.private.hostname = "old-box".into();
             c.execute(
                 "INSERT INTO nodes (id, token_hash, registered_at, inventory_json) VALUES ('node-old', 'h', 1, ?1)",
-                params![serde_json::to_string(&inv).unwrap()],
+                rusqlite::params![serde_json::to_string(&inv).unwrap()],
             )
             .unwrap();
         }
@@ -1945,7 +2190,7 @@ mod tests {
         reg_id(&c, 1018, &code3, "k", ID_B).unwrap();
         // Only the install id's hash is stored.
         let stored: Vec<String> = c
-            .prepare("SELECT install_id_hash FROM join_codes WHERE install_id_hash IS NOT NULL")
+            .prepare_cached("SELECT install_id_hash FROM join_codes WHERE install_id_hash IS NOT NULL")
             .unwrap()
             .query_map([], |r| r.get(0))
             .unwrap()
@@ -2125,7 +2370,7 @@ mod tests {
         }
     }
 
-    fn kinds(c: &Connection, id: &str, now: u64) -> Vec<NodeEventKind> {
+    fn kinds(c: &Conn, id: &str, now: u64) -> Vec<NodeEventKind> {
         node_events(c, id, now, MAX_EVENTS_PER_NODE, &Scope::All)
             .unwrap()
             .events
@@ -2178,13 +2423,14 @@ mod tests {
     /// beat that takes a sample two (and the day's oldest sample goes), none writes an event.
     #[test]
     fn a_steady_heartbeat_writes_one_row() {
-        let (_d, c) = db();
+        let d = crate::testdb::TestDb::on(crate::sql::Engine::Sqlite);
+        let c = d.open();
         let r = reg(&c, 0, &create_join_code(&c, 0, 60, &Scope::All).unwrap().code, "g").unwrap();
         let beat = |t: u64, seq: u64| {
-            let before = c.total_changes();
+            let before = c.sqlite().unwrap().total_changes();
             let hb = HeartbeatRequest { seq, metrics: metrics(5), ..Default::default() };
             heartbeat(&c, t, &r.node_token, &hb, 10).unwrap();
-            c.total_changes() - before
+            c.sqlite().unwrap().total_changes() - before
         };
         assert_eq!(beat(1, 1), 3, "the first: the node, an online event, a sample");
         for seq in 2..30 {
@@ -2356,8 +2602,10 @@ mod tests {
             t += OFFLINE_AFTER_SECS + 1;
         }
         let rows = |id: &str| {
-            c.query_row("SELECT COUNT(*) FROM node_events WHERE node_id = ?1", [id], |r| r.get::<_, i64>(0))
-                .unwrap()
+            c.query_row("SELECT COUNT(*) FROM node_events WHERE node_id = ?1", params![id], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
         };
         assert_eq!(rows(&r.node_id) as usize, MAX_EVENTS_PER_NODE);
         assert_eq!(rows(&other.node_id), 1, "another node's log is its own");
@@ -2379,7 +2627,7 @@ mod tests {
             HeartbeatRequest { seq, inventory_hash: inv.hash(), inventory: Some(inv), ..Default::default() }
         };
         let owner = |uuid: &str| -> Option<String> {
-            c.query_row("SELECT node_id FROM node_gpus WHERE uuid = ?1", [uuid], |r| r.get(0))
+            c.query_row("SELECT node_id FROM node_gpus WHERE uuid = ?1", params![uuid], |r| r.get(0))
                 .optional()
                 .unwrap()
         };

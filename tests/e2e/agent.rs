@@ -320,15 +320,15 @@ fn an_inventory_change_is_resent_in_full() {
 /// Queues a command of a kind the platform's API refuses to queue, straight into its database,
 /// as a newer (or compromised) platform could send it.
 fn queue_raw_command(p: &TestPlatform, node_id: &str, kind: &str) -> String {
-    let db = rusqlite::Connection::open(p.db_path()).unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
     let id = format!("cmd-raw-{}", std::process::id());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-    db.execute(
-        "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM commands))",
-        rusqlite::params![id, node_id, kind, now],
-    )
-    .unwrap();
+    p.with_db(|db| {
+        db.execute(
+            "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM commands))",
+            gpum_platform::params![&id, node_id, kind, now],
+        )
+        .unwrap()
+    });
     id
 }
 

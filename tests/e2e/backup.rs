@@ -1,6 +1,7 @@
 //! `gpum-platform backup` and the restore that docs/operator-guide.md describes, end to end:
 //! the real platform over real HTTPS on loopback, the real agent, a backup taken while the
 //! server serves the agent's heartbeats, and a fresh platform started on the restored file.
+//! `backup` copies a SQLite file, so these run on SQLite whatever `GPUM_TEST_DB` says.
 #![allow(clippy::disallowed_methods)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -10,6 +11,12 @@ use std::time::Duration;
 
 use gpum_protocol::{ErrorBody, ErrorCode, Inventory, PATH_REGISTER, RegisterRequest};
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
+
+/// A platform on SQLite, the engine `backup` copies.
+fn start_on_sqlite() -> TestPlatform {
+    let db = gpum_platform::testdb::TestDb::on(gpum_platform::sql::Engine::Sqlite);
+    TestPlatform::start_on(PlatformOpts::default(), std::sync::Arc::new(db))
+}
 use gpum_tests::{agent_cmd, bin, run_with_stdin, text};
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
@@ -86,7 +93,7 @@ impl Drop for Running {
 
 #[tokio::test]
 async fn a_backup_taken_while_serving_restores_nodes_tokens_and_join_codes() {
-    let mut a = TestPlatform::start(PlatformOpts::default());
+    let mut a = start_on_sqlite();
     let state = tempfile::tempdir().unwrap();
     let used = a.join_code();
     let ca = a.ca_path().unwrap();
@@ -148,7 +155,7 @@ async fn a_backup_taken_while_serving_restores_nodes_tokens_and_join_codes() {
 
     // Restore into a fresh platform, as the operator's guide says: stop, replace the file,
     // remove -wal and -shm, start.
-    let mut b = TestPlatform::start(PlatformOpts::default());
+    let mut b = start_on_sqlite();
     assert!(b.node(&node).is_none(), "a fresh platform");
     assert!(b.terminate(Duration::from_secs(10)));
     let db = b.db_path();

@@ -29,6 +29,9 @@ mod owners;
 // Issue 33: rentals, the platform's side (admin API, CLI, heartbeat, expiry).
 #[path = "platform_rentals.rs"]
 mod rentals;
+// Issue 35: replicas on one PostgreSQL.
+#[path = "platform_replicas.rs"]
+mod replicas;
 
 fn inventory(uuid: &str) -> Inventory {
     let mut inv = Inventory::default();
@@ -673,14 +676,7 @@ async fn database_holds_no_secret_and_no_address() {
     }
     let rotated = p.rotate_token(&r.node_id);
     let _: HeartbeatResponse = api.heartbeat(&rotated, &beat(4)).await.ok();
-    let read_all = |p: &TestPlatform| {
-        let mut bytes = Vec::new();
-        for suffix in ["", "-wal", "-shm"] {
-            let f = format!("{}{suffix}", p.db_path().display());
-            bytes.extend(std::fs::read(&f).unwrap_or_default());
-        }
-        bytes
-    };
+    let read_all = |p: &TestPlatform| p.db_bytes();
     // Read while running (WAL holds the recent writes), then after a restart checkpointed them.
     for round in 0..2 {
         let bytes = read_all(&p);
@@ -1158,10 +1154,14 @@ async fn repeating_a_code_cannot_grow_the_database_without_bound() {
     for _ in 0..(2 * limits::MAX_REPLACED_TOKENS_PER_NODE) {
         p.rotate_token(&last.node_id);
     }
-    let db = rusqlite::Connection::open(p.db_path()).unwrap();
-    let kept: i64 = db
-        .query_row("SELECT COUNT(*) FROM replaced_tokens WHERE node_id = ?1", [&last.node_id], |r| r.get(0))
-        .unwrap();
+    let kept: i64 = p.with_db(|db| {
+        db.query_row(
+            "SELECT COUNT(*) FROM replaced_tokens WHERE node_id = ?1",
+            gpum_platform::params![&last.node_id],
+            |r| r.get(0),
+        )
+        .unwrap()
+    });
     assert_eq!(kept as usize, limits::MAX_REPLACED_TOKENS_PER_NODE, "replaced tokens kept per node");
 }
 
@@ -1208,11 +1208,30 @@ async fn heartbeat_answers_carry_a_bounded_number_of_commands() {
     assert!(node.commands.iter().all(|c| c.result.is_some()), "every result was taken");
 }
 
+/// The bytes the database's live data takes: SQLite's pages in use, or the sum of PostgreSQL's
+/// live rows.
 fn db_live_bytes(p: &TestPlatform) -> u64 {
-    let c = rusqlite::Connection::open_with_flags(p.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap();
-    let q = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as u64;
-    (q("PRAGMA page_count") - q("PRAGMA freelist_count")) * q("PRAGMA page_size")
+    p.with_db(|c| {
+        let q = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as u64;
+        match c.engine() {
+            gpum_platform::sql::Engine::Sqlite => {
+                (q("PRAGMA page_count") - q("PRAGMA freelist_count")) * q("PRAGMA page_size")
+            }
+            gpum_platform::sql::Engine::Postgres => {
+                let tables: Vec<String> = c
+                    .prepare_cached("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'")
+                    .unwrap()
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                tables
+                    .iter()
+                    .map(|t| q(&format!("SELECT COALESCE(SUM(pg_column_size(t.*)), 0)::bigint FROM {t} t")))
+                    .sum()
+            }
+        }
+    })
 }
 
 #[tokio::test]
@@ -1248,9 +1267,8 @@ async fn fifty_oversized_heartbeats_leave_the_database_small() {
     assert!(after < before + 2 * 1024 * 1024, "the database grew from {before} to {after} bytes");
     let node = p.node(&r.node_id).unwrap();
     assert!(!node.removed_containers.is_empty());
-    let c = rusqlite::Connection::open_with_flags(p.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap();
-    let kept: i64 = c.query_row("SELECT COUNT(*) FROM container_removals", [], |r| r.get(0)).unwrap();
+    let kept: i64 =
+        p.with_db(|c| c.query_row("SELECT COUNT(*) FROM container_removals", [], |r| r.get(0)).unwrap());
     assert_eq!(kept as usize, limits::MAX_REMOVED_HISTORY_PER_NODE);
 }
 

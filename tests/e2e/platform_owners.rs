@@ -237,7 +237,7 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key_a, None).await.0, StatusCode::UNAUTHORIZED);
 
     // The database holds no key, password, session id or invitation token in the clear.
-    let db = std::fs::read(p.db_path()).unwrap();
+    let db = p.db_bytes();
     let db = String::from_utf8_lossy(&db);
     for secret in [key_a.as_str(), key_b.as_str(), PW_A, PW_B, a.session.as_str(), b.session.as_str()] {
         assert!(!db.contains(secret), "a secret in the database file");

@@ -1,7 +1,8 @@
 //! The real `gpum-platform` for end-to-end tests.
 //!
 //! [`TestPlatform::start`] runs the real binary (`gpum-platform serve`) on 127.0.0.1 with a port
-//! the kernel picks, a fresh database, an admin token file, a test clock and either TLS (a
+//! the kernel picks, a fresh database (SQLite, or PostgreSQL with `GPUM_TEST_DB=postgres`:
+//! `gpum_platform::testdb`), an admin token file, a test clock and either TLS (a
 //! throwaway CA and a certificate for 127.0.0.1 and localhost) or `--insecure-http`. It returns
 //! once the server has bound its socket. Admin operations run the real CLI against the same
 //! database (`gpum-platform --db F ...`), so they are synchronous and work from any test, async
@@ -14,9 +15,11 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use gpum_platform::sql::{Conn, Engine};
+use gpum_platform::testdb::TestDb;
 use gpum_protocol::{NodeList, NodeSummary};
 
 /// How to start the platform.
@@ -58,6 +61,8 @@ impl PlatformOpts {
 
 pub struct TestPlatform {
     dir: tempfile::TempDir,
+    /// Shared with its replicas ([`TestPlatform::replica`]); dropped with the last of them.
+    db: Arc<TestDb>,
     opts: PlatformOpts,
     child: Option<Child>,
     _stdout: Option<BufReader<ChildStdout>>,
@@ -70,6 +75,17 @@ pub struct TestPlatform {
 impl TestPlatform {
     /// Starts the real server; panics (with its log) if it does not come up within 30 s.
     pub fn start(opts: PlatformOpts) -> TestPlatform {
+        TestPlatform::start_on(opts, Arc::new(TestDb::new()))
+    }
+
+    /// Another `serve` process (its own port, admin token, clock and log) on the same database:
+    /// a replica, as behind a load balancer (PostgreSQL).
+    pub fn replica(&self) -> TestPlatform {
+        TestPlatform::start_on(self.opts.clone(), self.db.clone())
+    }
+
+    /// [`TestPlatform::start`] on the given database.
+    pub fn start_on(opts: PlatformOpts, db: Arc<TestDb>) -> TestPlatform {
         let dir = tempfile::Builder::new().prefix("gpum-platform-test").tempdir().expect("temp dir");
         let admin_token = random_hex(32);
         write_private(&dir.path().join("admin-token"), admin_token.as_bytes());
@@ -84,6 +100,7 @@ impl TestPlatform {
         }
         let mut p = TestPlatform {
             dir,
+            db,
             opts,
             child: None,
             _stdout: None,
@@ -187,8 +204,36 @@ impl TestPlatform {
         &self.admin_token
     }
 
+    /// What `--db` is given: the SQLite file, or the PostgreSQL database's URL.
     pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("platform.db")
+        self.db.target()
+    }
+
+    /// The engine the platform runs on.
+    pub fn engine(&self) -> Engine {
+        self.db.engine()
+    }
+
+    /// Runs `f` on a connection of its own to the platform's database, on a thread of its own
+    /// (PostgreSQL's synchronous client may not run on an async test's thread).
+    pub fn with_db<T: Send>(&self, f: impl FnOnce(&Conn) -> T + Send) -> T {
+        std::thread::scope(|s| s.spawn(|| f(&self.db.open())).join().expect("database thread"))
+    }
+
+    /// Everything the database holds, as bytes: SQLite's files (with `-wal` and `-shm`), or
+    /// PostgreSQL's `pg_dump` of the database.
+    pub fn db_bytes(&self) -> Vec<u8> {
+        match &*self.db {
+            TestDb::Postgres { .. } => self.db.dump(),
+            TestDb::Sqlite(_) => {
+                let mut bytes = Vec::new();
+                for suffix in ["", "-wal", "-shm"] {
+                    let f = format!("{}{suffix}", self.db_path().display());
+                    bytes.extend(std::fs::read(&f).unwrap_or_default());
+                }
+                bytes
+            }
+        }
     }
 
     pub fn log_path(&self) -> PathBuf {

@@ -1,0 +1,685 @@
+//! The one seam between the platform's store and its database engine: SQLite (the embedded
+//! default, one file) or PostgreSQL (issue 35: a database run by people who run databases, several
+//! `serve` replicas on it).
+//!
+//! The store, rentals and accounts modules are written once against [`Conn`], with one SQL text
+//! per statement in the subset both engines read alike: `?N` placeholders (rewritten to `$N` for
+//! PostgreSQL once per statement, then cached), `INSERT … ON CONFLICT …`, `RETURNING`, 64-bit
+//! integers, text. Values cross as [`Value`]; a row is read column by column with
+//! [`Row::get`], as with rusqlite. No caller knows which engine answers, except where an engine
+//! has something the other lacks (SQLite's WAL checkpoints, its file backup): those take
+//! [`Conn::sqlite`].
+//!
+//! Why the synchronous `postgres` client and not a pool (tokio-postgres with deadpool, or sqlx):
+//! the platform already runs every operation on one database thread, in batches, each inside its
+//! own SAVEPOINT within one transaction that is committed before anyone is answered
+//! (`db.rs`). On PostgreSQL that is still the right shape: one connection, one COMMIT (one WAL
+//! flush, `synchronous_commit = on`) per batch, so a heartbeat costs a fraction of a round trip.
+//! A pool would give each request its own transaction and fsync. The `postgres` crate is
+//! tokio-postgres behind a private current-thread runtime, well kept (the rust-postgres project),
+//! and keeps the store's functions synchronous, as they are for SQLite.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Which engine a [`Conn`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// Where the platform's database is: `--db FILE` (SQLite) or `--db postgres://…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Sqlite(PathBuf),
+    /// A libpq-style URL (`postgres://user@host:port/db`), without a password.
+    Postgres(String),
+}
+
+impl Target {
+    /// `postgres://` or `postgresql://` is PostgreSQL; anything else is a SQLite file's path.
+    pub fn parse(db: &Path) -> Target {
+        match db.to_str() {
+            Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
+                Target::Postgres(s.to_owned())
+            }
+            _ => Target::Sqlite(db.to_path_buf()),
+        }
+    }
+
+    /// How it is named in messages: the path, or the URL with any password in it replaced by
+    /// `***` (such a URL is refused, and the message that says so must not repeat it).
+    pub fn display(&self) -> String {
+        match self {
+            Target::Sqlite(p) => p.display().to_string(),
+            Target::Postgres(u) => redact(u),
+        }
+    }
+}
+
+/// `scheme://user:password@host…` as `scheme://user:***@host…`; anything else unchanged.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// A database failure. Callers turn it into `internal` (the details go to the log only).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("postgres: {0}")]
+    Postgres(#[source] postgres::Error),
+    #[error("the query returned no rows")]
+    NoRows,
+    #[error("column {0}: {1}")]
+    Column(usize, String),
+    /// A text parameter holds a NUL character, which PostgreSQL's text cannot hold; refused on
+    /// both engines alike, before the statement runs, so that both answer the same (a request
+    /// that carried it is invalid, `ApiError`'s 400).
+    #[error("a text parameter holds a NUL character")]
+    Nul,
+    /// The database is not one this binary can use (a newer schema, a password in the URL).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        Error::Postgres(e)
+    }
+}
+
+impl Error {
+    /// PostgreSQL's message (`db error` alone says nothing) with its SQLSTATE.
+    pub fn detail(&self) -> String {
+        match self {
+            Error::Postgres(e) => match e.as_db_error() {
+                Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
+                None => format!("postgres: {e}"),
+            },
+            e => e.to_string(),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `query_row(…).optional()`: no row is `None`, as with rusqlite.
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::NoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One parameter or column value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// What can be a parameter: `params![…]` takes each by reference, as rusqlite's does.
+pub trait ToValue {
+    fn to_value(&self) -> Value;
+}
+
+macro_rules! to_value_int {
+    ($($t:ty),*) => {$(
+        impl ToValue for $t {
+            fn to_value(&self) -> Value {
+                Value::Int(i64::from(*self))
+            }
+        }
+    )*};
+}
+to_value_int!(i64, i32, u32, u16, u8, bool);
+
+impl ToValue for f64 {
+    fn to_value(&self) -> Value {
+        Value::Real(*self)
+    }
+}
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+impl ToValue for [u8] {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.to_vec())
+    }
+}
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.clone())
+    }
+}
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, ToValue::to_value)
+    }
+}
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+
+/// `params![a, b, …]`: the statement's parameters `?1, ?2, …`, each taken by reference and
+/// turned into a [`Value`].
+#[macro_export]
+macro_rules! params {
+    () => { [] as [$crate::sql::Value; 0] };
+    ($($p:expr),+ $(,)?) => { [$($crate::sql::ToValue::to_value(&$p)),+] };
+}
+
+/// What a statement's parameters may be given as: `params![…]`, `[]`, or a slice of values.
+pub trait Params {
+    fn values(&self) -> &[Value];
+}
+
+fn checked<P: Params>(p: &P) -> Result<&[Value]> {
+    let v = p.values();
+    if v.iter().any(|v| matches!(v, Value::Text(t) if t.contains('\0'))) {
+        return Err(Error::Nul);
+    }
+    Ok(v)
+}
+impl<const N: usize> Params for [Value; N] {
+    fn values(&self) -> &[Value] {
+        self
+    }
+}
+impl Params for &[Value] {
+    fn values(&self) -> &[Value] {
+        self
+    }
+}
+impl Params for Vec<Value> {
+    fn values(&self) -> &[Value] {
+        self
+    }
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+/// PostgreSQL infers each parameter's type from the statement (`$1` compared with a BIGINT
+/// column is a BIGINT); a value is written as whatever type the server asked for, where that
+/// makes sense, so one `Value::Int` serves BIGINT, INTEGER and BOOLEAN alike.
+impl postgres::types::ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::{IsNull, Type};
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::BOOL => (*i != 0).to_sql(ty, out),
+                Type::FLOAT8 => (*i as f64).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => i.to_string().to_sql(ty, out),
+                _ => Err(format!("an integer parameter where PostgreSQL wants {ty}").into()),
+            },
+            Value::Real(f) => match *ty {
+                Type::FLOAT8 => f.to_sql(ty, out),
+                Type::FLOAT4 => (*f as f32).to_sql(ty, out),
+                _ => Err(format!("a real parameter where PostgreSQL wants {ty}").into()),
+            },
+            Value::Text(s) => s.as_str().to_sql(ty, out),
+            Value::Blob(b) => b.as_slice().to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// A column's value turned into a Rust type ([`Row::get`]).
+pub trait FromValue: Sized {
+    fn from_value(v: Value) -> std::result::Result<Self, String>;
+}
+
+impl FromValue for Value {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        Ok(v)
+    }
+}
+impl FromValue for i64 {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Int(i) => Ok(i),
+            v => Err(format!("expected an integer, found {v:?}")),
+        }
+    }
+}
+macro_rules! from_value_int {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: Value) -> std::result::Result<Self, String> {
+                let i = i64::from_value(v)?;
+                <$t>::try_from(i).map_err(|_| format!("{i} is out of range for {}", stringify!($t)))
+            }
+        }
+    )*};
+}
+from_value_int!(u64, u32, i32, usize);
+impl FromValue for bool {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        Ok(i64::from_value(v)? != 0)
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Real(f) => Ok(f),
+            Value::Int(i) => Ok(i as f64),
+            v => Err(format!("expected a real number, found {v:?}")),
+        }
+    }
+}
+impl FromValue for String {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Text(s) => Ok(s),
+            v => Err(format!("expected text, found {v:?}")),
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Blob(b) => Ok(b),
+            Value::Text(s) => Ok(s.into_bytes()),
+            v => Err(format!("expected bytes, found {v:?}")),
+        }
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+/// A column's position (`r.get(0)`, as with rusqlite).
+pub trait RowIndex {
+    fn index(self) -> usize;
+}
+impl RowIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+/// One row of a result, read column by column.
+pub struct Row<'a>(RowInner<'a>);
+
+enum RowInner<'a> {
+    Sqlite(&'a rusqlite::Row<'a>),
+    Postgres(&'a postgres::Row),
+}
+
+impl Row<'_> {
+    /// Column `i` as `T`; a NULL read as a non-`Option` type, or a value of another type, is
+    /// an error.
+    pub fn get<I: RowIndex, T: FromValue>(&self, i: I) -> Result<T> {
+        let i = i.index();
+        let v = match &self.0 {
+            RowInner::Sqlite(r) => {
+                use rusqlite::types::ValueRef;
+                match r.get_ref(i)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::Int(n),
+                    ValueRef::Real(f) => Value::Real(f),
+                    ValueRef::Text(t) => Value::Text(
+                        String::from_utf8(t.to_vec())
+                            .map_err(|_| Error::Column(i, "text is not UTF-8".into()))?,
+                    ),
+                    ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                }
+            }
+            RowInner::Postgres(r) => pg_value(r, i)?,
+        };
+        T::from_value(v).map_err(|e| Error::Column(i, e))
+    }
+}
+
+fn pg_value(r: &postgres::Row, i: usize) -> Result<Value> {
+    use postgres::types::Type;
+    let Some(col) = r.columns().get(i) else { return Err(Error::Column(i, "no such column".into())) };
+    let ty = col.type_().clone();
+    let v = match ty {
+        Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Value::Int),
+        Type::INT4 => r.try_get::<_, Option<i32>>(i)?.map(|n| Value::Int(n.into())),
+        Type::INT2 => r.try_get::<_, Option<i16>>(i)?.map(|n| Value::Int(n.into())),
+        Type::BOOL => r.try_get::<_, Option<bool>>(i)?.map(|b| Value::Int(b.into())),
+        Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map(Value::Real),
+        Type::FLOAT4 => r.try_get::<_, Option<f32>>(i)?.map(|f| Value::Real(f.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+            r.try_get::<_, Option<String>>(i)?.map(Value::Text)
+        }
+        Type::BYTEA => r.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
+        ty => return Err(Error::Column(i, format!("PostgreSQL type {ty} is not read by the platform"))),
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+/// A connection to either engine. Used from one thread at a time (the database thread, or a
+/// CLI command).
+pub struct Conn(Inner);
+
+enum Inner {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<RefCell<Pg>>),
+}
+
+struct Pg {
+    client: postgres::Client,
+    /// To connect again when the server closed the connection (a restart, a failover).
+    config: postgres::Config,
+    /// Prepared statements by their `?N` text: each is parsed and planned once per connection.
+    stmts: HashMap<String, postgres::Statement>,
+}
+
+impl Pg {
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(&dollar_placeholders(sql))?;
+        self.stmts.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+}
+
+fn pg_connect(config: &postgres::Config) -> Result<postgres::Client> {
+    // The sync client runs its own small runtime; it must not be started inside another one
+    // (serve opens the database before its runtime starts; tests may not).
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| config.connect(postgres::NoTls)).join())
+            .map_err(|_| Error::Refused("the PostgreSQL connection thread panicked".into()))?
+            .map_err(Error::from)
+    } else {
+        Ok(config.connect(postgres::NoTls)?)
+    }
+}
+
+fn pg_params(p: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    p.iter().map(|v| v as &(dyn postgres::types::ToSql + Sync)).collect()
+}
+
+/// `?N` placeholders as PostgreSQL's `$N` (outside quoted strings and identifiers).
+pub fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quote: Option<char> = None;
+    for c in sql.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '?' => {
+                out.push('$');
+                continue;
+            }
+            None => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Conn {
+    /// A SQLite connection, as it is.
+    pub fn from_sqlite(c: rusqlite::Connection) -> Conn {
+        Conn(Inner::Sqlite(c))
+    }
+
+    /// Connects to PostgreSQL at `url` (`postgres://user@host:port/db`; a password in the URL
+    /// is refused, since the URL is on the command line). No TLS yet: a local socket or a
+    /// trusted network.
+    pub fn connect_postgres(url: &str) -> Result<Conn> {
+        let config: postgres::Config = url.parse()?;
+        if config.get_password().is_some() {
+            return Err(Error::Refused(
+                "the database URL holds a password, which would be visible in the process list; \
+                 use a password-less login (peer or trust over the server's unix socket)"
+                    .into(),
+            ));
+        }
+        let client = pg_connect(&config)?;
+        Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg { client, config, stmts: HashMap::new() })))))
+    }
+
+    /// [`Conn::begin`], and on PostgreSQL, when the server had closed the connection (it
+    /// restarted, or a failover moved it), a new connection and the BEGIN again. What failed on
+    /// the old connection stays failed: it was answered as such.
+    pub fn begin_or_reconnect(&self) -> Result<()> {
+        match (self.begin(), &self.0) {
+            (Err(e), Inner::Postgres(pg)) if pg.borrow().client.is_closed() => {
+                tracing::warn!("database: the connection was closed ({}); connecting again", e.detail());
+                let mut pg = pg.borrow_mut();
+                pg.client = pg_connect(&pg.config)?;
+                pg.stmts.clear();
+                drop(pg);
+                self.begin()
+            }
+            (r, _) => r,
+        }
+    }
+
+    pub fn engine(&self) -> Engine {
+        match self.0 {
+            Inner::Sqlite(_) => Engine::Sqlite,
+            Inner::Postgres(_) => Engine::Postgres,
+        }
+    }
+
+    /// The SQLite connection underneath, for what only SQLite has (pragmas, checkpoints).
+    pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
+        match &self.0 {
+            Inner::Sqlite(c) => Some(c),
+            Inner::Postgres(_) => None,
+        }
+    }
+
+    /// Runs statements without parameters or results (migrations, BEGIN, SAVEPOINT).
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match &self.0 {
+            Inner::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Inner::Postgres(pg) => Ok(pg.borrow_mut().client.batch_execute(sql)?),
+        }
+    }
+
+    /// Starts a write transaction (SQLite takes the write lock now, not at the first write).
+    pub fn begin(&self) -> Result<()> {
+        self.execute_batch(match self.engine() {
+            Engine::Sqlite => "BEGIN IMMEDIATE",
+            Engine::Postgres => "BEGIN",
+        })
+    }
+
+    /// A statement, prepared once per connection and cached.
+    pub fn prepare_cached<'c, 's>(&'c self, sql: &'s str) -> Result<Stmt<'c, 's>> {
+        Ok(Stmt { conn: self, sql })
+    }
+
+    pub fn execute<P: Params>(&self, sql: &str, p: P) -> Result<usize> {
+        self.prepare_cached(sql)?.execute(p)
+    }
+
+    pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> Result<T>>(
+        &self,
+        sql: &str,
+        p: P,
+        f: F,
+    ) -> Result<T> {
+        self.prepare_cached(sql)?.query_row(p, f)
+    }
+}
+
+/// A cached statement of a [`Conn`].
+pub struct Stmt<'c, 's> {
+    conn: &'c Conn,
+    sql: &'s str,
+}
+
+impl Stmt<'_, '_> {
+    /// Runs it; the rows it changed.
+    pub fn execute<P: Params>(&mut self, p: P) -> Result<usize> {
+        let p = checked(&p)?;
+        match &self.conn.0 {
+            Inner::Sqlite(c) => {
+                Ok(c.prepare_cached(self.sql)?.execute(rusqlite::params_from_iter(p.iter()))?)
+            }
+            Inner::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let s = pg.statement(self.sql)?;
+                Ok(pg.client.execute(&s, &pg_params(p))? as usize)
+            }
+        }
+    }
+
+    /// The first row through `f`; [`Error::NoRows`] when there is none.
+    pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> Result<T>>(&mut self, p: P, f: F) -> Result<T> {
+        let p = checked(&p)?;
+        match &self.conn.0 {
+            Inner::Sqlite(c) => {
+                let mut s = c.prepare_cached(self.sql)?;
+                let mut rows = s.query(rusqlite::params_from_iter(p.iter()))?;
+                match rows.next()? {
+                    Some(r) => f(&Row(RowInner::Sqlite(r))),
+                    None => Err(Error::NoRows),
+                }
+            }
+            Inner::Postgres(pg) => {
+                let rows = {
+                    let mut pg = pg.borrow_mut();
+                    let s = pg.statement(self.sql)?;
+                    pg.client.query(&s, &pg_params(p))?
+                };
+                match rows.first() {
+                    Some(r) => f(&Row(RowInner::Postgres(r))),
+                    None => Err(Error::NoRows),
+                }
+            }
+        }
+    }
+
+    /// Every row through `f`, in order.
+    pub fn query_map<T, P: Params, F: FnMut(&Row<'_>) -> Result<T>>(
+        &mut self,
+        p: P,
+        mut f: F,
+    ) -> Result<std::vec::IntoIter<Result<T>>> {
+        let p = checked(&p)?;
+        let mut out = Vec::new();
+        match &self.conn.0 {
+            Inner::Sqlite(c) => {
+                let mut s = c.prepare_cached(self.sql)?;
+                let mut rows = s.query(rusqlite::params_from_iter(p.iter()))?;
+                while let Some(r) = rows.next()? {
+                    out.push(f(&Row(RowInner::Sqlite(r))));
+                }
+            }
+            Inner::Postgres(pg) => {
+                let rows = {
+                    let mut pg = pg.borrow_mut();
+                    let s = pg.statement(self.sql)?;
+                    pg.client.query(&s, &pg_params(p))?
+                };
+                out.extend(rows.iter().map(|r| f(&Row(RowInner::Postgres(r)))));
+            }
+        }
+        Ok(out.into_iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_outside_quotes() {
+        assert_eq!(
+            dollar_placeholders("SELECT a FROM t WHERE b = ?1 AND c = '?2' AND (?2 IS NULL OR d = ?2)"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND ($2 IS NULL OR d = $2)"
+        );
+    }
+
+    #[test]
+    fn a_postgres_url_is_postgres_and_anything_else_a_file() {
+        assert_eq!(
+            Target::parse(Path::new("postgres://gpum@127.0.0.1:5432/gpum")),
+            Target::Postgres("postgres://gpum@127.0.0.1:5432/gpum".into())
+        );
+        assert_eq!(Target::parse(Path::new("postgresql://x/y")), Target::Postgres("postgresql://x/y".into()));
+        assert_eq!(Target::parse(Path::new("platform.db")), Target::Sqlite("platform.db".into()));
+        assert_eq!(Target::parse(Path::new("./postgres://x")), Target::Sqlite("./postgres://x".into()));
+    }
+
+    #[test]
+    fn a_password_is_never_shown() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@%2Ftmp/db"), "postgres://u@%2Ftmp/db");
+        assert_eq!(redact("postgresql://u:p%40ss@h/db?x=1"), "postgresql://u:***@h/db?x=1");
+        assert_eq!(Target::parse(Path::new("postgres://u:s@h/d")).display(), "postgres://u:***@h/d");
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_refused() {
+        let Err(e) = Conn::connect_postgres("postgres://u:secret@127.0.0.1:1/db") else {
+            panic!("connected")
+        };
+        assert!(matches!(e, Error::Refused(_)), "{e}");
+        assert!(!e.to_string().contains("secret"));
+    }
+}
