@@ -7,7 +7,9 @@
 #   binutils (ar, strip) and gcc (the simulated NVML library), chromium and chromium-driver (the
 #   dashboard's browser tests, tests/e2e/dashboard.rs), lintian (the release's .deb, docs/release.md),
 #   valgrind (the agent's instructions per heartbeat, counted by callgrind: xtask/src/bench/cost.rs),
-#   tmux (the test host's progress-tty scenario: the installer in a terminal, its frames sampled);
+#   tmux (the test host's progress-tty scenario: the installer in a terminal, its frames sampled),
+#   tinyproxy (a real HTTP proxy the agent's tunnel goes through, tests/e2e/tunnel.rs; the tests
+#   start their own on loopback, the package's service is not used);
 # - cargo: cargo-deb, pinned (the .deb that `cargo xtask dist` builds); rustup: the musl target (the
 #   static platform);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
@@ -19,7 +21,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux tinyproxy; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

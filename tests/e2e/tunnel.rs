@@ -55,7 +55,8 @@ async fn rentable_node(p: &TestPlatform) -> RegisterResponse {
 }
 
 async fn rentable_node_with(p: &TestPlatform, inventory: Inventory) -> RegisterResponse {
-    let c = reqwest::Client::new();
+    // Trusts the platform's CA when it speaks TLS.
+    let c = p.http_client();
     let inventory = || inventory.clone();
     let req = RegisterRequest {
         join_code: p.join_code(),
@@ -468,12 +469,13 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
     }
     let _cleanup = Cleanup(scope.clone());
     let dir = tempfile::tempdir().unwrap();
-    // The agent's platform is the hostile front.
+    // The agent's platform is the hostile front. This relay sends no keepalive pings: the
+    // agent is told to wait for them longer than the test takes.
     std::fs::write(
         dir.path().join("config.toml"),
         format!(
             "server = '{front}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
-             test_rentals_without_gpu_request = true\nrentals = true\n",
+             test_rentals_without_gpu_request = true\nrentals = true\ntest_tunnel_silence_ms = 3600000\n",
             node.node_id, node.node_token
         ),
     )
@@ -548,5 +550,406 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
     );
     let refusals = log().matches("tunnel: refused a stream").count();
     assert!(refusals >= 13, "{refusals} refusals logged:\n{}", log());
+    drop(agent);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keepalive, network cuts, proxies
+
+/// The agent's config: `server`, its node, the test's Docker scope, and `extra` lines.
+fn write_agent_config(
+    dir: &std::path::Path,
+    server: &str,
+    node: &RegisterResponse,
+    scope: &str,
+    extra: &str,
+) {
+    std::fs::write(
+        dir.join("config.toml"),
+        format!(
+            "server = '{server}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
+             test_rentals_without_gpu_request = true\nrentals = true\n{extra}",
+            node.node_id, node.node_token
+        ),
+    )
+    .unwrap();
+}
+
+/// The agent as [`start_agent`] starts it, with no proxy variable but those of `env`.
+fn start_agent_env(dir: &std::path::Path, gpus: u32, env: &[(&str, String)]) -> AgentProc {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
+    let sim = gpum_tests::build_nvml_sim(dir);
+    let gpu_json = dir.join("gpu.json");
+    std::fs::write(&gpu_json, format!(r#"{{"state":"ok","gpus":{gpus}}}"#)).unwrap();
+    let mut cmd = Command::new(bin("gpum-agent"));
+    cmd.args(["run", "--state", dir.to_str().unwrap()])
+        .env("GPUM_LOG", "debug")
+        .env("GPUM_NVML_LIB", &sim)
+        .env("GPUM_SIM_CONFIG", &gpu_json)
+        .env_remove("GPUM_SIM_NVML");
+    for k in gpum_host::env::PROXY_VARS {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    AgentProc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("start the agent"))
+}
+
+/// Removes the containers of a Docker scope label when dropped.
+struct ScopeCleanup(String);
+impl Drop for ScopeCleanup {
+    fn drop(&mut self) {
+        let out =
+            Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
+        for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
+            let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+        }
+    }
+}
+
+/// A loopback TCP forwarder to `to` that the test can cut like a network: while cut, and for
+/// ever after on the connections that saw the cut (as a NAT that lost their state), bytes stop
+/// moving and nothing is closed; connections made after the cut heals work again.
+struct Forwarder {
+    port: u16,
+    cutting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Forwarder {
+    async fn start(to: std::net::SocketAddr) -> Forwarder {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let cutting = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicU64::new(0));
+        let (c, n) = (cutting.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((down, _)) = l.accept().await {
+                let (cutting, cuts) = (c.clone(), n.clone());
+                tokio::spawn(async move {
+                    let born = cuts.load(Ordering::SeqCst);
+                    let dead = move || cutting.load(Ordering::SeqCst) || cuts.load(Ordering::SeqCst) != born;
+                    if dead() {
+                        // Accepted by the kernel, then nothing: a dial into a cut network.
+                        let _held = down;
+                        return std::future::pending::<()>().await;
+                    }
+                    let Ok(up) = tokio::net::TcpStream::connect(to).await else { return };
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    let one_way = |mut r: tokio::net::tcp::OwnedReadHalf,
+                                   mut w: tokio::net::tcp::OwnedWriteHalf,
+                                   dead: Box<dyn Fn() -> bool + Send>| async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match r.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if dead() {
+                                // Bytes vanish; both sockets stay open, nothing more is read.
+                                let _held = (r, w);
+                                return std::future::pending::<()>().await;
+                            }
+                            if w.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = w.shutdown().await;
+                    };
+                    let d2 = dead.clone();
+                    tokio::join!(one_way(dr, uw, Box::new(dead)), one_way(ur, dw, Box::new(d2)));
+                });
+            }
+        });
+        Forwarder { port, cutting, cuts }
+    }
+
+    fn cut(&self) {
+        self.cuts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.cutting.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        self.cutting.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Issue 34's "survives a network cut longer than the idle timeout": the agent reaches the
+/// platform through a forwarder the test cuts (no byte moves, nothing is closed) for longer
+/// than the relay's stream idle timeout, its ping timeout and the agent's silence bound. The
+/// relay drops the dead tunnel (a tenant gets 502, not a hang) and the tenant's open stream is
+/// closed; the agent notices the silence and dials again; once the network heals, the tunnel
+/// comes back by itself and a new tenant connection works within a bounded time.
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tunnel_comes_back_after_a_network_cut_longer_than_its_timeouts() {
+    require_docker("tunnel_comes_back_after_a_network_cut_longer_than_its_timeouts");
+    let relay = free_port();
+    // Pings every second, each answered within a second; streams idle 2 s are closed.
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec![
+            "--relay-listen".into(),
+            format!("127.0.0.1:{relay}"),
+            "--relay-idle-timeout".into(),
+            "2".into(),
+            "--test-relay-ping-ms".into(),
+            "1000".into(),
+        ],
+        ..PlatformOpts::insecure_http()
+    });
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let node = rentable_node(&p).await;
+    let a = create_rental(&p, &node.node_id, &image);
+    let scope = format!("gpum.test.tunnel=c{}", std::process::id());
+    let _cleanup = ScopeCleanup(scope.clone());
+    let fwd = Forwarder::start(format!("127.0.0.1:{}", p.port()).parse().unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The agent hears from the relay every second; 3 s of silence and it drops the tunnel.
+    let server = format!("http://127.0.0.1:{}", fwd.port);
+    write_agent_config(dir.path(), &server, &node, &scope, "test_tunnel_silence_ms = 3000\n");
+    let agent = start_agent_env(dir.path(), 2, &[]);
+    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let ready =
+        || tokio::task::block_in_place(|| connect(relay, &a.id, 7000, &a.id, &a.credential).1.is_some());
+    let t = Instant::now();
+    while !ready() {
+        assert!(t.elapsed() < LONG, "no tunnel; agent log:\n{}\nplatform log:\n{}", log(), p.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let opened = log().matches("tunnel open").count();
+    let (st, s) = tokio::task::block_in_place(|| connect(relay, &a.id, 7000, &a.id, &a.credential));
+    assert_eq!(st, 200);
+    let mut s = s.unwrap();
+    tokio::task::block_in_place(|| echo_session(s.try_clone().unwrap(), 3));
+
+    fwd.cut();
+    let cut_at = Instant::now();
+    // The relay hears no answer to its ping: it drops the tunnel, and a tenant gets 502 at
+    // once instead of a stream into a dead connection.
+    let status = || tokio::task::block_in_place(|| connect(relay, &a.id, 7000, &a.id, &a.credential).0);
+    while status() != 502 {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(20),
+            "the relay kept a dead tunnel; platform log:\n{}",
+            p.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let dropped = cut_at.elapsed();
+    // The tenant's open stream is closed, not left hanging.
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut buf = [0u8; 16];
+    let r = tokio::task::block_in_place(|| s.read(&mut buf));
+    assert!(
+        matches!(&r, Ok(0))
+            || matches!(&r, Err(e) if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the old stream still hangs: {r:?}"
+    );
+    // The cut lasts well past the relay's idle timeout (2 s), its ping timeout (1 s) and the
+    // agent's silence bound (3 s); the agent dropped its end on its own.
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(cut_at.elapsed())).await;
+    assert!(
+        log().contains("no stream from the platform within the keepalive"),
+        "the agent did not notice the silence; its log:\n{}",
+        log()
+    );
+    fwd.heal();
+    let healed = Instant::now();
+    while !ready() {
+        assert!(
+            healed.elapsed() < Duration::from_secs(45),
+            "the tunnel did not come back; agent log:\n{}\nplatform log:\n{}",
+            log(),
+            p.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let back = healed.elapsed();
+    let (st, s) = tokio::task::block_in_place(|| connect(relay, &a.id, 7000, &a.id, &a.credential));
+    assert_eq!(st, 200);
+    tokio::task::block_in_place(|| echo_session(s.unwrap(), 5));
+    assert!(log().matches("tunnel open").count() > opened, "a new tunnel, dialled by the agent");
+    eprintln!(
+        "the relay dropped the dead tunnel {dropped:?} into the cut; the tunnel was back {back:?} after it healed"
+    );
+    drop(agent);
+}
+
+/// A tenant's `CONNECT` at a relay that speaks TLS (the platform's certificate, trusted through
+/// its CA): the status, and the connection when it is 200.
+async fn connect_tls(
+    relay: u16,
+    ca_pem: &str,
+    rental: &str,
+    port: u16,
+    credential: &str,
+) -> (u16, Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = gpum_host::http::tls_config(&[ca_pem.as_bytes().to_vec()]).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", relay)).await.unwrap();
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut s = connector.connect(name, tcp).await.expect("TLS to the relay");
+    let target = format!("rental-{}:{port}", rental.strip_prefix("rent-").unwrap());
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{rental}:{credential}"));
+    let req =
+        format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(20), s.read(&mut b)).await {
+            Ok(Ok(1)) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, (status == 200).then_some(s))
+}
+
+/// The ssh-like session of [`echo_session`], over any async stream.
+async fn echo_session_async<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: S, rounds: usize) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut s = tokio::io::BufReader::new(s);
+    for i in 0..rounds {
+        let line = format!("round {i} через прокси\n");
+        s.write_all(line.as_bytes()).await.unwrap();
+        s.flush().await.unwrap();
+        let mut back = String::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_line(&mut back)).await.unwrap().unwrap();
+        assert_eq!(back, line, "round {i}");
+    }
+}
+
+/// A real HTTP proxy (Debian's `tinyproxy`, tests/setup-deps.sh) on loopback, with Basic
+/// authentication and an idle timeout of `idle_secs`. Killed when dropped.
+struct Tinyproxy {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Tinyproxy {
+    fn start(dir: &std::path::Path, user: &str, password: &str, idle_secs: u32) -> Tinyproxy {
+        let port = free_port();
+        let conf = dir.join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout {idle_secs}\nMaxClients 64\nLogLevel Info\n\
+                 PidFile \"{}\"\nBasicAuth {user} {password}\n",
+                dir.join("tinyproxy.pid").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("tinyproxy.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("tinyproxy")
+            .args(["-d", "-c"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("tinyproxy (tests/setup-deps.sh installs it)");
+        let proxy = Tinyproxy { child, port, log };
+        wait_until(Duration::from_secs(10), "tinyproxy listening", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        proxy
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 34, behind a proxy: where `HTTPS_PROXY` names an HTTP proxy (a real `tinyproxy` with
+/// Basic authentication), the agent's tunnel goes through it (`CONNECT`, TLS to the platform
+/// inside, then the upgrade) and carries a tenant's session; the proxy's idle timeout (3 s)
+/// does not cut it, since the keepalive moves bytes every second. With a wrong proxy password
+/// the proxy refuses `CONNECT`: the agent says so, tries again later, and never goes around the
+/// proxy (tenants get 502). The proxy's credentials never reach the agent's log.
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tunnel_goes_through_the_agents_http_proxy() {
+    require_docker("tunnel_goes_through_the_agents_http_proxy");
+    let relay = free_port();
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec![
+            "--relay-listen".into(),
+            format!("127.0.0.1:{relay}"),
+            "--test-relay-ping-ms".into(),
+            "1000".into(),
+        ],
+        ..PlatformOpts::default()
+    });
+    let ca = p.ca_pem().expect("a TLS platform").to_string();
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let node = rentable_node(&p).await;
+    let a = create_rental(&p, &node.node_id, &image);
+    let scope = format!("gpum.test.tunnel=x{}", std::process::id());
+    let _cleanup = ScopeCleanup(scope.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let (user, good, bad) = ("gpum-owner", "Pr0xy-h2-good-4471", "Pr0xy-h2-bad-9902");
+    let proxy = Tinyproxy::start(dir.path(), user, good, 3);
+    let ca_file = p.ca_path().unwrap();
+    let extra = format!("ca_file = '{}'\ntest_tunnel_silence_ms = 3000\n", ca_file.display());
+    write_agent_config(dir.path(), p.url(), &node, &scope, &extra);
+    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let via =
+        |password: &str| vec![("HTTPS_PROXY", format!("http://{user}:{password}@127.0.0.1:{}", proxy.port))];
+
+    // The wrong password: the proxy refuses CONNECT, and the agent says so, then tries again.
+    let agent = start_agent_env(dir.path(), 2, &via(bad));
+    wait_until(LONG, "the agent told of the proxy's refusal", || {
+        log().contains("could not open the tunnel") && log().contains("refused CONNECT")
+    });
+    assert!(log().contains("407"), "the proxy's answer is named: {}", log());
+    assert_eq!(connect_tls(relay, &ca, &a.id, 7000, &a.credential).await.0, 502, "no way around the proxy");
+    drop(agent);
+
+    // The right one: the tunnel goes through the proxy and carries a session.
+    let agent = start_agent_env(dir.path(), 2, &via(good));
+    let t = Instant::now();
+    let stream = loop {
+        if let (200, Some(s)) = connect_tls(relay, &ca, &a.id, 7000, &a.credential).await {
+            break s;
+        }
+        assert!(t.elapsed() < LONG, "no tunnel; agent log:\n{}\nproxy log:\n{}", log(), proxy.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    echo_session_async(stream, 20).await;
+    assert!(
+        log().contains(&format!("127.0.0.1:{}", proxy.port)),
+        "the agent names the proxy it goes through"
+    );
+    let opened = log().matches("tunnel open").count();
+    // Quiet for twice the proxy's idle timeout: the keepalive holds the same tunnel open.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (st, s) = connect_tls(relay, &ca, &a.id, 7000, &a.credential).await;
+    assert_eq!(st, 200);
+    echo_session_async(s.unwrap(), 3).await;
+    assert_eq!(log().matches("tunnel open").count(), opened, "the same tunnel, not a new one:\n{}", log());
+    let connects = proxy.log().matches(&format!("CONNECT 127.0.0.1:{}", p.port())).count();
+    assert!(connects >= 1, "the proxy carried the tunnel; its log:\n{}", proxy.log());
+    for secret in [good, bad] {
+        assert!(!log().contains(secret), "a proxy password reached the agent's log");
+    }
     drop(agent);
 }
