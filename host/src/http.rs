@@ -219,10 +219,19 @@ impl PostClient {
     /// to the server inside. Only `http://` proxies are spoken to; another scheme (`socks5://`,
     /// `https://`) is an error, never a way around the proxy.
     pub fn through_env_proxy(self) -> Result<PostClient, HttpError> {
+        self.through(&hyper_util::client::proxy::matcher::Matcher::from_env())
+    }
+
+    /// The same client, going through the proxy at `url` (`http://[user:password@]host:port`)
+    /// whatever the environment says, as [`PostClient::through_env_proxy`] would.
+    pub fn through_proxy(self, url: &str) -> Result<PostClient, HttpError> {
+        self.through(&hyper_util::client::proxy::matcher::Matcher::builder().all(url).build())
+    }
+
+    fn through(self, matcher: &hyper_util::client::proxy::matcher::Matcher) -> Result<PostClient, HttpError> {
         let uri: http::Uri = format!("{}://{}{}", self.scheme(), self.target.authority, self.path)
             .parse()
             .map_err(|_| HttpError::BadUrl(self.target.authority.clone()))?;
-        let matcher = hyper_util::client::proxy::matcher::Matcher::from_env();
         let Some(found) = matcher.intercept(&uri) else { return Ok(self) };
         let p = found.uri();
         let named = || format!("{}:{}", p.host().unwrap_or(""), p.port_u16().unwrap_or(0));
@@ -682,6 +691,74 @@ mod tests {
         let e = rt.block_on(client.post_json(b"second".to_vec(), None, 1024)).unwrap_err();
         assert!(matches!(e, PostError::Transport(_)), "{e:?}");
         assert_eq!(server.join().unwrap(), vec![vec!["first".to_string(), "second".to_string()]]);
+    }
+
+    /// Through a proxy (a scripted one on loopback): `CONNECT` with the proxy's Basic
+    /// credentials, then the request inside once it answers 200; a refusal is an error that
+    /// names the proxy and its answer, never the credentials.
+    #[test]
+    fn the_tunnel_goes_through_a_proxy_with_connect_and_a_refusal_is_named() {
+        use std::io::{BufRead, BufReader, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut heads = Vec::new();
+            for answer in ["HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"] {
+                let (s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut head = String::new();
+                while !head.ends_with("\r\n\r\n") {
+                    if r.read_line(&mut head).unwrap() == 0 {
+                        break;
+                    }
+                }
+                (&s).write_all(answer.as_bytes()).unwrap();
+                if answer.contains("200") {
+                    // Inside the tunnel: the server's side, which switches.
+                    let mut inner = String::new();
+                    while !inner.ends_with("\r\n\r\n") {
+                        if r.read_line(&mut inner).unwrap() == 0 {
+                            break;
+                        }
+                    }
+                    (&s).write_all(
+                        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: t\r\n\r\n",
+                    )
+                    .unwrap();
+                    heads.push(inner);
+                }
+                heads.push(head);
+            }
+            heads
+        });
+        let client = PostClient::new("http://127.0.0.1:9/api/tunnel", &ClientOptions::default())
+            .unwrap()
+            .through_proxy(&format!("http://owner:p4ss-w0rd@127.0.0.1:{port}"))
+            .unwrap();
+        assert_eq!(client.proxy(), Some(format!("127.0.0.1:{port}")));
+        let rt = current_thread();
+        let e = match rt.block_on(client.upgrade("t", "tok", 1024)) {
+            Err(PostError::Transport(e)) => e,
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("a refused CONNECT went on"),
+        };
+        assert!(
+            e.contains(&format!(
+                "the proxy 127.0.0.1:{port} refused CONNECT 127.0.0.1:9: 407 Proxy Authentication Required"
+            )),
+            "{e}"
+        );
+        assert!(!e.contains("p4ss-w0rd") && !e.contains("owner"), "{e}");
+        assert!(matches!(rt.block_on(client.upgrade("t", "tok", 1024)), Ok(Upgrade::Switched(_))));
+        let heads = server.join().unwrap();
+        let auth = "Proxy-Authorization: Basic b3duZXI6cDRzcy13MHJk\r\n";
+        assert!(
+            heads[0].starts_with("CONNECT 127.0.0.1:9 HTTP/1.1\r\n") && heads[0].contains(auth),
+            "{}",
+            heads[0]
+        );
+        assert!(heads[1].starts_with("GET /api/tunnel HTTP/1.1\r\n"), "the request inside: {}", heads[1]);
+        assert!(!heads[1].contains("Proxy-Authorization"), "the proxy's credentials stay with the proxy");
     }
 
     #[test]

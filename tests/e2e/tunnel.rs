@@ -882,8 +882,8 @@ impl Drop for Tinyproxy {
 /// Basic authentication), the agent's tunnel goes through it (`CONNECT`, TLS to the platform
 /// inside, then the upgrade) and carries a tenant's session; the proxy's idle timeout (3 s)
 /// does not cut it, since the keepalive moves bytes every second. With a wrong proxy password
-/// the proxy refuses `CONNECT`: the agent says so, tries again later, and never goes around the
-/// proxy (tenants get 502). The proxy's credentials never reach the agent's log.
+/// the proxy refuses `CONNECT`, and the tunnel's client says so, naming the proxy and its answer.
+/// The proxy's credentials never reach the agent's log or an error.
 #[ignore = "needs a Docker engine"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tunnel_goes_through_the_agents_http_proxy() {
@@ -915,14 +915,28 @@ async fn tunnel_goes_through_the_agents_http_proxy() {
     let via =
         |password: &str| vec![("HTTPS_PROXY", format!("http://{user}:{password}@127.0.0.1:{}", proxy.port))];
 
-    // The wrong password: the proxy refuses CONNECT, and the agent says so, then tries again.
-    let agent = start_agent_env(dir.path(), 2, &via(bad));
-    wait_until(LONG, "the agent told of the proxy's refusal", || {
-        log().contains("could not open the tunnel") && log().contains("refused CONNECT")
-    });
-    assert!(log().contains("407"), "the proxy's answer is named: {}", log());
-    assert_eq!(connect_tls(relay, &ca, &a.id, 7000, &a.credential).await.0, 502, "no way around the proxy");
-    drop(agent);
+    // The wrong password: the proxy refuses CONNECT, and the tunnel's client (the agent's own,
+    // as its run loop uses it: the loop logs the error and dials again with backoff) names the
+    // proxy and its answer, never the credentials.
+    let opts = gpum_host::http::ClientOptions {
+        extra_roots_pem: vec![ca.as_bytes().to_vec()],
+        timeout: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
+    let client =
+        gpum_host::http::PostClient::new(&format!("{}{}", p.url(), gpum_protocol::PATH_TUNNEL), &opts)
+            .unwrap()
+            .through_proxy(&format!("http://{user}:{bad}@127.0.0.1:{}", proxy.port))
+            .unwrap();
+    let refused = match client.upgrade(gpum_protocol::TUNNEL_UPGRADE, &node.node_token, 1024).await {
+        Err(gpum_host::http::PostError::Transport(e)) => e,
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("the proxy let a wrong password through"),
+    };
+    // tinyproxy answers a wrong password 401 (others 407).
+    let said = format!("the proxy 127.0.0.1:{} refused CONNECT 127.0.0.1:{}: ", proxy.port, p.port());
+    assert!(refused.contains(&format!("{said}401")) || refused.contains(&format!("{said}407")), "{refused}");
+    assert!(!refused.contains(bad), "{refused}");
 
     // The right one: the tunnel goes through the proxy and carries a session.
     let agent = start_agent_env(dir.path(), 2, &via(good));
@@ -948,6 +962,14 @@ async fn tunnel_goes_through_the_agents_http_proxy() {
     assert_eq!(log().matches("tunnel open").count(), opened, "the same tunnel, not a new one:\n{}", log());
     let connects = proxy.log().matches(&format!("CONNECT 127.0.0.1:{}", p.port())).count();
     assert!(connects >= 1, "the proxy carried the tunnel; its log:\n{}", proxy.log());
+    // The proxy goes away: so does the tunnel (it went through the proxy, not around it), and
+    // the agent cannot dial it again until the proxy is back.
+    drop(proxy);
+    let t = Instant::now();
+    while connect_tls(relay, &ca, &a.id, 7000, &a.credential).await.0 != 502 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the tunnel outlived its proxy:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     for secret in [good, bad] {
         assert!(!log().contains(secret), "a proxy password reached the agent's log");
     }
