@@ -14,245 +14,37 @@
 //! rental does not list, names that are addresses, and lines that are not requests; an extra
 //! field naming an address changes nothing (the agent never reads an address); nothing reaches
 //! the host.
+//!
+//! And the tunnel's keepalive and its way out: through a forwarder the test cuts for longer than
+//! every timeout (the relay drops the dead tunnel, the tenant's stream closes, the tunnel comes
+//! back by itself once the network heals), and through a real HTTP proxy (`tinyproxy`, with
+//! Basic authentication and an idle timeout shorter than the test's quiet time).
+//!
+//! The setup (platform, node, rentals, agent, `CONNECT`) is `gpum_tests::tunnel`, shared with
+//! the suites that build on it.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use gpum_protocol::{
-    GpuPublic, Health, HeartbeatRequest, Inventory, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeReport,
-    RegisterRequest, RegisterResponse, VerificationState,
-};
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
-use gpum_tests::{bin, require_docker};
-
-const LONG: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn inventory() -> Inventory {
-    let mut inv = Inventory::default();
-    inv.public.cpu_model = "Test CPU".into();
-    inv.public.cpu_cores = 16;
-    inv.public.ram_mib = 65_536;
-    inv.public.disk_gib = 500;
-    inv.public.gpus = vec![GpuPublic { model: "Tesla T4".into(), vram_mib: 15_360 }; 2];
-    inv.private.gpu_uuids = vec![
-        "GPU-5a1e0000-0000-4000-8000-000000000000".into(),
-        "GPU-5a1e0000-0000-4000-8000-000000000001".into(),
-    ];
-    inv
-}
-
-/// A node made rentable over HTTP (registered, its check passed, priced).
-async fn rentable_node(p: &TestPlatform) -> RegisterResponse {
-    rentable_node_with(p, inventory()).await
-}
-
-async fn rentable_node_with(p: &TestPlatform, inventory: Inventory) -> RegisterResponse {
-    // Trusts the platform's CA when it speaks TLS.
-    let c = p.http_client();
-    let inventory = || inventory.clone();
-    let req = RegisterRequest {
-        join_code: p.join_code(),
-        agent_version: "0.1.0".into(),
-        inventory: inventory(),
-        install_id: None,
-    };
-    let reg: RegisterResponse =
-        c.post(format!("{}{PATH_REGISTER}", p.url())).json(&req).send().await.unwrap().json().await.unwrap();
-    let hb = HeartbeatRequest {
-        seq: 1,
-        inventory_hash: inventory().hash(),
-        health: Health { docker_ok: true, nvml: NvmlState::Ok, ..Default::default() },
-        probe: Some(ProbeReport {
-            state: VerificationState::Verified,
-            reason: None,
-            output: "ok".into(),
-            finished_at: 1,
-            image: String::new(),
-        }),
-        ..Default::default()
-    };
-    let r =
-        c.post(format!("{}{PATH_HEARTBEAT}", p.url())).bearer_auth(&reg.node_token).json(&hb).send().await;
-    assert!(r.unwrap().status().is_success());
-    p.cli_json(&["nodes", "set", &reg.node_id, "--price", "1.50"]);
-    reg
-}
-
-struct Rental {
-    id: String,
-    credential: String,
-}
-
-/// The rental's command: a web server on 8080 and a line echo server on 7000.
-const SERVERS: &str = "mkdir -p /www && echo hello-from-rental > /www/index.html && httpd -p 8080 -h /www && exec nc -ll -p 7000 -e cat";
-
-fn create_rental(p: &TestPlatform, node: &str, image: &str) -> Rental {
-    create_rental_running(p, node, image, SERVERS)
-}
-
-/// A rental exposing 7000 and 8080 whose container runs `sh -c script`.
-fn create_rental_running(p: &TestPlatform, node: &str, image: &str, script: &str) -> Rental {
-    let v = p.cli_json(&[
-        "rentals",
-        "create",
-        "--node",
-        node,
-        "--image",
-        image,
-        "--gpus",
-        "1",
-        "--cpu-millis",
-        "500",
-        "--memory-mib",
-        "128",
-        "--disk-gib",
-        "1",
-        "--shm-mib",
-        "16",
-        "--duration",
-        "1h",
-        "--port",
-        "7000",
-        "--port",
-        "8080",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
-    Rental {
-        id: v["spec"]["id"].as_str().unwrap().to_string(),
-        credential: v["tunnel"]["credential"].as_str().expect("the credential, once").to_string(),
-    }
-}
-
-struct AgentProc(Child);
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The agent, on the SIMULATED NVML (`tests/sim/nvml`, `gpus` GPUs, whose UUIDs the inventories
-/// above use; no more, or the node would claim another node's GPU): after a rental's teardown it asks NVML whether the rental's GPUs are free, and a
-/// machine without NVML would quarantine the node instead of reporting the rental gone.
-fn start_agent(dir: &std::path::Path, gpus: u32) -> AgentProc {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
-    let sim = gpum_tests::build_nvml_sim(dir);
-    let gpu_json = dir.join("gpu.json");
-    std::fs::write(&gpu_json, format!(r#"{{"state":"ok","gpus":{gpus}}}"#)).unwrap();
-    AgentProc(
-        Command::new(bin("gpum-agent"))
-            .args(["run", "--state", dir.to_str().unwrap()])
-            .env("GPUM_LOG", "debug")
-            .env("GPUM_NVML_LIB", &sim)
-            .env("GPUM_SIM_CONFIG", &gpu_json)
-            .env_remove("GPUM_SIM_NVML")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the agent"),
-    )
-}
-
-/// `CONNECT` at the relay: the status, and the connection when it is 200.
-fn connect(relay: u16, rental: &str, port: u16, user: &str, credential: &str) -> (u16, Option<TcpStream>) {
-    let mut s = TcpStream::connect(("127.0.0.1", relay)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let target = format!("rental-{}:{port}", rental.strip_prefix("rent-").unwrap());
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{credential}"));
-    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n")
-        .unwrap();
-    // The head, byte by byte, so that nothing after it is read.
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).unwrap_or(0) == 0 {
-            break;
-        }
-        head.push(b[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_string();
-    let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, (status == 200).then_some(s))
-}
-
-fn rental_state(p: &TestPlatform, id: &str) -> String {
-    p.cli_json(&["rentals", "show", id])["state"].as_str().unwrap_or("").to_string()
-}
-
-/// The ssh-like session: many round trips of a line each.
-fn echo_session(s: TcpStream, rounds: usize) {
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut w = s;
-    for i in 0..rounds {
-        let line = format!("round {i} привет\n");
-        w.write_all(line.as_bytes()).unwrap();
-        let mut back = String::new();
-        r.read_line(&mut back).unwrap();
-        assert_eq!(back, line, "round {i}");
-    }
-}
+use gpum_tests::require_docker;
+use gpum_tests::tunnel::{
+    LONG, ScopedContainers, TunnelWorld, agent_log, connect, create_rental, create_rental_running,
+    echo_session, free_port, inventory, rentable_node, rentable_node_with, rental_state, start_agent,
+    start_agent_env, write_agent_config_with,
+};
 
 #[ignore = "needs a Docker engine"]
 #[tokio::test(flavor = "multi_thread")]
 async fn tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts() {
     require_docker("tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts");
-    let relay = free_port();
-    let mut p = TestPlatform::start(PlatformOpts {
-        extra_args: vec!["--relay-listen".into(), format!("127.0.0.1:{relay}")],
-        ..PlatformOpts::insecure_http()
-    });
-    let image =
-        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
-    let node = rentable_node(&p).await;
-    let a = create_rental(&p, &node.node_id, &image);
-    let b = create_rental(&p, &node.node_id, &image);
-    let scope = format!("gpum.test.tunnel=p{}", std::process::id());
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let out =
-                Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
-            for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
-            }
-        }
-    }
-    let _cleanup = Cleanup(scope.clone());
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "server = '{}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
-             test_rentals_without_gpu_request = true\nrentals = true\n",
-            p.url(),
-            node.node_id,
-            node.node_token
-        ),
-    )
-    .unwrap();
-    let agent = start_agent(dir.path(), 2);
-    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
-    wait_until(LONG, "both rentals running", || {
-        rental_state(&p, &a.id) == "running" && rental_state(&p, &b.id) == "running"
-    });
-    let ready = |r: &Rental| connect(relay, &r.id, 7000, &r.id, &r.credential).1.is_some();
-    let t = Instant::now();
-    while !ready(&a) {
-        assert!(t.elapsed() < LONG, "no tunnel; agent log:\n{}\nplatform log:\n{}", log(), p.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut w = TunnelWorld::start(vec![]).await;
+    let (relay, a, b) = (w.relay, w.a.clone(), w.b.clone());
+    let ready = |w: &TunnelWorld, r| w.ready(r, 7000);
 
     // An ssh-like session and an HTTP request reach the container.
     let (st, s) = connect(relay, &a.id, 7000, &a.id, &a.credential);
@@ -274,35 +66,27 @@ async fn tunnel_reaches_a_rentals_ports_and_nothing_else_and_survives_restarts()
     assert_eq!(connect(relay, &b.id, 7000, &b.id, &b.credential).0, 200, "b's own works");
 
     // The agent restarts: the tunnel comes back.
-    drop(agent);
-    let agent = start_agent(dir.path(), 2);
-    wait_until(LONG, "the tunnel back after the agent restarted", || ready(&b));
+    w.restart_agent();
+    wait_until(LONG, "the tunnel back after the agent restarted", || ready(&w, &b));
     echo_session(connect(relay, &b.id, 7000, &b.id, &b.credential).1.unwrap(), 5);
 
     // The platform restarts: the agent dials again.
-    p.restart();
-    wait_until(LONG, "the tunnel back after the platform restarted", || ready(&b));
+    w.platform.restart();
+    wait_until(LONG, "the tunnel back after the platform restarted", || ready(&w, &b));
     echo_session(connect(relay, &b.id, 7000, &b.id, &b.credential).1.unwrap(), 5);
 
     // Stopped: its open stream closes at once, and it answers 404.
     let (_, open) = connect(relay, &b.id, 7000, &b.id, &b.credential);
     let mut open = open.unwrap();
     // Through the admin API: the relay closes its streams now, before the agent hears of it.
-    let r = reqwest::Client::new()
-        .post(format!("{}{}", p.url(), gpum_protocol::path_admin_rental_stop(&b.id)))
-        .bearer_auth(p.admin_token())
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    w.stop_rental(&b.id).await;
     open.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let t = Instant::now();
     let mut buf = [0u8; 16];
     assert_eq!(open.read(&mut buf).unwrap_or(0), 0, "the stream closed");
     assert!(t.elapsed() < Duration::from_secs(5), "at once: {:?}", t.elapsed());
     assert_eq!(connect(relay, &b.id, 7000, &b.id, &b.credential).0, 404);
-    assert!(!log().contains(&a.credential), "the credential never reaches the agent's log");
-    drop(agent);
+    assert!(!w.agent_log().contains(&a.credential), "the credential never reaches the agent's log");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,32 +240,14 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
     let stopped = create_rental(&p, &node.node_id, &image);
     let elsewhere = create_rental(&p, &other.node_id, &image);
     let exited = create_rental_running(&p, &node.node_id, &image, "exit 3");
-    let scope = format!("gpum.test.tunnel=h{}", std::process::id());
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let out =
-                Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
-            for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
-            }
-        }
-    }
-    let _cleanup = Cleanup(scope.clone());
+    let containers = ScopedContainers::new("h");
     let dir = tempfile::tempdir().unwrap();
     // The agent's platform is the hostile front. This relay sends no keepalive pings: the
     // agent is told to wait for them longer than the test takes.
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "server = '{front}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
-             test_rentals_without_gpu_request = true\nrentals = true\ntest_tunnel_silence_ms = 3600000\n",
-            node.node_id, node.node_token
-        ),
-    )
-    .unwrap();
+    let extra = "test_tunnel_silence_ms = 3600000\n";
+    write_agent_config_with(dir.path(), &front, &node, &containers.0, extra);
     let agent = start_agent(dir.path(), 3);
-    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let log = || agent_log(dir.path());
     let running = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         wait_until(LONG, "both rentals running", || {
             rental_state(&p, &a.id) == "running" && rental_state(&p, &stopped.id) == "running"
@@ -508,7 +274,7 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
     wait_until(LONG, "the other rental exited", || rental_state(&p, &exited.id) == "exited");
 
     // The host listens on a port of its own, on every address (the rentals' gateway included).
-    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host = TcpListener::bind("0.0.0.0:0").unwrap();
     host.set_nonblocking(true).unwrap();
     let host_port = host.local_addr().unwrap().port();
 
@@ -555,58 +321,6 @@ async fn tunnel_agent_refuses_what_a_hostile_relay_asks() {
 
 // ---------------------------------------------------------------------------------------------
 // Keepalive, network cuts, proxies
-
-/// The agent's config: `server`, its node, the test's Docker scope, and `extra` lines.
-fn write_agent_config(
-    dir: &std::path::Path,
-    server: &str,
-    node: &RegisterResponse,
-    scope: &str,
-    extra: &str,
-) {
-    std::fs::write(
-        dir.join("config.toml"),
-        format!(
-            "server = '{server}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
-             test_rentals_without_gpu_request = true\nrentals = true\n{extra}",
-            node.node_id, node.node_token
-        ),
-    )
-    .unwrap();
-}
-
-/// The agent as [`start_agent`] starts it, with no proxy variable but those of `env`.
-fn start_agent_env(dir: &std::path::Path, gpus: u32, env: &[(&str, String)]) -> AgentProc {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
-    let sim = gpum_tests::build_nvml_sim(dir);
-    let gpu_json = dir.join("gpu.json");
-    std::fs::write(&gpu_json, format!(r#"{{"state":"ok","gpus":{gpus}}}"#)).unwrap();
-    let mut cmd = Command::new(bin("gpum-agent"));
-    cmd.args(["run", "--state", dir.to_str().unwrap()])
-        .env("GPUM_LOG", "debug")
-        .env("GPUM_NVML_LIB", &sim)
-        .env("GPUM_SIM_CONFIG", &gpu_json)
-        .env_remove("GPUM_SIM_NVML");
-    for k in gpum_host::env::PROXY_VARS {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    AgentProc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("start the agent"))
-}
-
-/// Removes the containers of a Docker scope label when dropped.
-struct ScopeCleanup(String);
-impl Drop for ScopeCleanup {
-    fn drop(&mut self) {
-        let out =
-            Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={}", self.0)]).output();
-        for id in String::from_utf8_lossy(&out.map(|o| o.stdout).unwrap_or_default()).split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
-        }
-    }
-}
 
 /// A loopback TCP forwarder to `to` that the test can cut like a network: while cut, and for
 /// ever after on the connections that saw the cut (as a NAT that lost their state), bytes stop
@@ -706,13 +420,12 @@ async fn tunnel_comes_back_after_a_network_cut_longer_than_its_timeouts() {
         gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
     let node = rentable_node(&p).await;
     let a = create_rental(&p, &node.node_id, &image);
-    let scope = format!("gpum.test.tunnel=c{}", std::process::id());
-    let _cleanup = ScopeCleanup(scope.clone());
+    let containers = ScopedContainers::new("c");
     let fwd = Forwarder::start(format!("127.0.0.1:{}", p.port()).parse().unwrap()).await;
     let dir = tempfile::tempdir().unwrap();
     // The agent hears from the relay every second; 3 s of silence and it drops the tunnel.
     let server = format!("http://127.0.0.1:{}", fwd.port);
-    write_agent_config(dir.path(), &server, &node, &scope, "test_tunnel_silence_ms = 3000\n");
+    write_agent_config_with(dir.path(), &server, &node, &containers.0, "test_tunnel_silence_ms = 3000\n");
     let agent = start_agent_env(dir.path(), 2, &[]);
     let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
     let ready =
@@ -903,14 +616,13 @@ async fn tunnel_goes_through_the_agents_http_proxy() {
         gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
     let node = rentable_node(&p).await;
     let a = create_rental(&p, &node.node_id, &image);
-    let scope = format!("gpum.test.tunnel=x{}", std::process::id());
-    let _cleanup = ScopeCleanup(scope.clone());
+    let containers = ScopedContainers::new("x");
     let dir = tempfile::tempdir().unwrap();
     let (user, good, bad) = ("gpum-owner", "Pr0xy-h2-good-4471", "Pr0xy-h2-bad-9902");
     let proxy = Tinyproxy::start(dir.path(), user, good, 3);
     let ca_file = p.ca_path().unwrap();
     let extra = format!("ca_file = '{}'\ntest_tunnel_silence_ms = 3000\n", ca_file.display());
-    write_agent_config(dir.path(), p.url(), &node, &scope, &extra);
+    write_agent_config_with(dir.path(), p.url(), &node, &containers.0, &extra);
     let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
     let via =
         |password: &str| vec![("HTTPS_PROXY", format!("http://{user}:{password}@127.0.0.1:{}", proxy.port))];

@@ -11,6 +11,7 @@ pub mod images;
 pub mod owner;
 pub mod platform;
 pub mod testhost;
+pub mod tunnel;
 
 use std::io::Write;
 use std::path::PathBuf;
