@@ -636,6 +636,55 @@ mod tests {
         assert!(r.enter("rent-1").is_some(), "a fresh count after the end");
     }
 
+    /// The keepalive: an agent that answers the relay's pings keeps its tunnel; one that goes
+    /// silent (its connection open, nothing read or written: a cut network) loses it within a
+    /// ping and its timeout, and the node's place is free again.
+    #[tokio::test]
+    async fn relay_keeps_a_tunnel_that_answers_pings_and_drops_a_silent_one() {
+        let cfg = RelayConfig {
+            ping_every: Duration::from_millis(100),
+            ping_timeout: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let relay = Arc::new(Relay::new(cfg));
+        // An agent that answers every ping.
+        let (relay_end, agent_end) = tokio::io::duplex(64 * 1024);
+        let attached = tokio::spawn(relay.clone().attach("node-a".into(), relay_end));
+        let answered = Arc::new(AtomicU64::new(0));
+        let count = answered.clone();
+        let agent = tokio::spawn(async move {
+            let mut conn =
+                yamux::Connection::new(agent_end.compat(), tunnel::yamux_config(), yamux::Mode::Client);
+            while let Some(Ok(stream)) = poll_fn(|cx| conn.poll_next_inbound(cx)).await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(stream.compat());
+                    if read_line(&mut s).await.ok().as_deref() == Some(tunnel::PING) {
+                        let _ = s.write_all(b"pong\n").await;
+                        let _ = s.shutdown().await;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(relay.has_tunnel("node-a"), "a tunnel that answers is kept");
+        assert!(answered.load(Ordering::Relaxed) >= 5, "pinged every 100 ms");
+
+        // A silent one: its connection stays open, and nothing comes back.
+        let (relay_end, _silent) = tokio::io::duplex(64 * 1024);
+        let silent = tokio::spawn(relay.clone().attach("node-b".into(), relay_end));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(relay.has_tunnel("node-b"));
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), silent).await.expect("dropped in time").unwrap();
+        assert!(!relay.has_tunnel("node-b"), "its place is free");
+        assert!(t.elapsed() < Duration::from_secs(1), "within a ping and its timeout: {:?}", t.elapsed());
+        assert!(relay.has_tunnel("node-a"), "the other tunnel is untouched");
+        agent.abort();
+        attached.abort();
+    }
+
     /// One client address holds at most `max_per_address` tenant connections: the next is closed
     /// as soon as it is accepted, and a slot given back admits one again.
     #[tokio::test]
