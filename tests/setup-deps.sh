@@ -10,6 +10,8 @@
 #   tmux (the test host's progress-tty scenario: the installer in a terminal, its frames sampled),
 #   postgresql (the platform's suites on PostgreSQL, issue 35: the tests start a private cluster of
 #   their own with its initdb and pg_ctl, platform/src/testdb.rs; the package's own cluster is not used);
+#   tinyproxy (a real HTTP proxy the agent's tunnel goes through, tests/e2e/tunnel.rs; the tests
+#   start their own on loopback, the package's service is not used);
 # - cargo: cargo-deb, pinned (the .deb that `cargo xtask dist` builds); rustup: the musl target (the
 #   static platform);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
@@ -21,7 +23,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux postgresql; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux postgresql tinyproxy; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

@@ -664,7 +664,9 @@ impl Agent {
         let host = self.host.clone();
         let now = Arc::new(move || crate::state::unix(host.now()));
         let (platform, token) = (self.platform.clone(), self.cfg.token.clone());
-        self.tunnel_task = Some(tokio::spawn(crate::tunnel::run(platform, token, docker, rentals, now)));
+        let silence = self.cfg.test_tunnel_silence.unwrap_or(gpum_protocol::tunnel::SILENCE);
+        self.tunnel_task =
+            Some(tokio::spawn(crate::tunnel::run(platform, token, docker, rentals, now, silence)));
     }
 
     /// Writes `state.json` as the core asked ([`Action::WriteState`]).

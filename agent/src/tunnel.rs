@@ -8,9 +8,17 @@
 //! streams toward the agent, which HTTP/2 lets only the client do; each stream has its own flow
 //! window, so a slow tenant or container stalls only its stream, never the agent's memory; it
 //! rides inside one TLS connection through terminators that pass upgrades, where QUIC's UDP
-//! would not). No tunnel where a proxy variable is set (its client speaks to no proxy, and
-//! never goes around the owner's). A broken tunnel is dialled again with backoff; a deleted node or a replaced token
-//! ends it ([`crate::client::classify`], the heartbeat's rule; the heartbeat then stops the agent).
+//! would not). Where the environment names a proxy for the platform (`HTTPS_PROXY`,
+//! `ALL_PROXY`, `NO_PROXY`: reqwest's rules, which the heartbeat follows), the tunnel goes
+//! through it: `CONNECT`, then TLS to the platform inside, then the upgrade; a proxy it cannot
+//! speak to (not `http://`) means no tunnel, never a way around it. A broken tunnel is dialled
+//! again with backoff; a deleted node or a replaced token ends it ([`crate::client::classify`],
+//! the heartbeat's rule; the heartbeat then stops the agent).
+//!
+//! **Keepalive** ([`gpum_protocol::tunnel`]): the relay opens a `ping` stream every 20 s, which
+//! the agent answers `pong`; a tunnel on which no stream came from the relay for
+//! [`gpum_protocol::tunnel::SILENCE`] (a cut network, a NAT that forgot the connection, a
+//! relay gone without a word) is dropped, its streams closed, and dialled again with backoff.
 //!
 //! Each stream starts with one JSON line from the relay, [`TunnelOpen`] (a rental and a port);
 //! the agent answers one line, [`TunnelReply`], then copies bytes both ways. **The rule, fail
@@ -23,9 +31,9 @@
 //! closes.
 //!
 //! Bounds: [`MAX_STREAMS`] streams on the connection, [`MAX_STREAMS_PER_RENTAL`] per rental,
-//! yamux's window (256 KiB a stream to start) and [`COPY_BUFFER`] per direction bound the memory
-//! of a stream; the line is at most [`limits::MAX_TUNNEL_LINE`] bytes and must come within
-//! [`LINE_TIMEOUT`]. Nothing the tenant sends is logged; refusals are logged with their reason.
+//! yamux's window (256 KiB a stream to start) and one [`gpum_protocol::tunnel::CopyBuffer`] per
+//! direction (4 KiB while idle, up to 256 KiB while data flows) bound the memory of a stream;
+//! the line is at most [`limits::MAX_TUNNEL_LINE`] bytes and must come within [`LINE_TIMEOUT`]. Nothing the tenant sends is logged; refusals are logged with their reason.
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -33,9 +41,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gpum_protocol::tunnel::{self, read_line};
 use gpum_protocol::{RentalSpec, RentalState, TunnelOpen, TunnelReply, limits};
 use rand::SeedableRng;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
 use tokio_util::sync::CancellationToken;
@@ -47,8 +56,7 @@ use crate::docker::rental::{Book, valid_id};
 use crate::docker::{Docker, address};
 use crate::secret::Token;
 
-/// Streams on one tunnel connection (yamux refuses more).
-pub const MAX_STREAMS: usize = 1024;
+pub use gpum_protocol::tunnel::MAX_STREAMS;
 /// Streams to one rental at once (the relay enforces its own bound first).
 pub const MAX_STREAMS_PER_RENTAL: usize = 64;
 /// How often the agent checks that the rentals behind open streams still run.
@@ -57,17 +65,8 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 pub const LINE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to the container's port may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The buffer of each direction of a stream.
-pub const COPY_BUFFER: usize = 16 * 1024;
-
-/// yamux's settings for both ends: at most [`MAX_STREAMS`] streams, and a connection-wide
-/// receive window of the default 256 KiB for each of them.
-pub fn yamux_config() -> yamux::Config {
-    let mut c = yamux::Config::default();
-    c.set_max_connection_receive_window(Some(MAX_STREAMS * yamux::DEFAULT_CREDIT as usize));
-    c.set_max_num_streams(MAX_STREAMS);
-    c
-}
+/// The backoff between dials: from 1 s, doubling, up to this.
+pub const REDIAL_MAX: Duration = Duration::from_secs(60);
 
 /// What the tunnel knows of the rentals: the platform's last list and the agent's own reports.
 #[derive(Clone)]
@@ -172,17 +171,29 @@ type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// Runs the tunnel for as long as the agent runs: waits until a rental with ports runs, dials,
 /// serves, dials again after a break (with backoff). Returns only when the platform revoked the
 /// node.
-pub async fn run(platform: Platform, token: Token, docker: Arc<Docker>, rentals: Rentals, now: Clock) {
-    if !platform.can_tunnel() {
-        // Fail closed: the tunnel's client speaks to no proxy, and must not go around the one
-        // the owner set. Tenants get 502 at the relay.
-        warn!(
-            "a rental has ports, but the tunnel cannot go through the HTTP proxy set for the agent; tenants cannot reach this machine's rentals"
-        );
+///
+/// `silence`: how long a tunnel may go without a stream from the relay before it is dropped
+/// ([`gpum_protocol::tunnel::SILENCE`]; shorter only in end-to-end tests).
+pub async fn run(
+    platform: Platform,
+    token: Token,
+    docker: Arc<Docker>,
+    rentals: Rentals,
+    now: Clock,
+    silence: Duration,
+) {
+    if let Err(why) = platform.can_tunnel() {
+        // Fail closed: the tunnel must not go around the proxy the owner set. Tenants get 502
+        // at the relay.
+        warn!(reason = %why, "a rental has ports, but the tunnel cannot go through the proxy set for the agent; tenants cannot reach this machine's rentals");
         return;
     }
+    if let Some(proxy) = platform.tunnel_proxy() {
+        info!(proxy = %proxy, "the tunnel goes through the proxy set for the agent");
+    }
+    let mut failures = 0u32;
     let mut rentals = rentals;
-    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+    let mut backoff = Backoff::new(Duration::from_secs(1), REDIAL_MAX);
     let mut rng = rand::rngs::StdRng::from_entropy();
     loop {
         while !rentals.wanted(now()) {
@@ -194,9 +205,15 @@ pub async fn run(platform: Platform, token: Token, docker: Arc<Docker>, rentals:
         match platform.tunnel(&token).await {
             Ok(io) => {
                 backoff.reset();
+                failures = 0;
                 info!("tunnel open");
-                let why = serve(io, &docker, &mut rentals, &now).await;
+                let why = serve(io, &docker, &mut rentals, &now, silence).await;
                 info!(why, "tunnel closed");
+                if why == SILENT {
+                    // The network may still be cut: the next dial waits its turn.
+                    let wait = backoff.fail(&mut rng);
+                    tokio::time::sleep(wait).await;
+                }
             }
             Err(e) => match classify(&e) {
                 Verdict::StopForGood(code) => {
@@ -205,7 +222,14 @@ pub async fn run(platform: Platform, token: Token, docker: Arc<Docker>, rentals:
                 }
                 Verdict::Retry => {
                     let wait = backoff.fail(&mut rng);
-                    debug!(error = %e, wait_ms = wait.as_millis() as u64, "could not open the tunnel");
+                    // The first failure of a series (a proxy refusing CONNECT, a platform
+                    // down) is said plainly; its repeats only in the debug log.
+                    if failures.is_multiple_of(30) {
+                        warn!(error = %e, wait_ms = wait.as_millis() as u64, "could not open the tunnel; trying again");
+                    } else {
+                        debug!(error = %e, wait_ms = wait.as_millis() as u64, "could not open the tunnel");
+                    }
+                    failures += 1;
                     tokio::time::sleep(wait).await;
                 }
             },
@@ -213,18 +237,32 @@ pub async fn run(platform: Platform, token: Token, docker: Arc<Docker>, rentals:
     }
 }
 
-/// Serves one tunnel connection until it breaks or is no longer wanted; says why it ended.
-async fn serve<T>(io: T, docker: &Arc<Docker>, rentals: &mut Rentals, now: &Clock) -> &'static str
+/// Why [`serve`] dropped a tunnel that went quiet.
+const SILENT: &str = "no stream from the platform within the keepalive's bound";
+
+/// Serves one tunnel connection until it breaks, goes silent for `silence` (no ping, no
+/// tenant's stream) or is no longer wanted; says why it ended.
+async fn serve<T>(
+    io: T,
+    docker: &Arc<Docker>,
+    rentals: &mut Rentals,
+    now: &Clock,
+    silence: Duration,
+) -> &'static str
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut conn = yamux::Connection::new(io.compat(), yamux_config(), yamux::Mode::Client);
+    let io = gpum_protocol::tunnel::buffered(io).compat();
+    let mut conn = yamux::Connection::new(io, gpum_protocol::tunnel::yamux_config(), yamux::Mode::Client);
     let open = Open::default();
     let mut tick = tokio::time::interval(CHECK_EVERY);
+    let quiet = tokio::time::sleep(silence);
+    tokio::pin!(quiet);
     let why = loop {
         tokio::select! {
             s = poll_fn(|cx| conn.poll_next_inbound(cx)) => match s {
                 Some(Ok(stream)) => {
+                    quiet.as_mut().reset(tokio::time::Instant::now() + silence);
                     let (docker, rentals, open, now) = (docker.clone(), rentals.clone(), open.clone(), now.clone());
                     tokio::spawn(async move { stream_task(stream, &docker, &rentals, &open, now).await });
                 }
@@ -236,6 +274,7 @@ where
             },
             r = rentals.desired.changed() => if r.is_err() { break "the agent is stopping" },
             _ = tick.tick() => {}
+            () = &mut quiet => break SILENT,
         }
         let t = now();
         open.close_unless(|id| rentals.running(id, t).is_some());
@@ -256,6 +295,13 @@ async fn stream_task(stream: yamux::Stream, docker: &Docker, rentals: &Rentals, 
         Ok(Err(e)) => return debug!(error = %e, "tunnel: a stream without a good first line"),
         Err(_) => return debug!("tunnel: no first line in time"),
     };
+    if line == tunnel::PING {
+        let mut pong = tunnel::PONG.to_vec();
+        pong.push(b'\n');
+        let _ = s.write_all(&pong).await;
+        let _ = s.shutdown().await;
+        return;
+    }
     let req: TunnelOpen = match serde_json::from_slice(&line) {
         Ok(r) => r,
         Err(_) => return refuse(&mut s, None, "the first line is not a tunnel request".into()).await,
@@ -287,11 +333,13 @@ async fn stream_task(stream: yamux::Stream, docker: &Docker, rentals: &Rentals, 
             return;
         }
         debug!(rental = %req.rental, port = req.port, "tunnel: stream open");
-        let mut tcp = tcp;
+        let (sr, sw) = tokio::io::split(s);
+        let (tr, tw) = tcp.into_split();
+        let both = async {
+            tokio::join!(tunnel::pump(sr, tw, |_| async {}), tunnel::pump(tr, sw, |_| async {}));
+        };
         tokio::select! {
-            r = tokio::io::copy_bidirectional_with_sizes(&mut s, &mut tcp, COPY_BUFFER, COPY_BUFFER) => {
-                debug!(rental = %req.rental, port = req.port, ok = r.is_ok(), "tunnel: stream ended");
-            }
+            () = both => debug!(rental = %req.rental, port = req.port, "tunnel: stream ended"),
             () = cancel.cancelled() => {
                 debug!(rental = %req.rental, port = req.port, "tunnel: stream closed, the rental stopped");
             }
@@ -299,31 +347,6 @@ async fn stream_task(stream: yamux::Stream, docker: &Docker, rentals: &Rentals, 
     };
     result.await;
     open.leave(&req.rental);
-}
-
-/// Reads one line of at most [`limits::MAX_TUNNEL_LINE`] bytes (without its newline). What
-/// follows the line stays in the reader.
-pub async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
-    let mut line = Vec::new();
-    loop {
-        let buf = r.fill_buf().await?;
-        if buf.is_empty() {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no line"));
-        }
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        line.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        if line.len() > limits::MAX_TUNNEL_LINE {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the line is too long"));
-        }
-        if done {
-            line.pop();
-            return Ok(line);
-        }
-    }
 }
 
 async fn reply<W: AsyncWrite + Unpin>(w: &mut W, r: &TunnelReply) -> std::io::Result<()> {
@@ -390,18 +413,5 @@ mod tests {
         assert!(r.running(id, 1).is_none() && !r.wanted(1), "no longer listed");
         tx.send_replace(Arc::new(vec![spec(&[])]));
         assert!(r.running(id, 1).is_some() && !r.wanted(1), "no ports: no tunnel");
-    }
-
-    #[tokio::test]
-    async fn tunnel_lines_are_bounded_and_leave_what_follows() {
-        let data = b"{\"rental\":\"x\",\"port\":1}\nSSH-2.0-rest".to_vec();
-        let mut r = BufReader::new(&data[..]);
-        assert_eq!(read_line(&mut r).await.unwrap(), b"{\"rental\":\"x\",\"port\":1}");
-        let mut rest = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut r, &mut rest).await.unwrap();
-        assert_eq!(rest, b"SSH-2.0-rest");
-        let long = vec![b'a'; limits::MAX_TUNNEL_LINE + 10];
-        assert!(read_line(&mut BufReader::new(&long[..])).await.is_err());
-        assert!(read_line(&mut BufReader::new(&b"no newline"[..])).await.is_err());
     }
 }

@@ -110,10 +110,12 @@ pub struct Platform {
     /// rustls, without reqwest's layers), made once. `None` when a proxy variable is set; the
     /// heartbeat then goes through reqwest, which speaks to proxies.
     heartbeat: Option<PostClient>,
-    /// The tunnel's client (issue 34): the same TLS settings, one connection per tunnel. It
-    /// speaks to no proxy, and it never goes around one: `None` when a proxy variable is set
-    /// (the tunnel is then unavailable on this machine, [`Platform::can_tunnel`]).
-    tunnel: Option<PostClient>,
+    /// The tunnel's client (issue 34): the same TLS settings, one connection per tunnel,
+    /// through the proxy the environment names for the platform (`CONNECT`, then TLS inside),
+    /// by reqwest's rules, so it takes the heartbeat's path. `Err` (why) when that proxy is one
+    /// it cannot speak to: the tunnel never goes around the owner's proxy
+    /// ([`Platform::can_tunnel`]).
+    tunnel: Result<PostClient, String>,
 }
 
 /// The connection of an established tunnel: the upgraded HTTP/1.1 connection.
@@ -143,14 +145,10 @@ impl Platform {
                     .map_err(|e| CallError::Transport(e.to_string()))?,
             )
         };
-        let tunnel = if proxy_in_env() {
-            None
-        } else {
-            Some(
-                PostClient::new(&format!("{server}{PATH_TUNNEL}"), &opts)
-                    .map_err(|e| CallError::Transport(e.to_string()))?,
-            )
-        };
+        let tunnel = PostClient::new(&format!("{server}{PATH_TUNNEL}"), &opts)
+            .map_err(|e| CallError::Transport(e.to_string()))?
+            .through_env_proxy()
+            .map_err(|e| e.to_string());
         Ok(Platform { http, server, heartbeat, tunnel })
     }
 
@@ -158,9 +156,7 @@ impl Platform {
     /// the node's token. Any other answer is an error that [`classify`] judges as it judges a
     /// heartbeat's (a deleted node or a replaced token is final).
     pub async fn tunnel(&self, token: &Token) -> Result<TunnelIo, CallError> {
-        let Some(tunnel) = &self.tunnel else {
-            return Err(CallError::Transport("the tunnel does not go through an HTTP proxy".into()));
-        };
+        let tunnel = self.tunnel.as_ref().map_err(|why| CallError::Transport(why.clone()))?;
         let up =
             tunnel.upgrade(TUNNEL_UPGRADE, token.expose(), MAX_ANSWER_BYTES).await.map_err(|e| match e {
                 PostError::Timeout => CallError::Timeout,
@@ -188,10 +184,15 @@ impl Platform {
         }
     }
 
-    /// Whether this machine can open the tunnel: not while a proxy variable is set, since the
-    /// tunnel's client speaks to no proxy and must not go around the one the owner configured.
-    pub fn can_tunnel(&self) -> bool {
-        self.tunnel.is_some()
+    /// Whether this machine can open the tunnel: `Err` (why) when the proxy the environment
+    /// names is one the tunnel's client cannot speak to (it never goes around it).
+    pub fn can_tunnel(&self) -> Result<(), String> {
+        self.tunnel.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// The proxy the tunnel goes through (`host:port`), if any.
+    pub fn tunnel_proxy(&self) -> Option<String> {
+        self.tunnel.as_ref().ok().and_then(PostClient::proxy)
     }
 
     pub fn server(&self) -> &str {

@@ -121,6 +121,11 @@ pub struct Config {
     /// images only), so that an end-to-end test can watch the real agent run one. Read only with
     /// `test-knobs`.
     pub test_rentals_without_gpu_request: bool,
+    /// TEST ONLY: how long the agent's tunnel may hear nothing from the relay before it is
+    /// dropped and dialled again, instead of `gpum_protocol::tunnel::SILENCE` (60 s), so that an
+    /// end-to-end test can cut the network and watch the tunnel come back. Read only with
+    /// `test-knobs`.
+    pub test_tunnel_silence: Option<std::time::Duration>,
 }
 
 /// The file's shape. Unknown keys are refused so that a typo is a visible configuration error
@@ -149,6 +154,9 @@ struct ConfigFile {
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     test_rentals_without_gpu_request: bool,
+    #[cfg(feature = "test-knobs")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    test_tunnel_silence_ms: Option<u64>,
 }
 
 fn on() -> bool {
@@ -211,9 +219,15 @@ impl Config {
         };
         #[cfg(feature = "test-knobs")]
         let test_rentals_without_gpu_request = f.test_rentals_without_gpu_request;
+        #[cfg(feature = "test-knobs")]
+        let test_tunnel_silence = f.test_tunnel_silence_ms.map(std::time::Duration::from_millis);
         #[cfg(not(feature = "test-knobs"))]
-        let (test_docker_scope, test_reconcile_min_age, test_rentals_without_gpu_request) =
-            (None, None, false);
+        let (
+            test_docker_scope,
+            test_reconcile_min_age,
+            test_rentals_without_gpu_request,
+            test_tunnel_silence,
+        ) = (None, None, false, None);
         let probe_registries = match f.probe_registries {
             None => default_registries(),
             Some(list) => check_registries(list).map_err(invalid)?,
@@ -229,6 +243,7 @@ impl Config {
             test_docker_scope,
             test_reconcile_min_age,
             test_rentals_without_gpu_request,
+            test_tunnel_silence,
         })
     }
 
@@ -258,6 +273,8 @@ impl Config {
             test_reconcile_min_age_secs: self.test_reconcile_min_age.map(|d| d.as_secs()),
             #[cfg(feature = "test-knobs")]
             test_rentals_without_gpu_request: self.test_rentals_without_gpu_request,
+            #[cfg(feature = "test-knobs")]
+            test_tunnel_silence_ms: self.test_tunnel_silence.map(|d| d.as_millis() as u64),
         };
         toml::to_string(&f).expect("config serializes")
     }
@@ -302,6 +319,7 @@ mod tests {
             test_docker_scope: None,
             test_reconcile_min_age: None,
             test_rentals_without_gpu_request: false,
+            test_tunnel_silence: None,
         }
     }
 

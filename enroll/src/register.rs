@@ -115,6 +115,7 @@ pub async fn register(
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
+        test_tunnel_silence: None,
     };
     write_config_and_state(host.as_ref(), &cfg, &opts.config_path, &opts.state_dir)?;
     tracing::info!(node_id = %resp.node_id, "registered");
@@ -164,6 +165,7 @@ pub fn configure(
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
+        test_tunnel_silence: None,
     };
     write_config_and_state(host, &cfg, &opts.config_path, &opts.state_dir)
 }

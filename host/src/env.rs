@@ -21,9 +21,20 @@ pub const GPUM_CA_FILE: &str = "GPUM_CA_FILE";
 pub const GPUM_YES: &str = "GPUM_YES";
 pub const GPUM_ALLOW_DOWNGRADE: &str = "GPUM_ALLOW_DOWNGRADE";
 pub const GPUM_PROBE_REGISTRIES: &str = "GPUM_PROBE_REGISTRIES";
-/// Proxy variables the installer passes on to the service (reqwest reads them too).
-pub const PROXY_VARS: &[&str] =
-    &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"];
+/// Proxy variables the installer passes on to the service. reqwest reads them for the agent's
+/// requests, and the tunnel's client follows the same rules (`http::PostClient::through_env_proxy`,
+/// through hyper-util's `Matcher::from_env`, which reqwest uses): `HTTPS_PROXY` for https,
+/// `HTTP_PROXY` for http, `ALL_PROXY` for both, `NO_PROXY` for the exceptions.
+pub const PROXY_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
 /// Log filter for the agent and platform (tracing's `EnvFilter` syntax).
 pub const GPUM_LOG: &str = "GPUM_LOG";
 /// TEST ONLY: another NVML library (the simulated one) for the installer's audit and the agent's

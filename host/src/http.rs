@@ -124,9 +124,26 @@ pub struct PostClient {
 struct Target {
     host: url::Host<String>,
     port: u16,
+    /// `host:port` as a `CONNECT` names it (`[v6]:port` for an IPv6 address).
+    authority: String,
     /// For https: the connector, and the name the server's certificate must carry.
     tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
+    /// The HTTP proxy to go through with `CONNECT`, when [`PostClient::through_env_proxy`]
+    /// found one.
+    proxy: Option<Proxy>,
 }
+
+/// An HTTP proxy: where it listens, and its `Proxy-Authorization` (from the credentials in
+/// its URL, marked sensitive; never printed: only `host:port` names the proxy in errors and
+/// logs).
+struct Proxy {
+    host: String,
+    port: u16,
+    auth: Option<http::HeaderValue>,
+}
+
+/// The largest answer head a proxy may send to `CONNECT`.
+const MAX_PROXY_HEAD: usize = 16 * 1024;
 
 /// An answer read whole.
 #[derive(Debug)]
@@ -180,8 +197,12 @@ impl PostClient {
             None => host_str.to_string(),
         };
         let ua = opts.user_agent.clone().unwrap_or_else(|| format!("gpum/{}", env!("CARGO_PKG_VERSION")));
+        let authority = match &host {
+            url::Host::Ipv6(ip) => format!("[{ip}]:{port}"),
+            h => format!("{h}:{port}"),
+        };
         Ok(PostClient {
-            target: Arc::new(Target { host, port, tls }),
+            target: Arc::new(Target { host, port, authority, tls, proxy: None }),
             path: http::Uri::try_from(path).map_err(|_| bad())?,
             host_header: http::HeaderValue::try_from(host_header).map_err(|_| bad())?,
             user_agent: http::HeaderValue::try_from(ua).map_err(|_| bad())?,
@@ -189,6 +210,67 @@ impl PostClient {
             connect_timeout: opts.connect_timeout,
             idle: Arc::default(),
         })
+    }
+
+    /// The same client, going through the HTTP proxy the environment names for its URL, by the
+    /// rules reqwest follows (hyper-util's `Matcher::from_env`: `HTTPS_PROXY` for an https URL,
+    /// `HTTP_PROXY` for http, `ALL_PROXY` for both, either case, and `NO_PROXY`), so that it
+    /// takes the path the agent's other requests take. Through it: `CONNECT host:port`, then TLS
+    /// to the server inside. Only `http://` proxies are spoken to; another scheme (`socks5://`,
+    /// `https://`) is an error, never a way around the proxy.
+    pub fn through_env_proxy(self) -> Result<PostClient, HttpError> {
+        self.through(&hyper_util::client::proxy::matcher::Matcher::from_env())
+    }
+
+    /// The same client, going through the proxy at `url` (`http://[user:password@]host:port`)
+    /// whatever the environment says, as [`PostClient::through_env_proxy`] would.
+    pub fn through_proxy(self, url: &str) -> Result<PostClient, HttpError> {
+        self.through(&hyper_util::client::proxy::matcher::Matcher::builder().all(url).build())
+    }
+
+    fn through(self, matcher: &hyper_util::client::proxy::matcher::Matcher) -> Result<PostClient, HttpError> {
+        let uri: http::Uri = format!("{}://{}{}", self.scheme(), self.target.authority, self.path)
+            .parse()
+            .map_err(|_| HttpError::BadUrl(self.target.authority.clone()))?;
+        let Some(found) = matcher.intercept(&uri) else { return Ok(self) };
+        let p = found.uri();
+        let named = || format!("{}:{}", p.host().unwrap_or(""), p.port_u16().unwrap_or(0));
+        if p.scheme_str() != Some("http") {
+            return Err(HttpError::Proxy(format!(
+                "the proxy {} is {}://; only http:// proxies are supported here",
+                named(),
+                p.scheme_str().unwrap_or("")
+            )));
+        }
+        let host = p
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| HttpError::Proxy("the proxy URL names no host".into()))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let auth = found.basic_auth().cloned().map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
+        let proxy = Proxy { host, port: p.port_u16().unwrap_or(80), auth };
+        let t = &self.target;
+        let target = Target {
+            host: t.host.clone(),
+            port: t.port,
+            authority: t.authority.clone(),
+            tls: t.tls.clone(),
+            proxy: Some(proxy),
+        };
+        Ok(PostClient { target: Arc::new(target), ..self })
+    }
+
+    /// Whether this client goes through a proxy ([`PostClient::through_env_proxy`]), as
+    /// `host:port` (never its credentials).
+    pub fn proxy(&self) -> Option<String> {
+        self.target.proxy.as_ref().map(|p| format!("{}:{}", p.host, p.port))
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.target.tls.is_some() { "https" } else { "http" }
     }
 
     /// POSTs `body` as JSON, with `bearer` as the `Authorization` (marked sensitive, so hyper
@@ -335,12 +417,15 @@ impl PostClient {
         let t = &self.target;
         let failed =
             |e: &dyn std::fmt::Display| PostError::Transport(format!("error trying to connect: {e}"));
-        let addrs: Vec<std::net::SocketAddr> = match &t.host {
-            url::Host::Domain(d) => {
+        let addrs: Vec<std::net::SocketAddr> = match (&t.proxy, &t.host) {
+            (Some(p), _) => {
+                tokio::net::lookup_host((p.host.as_str(), p.port)).await.map_err(|e| failed(&e))?.collect()
+            }
+            (None, url::Host::Domain(d)) => {
                 tokio::net::lookup_host((d.as_str(), t.port)).await.map_err(|e| failed(&e))?.collect()
             }
-            url::Host::Ipv4(ip) => vec![(*ip, t.port).into()],
-            url::Host::Ipv6(ip) => vec![(*ip, t.port).into()],
+            (None, url::Host::Ipv4(ip)) => vec![(*ip, t.port).into()],
+            (None, url::Host::Ipv6(ip)) => vec![(*ip, t.port).into()],
         };
         let mut last: Option<std::io::Error> = None;
         let mut tcp = None;
@@ -368,6 +453,10 @@ impl PostClient {
             });
         };
         let _ = tcp.set_nodelay(true);
+        let mut tcp = tcp;
+        if let Some(p) = &t.proxy {
+            connect_through(&mut tcp, p, &t.authority).await?;
+        }
         match &t.tls {
             Some((connector, name)) => {
                 let s = connector.connect(name.clone(), tcp).await.map_err(|e| failed(&error_chain(&e)))?;
@@ -377,6 +466,63 @@ impl PostClient {
             None => handshake(tcp, upgrades).await,
         }
     }
+}
+
+/// Asks the proxy on `tcp` for a tunnel to `authority` (`CONNECT`, HTTP/1.1) and reads its
+/// answer's head, byte by byte so that nothing of the server's is read; `Ok` only on a 2xx.
+async fn connect_through(
+    tcp: &mut tokio::net::TcpStream,
+    proxy: &Proxy,
+    authority: &str,
+) -> Result<(), PostError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let named = format!("{}:{}", proxy.host, proxy.port);
+    let broke = |e: std::io::Error| PostError::Transport(format!("the proxy {named}: {e}"));
+    let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n").into_bytes();
+    if let Some(auth) = &proxy.auth {
+        head.extend_from_slice(b"Proxy-Authorization: ");
+        head.extend_from_slice(auth.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    tcp.write_all(&head).await.map_err(broke)?;
+    let mut answer = Vec::new();
+    let mut b = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if tcp.read(&mut b).await.map_err(broke)? == 0 {
+            return Err(PostError::Transport(format!(
+                "the proxy {named} closed the connection before answering CONNECT"
+            )));
+        }
+        answer.push(b[0]);
+        if answer.len() > MAX_PROXY_HEAD {
+            return Err(PostError::Transport(format!(
+                "the proxy {named} sent a head longer than {MAX_PROXY_HEAD} bytes"
+            )));
+        }
+    }
+    let status = proxy_status(&answer);
+    tracing::trace!(proxy = %named, status = ?status, "CONNECT answered");
+    match status {
+        Some((code, _)) if (200..300).contains(&code) => Ok(()),
+        Some((code, reason)) => Err(PostError::Transport(format!(
+            "the proxy {named} refused CONNECT {authority}: {code} {reason}"
+        ))),
+        None => Err(PostError::Transport(format!("the proxy {named} did not answer CONNECT with HTTP"))),
+    }
+}
+
+/// The status code and reason of an answer's head (`HTTP/1.x 200 Connection established`).
+fn proxy_status(head: &[u8]) -> Option<(u16, String)> {
+    let line = head.split(|&b| b == b'\n').next()?;
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.trim_end().splitn(3, ' ');
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = parts.next()?.parse().ok()?;
+    let reason: String = parts.next().unwrap_or("").chars().filter(|c| !c.is_control()).take(100).collect();
+    Some((code, reason))
 }
 
 /// An upgraded connection, as tokio's reader and writer.
@@ -545,6 +691,89 @@ mod tests {
         let e = rt.block_on(client.post_json(b"second".to_vec(), None, 1024)).unwrap_err();
         assert!(matches!(e, PostError::Transport(_)), "{e:?}");
         assert_eq!(server.join().unwrap(), vec![vec!["first".to_string(), "second".to_string()]]);
+    }
+
+    /// Through a proxy (a scripted one on loopback): `CONNECT` with the proxy's Basic
+    /// credentials, then the request inside once it answers 200; a refusal is an error that
+    /// names the proxy and its answer, never the credentials.
+    #[test]
+    fn the_tunnel_goes_through_a_proxy_with_connect_and_a_refusal_is_named() {
+        use std::io::{BufRead, BufReader, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut heads = Vec::new();
+            for answer in ["HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"] {
+                let (s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut head = String::new();
+                while !head.ends_with("\r\n\r\n") {
+                    if r.read_line(&mut head).unwrap() == 0 {
+                        break;
+                    }
+                }
+                (&s).write_all(answer.as_bytes()).unwrap();
+                if answer.contains("200") {
+                    // Inside the tunnel: the server's side, which switches.
+                    let mut inner = String::new();
+                    while !inner.ends_with("\r\n\r\n") {
+                        if r.read_line(&mut inner).unwrap() == 0 {
+                            break;
+                        }
+                    }
+                    (&s).write_all(
+                        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: t\r\n\r\n",
+                    )
+                    .unwrap();
+                    heads.push(inner);
+                }
+                heads.push(head);
+            }
+            heads
+        });
+        let client = PostClient::new("http://127.0.0.1:9/api/tunnel", &ClientOptions::default())
+            .unwrap()
+            .through_proxy(&format!("http://owner:p4ss-w0rd@127.0.0.1:{port}"))
+            .unwrap();
+        assert_eq!(client.proxy(), Some(format!("127.0.0.1:{port}")));
+        let rt = current_thread();
+        let e = match rt.block_on(client.upgrade("t", "tok", 1024)) {
+            Err(PostError::Transport(e)) => e,
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("a refused CONNECT went on"),
+        };
+        assert!(
+            e.contains(&format!(
+                "the proxy 127.0.0.1:{port} refused CONNECT 127.0.0.1:9: 407 Proxy Authentication Required"
+            )),
+            "{e}"
+        );
+        assert!(!e.contains("p4ss-w0rd") && !e.contains("owner"), "{e}");
+        assert!(matches!(rt.block_on(client.upgrade("t", "tok", 1024)), Ok(Upgrade::Switched(_))));
+        let heads = server.join().unwrap();
+        let auth = "Proxy-Authorization: Basic b3duZXI6cDRzcy13MHJk\r\n";
+        assert!(
+            heads[0].starts_with("CONNECT 127.0.0.1:9 HTTP/1.1\r\n") && heads[0].contains(auth),
+            "{}",
+            heads[0]
+        );
+        assert!(heads[1].starts_with("GET /api/tunnel HTTP/1.1\r\n"), "the request inside: {}", heads[1]);
+        assert!(!heads[1].contains("Proxy-Authorization"), "the proxy's credentials stay with the proxy");
+    }
+
+    #[test]
+    fn a_proxys_answer_to_connect_is_read_from_its_status_line() {
+        assert_eq!(
+            proxy_status(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+            Some((200, "Connection established".into()))
+        );
+        assert_eq!(
+            proxy_status(b"HTTP/1.0 403 Access violation\r\nX: y\r\n\r\n"),
+            Some((403, "Access violation".into()))
+        );
+        assert_eq!(proxy_status(b"HTTP/1.1 407\r\n\r\n"), Some((407, String::new())));
+        assert_eq!(proxy_status(b"SSH-2.0-OpenSSH\r\n\r\n"), None);
+        assert_eq!(proxy_status(b"HTTP/1.1 abc ok\r\n\r\n"), None);
     }
 
     #[test]

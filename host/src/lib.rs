@@ -280,6 +280,9 @@ pub enum HttpError {
     Scheme(String),
     #[error(transparent)]
     Client(#[from] reqwest::Error),
+    /// A proxy the environment names that this client cannot use (never its credentials).
+    #[error("proxy: {0}")]
+    Proxy(String),
     #[error("TLS settings: {0}")]
     Tls(String),
 }

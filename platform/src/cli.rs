@@ -190,6 +190,12 @@ struct ServeArgs {
     /// Seconds a relay stream may carry no byte either way before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     relay_idle_timeout: u64,
+    /// TEST ONLY (the `test-knobs` feature): ping each agent's tunnel every this many
+    /// milliseconds, and drop it when the answer takes as long, instead of every 20 s within
+    /// 15 s, so that an end-to-end test can cut the network and watch the tunnel come back.
+    #[cfg(feature = "test-knobs")]
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
+    test_relay_ping_ms: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -994,6 +1000,13 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         terminators: terminators(&args.terminator_address)?,
         body_memory: usize::try_from(args.body_memory).unwrap_or(usize::MAX).saturating_mul(1024 * 1024),
     };
+    #[cfg(feature = "test-knobs")]
+    let (ping_every, ping_timeout) = match args.test_relay_ping_ms {
+        Some(ms) => (Duration::from_millis(ms), Duration::from_millis(ms)),
+        None => (gpum_protocol::tunnel::PING_EVERY, gpum_protocol::tunnel::PING_TIMEOUT),
+    };
+    #[cfg(not(feature = "test-knobs"))]
+    let (ping_every, ping_timeout) = (gpum_protocol::tunnel::PING_EVERY, gpum_protocol::tunnel::PING_TIMEOUT);
     let relay = Arc::new(crate::relay::Relay::new(crate::relay::RelayConfig {
         max_streams_per_rental: usize::try_from(args.relay_max_streams).unwrap_or(64),
         idle_timeout: Duration::from_secs(args.relay_idle_timeout),
@@ -1004,6 +1017,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         header_timeout: Duration::from_secs(args.header_timeout),
         trusted_proxies: args.relay_trust_proxy.clone(),
         domain: args.relay_domain.clone(),
+        ping_every,
+        ping_timeout,
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
     let db = crate::db::Db::start(conn);

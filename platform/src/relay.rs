@@ -22,7 +22,13 @@
 //! created on: a node's agent cannot reach another node's rental. The stream's first line names
 //! the rental and the port, never an address.
 //!
-//! **Bounds**: each direction copies through one [`COPY_BUFFER`]; yamux's per-stream window
+//! **Keepalive** ([`gpum_protocol::tunnel`]): every [`RelayConfig::ping_every`] the relay opens
+//! a stream whose first line is `ping`; a tunnel whose agent does not answer within
+//! [`RelayConfig::ping_timeout`] is dropped, so a dead connection (a cut network, a NAT that
+//! forgot it) frees its node's place, and its tenants' streams close, within a bounded time.
+//!
+//! **Bounds**: each direction copies through one buffer that grows only while data flows
+//! ([`gpum_protocol::tunnel::CopyBuffer`]: 4 KiB idle, up to 256 KiB); yamux's per-stream window
 //! pushes back on the agent's side and TCP's on the tenant's, so a slow reader stalls its own
 //! stream and nothing buffers without bound. A stream with no byte either way for
 //! [`RelayConfig::idle_timeout`] is closed. Bytes per second per rental (both directions
@@ -39,11 +45,12 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use base64::Engine;
+use gpum_protocol::tunnel::{self, pump, read_line};
 use gpum_protocol::{TunnelOpen, TunnelReply, limits};
 use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
@@ -56,12 +63,8 @@ use crate::web::throttle::{Door, Throttle};
 
 pub mod http;
 
-/// The buffer of each direction of a stream.
-pub const COPY_BUFFER: usize = 16 * 1024;
 /// How long opening a stream and the agent's answer may take.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Streams one tunnel may hold at once (the agent's yamux refuses more).
-pub const MAX_STREAMS: usize = 1024;
 
 /// The relay's limits (`serve --relay-*`).
 #[derive(Debug, Clone)]
@@ -85,6 +88,11 @@ pub struct RelayConfig {
     /// The HTTP door's domain (`serve --relay-domain`): rentals' ports are
     /// `<16 hex>-<port>.<domain>` ([`http::parse_host`]).
     pub domain: Option<String>,
+    /// How often each tunnel is pinged, and how long its agent has to answer before the tunnel
+    /// is dropped ([`gpum_protocol::tunnel::PING_EVERY`], [`gpum_protocol::tunnel::PING_TIMEOUT`];
+    /// shorter only in tests).
+    pub ping_every: Duration,
+    pub ping_timeout: Duration,
 }
 
 impl Default for RelayConfig {
@@ -99,6 +107,8 @@ impl Default for RelayConfig {
             header_timeout: Duration::from_secs(20),
             trusted_proxies: Vec::new(),
             domain: None,
+            ping_every: tunnel::PING_EVERY,
+            ping_timeout: tunnel::PING_TIMEOUT,
         }
     }
 }
@@ -114,14 +124,6 @@ impl RelayConfig {
             header_timeout: self.header_timeout,
         }
     }
-}
-
-/// yamux's settings: at most [`MAX_STREAMS`] streams, each with the default 256 KiB window.
-fn yamux_config() -> yamux::Config {
-    let mut c = yamux::Config::default();
-    c.set_max_connection_receive_window(Some(MAX_STREAMS * yamux::DEFAULT_CREDIT as usize));
-    c.set_max_num_streams(MAX_STREAMS);
-    c
 }
 
 type OpenRequest = oneshot::Sender<Option<yamux::Stream>>;
@@ -163,8 +165,12 @@ impl Relay {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut conn = yamux::Connection::new(io.compat(), yamux_config(), yamux::Mode::Server);
+        let io = tunnel::buffered(io).compat();
+        let mut conn = yamux::Connection::new(io, tunnel::yamux_config(), yamux::Mode::Server);
         let (tx, mut rx) = mpsc::channel::<OpenRequest>(64);
+        // The keepalive asks for its streams like a tenant does, through a sender that does not
+        // keep the link alive: replacing the link still ends this tunnel.
+        let pinger = tx.downgrade();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         self.links
             .lock()
@@ -172,7 +178,7 @@ impl Relay {
             .insert(node_id.clone(), Link { generation, open: tx });
         tracing::info!(node = %node_id, "tunnel attached");
         let mut waiting: std::collections::VecDeque<OpenRequest> = Default::default();
-        let end = poll_fn(|cx| {
+        let drive = poll_fn(|cx| {
             loop {
                 match rx.poll_recv(cx) {
                     Poll::Ready(Some(r)) => waiting.push_back(r),
@@ -205,13 +211,23 @@ impl Relay {
                     Poll::Pending => return Poll::Pending,
                 }
             }
-        })
-        .await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| conn.poll_close(cx))).await;
-        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
-        if links.get(&node_id).is_some_and(|l| l.generation == generation) {
-            links.remove(&node_id);
+        });
+        let end = tokio::select! {
+            why = drive => why,
+            why = keepalive(pinger, self.cfg.ping_every, self.cfg.ping_timeout) => why,
+        };
+        {
+            let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+            if links.get(&node_id).is_some_and(|l| l.generation == generation) {
+                links.remove(&node_id);
+            }
         }
+        // A connection that answers no ping is dead: it is dropped, which ends its streams at
+        // once (a close would wait for it in vain). Others are closed in order first.
+        if end != SILENT_AGENT {
+            let _ = tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| conn.poll_close(cx))).await;
+        }
+        drop(conn);
         tracing::info!(node = %node_id, why = end, "tunnel detached");
     }
 
@@ -261,6 +277,38 @@ impl Relay {
             if e.count == 0 {
                 m.remove(id);
             }
+        }
+    }
+}
+
+/// Why [`keepalive`] ended a tunnel.
+const SILENT_AGENT: &str = "the agent did not answer a ping";
+
+/// Pings a tunnel every `every` through `link` (see [`gpum_protocol::tunnel`]); returns why
+/// the tunnel should end: its agent did not answer within `timeout`, or the link is gone.
+async fn keepalive(link: mpsc::WeakSender<OpenRequest>, every: Duration, timeout: Duration) -> &'static str {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(tx) = link.upgrade() else { return "replaced or ended" };
+        let (otx, orx) = oneshot::channel();
+        if tx.send(otx).await.is_err() {
+            return "replaced or ended";
+        }
+        drop(tx);
+        let ping = async {
+            let stream = orx.await.ok().flatten()?;
+            let mut s = BufReader::with_capacity(limits::MAX_TUNNEL_LINE, stream.compat());
+            let mut line = tunnel::PING.to_vec();
+            line.push(b'\n');
+            s.write_all(&line).await.ok()?;
+            s.flush().await.ok()?;
+            // Any line is an answer: an agent older than the keepalive refuses the ping with one.
+            read_line(&mut s).await.ok()?;
+            let _ = s.shutdown().await;
+            Some(())
+        };
+        if tokio::time::timeout(timeout, ping).await.ok().flatten().is_none() {
+            return SILENT_AGENT;
         }
     }
 }
@@ -562,7 +610,8 @@ async fn open_stream(
     let no_tunnel =
         || (StatusCode::BAD_GATEWAY, "the rental's server has no tunnel to the platform now".to_string());
     let stream = relay.open(node_id).await.ok_or_else(no_tunnel)?;
-    let mut s = BufReader::with_capacity(COPY_BUFFER, stream.compat());
+    // The line's buffer stays with the stream: small, so that idle streams are.
+    let mut s = BufReader::with_capacity(limits::MAX_TUNNEL_LINE, stream.compat());
     let mut line = serde_json::to_vec(&TunnelOpen { rental: id.to_string(), port }).expect("plain JSON");
     line.push(b'\n');
     let talk = async {
@@ -585,33 +634,8 @@ async fn open_stream(
     }
 }
 
-/// One line of at most [`limits::MAX_TUNNEL_LINE`] bytes, without its newline; what follows
-/// stays in the reader.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
-    let mut line = Vec::new();
-    loop {
-        let buf = r.fill_buf().await?;
-        if buf.is_empty() {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        line.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        if line.len() > limits::MAX_TUNNEL_LINE {
-            return Err(std::io::ErrorKind::InvalidData.into());
-        }
-        if done {
-            line.pop();
-            return Ok(line);
-        }
-    }
-}
-
-/// Copies both ways, each through one buffer, until both ends are done or nothing moved for
-/// `idle`.
+/// Copies both ways, each through one [`gpum_protocol::tunnel::CopyBuffer`] (small while the stream is idle), until
+/// both ends are done or nothing moved for `idle`.
 async fn splice<A, B>(a: A, b: B, bucket: Option<Arc<Bucket>>, idle: Duration)
 where
     A: AsyncRead + AsyncWrite + Unpin,
@@ -621,11 +645,18 @@ where
     let last = AtomicU64::new(0);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
+    // Each chunk marks the stream busy, then waits for the rental's byte budget.
+    let each = |n: usize| {
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let bucket = bucket.clone();
+        async move {
+            if let Some(b) = bucket {
+                b.take(n).await;
+            }
+        }
+    };
     let both = async {
-        let _ = tokio::join!(
-            pump(ar, bw, bucket.as_deref(), &last, start),
-            pump(br, aw, bucket.as_deref(), &last, start)
-        );
+        let _ = tokio::join!(pump(ar, bw, each), pump(br, aw, each));
     };
     let watchdog = async {
         loop {
@@ -644,31 +675,10 @@ where
     }
 }
 
-async fn pump<R, W>(mut r: R, mut w: W, bucket: Option<&Bucket>, last: &AtomicU64, start: Instant)
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; COPY_BUFFER];
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        if let Some(b) = bucket {
-            b.take(n).await;
-        }
-        if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
-            break;
-        }
-    }
-    let _ = w.shutdown().await;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     #[test]
     fn relay_targets_and_credentials_parse_strictly() {
@@ -705,6 +715,55 @@ mod tests {
         r.end_rental("rent-1");
         assert!(a.is_cancelled() && c.is_cancelled());
         assert!(r.enter("rent-1").is_some(), "a fresh count after the end");
+    }
+
+    /// The keepalive: an agent that answers the relay's pings keeps its tunnel; one that goes
+    /// silent (its connection open, nothing read or written: a cut network) loses it within a
+    /// ping and its timeout, and the node's place is free again.
+    #[tokio::test]
+    async fn relay_keeps_a_tunnel_that_answers_pings_and_drops_a_silent_one() {
+        let cfg = RelayConfig {
+            ping_every: Duration::from_millis(100),
+            ping_timeout: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let relay = Arc::new(Relay::new(cfg));
+        // An agent that answers every ping.
+        let (relay_end, agent_end) = tokio::io::duplex(64 * 1024);
+        let attached = tokio::spawn(relay.clone().attach("node-a".into(), relay_end));
+        let answered = Arc::new(AtomicU64::new(0));
+        let count = answered.clone();
+        let agent = tokio::spawn(async move {
+            let mut conn =
+                yamux::Connection::new(agent_end.compat(), tunnel::yamux_config(), yamux::Mode::Client);
+            while let Some(Ok(stream)) = poll_fn(|cx| conn.poll_next_inbound(cx)).await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(stream.compat());
+                    if read_line(&mut s).await.ok().as_deref() == Some(tunnel::PING) {
+                        let _ = s.write_all(b"pong\n").await;
+                        let _ = s.shutdown().await;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(relay.has_tunnel("node-a"), "a tunnel that answers is kept");
+        assert!(answered.load(Ordering::Relaxed) >= 5, "pinged every 100 ms");
+
+        // A silent one: its connection stays open, and nothing comes back.
+        let (relay_end, _silent) = tokio::io::duplex(64 * 1024);
+        let silent = tokio::spawn(relay.clone().attach("node-b".into(), relay_end));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(relay.has_tunnel("node-b"));
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), silent).await.expect("dropped in time").unwrap();
+        assert!(!relay.has_tunnel("node-b"), "its place is free");
+        assert!(t.elapsed() < Duration::from_secs(1), "within a ping and its timeout: {:?}", t.elapsed());
+        assert!(relay.has_tunnel("node-a"), "the other tunnel is untouched");
+        agent.abort();
+        attached.abort();
     }
 
     /// One client address holds at most `max_per_address` tenant connections: the next is closed

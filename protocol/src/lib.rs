@@ -10,6 +10,8 @@
 
 pub mod joincode;
 pub mod registry;
+#[cfg(feature = "tunnel")]
+pub mod tunnel;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -51,6 +51,7 @@ pub async fn rentable_node(p: &TestPlatform) -> RegisterResponse {
 
 /// [`rentable_node`] with the given inventory.
 pub async fn rentable_node_with(p: &TestPlatform, inventory: Inventory) -> RegisterResponse {
+    // Trusts the platform's CA when it speaks TLS.
     let c = p.http_client();
     let inventory = || inventory.clone();
     let req = RegisterRequest {
@@ -176,11 +177,17 @@ impl Drop for ScopedContainers {
 /// Writes the agent's `config.toml` into `dir`: platform `server`, the node, its containers
 /// labelled `scope`, rentals on without a GPU request (the `test-knobs` seam).
 pub fn write_agent_config(dir: &Path, server: &str, node: &RegisterResponse, scope: &str) {
+    write_agent_config_with(dir, server, node, scope, "");
+}
+
+/// [`write_agent_config`] with `extra` lines (`ca_file`, test knobs such as
+/// `test_tunnel_silence_ms`).
+pub fn write_agent_config_with(dir: &Path, server: &str, node: &RegisterResponse, scope: &str, extra: &str) {
     std::fs::write(
         dir.join("config.toml"),
         format!(
             "server = '{server}'\nnode_id = '{}'\ntoken = '{}'\ntest_docker_scope = '{scope}'\n\
-             test_rentals_without_gpu_request = true\nrentals = true\n",
+             test_rentals_without_gpu_request = true\nrentals = true\n{extra}",
             node.node_id, node.node_token
         ),
     )
@@ -202,23 +209,29 @@ impl Drop for AgentProc {
 /// asks NVML whether the rental's GPUs are free, and a machine without NVML would quarantine the
 /// node instead of reporting the rental gone. It logs to `dir/agent.log` ([`agent_log`]).
 pub fn start_agent(dir: &Path, gpus: u32) -> AgentProc {
+    start_agent_env(dir, gpus, &[])
+}
+
+/// [`start_agent`] with the environment variables `env`; no proxy variable of the test's own
+/// environment reaches the agent, only those `env` sets.
+pub fn start_agent_env(dir: &Path, gpus: u32, env: &[(&str, String)]) -> AgentProc {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("agent.log")).unwrap();
     let sim = crate::build_nvml_sim(dir);
     let gpu_json = dir.join("gpu.json");
     std::fs::write(&gpu_json, format!(r#"{{"state":"ok","gpus":{gpus}}}"#)).unwrap();
-    AgentProc(
-        Command::new(bin("gpum-agent"))
-            .args(["run", "--state", dir.to_str().unwrap()])
-            .env("GPUM_LOG", "debug")
-            .env("GPUM_NVML_LIB", &sim)
-            .env("GPUM_SIM_CONFIG", &gpu_json)
-            .env_remove("GPUM_SIM_NVML")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the agent"),
-    )
+    let mut cmd = Command::new(bin("gpum-agent"));
+    cmd.args(["run", "--state", dir.to_str().unwrap()])
+        .env("GPUM_LOG", "debug")
+        .env("GPUM_NVML_LIB", &sim)
+        .env("GPUM_SIM_CONFIG", &gpu_json)
+        .env_remove("GPUM_SIM_NVML");
+    for k in gpum_host::env::PROXY_VARS {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    AgentProc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("start the agent"))
 }
 
 /// What [`start_agent`] has logged into `dir`.
