@@ -51,7 +51,7 @@ use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
 use tokio_util::sync::CancellationToken;
@@ -352,6 +352,50 @@ pub struct Tenants {
     pub throttle: Arc<Throttle>,
 }
 
+/// A tenant's connection as a door gets it: plain (on loopback, behind a terminator) or after
+/// the door's own TLS handshake.
+pub(crate) type TenantIo = tokio_util::either::Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
+
+/// What both tenant doors run until `shutdown` completes: the shared accept loop
+/// ([`crate::listen::accept_loop`], with the relay's caps and trusted fronts), then the door's
+/// TLS handshake when it ends TLS itself (bounded by the header timeout), then `serve` with an
+/// HTTP/1 builder (header timeout, at most `max_buf` bytes of headers).
+pub(crate) async fn serve_door<S, F>(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    t: Arc<Tenants>,
+    max_buf: usize,
+    shutdown: impl Future<Output = ()>,
+    serve: S,
+) where
+    S: Fn(TenantIo, SocketAddr, Arc<http1::Builder>, Arc<Tenants>) -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(max_buf);
+    let builder = Arc::new(builder);
+    let door = t.relay.cfg.door();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let serve = Arc::new(serve);
+    crate::listen::accept_loop(listener, door, tracker, shutdown, move |stream, peer| {
+        let (t, tls, builder, serve) = (t.clone(), tls.clone(), builder.clone(), serve.clone());
+        async move {
+            let io = match tls {
+                None => tokio_util::either::Either::Left(stream),
+                Some(acceptor) => {
+                    match tokio::time::timeout(t.relay.cfg.header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => tokio_util::either::Either::Right(s),
+                        Ok(Err(e)) => return tracing::debug!("relay TLS handshake: {e}"),
+                        Err(_) => return tracing::debug!("relay TLS handshake timed out"),
+                    }
+                }
+            };
+            serve(io, peer, builder, t).await;
+        }
+    })
+    .await;
+}
+
 /// Serves tenants' `CONNECT`s on `listener` until `shutdown` completes.
 pub async fn serve_tenants(
     listener: TcpListener,
@@ -359,25 +403,8 @@ pub async fn serve_tenants(
     t: Arc<Tenants>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(16 * 1024);
-    let builder = Arc::new(builder);
-    let door = t.relay.cfg.door();
-    let tracker = tokio_util::task::TaskTracker::new();
-    crate::listen::accept_loop(listener, door, tracker, shutdown, move |stream, peer| {
-        let (t, tls, builder) = (t.clone(), tls.clone(), builder.clone());
-        async move {
-            match tls {
-                None => serve_tenant(stream, peer, &builder, t).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(t.relay.cfg.header_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => serve_tenant(s, peer, &builder, t).await,
-                        Ok(Err(e)) => tracing::debug!("relay TLS handshake: {e}"),
-                        Err(_) => tracing::debug!("relay TLS handshake timed out"),
-                    }
-                }
-            }
-        }
+    serve_door(listener, tls, t, 16 * 1024, shutdown, |io, peer, builder, t| async move {
+        serve_tenant(io, peer, &builder, t).await
     })
     .await;
 }

@@ -42,7 +42,7 @@ use axum::body::Body;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::time::Sleep;
@@ -111,25 +111,9 @@ pub async fn serve(
     t: Arc<Tenants>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(t.relay.cfg.header_timeout).max_buf_size(64 * 1024);
-    let builder = Arc::new(builder);
-    let door = t.relay.cfg.door();
-    let tracker = tokio_util::task::TaskTracker::new();
-    crate::listen::accept_loop(listener, door, tracker, shutdown, move |stream, peer| {
-        let (t, tls, builder) = (t.clone(), tls.clone(), builder.clone());
-        async move {
-            match tls {
-                None => serve_conn(stream, peer, false, &builder, t).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(t.relay.cfg.header_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => serve_conn(s, peer, true, &builder, t).await,
-                        Ok(Err(e)) => tracing::debug!("relay TLS handshake: {e}"),
-                        Err(_) => tracing::debug!("relay TLS handshake timed out"),
-                    }
-                }
-            }
-        }
+    super::serve_door(listener, tls, t, 64 * 1024, shutdown, |io, peer, builder, t| async move {
+        let tls = matches!(io, tokio_util::either::Either::Right(_));
+        serve_conn(io, peer, tls, &builder, t).await
     })
     .await;
 }
