@@ -419,6 +419,28 @@ fn a_deleted_node_exits_78_within_two_intervals_and_status_says_why() {
     assert!(n.config().exists());
 }
 
+/// Issue 35: two replicas on one PostgreSQL, as behind a load balancer. The agent registers and
+/// heartbeats through one; the node is deleted through the other; the agent stops for good (78)
+/// as it does on one platform.
+#[test]
+#[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+fn a_node_deleted_through_one_replica_stops_its_agent_on_the_other() {
+    use gpum_platform::sql::Engine;
+    use gpum_platform::testdb::TestDb;
+    let a = TestPlatform::start_on(PlatformOpts::default(), Arc::new(TestDb::on(Engine::Postgres)));
+    let b = a.replica();
+    let n = register(&b);
+    let mut agent = Agent::start(&n);
+    // Heard through b, seen through a.
+    wait_heartbeats(&a, &n.id, 2);
+    a.delete_node(&n.id);
+    let exit = agent
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits after the node is deleted on the other replica");
+    assert_eq!(exit.code(), Some(78), "{}", agent.log());
+    assert_eq!(n.status_json()["stopped"]["detail"], "node_deleted");
+}
+
 #[test]
 fn missing_or_invalid_config_exits_78_with_configuration_error() {
     let dir = tempfile::tempdir().unwrap();
