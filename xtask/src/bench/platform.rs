@@ -671,11 +671,12 @@ pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
     );
     let rate = nodes as f64 / interval.as_secs_f64();
     let find = |name: &str| runs.iter().find(|r| r.0 == name).map(|r| &r.1);
+    let find_db = |name: &str| runs.iter().find(|r| r.0 == name).map(|r| r.2).unwrap_or_default();
     let (Some(sq), Some(base)) = (find("sqlite"), find("baseline")) else {
         bail!("the SQLite runs are missing")
     };
     let mut rows = Vec::new();
-    for (name, st) in &runs {
+    for (name, st, db) in &runs {
         if *name == "baseline" {
             continue;
         }
@@ -703,6 +704,22 @@ pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
                     .with_reference(format!("SQLite {:.1} us", sq.cpu_us)),
             );
         }
+        if db.transactions > 0 {
+            let per_tx = |s: f64| s / db.transactions as f64 * 1e3;
+            let sq_db = find_db("sqlite");
+            rows.push(
+                Row::info(
+                    &format!("{name}: heartbeats per COMMIT"),
+                    db.ops as f64 / db.transactions as f64,
+                    "",
+                )
+                .with_reference(format!("SQLite {:.1}", sq_db.ops as f64 / sq_db.transactions.max(1) as f64)),
+            );
+            rows.push(
+                Row::info(&format!("{name}: COMMIT wait per transaction"), per_tx(db.commit_s), "ms")
+                    .with_reference(format!("busy {:.2} ms per transaction", per_tx(db.busy_s))),
+            );
+        }
     }
     Ok(rows)
 }
@@ -726,7 +743,7 @@ fn bench_postgres(
     baseline: &Path,
     dir: &Path,
     shape: Shape,
-) -> Result<Vec<(&'static str, Stats)>> {
+) -> Result<Vec<(&'static str, Stats, DbLine)>> {
     let Shape { nodes, interval, secs, warmup } = shape;
     let token = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
     std::fs::write(dir.join("admin-token"), token)?;
@@ -738,7 +755,7 @@ fn bench_postgres(
         warmup.as_secs()
     );
     let mut runs = Vec::new();
-    let report = |name: &str, st: &Stats, lines: &[Option<String>]| {
+    let report = |name: &str, st: &Stats, lines: &[Option<String>]| -> DbLine {
         say!(
             "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
              lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), PostgreSQL {:.1} us ({:.2} cores), \
@@ -761,6 +778,7 @@ fn bench_postgres(
                 say!("      replica {} database thread (warm-up and load): {l}", i + 1);
             }
         }
+        lines.iter().flatten().map(|l| DbLine::parse(l)).fold(DbLine::default(), DbLine::add)
     };
 
     // SQLite: the same run's reference.
@@ -772,14 +790,14 @@ fn bench_postgres(
     reg.stop();
     let s = start_platform_on(exe, dir, sqlite.as_os_str(), None, dir.join("sqlite.log"))?;
     let st = rt.block_on(load(&c, &Target::one(&s), &agents, shape, dir))?;
-    report("sqlite", &st, &[s.stop()]);
-    runs.push(("sqlite", st));
+    let db = report("sqlite", &st, &[s.stop()]);
+    runs.push(("sqlite", st, db));
 
     let b = start_baseline(baseline, dir, None)?;
     let st = rt.block_on(load(&c, &Target::one(&b), &agents, shape, dir))?;
     b.stop();
-    report("baseline", &st, &[]);
-    runs.push(("baseline", st));
+    let db = report("baseline", &st, &[]);
+    runs.push(("baseline", st, db));
 
     // PostgreSQL: its own nodes (the same number), registered through one replica.
     let pg = PgCluster::start(&dir.join("pg"))?;
@@ -793,15 +811,61 @@ fn bench_postgres(
 
     let a = start_platform_on(exe, dir, &url, None, dir.join("pg1.log"))?;
     let st = rt.block_on(load(&c, &Target::replicas(&[&a], &pg), &agents, shape, dir))?;
-    report("postgres, 1 replica", &st, &[a.stop()]);
-    runs.push(("postgres, 1 replica", st));
+    let db = report("postgres, 1 replica", &st, &[a.stop()]);
+    runs.push(("postgres, 1 replica", st, db));
 
     let a = start_platform_on(exe, dir, &url, None, dir.join("pg2a.log"))?;
     let b = start_platform_on(exe, dir, &url, None, dir.join("pg2b.log"))?;
     let st = rt.block_on(load(&c, &Target::replicas(&[&a, &b], &pg), &agents, shape, dir))?;
-    report("postgres, 2 replicas", &st, &[a.stop(), b.stop()]);
-    runs.push(("postgres, 2 replicas", st));
+    let db = report("postgres, 2 replicas", &st, &[a.stop(), b.stop()]);
+    runs.push(("postgres, 2 replicas", st, db));
     Ok(runs)
+}
+
+/// The figures of the platform's database line (`db::Stats::summary`), summed over replicas.
+#[derive(Debug, Default, Clone, Copy)]
+struct DbLine {
+    ops: u64,
+    transactions: u64,
+    /// Seconds the database thread ran operations and commits; of which in COMMIT.
+    busy_s: f64,
+    commit_s: f64,
+}
+
+impl DbLine {
+    /// `N operations in T transactions (…), busy B s, of which commit C s; …`; zeros for what is
+    /// not there.
+    fn parse(l: &str) -> DbLine {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let before = |word: &str| -> f64 {
+            w.iter()
+                .position(|x| *x == word)
+                .and_then(|i| w.get(i.checked_sub(1)?))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let after = |key: &str| -> f64 {
+            l.split_once(key)
+                .and_then(|x| x.1.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        DbLine {
+            ops: before("operations") as u64,
+            transactions: before("transactions") as u64,
+            busy_s: after("busy "),
+            commit_s: after("of which commit "),
+        }
+    }
+
+    fn add(self, o: DbLine) -> DbLine {
+        DbLine {
+            ops: self.ops + o.ops,
+            transactions: self.transactions + o.transactions,
+            busy_s: self.busy_s + o.busy_s,
+            commit_s: self.commit_s + o.commit_s,
+        }
+    }
 }
 
 /// The bench's private PostgreSQL cluster (Debian's `postgresql` package): `initdb` into `dir`,
@@ -974,4 +1038,21 @@ fn pg_run(c: &mut Command) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DbLine;
+
+    /// The line as `db::Stats::summary` writes it (after `database:`; captured from a run).
+    #[test]
+    fn the_database_line_is_read() {
+        let l = "600 operations in 599 transactions (mean batch 1.0), busy 2.103 s, of which commit 1.823 s; \
+                 WAL restarts 0 (each waited at most 0.0 ms)";
+        let d = DbLine::parse(l);
+        assert_eq!((d.ops, d.transactions), (600, 599));
+        assert!((d.busy_s - 2.103).abs() < 1e-9 && (d.commit_s - 1.823).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.add(d).transactions, 1198);
+        assert_eq!(DbLine::parse("").transactions, 0);
+    }
 }
