@@ -707,14 +707,19 @@ pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
         if db.transactions > 0 {
             let per_tx = |s: f64| s / db.transactions as f64 * 1e3;
             let sq_db = find_db("sqlite");
-            rows.push(
-                Row::info(
-                    &format!("{name}: heartbeats per COMMIT"),
-                    db.ops as f64 / db.transactions as f64,
-                    "",
-                )
-                .with_reference(format!("SQLite {:.1}", sq_db.ops as f64 / sq_db.transactions.max(1) as f64)),
+            let batch = Row::info(
+                &format!("{name}: heartbeats per COMMIT"),
+                db.ops as f64 / db.transactions as f64,
+                "",
             );
+            rows.push(if *name == "sqlite" {
+                batch
+            } else {
+                batch.with_reference(format!(
+                    "SQLite {:.1}",
+                    sq_db.ops as f64 / sq_db.transactions.max(1) as f64
+                ))
+            });
             rows.push(
                 Row::info(&format!("{name}: COMMIT wait per transaction"), per_tx(db.commit_s), "ms")
                     .with_reference(format!("busy {:.2} ms per transaction", per_tx(db.busy_s))),
