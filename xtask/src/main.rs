@@ -61,6 +61,10 @@ enum Cmd {
         /// Print the summary table as JSON on stdout (details go to stderr).
         #[arg(long)]
         json: bool,
+        /// The platform bench's database: sqlite (HTTP and TLS against the baseline), or
+        /// postgres (a private PostgreSQL cluster, one and two replicas, against SQLite).
+        #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "postgres"])]
+        db: String,
     },
     /// Build the release into target/dist/: binaries, .debs, man pages, completions, signatures.
     Dist(dist::DistArgs),
@@ -88,7 +92,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test { no_setup, no_e2e, no_dist, args } => test(no_setup, no_e2e, no_dist, &args),
         Cmd::Dist(a) => dist::run(a),
-        Cmd::Bench { which, quick, json } => bench::run(&which, quick, json),
+        Cmd::Bench { which, quick, json, db } => bench::run(&which, quick, json, &db),
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
         Cmd::E2e { names, jobs } => e2e::run(&names, jobs),

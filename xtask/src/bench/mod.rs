@@ -116,11 +116,12 @@ fn fmt(v: f64) -> String {
     }
 }
 
-pub fn run(which: &str, quick: bool, json: bool) -> Result<()> {
+pub fn run(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
     if cfg!(debug_assertions) {
-        return run_optimised(which, quick, json);
+        return run_optimised(which, quick, json, db);
     }
     JSON.store(json, Ordering::Relaxed);
+    platform::set_db(db)?;
     let all = which == "all";
     let mut ran = false;
     let mut rows = Vec::new();
@@ -142,7 +143,11 @@ pub fn run(which: &str, quick: bool, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("\n== summary: cargo xtask bench {which}{} ==", if quick { " --quick" } else { "" });
+    println!(
+        "\n== summary: cargo xtask bench {which}{}{} ==",
+        if quick { " --quick" } else { "" },
+        if db == "sqlite" { String::new() } else { format!(" --db {db}") }
+    );
     let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     println!("{:<w$}  {:>16}  {:<22}  {:<34}  verdict", "name", "measured", "goal", "same-run reference");
     for r in &rows {
@@ -161,7 +166,7 @@ pub fn run(which: &str, quick: bool, json: bool) -> Result<()> {
 /// `cargo xtask` is a debug build; benches run from an optimised one. The harness shares the
 /// machine with what it measures (the platform bench's load generator, at 10,000 requests/s, took
 /// 0.9 of the 2 cores as a debug build and 0.5 optimised), so its own cost is kept small.
-fn run_optimised(which: &str, quick: bool, json: bool) -> Result<()> {
+fn run_optimised(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let release = crate::util::release_build(&["--locked", "-p", "xtask", "--bin", "xtask"])?;
     let mut cmd = std::process::Command::new(release.join("xtask"));
@@ -172,6 +177,7 @@ fn run_optimised(which: &str, quick: bool, json: bool) -> Result<()> {
     if json {
         cmd.arg("--json");
     }
+    cmd.arg("--db").arg(db);
     let e = cmd.exec();
     bail!("run the optimised xtask: {e}")
 }

@@ -23,6 +23,21 @@
 //! `GPUM_BENCH_NODES` (default 10,000; quick 2,000), `GPUM_BENCH_INTERVAL_MS` (default 1,000)
 //! and `GPUM_BENCH_SECS` (default 20; quick 5) change the shape. The offered load is
 //! nodes / interval.
+//!
+//! `--db postgres` (issue 35) runs the same load over plain HTTP (TLS costs the same whatever the
+//! database) four times: the platform on SQLite (the same run's reference), the baseline, the
+//! platform on PostgreSQL with one replica, and with two (two `serve` processes on one database;
+//! each node's heartbeats go to them in turn). Each node set is registered first through a
+//! platform process of its own, and every measured platform is a fresh process, so that the
+//! database line of its log covers its own run. PostgreSQL is a private cluster that the bench
+//! starts (`initdb` from Debian's `postgresql` package into the bench's temp directory, as the
+//! `postgres` user when run as root; unix socket only) and stops at the end, error or not. It
+//! keeps PostgreSQL's default durability (`fsync`, `synchronous_commit` on), because what is
+//! measured is the platform's promise that an answer means durable. Server CPU is the replicas'
+//! sum; PostgreSQL's CPU (every process of the cluster, exited backends included through the
+//! postmaster's `cutime`) is reported apart, and both against SQLite's. Goals: the offered
+//! 10,000 heartbeats/s answered (at least 99% of the offered rate over the window), p99 < 50 ms,
+//! none lost, with one and with two replicas. `--quick` gives 2,000 nodes for 5 s.
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
@@ -47,14 +62,23 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-pub fn run(quick: bool) -> Result<Vec<Row>> {
-    let nodes = env_u64("GPUM_BENCH_NODES", if quick { 2_000 } else { 10_000 });
-    let interval = Duration::from_millis(env_u64("GPUM_BENCH_INTERVAL_MS", 1_000));
-    let secs = env_u64("GPUM_BENCH_SECS", if quick { 5 } else { 20 });
-    // At least one whole interval, so that every node has been heard from once.
-    let warmup =
-        Duration::from_secs(env_u64("GPUM_BENCH_WARMUP_SECS", if quick { 1 } else { 2 })).max(interval);
+/// `--db`: `sqlite` (the default) or `postgres` (see [`run_postgres`]).
+static DB: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+pub fn set_db(db: &str) -> Result<()> {
+    if !["sqlite", "postgres"].contains(&db) {
+        bail!("--db {db}: expected sqlite or postgres");
+    }
+    let _ = DB.set(db.to_owned());
+    Ok(())
+}
+
+pub fn run(quick: bool) -> Result<Vec<Row>> {
+    if DB.get().is_some_and(|d| d == "postgres") {
+        return run_postgres(quick);
+    }
+    let shape = shape(quick);
+    let Shape { nodes, interval, secs, warmup } = shape;
     let release = crate::util::release_build(&[
         "--locked",
         "-p",
@@ -69,7 +93,6 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-platform-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let shape = Shape { nodes, interval, secs, warmup };
     let res = bench(&exe, &baseline, &dir, shape);
     let _ = std::fs::remove_dir_all(&dir);
     let runs = res?;
@@ -160,9 +183,22 @@ fn start(exe: &Path, args: &[&std::ffi::OsStr], log: PathBuf) -> Result<Server> 
     Ok(Server { url, child, log })
 }
 
-/// The platform, over TLS with `certs` (a directory with cert.pem and key.pem) or plain HTTP.
+/// The platform on the SQLite file `dir/bench.db`, over TLS with `certs` (a directory with
+/// cert.pem and key.pem) or plain HTTP.
 fn start_platform(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server> {
-    let (db, token) = (dir.join("bench.db"), dir.join("admin-token"));
+    let log = dir.join(if certs.is_some() { "server-tls.log" } else { "server.log" });
+    start_platform_on(exe, dir, dir.join("bench.db").as_os_str(), certs, log)
+}
+
+/// The platform on database `db` (what `--db` takes), its stderr in `log`.
+fn start_platform_on(
+    exe: &Path,
+    dir: &Path,
+    db: &std::ffi::OsStr,
+    certs: Option<&Path>,
+    log: PathBuf,
+) -> Result<Server> {
+    let token = dir.join("admin-token");
     let mut args: Vec<std::ffi::OsString> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()];
     match certs {
         Some(c) => args.extend([
@@ -175,7 +211,7 @@ fn start_platform(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server
     }
     args.extend(["--db".into(), db.into(), "--admin-token-file".into(), token.into()]);
     let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    start(exe, &refs, dir.join(if certs.is_some() { "server-tls.log" } else { "server.log" }))
+    start(exe, &refs, log)
 }
 
 fn start_baseline(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server> {
@@ -210,6 +246,10 @@ pub struct Stats {
     pub steal_pct: f64,
     /// The bench database's file and WAL sizes when the measured window began.
     pub db_at_start: (u64, u64),
+    /// PostgreSQL's CPU (all the bench cluster's processes) per answered heartbeat, in
+    /// microseconds, and the cores it used; zero on SQLite.
+    pub db_cpu_us: f64,
+    pub db_cores: f64,
 }
 
 /// The load's shape: who heartbeats, how often, for how long after how long a warm-up.
@@ -330,14 +370,14 @@ fn bench(exe: &Path, baseline: &Path, dir: &Path, shape: Shape) -> Result<Vec<Ru
             Some(s) => s,
             None => start_platform(exe, dir, Some(&certs))?,
         };
-        let p = rt.block_on(load(&c, &server.url, &agents, shape, &server.pid(), dir))?;
+        let p = rt.block_on(load(&c, &Target::one(&server), &agents, shape, dir))?;
         let db0 = p.db_at_start;
         let rss = rss_kib(&server.pid());
         let db1 = db_bytes(dir);
         let db_line = server.stop();
         // The baseline gets the same bodies and tokens; it checks only that a token is there.
         let b = start_baseline(baseline, dir, tls.then_some(certs.as_path()))?;
-        let bs = rt.block_on(load(&c, &b.url, &agents, shape, &b.pid(), dir))?;
+        let bs = rt.block_on(load(&c, &Target::one(&b), &agents, shape, dir))?;
         b.stop();
         say!("  {}:", describe(tls));
         for (name, st) in [("platform", &p), ("baseline", &bs)] {
@@ -440,12 +480,43 @@ async fn register_all(
     Ok(agents)
 }
 
+/// Where one load run sends its heartbeats and whose CPU it counts.
+struct Target<'a> {
+    /// The servers' URLs; each node's heartbeats go to them in turn.
+    urls: Vec<String>,
+    /// The servers' process ids (their CPU is summed).
+    pids: Vec<String>,
+    /// The PostgreSQL cluster the servers use, if any (its processes' CPU is counted apart).
+    pg: Option<&'a PgCluster>,
+}
+
+impl<'a> Target<'a> {
+    fn one(s: &Server) -> Target<'a> {
+        Target { urls: vec![s.url.clone()], pids: vec![s.pid()], pg: None }
+    }
+
+    fn replicas(servers: &[&Server], pg: &'a PgCluster) -> Target<'a> {
+        Target {
+            urls: servers.iter().map(|s| s.url.clone()).collect(),
+            pids: servers.iter().map(|s| s.pid()).collect(),
+            pg: Some(pg),
+        }
+    }
+
+    fn server_cpu(&self) -> f64 {
+        self.pids.iter().map(|p| cpu_secs(p)).sum()
+    }
+
+    fn db_cpu(&self) -> f64 {
+        self.pg.map(|c| c.cpu_secs()).unwrap_or(0.0)
+    }
+}
+
 async fn load(
     client: &reqwest::Client,
-    url: &str,
+    target: &Target<'_>,
     agents: &[(String, String)],
     shape: Shape,
-    pid: &str,
     dir: &Path,
 ) -> Result<Stats> {
     let Shape { interval, secs, warmup, .. } = shape;
@@ -463,17 +534,16 @@ async fn load(
     // Heartbeats due before `measured` are the warm-up.
     let measured = start + warmup;
     let end = measured + Duration::from_secs(secs);
-    let window_start = {
-        let (pid, dir) = (pid.to_owned(), dir.to_owned());
-        tokio::spawn(async move {
-            tokio::time::sleep_until(measured).await;
-            (cpu_secs(&pid), cpu_secs("self"), steal_ticks(), db_bytes(&dir))
-        })
+    let window_start = async {
+        tokio::time::sleep_until(measured).await;
+        (target.server_cpu(), target.db_cpu(), cpu_secs("self"), steal_ticks(), db_bytes(dir))
     };
+    let urls: Arc<Vec<String>> =
+        Arc::new(target.urls.iter().map(|u| format!("{u}{PATH_HEARTBEAT}")).collect());
     let mut tasks = Vec::new();
     for (i, (token, hash)) in agents.iter().cloned().enumerate() {
         let phase = interval.mul_f64(i as f64 / nodes as f64);
-        let (c, url) = (client.clone(), format!("{url}{PATH_HEARTBEAT}"));
+        let (c, urls) = (client.clone(), urls.clone());
         let (ok, lost, lat, in_flight) = (ok.clone(), lost.clone(), lat.clone(), in_flight.clone());
         let last_done = last_done.clone();
         tasks.push(tokio::spawn(async move {
@@ -511,8 +581,10 @@ async fn load(
                     break;
                 }
                 body.seq += 1;
+                // With replicas, a node's heartbeats alternate between them.
+                let url = &urls[(i + body.seq as usize) % urls.len()];
                 let Ok(_permit) = in_flight.acquire().await else { break };
-                let r = c.post(&url).bearer_auth(&token).json(&body).send().await;
+                let r = c.post(url).bearer_auth(&token).json(&body).send().await;
                 let good = match r {
                     Ok(resp) if resp.status().is_success() => resp.bytes().await.is_ok(),
                     _ => false,
@@ -533,13 +605,18 @@ async fn load(
             }
         }));
     }
-    for t in tasks {
-        t.await?;
-    }
+    let ((cpu_srv0, cpu_db0, cpu_me0, (steal0, total0), db_at_start), joined) =
+        tokio::join!(window_start, async {
+            for t in tasks {
+                t.await?;
+            }
+            anyhow::Ok(())
+        });
+    joined?;
     // The due times span `secs`; a server that falls behind stretches the window.
-    let (cpu_srv0, cpu_me0, (steal0, total0), db_at_start) = window_start.await?;
     let (steal1, total1) = steal_ticks();
-    let (cpu_srv, cpu_me) = (cpu_secs(pid) - cpu_srv0, cpu_secs("self") - cpu_me0);
+    let (cpu_srv, cpu_db, cpu_me) =
+        (target.server_cpu() - cpu_srv0, target.db_cpu() - cpu_db0, cpu_secs("self") - cpu_me0);
     let wall = (last_done.load(Ordering::Relaxed) as f64 / 1e6).max(secs as f64);
     let ok = ok.load(Ordering::Relaxed);
     let lost = lost.load(Ordering::Relaxed);
@@ -561,5 +638,426 @@ async fn load(
         generator_cores: cpu_me / wall,
         steal_pct: (steal1 - steal0) as f64 / (total1 - total0).max(1) as f64 * 100.0,
         db_at_start,
+        db_cpu_us: cpu_db / ok.max(1) as f64 * 1e6,
+        db_cores: cpu_db / wall,
     })
+}
+
+/// `--db postgres`: the same load, over plain HTTP, against the SQLite platform (the same run's
+/// reference), the baseline, and the platform on PostgreSQL with one replica and then two.
+pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
+    let shape = shape(quick);
+    let Shape { nodes, interval, secs, warmup } = shape;
+    let release = crate::util::release_build(&[
+        "--locked",
+        "-p",
+        "gpum-platform",
+        "--bin",
+        "gpum-platform",
+        "--example",
+        "bench_baseline",
+    ])?;
+    let dir = std::env::temp_dir().join(format!("gpum-bench-platform-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let res =
+        bench_postgres(&release.join("gpum-platform"), &release.join("examples/bench_baseline"), &dir, shape);
+    // The cluster is stopped by now (`PgCluster`'s drop), whatever happened.
+    let _ = std::fs::remove_dir_all(&dir);
+    let runs = res?;
+    say!(
+        "  command: GPUM_BENCH_NODES={nodes} GPUM_BENCH_INTERVAL_MS={} GPUM_BENCH_SECS={secs} GPUM_BENCH_WARMUP_SECS={} cargo xtask bench platform --db postgres",
+        interval.as_millis(),
+        warmup.as_secs()
+    );
+    let rate = nodes as f64 / interval.as_secs_f64();
+    let find = |name: &str| runs.iter().find(|r| r.0 == name).map(|r| &r.1);
+    let find_db = |name: &str| runs.iter().find(|r| r.0 == name).map(|r| r.2).unwrap_or_default();
+    let (Some(sq), Some(base)) = (find("sqlite"), find("baseline")) else {
+        bail!("the SQLite runs are missing")
+    };
+    let mut rows = Vec::new();
+    for (name, st, db) in &runs {
+        if *name == "baseline" {
+            continue;
+        }
+        let per_hb = st.cpu_us + st.db_cpu_us;
+        rows.push(
+            Row::at_least(&format!("{name}: heartbeats/s answered"), st.achieved, "/s", rate * 0.99)
+                .with_reference(format!("offered {rate:.0}/s")),
+        );
+        let r = Row::at_most(&format!("{name}: p99"), st.p99, "ms", 50.0, true);
+        rows.push(if *name == "sqlite" {
+            r.with_reference(format!("baseline p99 {:.2} ms", base.p99))
+        } else {
+            r.with_reference(format!("SQLite p99 {:.2} ms", sq.p99))
+        });
+        rows.push(Row::info(&format!("{name}: p50"), st.p50, "ms"));
+        rows.push(Row::at_most(&format!("{name}: heartbeats lost"), st.lost as f64, "", 0.0, false));
+        rows.push(
+            Row::info(&format!("{name}: server CPU per heartbeat"), st.cpu_us, "us")
+                .with_reference(format!("baseline {:.1} us", base.cpu_us)),
+        );
+        if *name != "sqlite" {
+            rows.push(Row::info(&format!("{name}: PostgreSQL CPU per heartbeat"), st.db_cpu_us, "us"));
+            rows.push(
+                Row::info(&format!("{name}: all CPU per heartbeat, to SQLite's"), per_hb / sq.cpu_us, "x")
+                    .with_reference(format!("SQLite {:.1} us", sq.cpu_us)),
+            );
+        }
+        if db.transactions > 0 {
+            let per_tx = |s: f64| s / db.transactions as f64 * 1e3;
+            let sq_db = find_db("sqlite");
+            let batch = Row::info(
+                &format!("{name}: heartbeats per COMMIT"),
+                db.ops as f64 / db.transactions as f64,
+                "",
+            );
+            rows.push(if *name == "sqlite" {
+                batch
+            } else {
+                batch.with_reference(format!(
+                    "SQLite {:.1}",
+                    sq_db.ops as f64 / sq_db.transactions.max(1) as f64
+                ))
+            });
+            rows.push(
+                Row::info(&format!("{name}: COMMIT wait per transaction"), per_tx(db.commit_s), "ms")
+                    .with_reference(format!("busy {:.2} ms per transaction", per_tx(db.busy_s))),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// The load's shape from the environment (see the module's comment).
+fn shape(quick: bool) -> Shape {
+    let nodes = env_u64("GPUM_BENCH_NODES", if quick { 2_000 } else { 10_000 });
+    let interval = Duration::from_millis(env_u64("GPUM_BENCH_INTERVAL_MS", 1_000));
+    let secs = env_u64("GPUM_BENCH_SECS", if quick { 5 } else { 20 });
+    // At least one whole interval, so that every node has been heard from once.
+    let warmup =
+        Duration::from_secs(env_u64("GPUM_BENCH_WARMUP_SECS", if quick { 1 } else { 2 })).max(interval);
+    Shape { nodes, interval, secs, warmup }
+}
+
+/// The runs of `--db postgres`, in order: SQLite, the baseline, PostgreSQL with one replica, with
+/// two. Every platform is a fresh process started after registration, so that the database line
+/// of its log (`busy`, `commit`) covers its load run alone.
+fn bench_postgres(
+    exe: &Path,
+    baseline: &Path,
+    dir: &Path,
+    shape: Shape,
+) -> Result<Vec<(&'static str, Stats, DbLine)>> {
+    let Shape { nodes, interval, secs, warmup } = shape;
+    let token = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    std::fs::write(dir.join("admin-token"), token)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let c = client(None)?;
+    say!(
+        "  {nodes} agents every {interval:?} (offered {:.0} heartbeats/s) for {secs} s after {} s of warm-up, plain HTTP on loopback, keep-alive",
+        nodes as f64 / interval.as_secs_f64(),
+        warmup.as_secs()
+    );
+    let mut runs = Vec::new();
+    let report = |name: &str, st: &Stats, lines: &[Option<String>]| -> DbLine {
+        say!(
+            "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
+             lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), PostgreSQL {:.1} us ({:.2} cores), \
+             load generator {:.2} cores; steal {:.1}%",
+            st.achieved,
+            st.p50,
+            st.p99,
+            st.max,
+            st.lost,
+            st.ok + st.lost,
+            st.cpu_us,
+            st.server_cores,
+            st.db_cpu_us,
+            st.db_cores,
+            st.generator_cores,
+            st.steal_pct
+        );
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(l) = l {
+                say!("      replica {} database thread (warm-up and load): {l}", i + 1);
+            }
+        }
+        lines.iter().flatten().map(|l| DbLine::parse(l)).fold(DbLine::default(), DbLine::add)
+    };
+
+    // SQLite: the same run's reference.
+    let sqlite = dir.join("bench.db");
+    let reg = start_platform(exe, dir, None)?;
+    let t = Instant::now();
+    let agents = rt.block_on(register_all(&c, &reg.url, token, nodes))?;
+    say!("  SQLite: registration of {nodes} nodes: {:.1} s", t.elapsed().as_secs_f64());
+    reg.stop();
+    let s = start_platform_on(exe, dir, sqlite.as_os_str(), None, dir.join("sqlite.log"))?;
+    let st = rt.block_on(load(&c, &Target::one(&s), &agents, shape, dir))?;
+    let db = report("sqlite", &st, &[s.stop()]);
+    runs.push(("sqlite", st, db));
+
+    let b = start_baseline(baseline, dir, None)?;
+    let st = rt.block_on(load(&c, &Target::one(&b), &agents, shape, dir))?;
+    b.stop();
+    let db = report("baseline", &st, &[]);
+    runs.push(("baseline", st, db));
+
+    // PostgreSQL: its own nodes (the same number), registered through one replica.
+    let pg = PgCluster::start(&dir.join("pg"))?;
+    say!("  PostgreSQL {}: {}", pg.version()?, pg.settings()?);
+    let url = std::ffi::OsString::from(pg.url());
+    let reg = start_platform_on(exe, dir, &url, None, dir.join("pg-register.log"))?;
+    let t = Instant::now();
+    let agents = rt.block_on(register_all(&c, &reg.url, token, nodes))?;
+    say!("  PostgreSQL: registration of {nodes} nodes: {:.1} s", t.elapsed().as_secs_f64());
+    reg.stop();
+
+    let a = start_platform_on(exe, dir, &url, None, dir.join("pg1.log"))?;
+    let st = rt.block_on(load(&c, &Target::replicas(&[&a], &pg), &agents, shape, dir))?;
+    let db = report("postgres, 1 replica", &st, &[a.stop()]);
+    runs.push(("postgres, 1 replica", st, db));
+
+    let a = start_platform_on(exe, dir, &url, None, dir.join("pg2a.log"))?;
+    let b = start_platform_on(exe, dir, &url, None, dir.join("pg2b.log"))?;
+    let st = rt.block_on(load(&c, &Target::replicas(&[&a, &b], &pg), &agents, shape, dir))?;
+    let db = report("postgres, 2 replicas", &st, &[a.stop(), b.stop()]);
+    runs.push(("postgres, 2 replicas", st, db));
+    Ok(runs)
+}
+
+/// The figures of the platform's database line (`db::Stats::summary`), summed over replicas.
+#[derive(Debug, Default, Clone, Copy)]
+struct DbLine {
+    ops: u64,
+    transactions: u64,
+    /// Seconds the database thread ran operations and commits; of which in COMMIT.
+    busy_s: f64,
+    commit_s: f64,
+}
+
+impl DbLine {
+    /// `N operations in T transactions (…), busy B s, of which commit C s; …`; zeros for what is
+    /// not there.
+    fn parse(l: &str) -> DbLine {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let before = |word: &str| -> f64 {
+            w.iter()
+                .position(|x| *x == word)
+                .and_then(|i| w.get(i.checked_sub(1)?))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let after = |key: &str| -> f64 {
+            l.split_once(key)
+                .and_then(|x| x.1.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        DbLine {
+            ops: before("operations") as u64,
+            transactions: before("transactions") as u64,
+            busy_s: after("busy "),
+            commit_s: after("of which commit "),
+        }
+    }
+
+    fn add(self, o: DbLine) -> DbLine {
+        DbLine {
+            ops: self.ops + o.ops,
+            transactions: self.transactions + o.transactions,
+            busy_s: self.busy_s + o.busy_s,
+            commit_s: self.commit_s + o.commit_s,
+        }
+    }
+}
+
+/// The bench's private PostgreSQL cluster (Debian's `postgresql` package): `initdb` into `dir`,
+/// as the `postgres` user when we are root (initdb refuses root), a unix socket in `dir` and no
+/// TCP, PostgreSQL's default durability (`fsync` and `synchronous_commit` on: the bench measures
+/// the promise the platform makes). Dropping it stops the cluster; the caller removes `dir`.
+struct PgCluster {
+    dir: PathBuf,
+}
+
+/// The superuser `initdb` creates, trusted on the socket (only root and `postgres` reach `dir`).
+const PG_USER: &str = "gpum";
+const PG_DB: &str = "bench";
+
+impl PgCluster {
+    fn start(dir: &Path) -> Result<PgCluster> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        if is_root() {
+            pg_run(Command::new("chown").arg("postgres:postgres").arg(dir))?;
+        }
+        let data = dir.join("data");
+        pg_run(pg_command("initdb")?.arg("-D").arg(&data).args([
+            "-U",
+            PG_USER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]))?;
+        // From here on, dropping the value stops whatever started.
+        let c = PgCluster { dir: dir.to_owned() };
+        pg_run(
+            pg_command("pg_ctl")?
+                .arg("start")
+                .arg("-w")
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(dir.join("log"))
+                .arg("-o")
+                .arg(format!("-c listen_addresses='' -k {}", dir.display())),
+        )?;
+        pg_run(pg_command("createdb")?.arg("-h").arg(dir).args(["-U", PG_USER, PG_DB]))?;
+        Ok(c)
+    }
+
+    /// What `--db` takes: the bench database over the cluster's socket.
+    fn url(&self) -> String {
+        let host = self.dir.to_string_lossy().replace('/', "%2F");
+        format!("postgres://{PG_USER}@{host}/{PG_DB}")
+    }
+
+    fn psql(&self, sql: &str) -> Result<String> {
+        let out = pg_command("psql")?
+            .arg("-h")
+            .arg(&self.dir)
+            .args(["-U", PG_USER, "-d", PG_DB, "-XAt", "-F", " ", "-c", sql])
+            .output()?;
+        if !out.status.success() {
+            bail!("psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    fn version(&self) -> Result<String> {
+        self.psql("SHOW server_version")
+    }
+
+    /// The settings that decide what a commit costs, as `name=value` pairs.
+    fn settings(&self) -> Result<String> {
+        let s = self.psql(
+            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings WHERE name IN \
+             ('fsync', 'synchronous_commit', 'wal_sync_method', 'full_page_writes', 'shared_buffers', \
+             'commit_delay', 'max_connections')",
+        )?;
+        Ok(s)
+    }
+
+    /// utime + stime of every process of the cluster, in seconds: the postmaster, its live
+    /// children (backends, WAL writer, checkpointer…), and its children that have exited (the
+    /// postmaster's cutime + cstime).
+    fn cpu_secs(&self) -> f64 {
+        let Some(pm) = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|s| s.lines().next().map(|l| l.trim().to_owned()))
+        else {
+            return 0.0;
+        };
+        let mut total = proc_stat(&pm).map(|f| f.utime + f.stime + f.cutime + f.cstime).unwrap_or(0.0);
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            if let Some(f) = proc_stat(&pid).filter(|f| f.ppid == pm) {
+                total += f.utime + f.stime;
+            }
+        }
+        total
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Ok(mut c) = pg_command("pg_ctl") {
+            let _ = c.args(["stop", "-m", "fast", "-D"]).arg(self.dir.join("data")).output();
+        }
+    }
+}
+
+/// Fields of `/proc/<pid>/stat`: the parent, and the CPU times in seconds.
+struct ProcStat {
+    ppid: String,
+    utime: f64,
+    stime: f64,
+    cutime: f64,
+    cstime: f64,
+}
+
+fn proc_stat(pid: &str) -> Option<ProcStat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    Some(ProcStat { ppid: f.get(1)?.to_string(), utime: t(11), stime: t(12), cutime: t(13), cstime: t(14) })
+}
+
+/// Whether the effective user is root (the second `Uid:` field of `/proc/self/status`).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        .unwrap_or(false)
+}
+
+/// A program of Debian's PostgreSQL (newest version in `/usr/lib/postgresql/*/bin`, else PATH),
+/// run as the `postgres` user when we are root.
+fn pg_command(name: &str) -> Result<Command> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(name))
+        .filter(|p| p.is_file())
+        .collect();
+    versions.sort();
+    let prog = versions.pop().unwrap_or_else(|| PathBuf::from(name));
+    Ok(if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(prog);
+        c
+    } else {
+        Command::new(prog)
+    })
+}
+
+fn pg_run(c: &mut Command) -> Result<()> {
+    let out =
+        c.output().with_context(|| format!("run {c:?} (is PostgreSQL installed? tests/setup-deps.sh)"))?;
+    if !out.status.success() {
+        bail!(
+            "{c:?}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DbLine;
+
+    /// The line as `db::Stats::summary` writes it (after `database:`; captured from a run).
+    #[test]
+    fn the_database_line_is_read() {
+        let l = "600 operations in 599 transactions (mean batch 1.0), busy 2.103 s, of which commit 1.823 s; \
+                 WAL restarts 0 (each waited at most 0.0 ms)";
+        let d = DbLine::parse(l);
+        assert_eq!((d.ops, d.transactions), (600, 599));
+        assert!((d.busy_s - 2.103).abs() < 1e-9 && (d.commit_s - 1.823).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.add(d).transactions, 1198);
+        assert_eq!(DbLine::parse("").transactions, 0);
+    }
 }
