@@ -73,13 +73,9 @@ pub fn set_db(db: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn run(quick: bool) -> Result<Vec<Row>> {
-    if DB.get().is_some_and(|d| d == "postgres") {
-        return run_postgres(quick);
-    }
-    let shape = shape(quick);
-    let Shape { nodes, interval, secs, warmup } = shape;
-    let release = crate::util::release_build(&[
+/// The release `gpum-platform` and the baseline server, built; their directory.
+fn release_platform() -> Result<PathBuf> {
+    crate::util::release_build(&[
         "--locked",
         "-p",
         "gpum-platform",
@@ -87,7 +83,16 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         "gpum-platform",
         "--example",
         "bench_baseline",
-    ])?;
+    ])
+}
+
+pub fn run(quick: bool) -> Result<Vec<Row>> {
+    if DB.get().is_some_and(|d| d == "postgres") {
+        return run_postgres(quick);
+    }
+    let shape = shape(quick);
+    let Shape { nodes, interval, secs, warmup } = shape;
+    let release = release_platform()?;
     let exe = release.join("gpum-platform");
     let baseline = release.join("examples/bench_baseline");
 
@@ -648,15 +653,7 @@ async fn load(
 pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
     let shape = shape(quick);
     let Shape { nodes, interval, secs, warmup } = shape;
-    let release = crate::util::release_build(&[
-        "--locked",
-        "-p",
-        "gpum-platform",
-        "--bin",
-        "gpum-platform",
-        "--example",
-        "bench_baseline",
-    ])?;
+    let release = release_platform()?;
     let dir = std::env::temp_dir().join(format!("gpum-bench-platform-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let res =
