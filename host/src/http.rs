@@ -322,13 +322,7 @@ impl PostClient {
             if len.is_some_and(|n: u64| n > max as u64) {
                 return Err(PostError::TooLarge(max));
             }
-            let resp_body = http_body_util::BodyExt::collect(http_body_util::Limited::new(resp_body, max))
-                .await
-                .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
-                    Ok(_) => PostError::TooLarge(max),
-                    Err(e) => PostError::Transport(error_chain(e.as_ref())),
-                })?
-                .to_bytes();
+            let resp_body = collect_at_most(resp_body, max).await?;
             // The whole answer is in: the connection can carry the next request, unless the
             // server is closing it.
             let keep = !sender.is_closed();
@@ -385,13 +379,7 @@ impl PostClient {
                 return Ok(Upgrade::Switched(hyper_util::rt::TokioIo::new(io)));
             }
             let (parts, body) = res.into_parts();
-            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max))
-                .await
-                .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
-                    Ok(_) => PostError::TooLarge(max),
-                    Err(e) => PostError::Transport(error_chain(e.as_ref())),
-                })?
-                .to_bytes();
+            let body = collect_at_most(body, max).await?;
             Ok(Upgrade::Refused(PostAnswer {
                 status: parts.status.as_u16(),
                 headers: parts.headers,
@@ -569,6 +557,17 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+/// An answer's body, read whole but at most `max` bytes: more is [`PostError::TooLarge`].
+async fn collect_at_most(body: hyper::body::Incoming, max: usize) -> Result<bytes::Bytes, PostError> {
+    Ok(http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max))
+        .await
+        .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
+            Ok(_) => PostError::TooLarge(max),
+            Err(e) => PostError::Transport(error_chain(e.as_ref())),
+        })?
+        .to_bytes())
 }
 
 #[cfg(test)]

@@ -793,15 +793,13 @@ mod tests {
         attached.abort();
     }
 
-    /// One client address holds at most `max_per_address` tenant connections: the next is closed
-    /// as soon as it is accepted, and a slot given back admits one again.
-    #[tokio::test]
-    async fn relay_tenant_connections_are_capped_per_client_address() {
-        use tokio::net::TcpStream;
+    /// The TCP door with `cfg` on a loopback port, over a scratch database (kept while the
+    /// returned directory lives): its address, what stops it, and its task.
+    async fn tenant_door(
+        cfg: RelayConfig,
+    ) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
-        // No terminator: loopback is counted like any client here.
-        let cfg = RelayConfig { max_per_address: 2, terminators: vec![], ..Default::default() };
         let t = Arc::new(Tenants {
             relay: Arc::new(Relay::new(cfg)),
             db,
@@ -812,6 +810,17 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let stop = CancellationToken::new();
         let server = tokio::spawn(serve_tenants(l, None, t, stop.clone().cancelled_owned()));
+        (addr, stop, server, dir)
+    }
+
+    /// One client address holds at most `max_per_address` tenant connections: the next is closed
+    /// as soon as it is accepted, and a slot given back admits one again.
+    #[tokio::test]
+    async fn relay_tenant_connections_are_capped_per_client_address() {
+        use tokio::net::TcpStream;
+        // No terminator: loopback is counted like any client here.
+        let cfg = RelayConfig { max_per_address: 2, terminators: vec![], ..Default::default() };
+        let (addr, stop, server, _dir) = tenant_door(cfg).await;
         // Closed at once: EOF (or a reset) well before the header timeout.
         let closed = |mut s: TcpStream| async move {
             let mut b = [0u8; 1];
@@ -843,20 +852,9 @@ mod tests {
     /// the same header from an untrusted peer is not a header but a bad request.
     #[tokio::test]
     async fn relay_proxy_headers_only_from_trusted_fronts() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
         let cfg =
             RelayConfig { trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()], ..Default::default() };
-        let t = Arc::new(Tenants {
-            relay: Arc::new(Relay::new(cfg)),
-            db,
-            clock: Clock::system(),
-            throttle: Arc::default(),
-        });
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(serve_tenants(l, None, t, stop.clone().cancelled_owned()));
+        let (addr, stop, server, _dir) = tenant_door(cfg).await;
         let status = |from: &'static str| async move {
             let sock = tokio::net::TcpSocket::new_v4().unwrap();
             sock.bind(SocketAddr::new(from.parse().unwrap(), 0)).unwrap();

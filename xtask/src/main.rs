@@ -105,6 +105,20 @@ pub const TEST_FEATURES: &str = "gpum-platform/test-knobs";
 
 /// The debug build the suites and the scenarios drive: every binary and example, with the
 /// platform's test clock (a `test-knobs` feature that release builds lack).
+/// Every test of the workspace with the test knobs, those that need something of the machine
+/// included (`#[ignore = "needs …"]`), none stopping the run.
+const NEXTEST_ALL: &[&str] = &[
+    "nextest",
+    "run",
+    "--workspace",
+    "--locked",
+    "--no-fail-fast",
+    "--features",
+    TEST_FEATURES,
+    "--run-ignored",
+    "all",
+];
+
 pub const DEBUG_BUILD: &[&str] =
     &["build", "--workspace", "--bins", "--examples", "--locked", "--features", TEST_FEATURES];
 
@@ -199,17 +213,7 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // nextest run` lists them as skipped rather than passing them; here, where
     // tests/setup-deps.sh installed what they need, they run beside the rest, and a missing
     // requirement fails them. `--no-dist` leaves out the ones that check the release.
-    let mut args = vec![
-        "nextest",
-        "run",
-        "--workspace",
-        "--locked",
-        "--no-fail-fast",
-        "--features",
-        TEST_FEATURES,
-        "--run-ignored",
-        "all",
-    ];
+    let mut args = NEXTEST_ALL.to_vec();
     if no_dist {
         args.extend(["-E", "not (binary_id(gpum-tests::dist) | test(dist_binaries_pass_the_gate))"]);
     }
@@ -233,24 +237,14 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     steps.run("suites: the platform on PostgreSQL", || {
         let mut pg_env = env.clone();
         pg_env.push(("GPUM_TEST_DB", "postgres"));
-        cargo_linted(
-            &[
-                "nextest",
-                "run",
-                "--workspace",
-                "--locked",
-                "--no-fail-fast",
-                "--features",
-                TEST_FEATURES,
-                "--run-ignored",
-                "all",
-                "-E",
-                "package(gpum-platform) | binary_id(gpum-tests::platform) | binary_id(gpum-tests::rental) \
-                 | binary_id(gpum-tests::dashboard) | binary_id(gpum-tests::agent) \
-                 | binary_id(gpum-tests::trust) | binary_id(gpum-tests::tunnel)",
-            ],
-            &pg_env,
-        )
+        let mut args = NEXTEST_ALL.to_vec();
+        args.extend([
+            "-E",
+            "package(gpum-platform) | binary_id(gpum-tests::platform) | binary_id(gpum-tests::rental) \
+             | binary_id(gpum-tests::dashboard) | binary_id(gpum-tests::agent) \
+             | binary_id(gpum-tests::trust) | binary_id(gpum-tests::tunnel)",
+        ]);
+        cargo_linted(&args, &pg_env)
     });
     // The agent as it ships, without `test-knobs`: in the run above, tests/Cargo.toml's
     // dependency turns the feature on for the whole workspace (feature unification), so the

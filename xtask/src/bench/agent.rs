@@ -17,7 +17,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,16 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::cost::{agent_register, cli_json};
-use super::{Row, say};
+use super::{Kill, Row, say, spawn_agent};
 use crate::util::{docker_answers, median};
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 pub fn run(quick: bool) -> Result<Vec<Row>> {
     let total = if quick { Duration::from_secs(40) } else { Duration::from_secs(300) };
@@ -75,14 +67,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     }
     let node_id =
         cli_json(&platform, &db, &["nodes", "list"])?["nodes"][0]["id"].as_str().context("node")?.to_string();
-    let a = Command::new(&agent)
-        .args(["run", "--state"])
-        .arg(&state)
-        .env("GPUM_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let a = spawn_agent(&agent, &state)?;
     let pid = a.id();
     let mut a = Kill(a);
 

@@ -11,10 +11,33 @@ mod sizes;
 mod tunnel;
 mod verify;
 
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, bail};
 use serde::Serialize;
+
+/// A child process killed (and reaped) when dropped, so a failed bench leaves none behind.
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `gpum-agent run --state STATE`, its output discarded, logging warnings only.
+fn spawn_agent(agent: &Path, state: &Path) -> Result<Child> {
+    Ok(Command::new(agent)
+        .args(["run", "--state"])
+        .arg(state)
+        .env("GPUM_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
 
 /// Whether stdout is reserved for the JSON table.
 static JSON: AtomicBool = AtomicBool::new(false);

@@ -25,7 +25,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -36,7 +36,7 @@ use gpum_protocol::{
 };
 
 use super::cost::cli_json;
-use super::{Row, say};
+use super::{Kill, Row, say, spawn_agent};
 use crate::util::{docker_answers, median};
 
 /// The bench's own image tag (busybox-static and its applets); rebuilt when absent.
@@ -46,14 +46,6 @@ const BUSYBOX: &str = "/bin/busybox";
 /// per rental (streams closed just before may still hold a slot for a moment).
 const IDLE_STREAMS: usize = 60;
 const LONG: Duration = Duration::from_secs(90);
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Removes the bench's containers (by its Docker scope label) when dropped.
 struct Containers(String);
@@ -158,14 +150,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
              test_docker_scope = '{scope}'\ntest_rentals_without_gpu_request = true\nrentals = true\n"
         ),
     )?;
-    let a = Command::new(&agent)
-        .args(["run", "--state"])
-        .arg(&state)
-        .env("GPUM_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let a = spawn_agent(&agent, &state)?;
     let agent_pid = a.id();
     let agent_proc = Kill(a);
     let platform_pid = platform_proc.0.id();
