@@ -158,6 +158,10 @@ struct ServeArgs {
     /// needs more waits for it, within --body-timeout.
     #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     body_memory: u64,
+    /// Connections to a PostgreSQL database, each a database thread running batches of
+    /// requests side by side (default 2). SQLite has one writer: only 1 is allowed there.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
+    db_connections: Option<u16>,
     /// Also serve the tunnel relay for tenants on ADDR (issue 34): `CONNECT rental-<id>:<port>`
     /// with the rental's credential. TLS with --tls-cert/--tls-key; plain only with
     /// --insecure-http, on a loopback address.
@@ -945,8 +949,27 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Some((cert, key)) => Some(crate::listen::tls_config(cert, key)?),
         None => None,
     };
-    let conn = store::open(&db_path)
-        .with_context(|| format!("open the database {}", crate::sql::Target::parse(&db_path).display()))?;
+    let target = crate::sql::Target::parse(&db_path);
+    let db_connections = match (&target, args.db_connections) {
+        (crate::sql::Target::Sqlite(_), Some(n)) if n > 1 => {
+            bail!("--db-connections {n}: a SQLite database has one writer; more than 1 needs PostgreSQL")
+        }
+        (crate::sql::Target::Sqlite(_), _) => 1,
+        (crate::sql::Target::Postgres(_), n) => n.unwrap_or(2),
+    };
+    let conn =
+        store::open_target(&target).with_context(|| format!("open the database {}", target.display()))?;
+    let mut conns = vec![conn];
+    for _ in 1..db_connections {
+        conns.push(
+            crate::sql::Conn::connect_postgres(match &target {
+                crate::sql::Target::Postgres(url) => url,
+                crate::sql::Target::Sqlite(_) => unreachable!("SQLite has one connection"),
+            })
+            .with_context(|| format!("open the database {}", target.display()))?,
+        );
+    }
+    let conn = &conns[0];
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own
     // connection and thread, so no request waits for one inside its COMMIT; the database thread
     // only finishes one now and then so that the WAL restarts (Db::spawn_checkpointer). A WAL
@@ -956,7 +979,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Some(c) => {
             c.pragma_update(None, "wal_autocheckpoint", 0)?;
             c.pragma_update(None, "journal_size_limit", crate::db::WAL_KEEP_BYTES)?;
-            Some(store::open(&db_path)?)
+            Some(store::open_target(&target)?)
         }
         None => None,
     };
@@ -1021,7 +1044,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         ping_timeout,
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
-    let db = crate::db::Db::start(conn);
+    let db = crate::db::Db::start_many(conns);
     if let Some(ckpt) = ckpt {
         db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
     }
@@ -1054,6 +1077,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         body_timeout_s = args.body_timeout,
         write_timeout_s = args.write_timeout,
         body_memory_mib = args.body_memory,
+        db_connections,
         "serving"
     );
 

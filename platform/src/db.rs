@@ -6,7 +6,10 @@
 //! whatever has queued up (up to [`MAX_BATCH`]), runs each inside its own SAVEPOINT within one
 //! transaction, commits once, and only then answers the callers: group commit. A failed
 //! operation rolls back to its savepoint and leaves the others in the batch alone. Under light
-//! load a batch is one operation, so latency stays that of a single transaction.
+//! load a batch is one operation, so latency stays that of a single transaction. On PostgreSQL
+//! the savepoints travel in front of the operations' statements (`sql::Conn::savepoint`), so
+//! they add no round trip; if one of them fails, the whole batch fails and nobody is told it
+//! was stored.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,14 +73,26 @@ impl Stats {
 impl Db {
     /// Starts the database thread on an open connection.
     pub fn start(conn: Conn) -> Db {
+        Db::start_many(vec![conn])
+    }
+
+    /// Starts one database thread per connection, all taking batches from one queue (issue 35:
+    /// PostgreSQL, where one connection waits on round trips while the machine has cores left).
+    /// Their transactions run side by side, as those of two replicas do, and are correct
+    /// together for the same reasons (row locks, conditional updates). SQLite has one writer:
+    /// give it one connection.
+    pub fn start_many(conns: Vec<Conn>) -> Db {
         let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(std::sync::Mutex::new(rx));
         let stats = Arc::new(Stats::default());
         let restart = Arc::new(AtomicBool::new(false));
-        let (st, rs) = (stats.clone(), restart.clone());
-        std::thread::Builder::new()
-            .name("gpum-db".into())
-            .spawn(move || run(conn, rx, &st, &rs))
-            .expect("spawn the database thread");
+        for (i, conn) in conns.into_iter().enumerate() {
+            let (st, rs, rx) = (stats.clone(), restart.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("gpum-db-{i}"))
+                .spawn(move || run(conn, &rx, &st, &rs))
+                .expect("spawn the database thread");
+        }
         Db { tx, stats, restart }
     }
 
@@ -131,11 +146,10 @@ impl Db {
     {
         let (otx, orx) = oneshot::channel::<Result<T, ApiError>>();
         let job: Job = Box::new(move |conn: &Conn| {
-            let r = match conn.execute_batch("SAVEPOINT op") {
+            let r = match conn.savepoint() {
                 Ok(()) => {
                     let r = f(conn);
-                    let end = if r.is_ok() { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" };
-                    match conn.execute_batch(end) {
+                    match conn.end_savepoint(r.is_ok()) {
                         Ok(()) => r,
                         Err(e) => Err(ApiError::from(e)),
                     }
@@ -151,16 +165,23 @@ impl Db {
     }
 }
 
-fn run(conn: Conn, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool) {
-    while let Ok(first) = rx.recv() {
-        let started = Instant::now();
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
-            }
+/// The next batch: waits for one job, then takes whatever else has queued, up to [`MAX_BATCH`].
+/// Another database thread waits for the queue meanwhile, and takes what comes after.
+fn next_batch(rx: &std::sync::Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
+    let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+    let mut jobs = vec![rx.recv().ok()?];
+    while jobs.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(j) => jobs.push(j),
+            Err(_) => break,
         }
+    }
+    Some(jobs)
+}
+
+fn run(conn: Conn, rx: &std::sync::Mutex<mpsc::Receiver<Job>>, stats: &Stats, restart: &AtomicBool) {
+    while let Some(jobs) = next_batch(rx) {
+        let started = Instant::now();
         if let Err(e) = conn.begin_or_reconnect() {
             tracing::error!("database: begin: {}", e.detail());
             for j in jobs {
@@ -172,11 +193,11 @@ fn run(conn: Conn, rx: mpsc::Receiver<Job>, stats: &Stats, restart: &AtomicBool)
         let n = jobs.len() as u64;
         let replies: Vec<Reply> = jobs.into_iter().map(|j| j(&conn)).collect();
         let commit_started = Instant::now();
-        let committed = match conn.execute_batch("COMMIT") {
+        let committed = match conn.commit() {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!("database: commit: {}", e.detail());
-                let _ = conn.execute_batch("ROLLBACK");
+                conn.rollback();
                 false
             }
         };
@@ -548,6 +569,75 @@ mod tests {
                 (db.stats().ops.load(Ordering::Relaxed), db.stats().transactions.load(Ordering::Relaxed));
             assert!(tx < ops, "{engine:?}: {}", db.stats().summary());
         }
+    }
+
+    /// The savepoints that travel in front of statements (PostgreSQL): an operation whose
+    /// statement fails (a duplicate key) is rolled back alone, in a batch with others and on
+    /// several database threads; an operation that swallows a failed statement and says it
+    /// succeeded is not believed: on PostgreSQL that failure aborted the transaction, so its
+    /// batch fails as a whole and nobody is told anything was stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    async fn a_failed_statement_rolls_back_its_operation_alone_and_a_swallowed_one_fails_the_batch() {
+        let t = crate::testdb::TestDb::on(crate::sql::Engine::Postgres);
+        let db = Db::start_many(vec![t.open(), t.open()]);
+        let put = |i: usize| {
+            let db = db.clone();
+            tokio::spawn(async move {
+                db.call(move |c| {
+                    c.execute(
+                        "INSERT INTO settings (key, value) VALUES (?1, 'v')",
+                        crate::params![format!("d{i}")],
+                    )?;
+                    // Every seventh inserts the same key twice: its second INSERT fails.
+                    if i.is_multiple_of(7) {
+                        c.execute(
+                            "INSERT INTO settings (key, value) VALUES (?1, 'v')",
+                            crate::params![format!("d{i}")],
+                        )?;
+                    }
+                    Ok(())
+                })
+                .await
+            })
+        };
+        let calls: Vec<_> = (0..300).map(put).collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            assert_eq!(c.await.unwrap().is_ok(), i % 7 != 0, "{i}");
+        }
+        let keys = |db: Db| async move {
+            db.call(|c| {
+                Ok(c.prepare_cached("SELECT key FROM settings WHERE key LIKE 'd%' OR key LIKE 's%'")?
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<std::collections::BTreeSet<_>, _>>()?)
+            })
+            .await
+            .unwrap()
+        };
+        let stored = keys(db.clone()).await;
+        let want: std::collections::BTreeSet<_> =
+            (0..300).filter(|i| i % 7 != 0).map(|i| format!("d{i}")).collect();
+        assert_eq!(stored, want);
+        assert!(db.stats().transactions.load(Ordering::Relaxed) < 300, "{}", db.stats().summary());
+
+        // One operation swallows its failed statement; the one beside it in the batch did
+        // nothing wrong, but shared the aborted transaction.
+        let db1 = Db::start(t.open());
+        let swallow = db1.call(|c| {
+            c.execute("INSERT INTO settings (key, value) VALUES ('s1', 'v')", [])?;
+            let _ = c.execute("INSERT INTO settings (key, value) VALUES ('s1', 'v')", []);
+            Ok(())
+        });
+        let honest = db1.call(|c| Ok(c.execute("INSERT INTO settings (key, value) VALUES ('s2', 'v')", [])?));
+        let (a, b) = tokio::join!(swallow, honest);
+        assert!(a.is_err(), "the swallowed failure was reported as stored");
+        if b.is_ok() {
+            // It ran in a batch of its own, after the failed one.
+            assert_eq!(db1.stats().transactions.load(Ordering::Relaxed), 2, "{}", db1.stats().summary());
+        }
+        let stored = keys(db1.clone()).await;
+        assert!(!stored.contains("s1"), "{stored:?}");
+        assert_eq!(stored.contains("s2"), b.is_ok(), "{stored:?}");
     }
 
     /// PostgreSQL closed the database thread's connection (a restart, an administrator, a

@@ -10,14 +10,16 @@
 //! has something the other lacks (SQLite's WAL checkpoints, its file backup): those take
 //! [`Conn::sqlite`].
 //!
-//! Why the synchronous `postgres` client and not a pool (tokio-postgres with deadpool, or sqlx):
-//! the platform already runs every operation on one database thread, in batches, each inside its
-//! own SAVEPOINT within one transaction that is committed before anyone is answered
-//! (`db.rs`). On PostgreSQL that is still the right shape: one connection, one COMMIT (one WAL
-//! flush, `synchronous_commit = on`) per batch, so a heartbeat costs a fraction of a round trip.
-//! A pool would give each request its own transaction and fsync. The `postgres` crate is
-//! tokio-postgres behind a private current-thread runtime, well kept (the rust-postgres project),
-//! and keeps the store's functions synchronous, as they are for SQLite.
+//! Why tokio-postgres on one connection and not a pool (deadpool, or sqlx): the platform
+//! already runs every operation on one database thread, in batches, each inside its own
+//! SAVEPOINT within one transaction that is committed before anyone is answered (`db.rs`). On
+//! PostgreSQL that is still the right shape: one connection, one COMMIT (one WAL flush,
+//! `synchronous_commit = on`) per batch. A pool would give each request its own transaction
+//! and fsync. tokio-postgres (the rust-postgres project, well kept) runs here behind a private
+//! current-thread runtime, as its synchronous wrapper `postgres` does, so the store's functions
+//! stay synchronous as they are for SQLite; it is used directly because it pipelines: the
+//! savepoints around each operation are sent in front of the operation's statements, in the
+//! same write, instead of costing a round trip each.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -76,7 +78,7 @@ pub enum Error {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("postgres: {0}")]
-    Postgres(#[source] postgres::Error),
+    Postgres(#[source] tokio_postgres::Error),
     #[error("the query returned no rows")]
     NoRows,
     #[error("column {0}: {1}")]
@@ -91,8 +93,8 @@ pub enum Error {
     Refused(String),
 }
 
-impl From<postgres::Error> for Error {
-    fn from(e: postgres::Error) -> Self {
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
         Error::Postgres(e)
     }
 }
@@ -246,13 +248,13 @@ impl rusqlite::ToSql for Value {
 /// PostgreSQL infers each parameter's type from the statement (`$1` compared with a BIGINT
 /// column is a BIGINT); a value is written as whatever type the server asked for, where that
 /// makes sense, so one `Value::Int` serves BIGINT, INTEGER and BOOLEAN alike.
-impl postgres::types::ToSql for Value {
+impl tokio_postgres::types::ToSql for Value {
     fn to_sql(
         &self,
-        ty: &postgres::types::Type,
+        ty: &tokio_postgres::types::Type,
         out: &mut bytes::BytesMut,
-    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        use postgres::types::{IsNull, Type};
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use tokio_postgres::types::{IsNull, Type};
         match self {
             Value::Null => Ok(IsNull::Yes),
             Value::Int(i) => match *ty {
@@ -274,11 +276,11 @@ impl postgres::types::ToSql for Value {
         }
     }
 
-    fn accepts(_: &postgres::types::Type) -> bool {
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
 /// A column's value turned into a Rust type ([`Row::get`]).
@@ -365,7 +367,7 @@ pub struct Row<'a>(RowInner<'a>);
 
 enum RowInner<'a> {
     Sqlite(&'a rusqlite::Row<'a>),
-    Postgres(&'a postgres::Row),
+    Postgres(&'a tokio_postgres::Row),
 }
 
 impl Row<'_> {
@@ -393,8 +395,8 @@ impl Row<'_> {
     }
 }
 
-fn pg_value(r: &postgres::Row, i: usize) -> Result<Value> {
-    use postgres::types::Type;
+fn pg_value(r: &tokio_postgres::Row, i: usize) -> Result<Value> {
+    use tokio_postgres::types::Type;
     let Some(col) = r.columns().get(i) else { return Err(Error::Column(i, "no such column".into())) };
     let ty = col.type_().clone();
     let v = match ty {
@@ -423,38 +425,107 @@ enum Inner {
 }
 
 struct Pg {
-    client: postgres::Client,
+    /// A current-thread runtime of the connection's own: its calls are made from the
+    /// synchronous database thread (`block_on`), as the `postgres` crate does.
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
     /// To connect again when the server closed the connection (a restart, a failover).
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// Prepared statements by their `?N` text: each is parsed and planned once per connection.
-    stmts: HashMap<String, postgres::Statement>,
+    stmts: HashMap<String, tokio_postgres::Statement>,
+    /// Statements without parameters or results (an operation's `SAVEPOINT`, `RELEASE`,
+    /// `ROLLBACK TO`) that go out in front of the next statement, pipelined with it: they cost
+    /// no round trip of their own (issue 35: round trips were what bounded a replica).
+    prefix: String,
+    /// A prefix failed, so the transaction is aborted: its COMMIT must fail, not report a
+    /// success (PostgreSQL answers COMMIT in an aborted transaction with a silent ROLLBACK).
+    poisoned: bool,
+}
+
+/// Sends `prefix` (if any) and then `fut`'s statement on `client` without waiting in between,
+/// and waits for both. A failed prefix poisons the transaction and is the error returned.
+fn pipelined<T>(
+    rt: &tokio::runtime::Runtime,
+    client: &tokio_postgres::Client,
+    prefix: &str,
+    poisoned: &mut bool,
+    fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    let pre = async { if prefix.is_empty() { Ok(()) } else { client.batch_execute(prefix).await } };
+    // Biased: the prefix is polled first, so its message is queued (and sent) first.
+    let (pre, r) = rt.block_on(async { tokio::join!(biased; pre, fut) });
+    if let Err(e) = pre {
+        *poisoned = true;
+        return Err(e.into());
+    }
+    Ok(r?)
 }
 
 impl Pg {
-    fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+    fn statement(&mut self, sql: &str) -> Result<tokio_postgres::Statement> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.client.prepare(&dollar_placeholders(sql))?;
+        let text = dollar_placeholders(sql);
+        let prefix = std::mem::take(&mut self.prefix);
+        let s = pipelined(&self.rt, &self.client, &prefix, &mut self.poisoned, self.client.prepare(&text))?;
         self.stmts.insert(sql.to_owned(), s.clone());
         Ok(s)
     }
-}
 
-fn pg_connect(config: &postgres::Config) -> Result<postgres::Client> {
-    // The sync client runs its own small runtime; it must not be started inside another one
-    // (serve opens the database before its runtime starts; tests may not).
-    if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| s.spawn(|| config.connect(postgres::NoTls)).join())
-            .map_err(|_| Error::Refused("the PostgreSQL connection thread panicked".into()))?
-            .map_err(Error::from)
-    } else {
-        Ok(config.connect(postgres::NoTls)?)
+    fn execute(&mut self, sql: &str, p: &[Value]) -> Result<u64> {
+        let s = self.statement(sql)?;
+        let prefix = std::mem::take(&mut self.prefix);
+        let params = pg_params(p);
+        pipelined(&self.rt, &self.client, &prefix, &mut self.poisoned, self.client.execute(&s, &params))
+    }
+
+    fn query(&mut self, sql: &str, p: &[Value]) -> Result<Vec<tokio_postgres::Row>> {
+        let s = self.statement(sql)?;
+        let prefix = std::mem::take(&mut self.prefix);
+        let params = pg_params(p);
+        pipelined(&self.rt, &self.client, &prefix, &mut self.poisoned, self.client.query(&s, &params))
+    }
+
+    fn batch_execute(&mut self, sql: &str) -> Result<()> {
+        let prefix = std::mem::take(&mut self.prefix);
+        pipelined(&self.rt, &self.client, &prefix, &mut self.poisoned, self.client.batch_execute(sql))
+    }
+
+    /// Adds `sql` to what goes out with the next statement.
+    fn defer(&mut self, sql: &str) {
+        self.prefix.push_str(sql);
+        self.prefix.push(';');
     }
 }
 
-fn pg_params(p: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
-    p.iter().map(|v| v as &(dyn postgres::types::ToSql + Sync)).collect()
+fn pg_connect(config: &tokio_postgres::Config) -> Result<(tokio::runtime::Runtime, tokio_postgres::Client)> {
+    let connect = || -> Result<_> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Refused(format!("start the PostgreSQL connection's runtime: {e}")))?;
+        let (client, connection) = rt.block_on(config.connect(tokio_postgres::NoTls))?;
+        // Driven whenever the database thread waits on the runtime (`block_on`).
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("database: the PostgreSQL connection ended: {e}");
+            }
+        });
+        Ok((rt, client))
+    };
+    // `block_on` must not run inside another runtime (serve opens the database before its
+    // runtime starts; tests may not): then the connection is made on a thread of its own.
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(connect).join())
+            .map_err(|_| Error::Refused("the PostgreSQL connection thread panicked".into()))?
+    } else {
+        connect()
+    }
+}
+
+fn pg_params(p: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+    p.iter().map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync)).collect()
 }
 
 /// `?N` placeholders as PostgreSQL's `$N` (outside quoted strings and identifiers).
@@ -487,7 +558,7 @@ impl Conn {
     /// is refused, since the URL is on the command line). No TLS yet: a local socket or a
     /// trusted network.
     pub fn connect_postgres(url: &str) -> Result<Conn> {
-        let config: postgres::Config = url.parse()?;
+        let config: tokio_postgres::Config = url.parse()?;
         if config.get_password().is_some() {
             return Err(Error::Refused(
                 "the database URL holds a password, which would be visible in the process list; \
@@ -495,8 +566,15 @@ impl Conn {
                     .into(),
             ));
         }
-        let client = pg_connect(&config)?;
-        Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg { client, config, stmts: HashMap::new() })))))
+        let (rt, client) = pg_connect(&config)?;
+        Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg {
+            rt,
+            client,
+            config,
+            stmts: HashMap::new(),
+            prefix: String::new(),
+            poisoned: false,
+        })))))
     }
 
     /// [`Conn::begin`], and on PostgreSQL, when the server had closed the connection (it
@@ -507,7 +585,10 @@ impl Conn {
             (Err(e), Inner::Postgres(pg)) if pg.borrow().client.is_closed() => {
                 tracing::warn!("database: the connection was closed ({}); connecting again", e.detail());
                 let mut pg = pg.borrow_mut();
-                pg.client = pg_connect(&pg.config)?;
+                let (rt, client) = pg_connect(&pg.config)?;
+                // The old client first: its runtime goes with it.
+                pg.client = client;
+                pg.rt = rt;
                 pg.stmts.clear();
                 drop(pg);
                 self.begin()
@@ -531,20 +612,94 @@ impl Conn {
         }
     }
 
-    /// Runs statements without parameters or results (migrations, BEGIN, SAVEPOINT).
+    /// Runs statements without parameters or results (migrations, BEGIN).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match &self.0 {
             Inner::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Inner::Postgres(pg) => Ok(pg.borrow_mut().client.batch_execute(sql)?),
+            Inner::Postgres(pg) => pg.borrow_mut().batch_execute(sql),
         }
     }
 
     /// Starts a write transaction (SQLite takes the write lock now, not at the first write).
     pub fn begin(&self) -> Result<()> {
-        self.execute_batch(match self.engine() {
-            Engine::Sqlite => "BEGIN IMMEDIATE",
-            Engine::Postgres => "BEGIN",
-        })
+        match &self.0 {
+            Inner::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
+            Inner::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                pg.prefix.clear();
+                pg.poisoned = false;
+                pg.batch_execute("BEGIN")
+            }
+        }
+    }
+
+    /// Opens the savepoint `op` that one operation of a batch runs in (`db.rs`). On PostgreSQL
+    /// it goes out with the operation's first statement; an operation that runs none costs
+    /// nothing.
+    pub fn savepoint(&self) -> Result<()> {
+        match &self.0 {
+            Inner::Sqlite(c) => Ok(c.execute_batch("SAVEPOINT op")?),
+            Inner::Postgres(pg) => {
+                pg.borrow_mut().defer("SAVEPOINT op");
+                Ok(())
+            }
+        }
+    }
+
+    /// Closes the savepoint of [`Conn::savepoint`]: kept when `ok`, else rolled back to. On
+    /// PostgreSQL it goes out with the next statement or the COMMIT; if it fails there, the
+    /// whole transaction fails ([`Conn::commit`]).
+    pub fn end_savepoint(&self, ok: bool) -> Result<()> {
+        let end = if ok { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" };
+        match &self.0 {
+            Inner::Sqlite(c) => Ok(c.execute_batch(end)?),
+            Inner::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                // Nothing ran since it was opened: neither needs to be sent.
+                match pg.prefix.strip_suffix("SAVEPOINT op;").map(str::len) {
+                    Some(keep) => pg.prefix.truncate(keep),
+                    None => pg.defer(end),
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Commits the transaction, with whatever [`Conn::end_savepoint`] left to send. Fails, and
+    /// nothing is committed, when any of that failed.
+    pub fn commit(&self) -> Result<()> {
+        match &self.0 {
+            Inner::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Inner::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                pg.batch_execute("COMMIT")?;
+                if pg.poisoned {
+                    return Err(Error::Refused("the transaction was aborted; nothing was committed".into()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends a transaction that failed; what it wrote is gone.
+    pub fn rollback(&self) {
+        if let Inner::Postgres(pg) = &self.0 {
+            let mut pg = pg.borrow_mut();
+            pg.prefix.clear();
+            pg.poisoned = false;
+        }
+        let _ = self.execute_batch("ROLLBACK");
+    }
+
+    /// `sql`, a `SELECT` of rows that the transaction goes on to change, with `FOR UPDATE` on
+    /// PostgreSQL: another replica's transaction that selects them so waits for this one's
+    /// COMMIT and then reads what it wrote. On SQLite the write transaction already holds the
+    /// whole database (`BEGIN IMMEDIATE`).
+    pub fn for_update<'s>(&self, sql: &'s str) -> std::borrow::Cow<'s, str> {
+        match self.engine() {
+            Engine::Sqlite => sql.into(),
+            Engine::Postgres => format!("{sql} FOR UPDATE").into(),
+        }
     }
 
     /// A statement, prepared once per connection and cached.
@@ -580,11 +735,7 @@ impl Stmt<'_, '_> {
             Inner::Sqlite(c) => {
                 Ok(c.prepare_cached(self.sql)?.execute(rusqlite::params_from_iter(p.iter()))?)
             }
-            Inner::Postgres(pg) => {
-                let mut pg = pg.borrow_mut();
-                let s = pg.statement(self.sql)?;
-                Ok(pg.client.execute(&s, &pg_params(p))? as usize)
-            }
+            Inner::Postgres(pg) => Ok(pg.borrow_mut().execute(self.sql, p)? as usize),
         }
     }
 
@@ -601,11 +752,7 @@ impl Stmt<'_, '_> {
                 }
             }
             Inner::Postgres(pg) => {
-                let rows = {
-                    let mut pg = pg.borrow_mut();
-                    let s = pg.statement(self.sql)?;
-                    pg.client.query(&s, &pg_params(p))?
-                };
+                let rows = pg.borrow_mut().query(self.sql, p)?;
                 match rows.first() {
                     Some(r) => f(&Row(RowInner::Postgres(r))),
                     None => Err(Error::NoRows),
@@ -631,11 +778,7 @@ impl Stmt<'_, '_> {
                 }
             }
             Inner::Postgres(pg) => {
-                let rows = {
-                    let mut pg = pg.borrow_mut();
-                    let s = pg.statement(self.sql)?;
-                    pg.client.query(&s, &pg_params(p))?
-                };
+                let rows = pg.borrow_mut().query(self.sql, p)?;
                 out.extend(rows.iter().map(|r| f(&Row(RowInner::Postgres(r)))));
             }
         }

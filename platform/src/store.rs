@@ -1032,16 +1032,20 @@ pub fn heartbeat_prepared(
     prep: &PreparedBeat,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    // One lookup serves the common case (the probe image rides along, and what the event log
-    // and the samples compare with); the slow path tells the revocation answers apart.
+    // One lookup serves the common case (the probe image rides along, what the event log
+    // and the samples compare with, and whether any command waits); the slow path tells the
+    // revocation answers apart. It locks the node's row (on PostgreSQL; SQLite's transaction
+    // holds the whole database), so that two replicas answering one node at once take turns,
+    // and the second sees what the first wrote: one "online" event, not two.
     let row: Option<BeatRow> = conn
-        .prepare_cached(
+        .prepare_cached(&conn.for_update(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
                     last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until,
-                    quarantine_json
+                    quarantine_json,
+                    EXISTS (SELECT 1 FROM commands WHERE node_id = nodes.id AND delivered_at IS NULL)
              FROM nodes WHERE token_hash = ?1",
-        )?
+        ))?
         .query_row(params![prep.token_hash], |r| {
             Ok(BeatRow {
                 id: r.get(0)?,
@@ -1055,6 +1059,7 @@ pub fn heartbeat_prepared(
                 probe_reason: r.get(8)?,
                 rentals_until: r.get(9)?,
                 quarantine_json: r.get(10)?,
+                commands_waiting: r.get(11)?,
             })
         })
         .optional()?;
@@ -1069,6 +1074,7 @@ pub fn heartbeat_prepared(
         probe_reason,
         rentals_until,
         quarantine_json,
+        commands_waiting,
         ..
     } = match row {
         Some(row) if row.deleted_at.is_none() => row,
@@ -1218,7 +1224,7 @@ pub fn heartbeat_prepared(
     // that carries them marks them delivered. A handshake (`seq == 0`, what `gpum-agent smoke`
     // sends) gets none: a one-shot process that exits right after would otherwise swallow a
     // command meant for the service.
-    let pending: Vec<gpum_protocol::Command> = if req.seq == 0 {
+    let pending: Vec<gpum_protocol::Command> = if req.seq == 0 || !commands_waiting {
         Vec::new()
     } else {
         conn.prepare_cached(
@@ -1292,6 +1298,8 @@ struct BeatRow {
     rentals_until: Option<i64>,
     /// The quarantine as last reported (JSON), if any.
     quarantine_json: Option<String>,
+    /// Some command of the node's is not delivered yet: most beats skip that lookup.
+    commands_waiting: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1756,8 +1764,10 @@ pub fn queue_command(
     live_node(conn, id, scope)?;
     // A command reaches the agent only at its heartbeat: an offline server is refused one, by
     // every door (the dashboard, the admin API, the CLI), and nothing is queued.
+    // The node's row is locked (PostgreSQL) so that two commands sent to it at once through two
+    // replicas get their places in its queue one after the other.
     let last: Option<i64> = conn
-        .prepare_cached("SELECT last_heartbeat_at FROM nodes WHERE id = ?1")?
+        .prepare_cached(&conn.for_update("SELECT last_heartbeat_at FROM nodes WHERE id = ?1"))?
         .query_row(params![id], |r| r.get(0))?;
     if !online(last.map(|v| v as u64), now) {
         return Err(ApiError::new(
@@ -1766,7 +1776,12 @@ pub fn queue_command(
         ));
     }
     let cmd_id = new_id("cmd-");
-    let seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM commands", [], |r| r.get(0))?;
+    // Its place in the node's queue (the index on node_id, seq finds the last at once).
+    let seq: i64 = conn.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM commands WHERE node_id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
     conn.prepare_cached(
         "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
@@ -2073,6 +2088,48 @@ mod tests {
         // The refusal did not consume the code: after deleting the old node it works.
         delete_node(&c, 1002, &r.node_id, &Scope::All).unwrap();
         reg(&c, 1003, &code2, "g").unwrap();
+    }
+
+    /// Two replicas' transactions on one node (issue 35): the second waits for the first's
+    /// COMMIT on the node's row and then reads what it wrote, so two first heartbeats sent to two
+    /// replicas at once record one "online" event, not two, and two commands sent at once get
+    /// their own places in the node's queue. Deterministic: the first transaction is held open
+    /// while the second is seen waiting.
+    #[test]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    fn two_transactions_on_one_node_take_turns() {
+        let t = crate::testdb::TestDb::on(crate::sql::Engine::Postgres);
+        let a = t.open();
+        let code = create_join_code(&a, 0, 60, &Scope::All).unwrap().code;
+        let r = reg(&a, 0, &code, "g").unwrap();
+        let in_turn = |first: &dyn Fn(&Conn), second: Box<dyn FnOnce(&Conn) + Send>| {
+            let b = t.open();
+            a.begin().unwrap();
+            first(&a);
+            let other = std::thread::spawn(move || {
+                b.begin().unwrap();
+                second(&b);
+                b.commit().unwrap();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(!other.is_finished(), "the second transaction waits for the first's row lock");
+            a.commit().unwrap();
+            other.join().unwrap();
+        };
+        let beat = |token: String| {
+            move |c: &Conn| {
+                heartbeat(c, 10, &token, &HeartbeatRequest { seq: 1, ..Default::default() }, 10).unwrap();
+            }
+        };
+        in_turn(&beat(r.node_token.clone()), Box::new(beat(r.node_token.clone())));
+        let online =
+            format!("SELECT COUNT(*) FROM node_events WHERE kind = '{}'", NodeEventKind::Online.as_str());
+        assert_eq!(count(&a, &online), 1);
+
+        let send =
+            |id: String| move |c: &Conn| drop(queue_command(c, 11, &id, "recheck", &Scope::All).unwrap());
+        in_turn(&send(r.node_id.clone()), Box::new(send(r.node_id.clone())));
+        assert_eq!(count(&a, "SELECT COUNT(DISTINCT seq) FROM commands"), 2);
     }
 
     #[test]

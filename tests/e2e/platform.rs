@@ -658,6 +658,12 @@ fn plain_http_only_on_loopback_with_the_flag() {
     let o = run(&["--listen", "127.0.0.1:0"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--insecure-http"));
+    // A SQLite file has one writer: a second database thread is refused, before the file is made.
+    let o = run(&["--listen", "127.0.0.1:0", "--insecure-http", "--db-connections", "2"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--db-connections 2") && err.contains("one writer"), "{err}");
+    assert!(!db.exists());
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
