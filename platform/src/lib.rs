@@ -8,11 +8,13 @@
 //!   admin API and the CLI both call it.
 //! - [`sql`]: the seam to the engine, SQLite or PostgreSQL (issue 35): one SQL text per
 //!   statement for both, values, rows, cached statements.
+//! - [`pgurl`]: what a `postgres://` URL means: TLS (checked, or plain only on the machine or
+//!   when asked), the password from a private file.
 //! - [`accounts`]: owners, invitations, passwords (Argon2id), TOTP, dashboard sessions and API
 //!   keys; every node and join code belongs to an owner or to the operator ([`store::Scope`]).
 //! - [`rentals`]: tenant rentals (issue 33): validation, the operator's API, what the heartbeat
 //!   carries and records.
-//! - [`db`]: the single database thread with group commit, used by the server.
+//! - [`db`]: the database threads with group commit, used by the server.
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
@@ -26,6 +28,7 @@ pub mod error;
 pub mod install;
 pub mod listen;
 pub mod migrate;
+pub mod pgurl;
 pub mod relay;
 pub mod rentable;
 pub mod rentals;

@@ -105,7 +105,11 @@ impl Error {
         match self {
             Error::Postgres(e) => match e.as_db_error() {
                 Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
-                None => format!("postgres: {e}"),
+                // The cause says why (a TLS certificate refused, a connection refused).
+                None => match std::error::Error::source(e) {
+                    Some(cause) => format!("postgres: {e}: {cause}"),
+                    None => format!("postgres: {e}"),
+                },
             },
             e => e.to_string(),
         }
@@ -430,7 +434,7 @@ struct Pg {
     rt: tokio::runtime::Runtime,
     client: tokio_postgres::Client,
     /// To connect again when the server closed the connection (a restart, a failover).
-    config: tokio_postgres::Config,
+    target: crate::pgurl::PgTarget,
     /// Prepared statements by their `?N` text: each is parsed and planned once per connection.
     stmts: HashMap<String, tokio_postgres::Statement>,
     /// Statements without parameters or results (an operation's `SAVEPOINT`, `RELEASE`,
@@ -499,19 +503,36 @@ impl Pg {
     }
 }
 
-fn pg_connect(config: &tokio_postgres::Config) -> Result<(tokio::runtime::Runtime, tokio_postgres::Client)> {
-    let connect = || -> Result<_> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Refused(format!("start the PostgreSQL connection's runtime: {e}")))?;
-        let (client, connection) = rt.block_on(config.connect(tokio_postgres::NoTls))?;
-        // Driven whenever the database thread waits on the runtime (`block_on`).
+fn pg_connect(target: &crate::pgurl::PgTarget) -> Result<(tokio::runtime::Runtime, tokio_postgres::Client)> {
+    // Driven whenever the database thread waits on the runtime (`block_on`).
+    fn drive<S, T>(rt: &tokio::runtime::Runtime, connection: tokio_postgres::Connection<S, T>)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         rt.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!("database: the PostgreSQL connection ended: {e}");
             }
         });
+    }
+    let connect = || -> Result<_> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Refused(format!("start the PostgreSQL connection's runtime: {e}")))?;
+        let client = match &target.tls {
+            Some(tls) => {
+                let (client, connection) = rt.block_on(target.config.connect(tls.clone()))?;
+                drive(&rt, connection);
+                client
+            }
+            None => {
+                let (client, connection) = rt.block_on(target.config.connect(tokio_postgres::NoTls))?;
+                drive(&rt, connection);
+                client
+            }
+        };
         Ok((rt, client))
     };
     // `block_on` must not run inside another runtime (serve opens the database before its
@@ -554,23 +575,16 @@ impl Conn {
         Conn(Inner::Sqlite(c))
     }
 
-    /// Connects to PostgreSQL at `url` (`postgres://user@host:port/db`; a password in the URL
-    /// is refused, since the URL is on the command line). No TLS yet: a local socket or a
-    /// trusted network.
+    /// Connects to PostgreSQL at `url` (`postgres://user@host:port/db?…`): TLS and the password
+    /// as [`crate::pgurl`] says; a password in the URL is refused, since the URL is on the
+    /// command line.
     pub fn connect_postgres(url: &str) -> Result<Conn> {
-        let config: tokio_postgres::Config = url.parse()?;
-        if config.get_password().is_some() {
-            return Err(Error::Refused(
-                "the database URL holds a password, which would be visible in the process list; \
-                 use a password-less login (peer or trust over the server's unix socket)"
-                    .into(),
-            ));
-        }
-        let (rt, client) = pg_connect(&config)?;
+        let target = crate::pgurl::parse(url)?;
+        let (rt, client) = pg_connect(&target)?;
         Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg {
             rt,
             client,
-            config,
+            target,
             stmts: HashMap::new(),
             prefix: String::new(),
             poisoned: false,
@@ -585,7 +599,7 @@ impl Conn {
             (Err(e), Inner::Postgres(pg)) if pg.borrow().client.is_closed() => {
                 tracing::warn!("database: the connection was closed ({}); connecting again", e.detail());
                 let mut pg = pg.borrow_mut();
-                let (rt, client) = pg_connect(&pg.config)?;
+                let (rt, client) = pg_connect(&pg.target)?;
                 // The old client first: its runtime goes with it.
                 pg.client = client;
                 pg.rt = rt;

@@ -305,6 +305,138 @@ mod tests {
         }
     }
 
+    /// A throwaway CA and a server certificate it signed for `localhost` only: (CA PEM,
+    /// certificate PEM, key PEM).
+    fn certs() -> (String, String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "gpum test database CA");
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        (ca.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// A cluster of its own, stopped when dropped.
+    struct TlsCluster(PathBuf);
+
+    impl Drop for TlsCluster {
+        fn drop(&mut self) {
+            if let Ok(mut c) = pg_command("pg_ctl") {
+                let _ = c.arg("stop").args(["-m", "immediate", "-D"]).arg(self.0.join("data")).output();
+            }
+        }
+    }
+
+    /// TLS to PostgreSQL and a password from a file (`pgurl`), against a real server: a private
+    /// cluster on a loopback TCP port with `ssl = on`, a certificate for `localhost` from a test
+    /// CA, and the platform's role allowed only over TLS with a SCRAM password. The platform
+    /// connects, migrates and works, over TLS; a certificate from another CA, a host name the
+    /// certificate does not name, and a wrong password are each refused, and no message shows
+    /// the password.
+    #[test]
+    #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+    fn tls_with_a_checked_certificate_and_a_password_from_a_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pg");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (ca, cert, key) = certs();
+        std::fs::write(dir.join("server.crt"), cert).unwrap();
+        std::fs::write(dir.join("server.key"), key).unwrap();
+        std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            let pg = nix::unistd::User::from_name("postgres").unwrap().expect("the postgres user");
+            for f in ["", "server.crt", "server.key"] {
+                nix::unistd::chown(&dir.join(f), Some(pg.uid), Some(pg.gid)).unwrap();
+            }
+        }
+        let data = dir.join("data");
+        let mut c = pg_command("initdb").unwrap();
+        c.arg("-D").arg(&data).args([
+            "-U",
+            SUPERUSER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]);
+        run(c).unwrap();
+        let _stop = TlsCluster(dir.clone());
+        // The platform's role: only over TLS, only with its password. The superuser: the socket.
+        let hba = format!(
+            "local all {SUPERUSER} trust\nhostssl all app 127.0.0.1/32 scram-sha-256\nhostssl all app ::1/128 scram-sha-256\n"
+        );
+        let hba_file = data.join("pg_hba.conf");
+        let owner = std::fs::metadata(&hba_file).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
+        std::fs::write(&hba_file, hba).unwrap();
+        nix::unistd::chown(&hba_file, Some(nix::unistd::Uid::from_raw(owner)), None).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut c = pg_command("pg_ctl").unwrap();
+        c.arg("start").arg("-w").arg("-D").arg(&data).arg("-l").arg(dir.join("log")).arg("-o").arg(format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -k {d} -c fsync=off -c ssl=on \
+             -c ssl_cert_file={d}/server.crt -c ssl_key_file={d}/server.key",
+            d = dir.display()
+        ));
+        run(c).unwrap();
+        let password = crate::store::new_token();
+        let socket = dir.to_str().unwrap().replace('/', "%2F");
+        let admin = format!("postgres://{SUPERUSER}@{socket}:{port}/postgres");
+        off_runtime(|| -> Result<(), postgres::Error> {
+            let mut c = admin.parse::<postgres::Config>()?.connect(postgres::NoTls)?;
+            c.batch_execute(&format!("CREATE ROLE app LOGIN PASSWORD '{password}'"))?;
+            c.batch_execute("CREATE DATABASE appdb OWNER app")
+        })
+        .unwrap();
+
+        let files = tmp.path();
+        std::fs::write(files.join("ca.pem"), &ca).unwrap();
+        std::fs::write(files.join("other-ca.pem"), certs().0).unwrap();
+        let passfile = |name: &str, pw: &str| {
+            let f = files.join(name);
+            std::fs::write(&f, format!("localhost:{port}:appdb:app:{pw}\n")).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+            f
+        };
+        let (good, bad) = (passfile("pass", &password), passfile("wrong", "not-the-password"));
+        let url = |host: &str, ca: &str, pass: &Path| {
+            format!(
+                "postgres://app@{host}:{port}/appdb?sslmode=verify-full&sslrootcert={}&passfile={}",
+                files.join(ca).display(),
+                pass.display()
+            )
+        };
+
+        let ok = url("localhost", "ca.pem", &good);
+        let c =
+            off_runtime(|| crate::store::open(Path::new(&ok))).unwrap_or_else(|e| panic!("{}", e.detail()));
+        let ssl: bool = c
+            .query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get(0))
+            .unwrap();
+        assert!(ssl, "the connection is TLS");
+        let v: i64 = c.query_row("SELECT version FROM schema_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v as usize, crate::store::SCHEMA_VERSION);
+
+        for (url, why) in [
+            (url("localhost", "other-ca.pem", &good), "certificate"),
+            (url("127.0.0.1", "ca.pem", &good), "certificate"),
+            (url("localhost", "ca.pem", &bad), "password"),
+        ] {
+            let Err(e) = off_runtime(|| Conn::connect_postgres(&url)) else { panic!("{url}: connected") };
+            let msg = e.detail();
+            assert!(msg.contains(why), "{url}: {msg}");
+            assert!(!msg.contains(&password), "{url}: the password is in the message");
+        }
+    }
+
     /// Both engines' migrations end at the same version, and PostgreSQL's reach it at once.
     #[test]
     #[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
