@@ -812,7 +812,7 @@ fn bench_postgres(
         );
         for (i, l) in lines.iter().enumerate() {
             if let Some(l) = l {
-                say!("      replica {} database thread (warm-up and load): {l}", i + 1);
+                say!("      replica {} database threads (warm-up and load): {l}", i + 1);
             }
         }
         lines.iter().flatten().map(|l| DbLine::parse(l)).fold(DbLine::default(), DbLine::add)
