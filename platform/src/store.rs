@@ -669,13 +669,17 @@ fn check_gpus_free(conn: &Conn, uuids: &[String], node_id: Option<&str>) -> Resu
             .query_row(params![uuid], |r| r.get(0))
             .optional()?;
         if owner.is_some_and(|o| Some(o.as_str()) != node_id) {
-            return Err(ApiError::new(
-                ErrorCode::GpuAlreadyRegistered,
-                "a GPU of this machine is already registered to another server; delete that server first",
-            ));
+            return Err(gpu_taken());
         }
     }
     Ok(())
+}
+
+fn gpu_taken() -> ApiError {
+    ApiError::new(
+        ErrorCode::GpuAlreadyRegistered,
+        "a GPU of this machine is already registered to another server; delete that server first",
+    )
 }
 
 /// The join code's row, by the code's hash.
@@ -875,11 +879,22 @@ fn register_again(
 
 /// Replaces the node's GPUs. Callers have checked with [`check_gpus_free`] that none belongs to
 /// another node; a UUID listed twice is stored once.
+/// Records the node's GPUs. [`check_gpus_free`] looked first, but another replica's
+/// transaction may have taken one since (two registrations of one machine at once): the insert
+/// returns the GPU's owner as committed (on PostgreSQL it waits for that other transaction), and
+/// a GPU that another node now holds refuses this one, as the check would have.
 fn set_gpus(conn: &Conn, node_id: &str, uuids: &[String]) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![node_id])?;
     for u in uuids {
-        conn.prepare_cached("INSERT INTO node_gpus (uuid, node_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-            .execute(params![u, node_id])?;
+        let owner: String = conn
+            .prepare_cached(
+                "INSERT INTO node_gpus (uuid, node_id) VALUES (?1, ?2)
+                 ON CONFLICT (uuid) DO UPDATE SET node_id = node_gpus.node_id RETURNING node_id",
+            )?
+            .query_row(params![u, node_id], |r| r.get(0))?;
+        if owner != node_id {
+            return Err(gpu_taken());
+        }
     }
     Ok(())
 }
@@ -2130,6 +2145,22 @@ mod tests {
             |id: String| move |c: &Conn| drop(queue_command(c, 11, &id, "recheck", &Scope::All).unwrap());
         in_turn(&send(r.node_id.clone()), Box::new(send(r.node_id.clone())));
         assert_eq!(count(&a, "SELECT COUNT(DISTINCT seq) FROM commands"), 2);
+
+        // One machine registered twice at once, with two join codes: its GPU is the first's, and
+        // the second is refused (its check ran before the first committed).
+        let codes = [0, 1].map(|_| create_join_code(&a, 0, 60, &Scope::All).unwrap().code);
+        let [first, second] = codes;
+        in_turn(
+            &|c: &Conn| drop(reg(c, 12, &first, "g2").unwrap()),
+            Box::new(move |c: &Conn| {
+                assert_eq!(reg(c, 12, &second, "g2").unwrap_err().code, ErrorCode::GpuAlreadyRegistered);
+                // What the refused registration wrote goes, as its savepoint would take it.
+                c.rollback();
+                c.begin().unwrap();
+            }),
+        );
+        assert_eq!(count(&a, "SELECT COUNT(*) FROM node_gpus WHERE uuid = 'g2'"), 1);
+        assert_eq!(count(&a, "SELECT COUNT(*) FROM nodes WHERE deleted_at IS NULL"), 2);
     }
 
     #[test]

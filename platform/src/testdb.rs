@@ -198,6 +198,13 @@ fn run(mut c: Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A new cluster in `data`: [`SUPERUSER`] trusted (the socket's directory keeps others out).
+fn initdb(data: &Path) -> anyhow::Result<()> {
+    let mut c = pg_command("initdb")?;
+    c.arg("-D").arg(data).args(["-U", SUPERUSER, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    run(c)
+}
+
 fn start_cluster(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
 
@@ -214,18 +221,7 @@ fn start_cluster(dir: &Path) -> anyhow::Result<()> {
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     if !data.join("PG_VERSION").exists() {
-        let mut c = pg_command("initdb")?;
-        c.arg("-D").arg(&data).args([
-            "-U",
-            SUPERUSER,
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ]);
-        run(c)?;
+        initdb(&data)?;
     }
     let mut status = pg_command("pg_ctl")?;
     status.arg("status").arg("-D").arg(&data);
@@ -358,18 +354,7 @@ mod tests {
             }
         }
         let data = dir.join("data");
-        let mut c = pg_command("initdb").unwrap();
-        c.arg("-D").arg(&data).args([
-            "-U",
-            SUPERUSER,
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ]);
-        run(c).unwrap();
+        initdb(&data).unwrap();
         let _stop = TlsCluster(dir.clone());
         // The platform's role: only over TLS, only with its password. The superuser: the socket.
         let hba = format!(
