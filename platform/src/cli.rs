@@ -961,13 +961,9 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         store::open_target(&target).with_context(|| format!("open the database {}", target.display()))?;
     let mut conns = vec![conn];
     for _ in 1..db_connections {
-        conns.push(
-            crate::sql::Conn::connect_postgres(match &target {
-                crate::sql::Target::Postgres(url) => url,
-                crate::sql::Target::Sqlite(_) => unreachable!("SQLite has one connection"),
-            })
-            .with_context(|| format!("open the database {}", target.display()))?,
-        );
+        let more =
+            conns[0].connect_again().with_context(|| format!("open the database {}", target.display()))?;
+        conns.push(more);
     }
     let conn = &conns[0];
     // Checkpoints (copying the WAL back into the database file, with an fsync) run on their own

@@ -579,7 +579,10 @@ impl Conn {
     /// as [`crate::pgurl`] says; a password in the URL is refused, since the URL is on the
     /// command line.
     pub fn connect_postgres(url: &str) -> Result<Conn> {
-        let target = crate::pgurl::parse(url)?;
+        Conn::postgres_at(crate::pgurl::parse(url)?)
+    }
+
+    fn postgres_at(target: crate::pgurl::PgTarget) -> Result<Conn> {
         let (rt, client) = pg_connect(&target)?;
         Ok(Conn(Inner::Postgres(Box::new(RefCell::new(Pg {
             rt,
@@ -589,6 +592,15 @@ impl Conn {
             prefix: String::new(),
             poisoned: false,
         })))))
+    }
+
+    /// A second connection to the same PostgreSQL database, as this one was made (its URL, TLS
+    /// and password read once, at the first). SQLite has one writer: refused.
+    pub fn connect_again(&self) -> Result<Conn> {
+        match &self.0 {
+            Inner::Postgres(pg) => Conn::postgres_at(pg.borrow().target.clone()),
+            Inner::Sqlite(_) => Err(Error::Refused("a SQLite database has one writer".into())),
+        }
     }
 
     /// [`Conn::begin`], and on PostgreSQL, when the server had closed the connection (it

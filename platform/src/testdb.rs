@@ -407,6 +407,12 @@ mod tests {
             .query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get(0))
             .unwrap();
         assert!(ssl, "the connection is TLS");
+        // `serve`'s further connections are made as the first was (TLS, the same password).
+        let more = c.connect_again().unwrap_or_else(|e| panic!("{}", e.detail()));
+        let ssl: bool = more
+            .query_row("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", [], |r| r.get(0))
+            .unwrap();
+        assert!(ssl, "the second connection is TLS too");
         let v: i64 = c.query_row("SELECT version FROM schema_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v as usize, crate::store::SCHEMA_VERSION);
 

@@ -25,9 +25,10 @@
 //! nodes / interval.
 //!
 //! `--db postgres` (issue 35) runs the same load over plain HTTP (TLS costs the same whatever the
-//! database) four times: the platform on SQLite (the same run's reference), the baseline, the
-//! platform on PostgreSQL with one replica, and with two (two `serve` processes on one database;
-//! each node's heartbeats go to them in turn). Each node set is registered first through a
+//! database) five times: the platform on SQLite (the same run's reference), the baseline, the
+//! platform on PostgreSQL with one replica and one connection (`--db-connections 1`), with one
+//! replica as `serve` starts by default (two connections), and with two replicas (two `serve`
+//! processes on one database; each node's heartbeats go to them in turn). Each node set is registered first through a
 //! platform process of its own, and every measured platform is a fresh process, so that the
 //! database line of its log covers its own run. PostgreSQL is a private cluster that the bench
 //! starts (`initdb` from Debian's `postgresql` package into the bench's temp directory, as the
@@ -192,32 +193,12 @@ fn start(exe: &Path, args: &[&std::ffi::OsStr], log: PathBuf) -> Result<Server> 
 /// cert.pem and key.pem) or plain HTTP.
 fn start_platform(exe: &Path, dir: &Path, certs: Option<&Path>) -> Result<Server> {
     let log = dir.join(if certs.is_some() { "server-tls.log" } else { "server.log" });
-    start_platform_on(exe, dir, dir.join("bench.db").as_os_str(), certs, log)
+    start_platform_on(exe, dir, dir.join("bench.db").as_os_str(), certs, &[], log)
 }
 
-/// The platform on database `db` (what `--db` takes), its stderr in `log`.
+/// The platform on database `db` (what `--db` takes), with `extra` arguments to `serve`, its
+/// stderr in `log`.
 fn start_platform_on(
-    exe: &Path,
-    dir: &Path,
-    db: &std::ffi::OsStr,
-    certs: Option<&Path>,
-    log: PathBuf,
-) -> Result<Server> {
-    start_platform_args(exe, dir, db, certs, &[], log)
-}
-
-/// [`start_platform_on`] over plain HTTP, with `extra` arguments to `serve`.
-fn start_platform_with(
-    exe: &Path,
-    dir: &Path,
-    db: &std::ffi::OsStr,
-    extra: &[&std::ffi::OsStr],
-    log: PathBuf,
-) -> Result<Server> {
-    start_platform_args(exe, dir, db, None, extra, log)
-}
-
-fn start_platform_args(
     exe: &Path,
     dir: &Path,
     db: &std::ffi::OsStr,
@@ -278,6 +259,32 @@ pub struct Stats {
     /// microseconds, and the cores it used; zero on SQLite.
     pub db_cpu_us: f64,
     pub db_cores: f64,
+}
+
+impl Stats {
+    /// One run's figures in a line; with `postgres`, PostgreSQL's CPU too.
+    fn line(&self, postgres: bool) -> String {
+        let pg = if postgres {
+            format!(", PostgreSQL {:.1} us ({:.2} cores)", self.db_cpu_us, self.db_cores)
+        } else {
+            String::new()
+        };
+        format!(
+            "achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
+             lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores){pg}, load generator {:.2} cores; \
+             steal {:.1}%",
+            self.achieved,
+            self.p50,
+            self.p99,
+            self.max,
+            self.lost,
+            self.ok + self.lost,
+            self.cpu_us,
+            self.server_cores,
+            self.generator_cores,
+            self.steal_pct
+        )
+    }
 }
 
 /// The load's shape: who heartbeats, how often, for how long after how long a warm-up.
@@ -409,21 +416,7 @@ fn bench(exe: &Path, baseline: &Path, dir: &Path, shape: Shape) -> Result<Vec<Ru
         b.stop();
         say!("  {}:", describe(tls));
         for (name, st) in [("platform", &p), ("baseline", &bs)] {
-            say!(
-                "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
-                 lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), load generator {:.2} cores; \
-                 steal {:.1}%",
-                st.achieved,
-                st.p50,
-                st.p99,
-                st.max,
-                st.lost,
-                st.ok + st.lost,
-                st.cpu_us,
-                st.server_cores,
-                st.generator_cores,
-                st.steal_pct
-            );
+            say!("    {name}: {}", st.line(false));
         }
         let ratio = p.cpu_us / bs.cpu_us;
         say!(
@@ -672,7 +665,7 @@ async fn load(
 }
 
 /// `--db postgres`: the same load, over plain HTTP, against the SQLite platform (the same run's
-/// reference), the baseline, and the platform on PostgreSQL with one replica and then two.
+/// reference), the baseline, and the platform on PostgreSQL ([`bench_postgres`]).
 pub fn run_postgres(quick: bool) -> Result<Vec<Row>> {
     let shape = shape(quick);
     let Shape { nodes, interval, secs, warmup } = shape;
@@ -772,8 +765,8 @@ fn shape(quick: bool) -> Shape {
     Shape { nodes, interval, secs, warmup }
 }
 
-/// The runs of `--db postgres`, in order: SQLite, the baseline, PostgreSQL with one replica, with
-/// two. Every platform is a fresh process started after registration, so that the database line
+/// The runs of `--db postgres`, in order: SQLite, the baseline, PostgreSQL with one replica and
+/// one connection, with one replica, with two. Every platform is a fresh process started after registration, so that the database line
 /// of its log (`busy`, `commit`) covers its load run alone.
 fn bench_postgres(
     exe: &Path,
@@ -793,23 +786,7 @@ fn bench_postgres(
     );
     let mut runs = Vec::new();
     let report = |name: &str, st: &Stats, lines: &[Option<String>]| -> DbLine {
-        say!(
-            "    {name}: achieved {:.0} heartbeats/s; latency from due time p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; \
-             lost {} of {}; server CPU {:.1} us per heartbeat ({:.2} cores), PostgreSQL {:.1} us ({:.2} cores), \
-             load generator {:.2} cores; steal {:.1}%",
-            st.achieved,
-            st.p50,
-            st.p99,
-            st.max,
-            st.lost,
-            st.ok + st.lost,
-            st.cpu_us,
-            st.server_cores,
-            st.db_cpu_us,
-            st.db_cores,
-            st.generator_cores,
-            st.steal_pct
-        );
+        say!("    {name}: {}", st.line(true));
         for (i, l) in lines.iter().enumerate() {
             if let Some(l) = l {
                 say!("      replica {} database threads (warm-up and load): {l}", i + 1);
@@ -825,7 +802,7 @@ fn bench_postgres(
     let agents = rt.block_on(register_all(&c, &reg.url, token, nodes))?;
     say!("  SQLite: registration of {nodes} nodes: {:.1} s", t.elapsed().as_secs_f64());
     reg.stop();
-    let s = start_platform_on(exe, dir, sqlite.as_os_str(), None, dir.join("sqlite.log"))?;
+    let s = start_platform_on(exe, dir, sqlite.as_os_str(), None, &[], dir.join("sqlite.log"))?;
     let st = rt.block_on(load(&c, &Target::one(&s), &agents, shape, dir))?;
     let db = report("sqlite", &st, &[s.stop()]);
     runs.push(("sqlite", st, db));
@@ -840,7 +817,7 @@ fn bench_postgres(
     let pg = PgCluster::start(&dir.join("pg"))?;
     say!("  PostgreSQL {}: {}", pg.version()?, pg.settings()?);
     let url = std::ffi::OsString::from(pg.url());
-    let reg = start_platform_on(exe, dir, &url, None, dir.join("pg-register.log"))?;
+    let reg = start_platform_on(exe, dir, &url, None, &[], dir.join("pg-register.log"))?;
     let t = Instant::now();
     let agents = rt.block_on(register_all(&c, &reg.url, token, nodes))?;
     say!("  PostgreSQL: registration of {nodes} nodes: {:.1} s", t.elapsed().as_secs_f64());
@@ -849,18 +826,19 @@ fn bench_postgres(
     // One replica with one connection (one database thread), then as `serve` starts by default
     // (`--db-connections 2`), then two replicas so.
     let one = std::ffi::OsString::from("1");
-    let a = start_platform_with(exe, dir, &url, &["--db-connections".as_ref(), &one], dir.join("pg1c.log"))?;
+    let a =
+        start_platform_on(exe, dir, &url, None, &["--db-connections".as_ref(), &one], dir.join("pg1c.log"))?;
     let st = rt.block_on(load(&c, &Target::replicas(&[&a], &pg), &agents, shape, dir))?;
     let db = report("postgres, 1 replica, 1 connection", &st, &[a.stop()]);
     runs.push(("postgres, 1 replica, 1 connection", st, db));
 
-    let a = start_platform_on(exe, dir, &url, None, dir.join("pg1.log"))?;
+    let a = start_platform_on(exe, dir, &url, None, &[], dir.join("pg1.log"))?;
     let st = rt.block_on(load(&c, &Target::replicas(&[&a], &pg), &agents, shape, dir))?;
     let db = report("postgres, 1 replica", &st, &[a.stop()]);
     runs.push(("postgres, 1 replica", st, db));
 
-    let a = start_platform_on(exe, dir, &url, None, dir.join("pg2a.log"))?;
-    let b = start_platform_on(exe, dir, &url, None, dir.join("pg2b.log"))?;
+    let a = start_platform_on(exe, dir, &url, None, &[], dir.join("pg2a.log"))?;
+    let b = start_platform_on(exe, dir, &url, None, &[], dir.join("pg2b.log"))?;
     let st = rt.block_on(load(&c, &Target::replicas(&[&a, &b], &pg), &agents, shape, dir))?;
     let db = report("postgres, 2 replicas", &st, &[a.stop(), b.stop()]);
     runs.push(("postgres, 2 replicas", st, db));
