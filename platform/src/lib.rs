@@ -32,6 +32,7 @@ pub mod pgurl;
 pub mod relay;
 pub mod rentable;
 pub mod rentals;
+pub mod schema;
 pub mod server;
 pub mod sql;
 pub mod store;

@@ -7,29 +7,12 @@
 //! transaction on the target, so a failure leaves it empty; the `rowid` that PostgreSQL's tables
 //! carry as a column (store.rs) takes SQLite's implicit one, so orders and pruning stay as they
 //! were, and its sequence continues after the highest. Then the copy is compared, table by
-//! table, by row count.
+//! table, by row count. The tables are those the schema holds (`schema::tables`, SQLite's in
+//! the order they were created), never a list kept by hand.
 
 use anyhow::{Context, Result, bail};
 
 use crate::sql::{Conn, Engine, Value};
-
-/// The tables the platform keeps, in an order that satisfies `node_gpus`' foreign key.
-pub const TABLES: &[&str] = &[
-    "settings",
-    "owners",
-    "invitations",
-    "sessions",
-    "api_keys",
-    "join_codes",
-    "nodes",
-    "node_gpus",
-    "replaced_tokens",
-    "commands",
-    "container_removals",
-    "node_samples",
-    "node_events",
-    "rentals",
-];
 
 /// Rows copied, per table.
 pub type Copied = Vec<(String, u64)>;
@@ -54,7 +37,15 @@ pub fn copy(from: &Conn, to: &Conn) -> Result<Copied> {
     if from.engine() != Engine::Sqlite || to.engine() != Engine::Postgres {
         bail!("migrate copies a SQLite database into PostgreSQL");
     }
-    for t in TABLES {
+    // SQLite's tables in the order they were created, so that foreign keys are satisfied.
+    let tables = crate::schema::tables(from)?;
+    let (mut mine, mut theirs) = (tables.clone(), crate::schema::tables(to)?);
+    mine.sort();
+    theirs.sort();
+    if mine != theirs {
+        bail!("the two databases hold different tables: {mine:?} and {theirs:?}");
+    }
+    for t in &tables {
         if count(to, t)? != 0 {
             bail!(
                 "the target already holds platform data (table {t}); migrate copies only into an empty database"
@@ -62,7 +53,7 @@ pub fn copy(from: &Conn, to: &Conn) -> Result<Copied> {
         }
     }
     to.begin()?;
-    let r = copy_tables(from, to);
+    let r = copy_tables(from, to, &tables);
     match r {
         Ok(copied) => {
             to.execute_batch("COMMIT")?;
@@ -75,9 +66,9 @@ pub fn copy(from: &Conn, to: &Conn) -> Result<Copied> {
     }
 }
 
-fn copy_tables(from: &Conn, to: &Conn) -> Result<Copied> {
+fn copy_tables(from: &Conn, to: &Conn, tables: &[String]) -> Result<Copied> {
     let mut copied = Vec::new();
-    for t in TABLES {
+    for t in tables {
         let target_cols = columns(to, t)?;
         let source_cols = columns(from, t)?;
         // Every column the target has; `rowid` is SQLite's implicit one.
@@ -105,7 +96,7 @@ fn copy_tables(from: &Conn, to: &Conn) -> Result<Copied> {
         if n != rows.len() as u64 || n != count(from, t)? {
             bail!("table {t}: {} rows read, {n} in the copy", rows.len());
         }
-        copied.push((t.to_string(), n));
+        copied.push((t.clone(), n));
     }
     Ok(copied)
 }
@@ -149,8 +140,8 @@ mod tests {
         let copied = copy(&s, &d).unwrap();
         assert!(copied.iter().any(|(t, n)| t == "nodes" && *n == 1), "{copied:?}");
         assert!(copied.iter().any(|(t, n)| t == "node_events" && *n > 0), "{copied:?}");
-        for t in TABLES {
-            assert_eq!(count(&s, t).unwrap(), count(&d, t).unwrap(), "{t}");
+        for t in crate::schema::tables(&s).unwrap() {
+            assert_eq!(count(&s, &t).unwrap(), count(&d, &t).unwrap(), "{t}");
         }
         assert_eq!(
             serde_json::to_value(store::list_nodes(&s, now + 3, &Scope::All).unwrap()).unwrap(),

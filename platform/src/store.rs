@@ -230,6 +230,12 @@ ALTER TABLE nodes ADD COLUMN quarantine_json TEXT;
     r#"
 ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
 "#,
+    // Issue 44, item 6: `rentals_listed` in the order the heartbeat reads it, as PostgreSQL's
+    // always was (`schema::tests::both_engines_build_the_same_schema` found the difference).
+    r#"
+DROP INDEX rentals_listed;
+CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -242,9 +248,10 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 /// a later migration is added to both lists, with the same number. Where the DDL differs:
 /// every integer is BIGINT (SQLite's INTEGER is 64-bit), and the tables whose pruning and order
 /// rely on SQLite's implicit `rowid` get it as a real column, so the same SQL reads both.
-const PG_MIGRATIONS: &[(usize, &str)] = &[(
-    10,
-    r#"
+const PG_MIGRATIONS: &[(usize, &str)] = &[
+    (
+        10,
+        r#"
 CREATE TABLE join_codes (
     code_hash        TEXT PRIMARY KEY,
     created_at       BIGINT NOT NULL,
@@ -397,7 +404,15 @@ CREATE INDEX rentals_node ON rentals(node_id, created_at);
 -- rentals_node (SQLite is told to use it: rentals::desired).
 CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
 "#,
-)];
+    ),
+    (
+        11,
+        r#"
+DROP INDEX rentals_listed;
+CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
+"#,
+    ),
+];
 
 /// Opens the platform's database at `db` (a SQLite file's path, created when absent, or a
 /// `postgres://` URL) and runs pending migrations; a schema newer than [`SCHEMA_VERSION`] is
