@@ -16,9 +16,9 @@
 //! - Events go to the node's log only on transitions: created, started (the first `running`),
 //!   exited, stopped, gone, failed.
 //!
-//! The image rules are a minimal re-implementation of the agent's `docker::image` (the
-//! platform does not depend on the agent's crates): `name@sha256:<64 hex>`, no tag beside the
-//! digest, the registry split as the engine does it, `index.docker.io` is `docker.io`.
+//! The image rules are the agent's own, from `gpum_protocol::image` (issue 44, item 7):
+//! `name@sha256:<64 hex>`, no tag beside the digest, the registry split as the engine does it,
+//! `index.docker.io` is `docker.io`.
 
 use crate::params;
 use crate::sql::{Conn, Engine, OptionalExtension};
@@ -31,12 +31,13 @@ use gpum_protocol::{
 use crate::error::ApiError;
 use crate::store::{self, Scope, enum_parse, enum_str, invalid, record, truncate};
 
+use gpum_protocol::image::{PinnedImage, RefError, canonical_registry};
 /// The registries rental images come from when the operator has set none: the agent's default
 /// probe registries too.
 pub use gpum_protocol::registry::DEFAULT_REGISTRIES as DEFAULT_RENTAL_REGISTRIES;
 use gpum_protocol::registry::valid_registry;
-/// The longest image reference accepted (the agent's `MAX_REFERENCE_LEN`).
-pub const MAX_IMAGE_LEN: usize = 400;
+/// The longest image reference accepted.
+pub const MAX_IMAGE_LEN: usize = gpum_protocol::image::MAX_REFERENCE_LEN;
 /// The longest rental: a year.
 pub const MAX_RENTAL_SECS: u64 = 366 * 86_400;
 /// The least CPU and memory a rental may ask for.
@@ -51,52 +52,19 @@ pub const MAX_RENTAL_REGISTRIES: usize = 32;
 // The image
 
 /// The registry of `reference` (lower-case, `docker.io` for a name without one) when it is
-/// pinned by digest (`name@sha256:<64 lower-case hex>`, no tag) and well formed; else the
-/// field's error.
+/// pinned by digest (`name@sha256:<64 lower-case hex>`, no tag) and well formed, by the rules
+/// the agent runs images by (`gpum_protocol::image`); else the field's error.
 pub fn pinned_registry(reference: &str) -> Result<String, String> {
-    const PINNED: &str = "image: must be pinned by digest, name@sha256:<64 hex digits>, with no tag";
-    if reference.is_empty() || reference.len() > MAX_IMAGE_LEN {
-        return Err(format!("image: 1 to {MAX_IMAGE_LEN} characters"));
-    }
-    let (name, digest) = reference.split_once('@').ok_or(PINNED)?;
-    let hex = digest.strip_prefix("sha256:").ok_or(PINNED)?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return Err(PINNED.into());
-    }
-    let (registry, rest) = match name.split_once('/') {
-        Some((first, rest))
-            if first.contains(['.', ':'])
-                || first == "localhost"
-                || first.bytes().any(|b| b.is_ascii_uppercase()) =>
-        {
-            (first, rest)
+    match PinnedImage::parse(reference) {
+        Ok(image) => Ok(image.registry().to_owned()),
+        Err(RefError::NotPinned) => {
+            Err("image: must be pinned by digest, name@sha256:<64 hex digits>, with no tag".into())
         }
-        _ => ("docker.io", name),
-    };
-    if !valid_registry(registry) {
-        return Err("image: the registry is not a host or host:port".into());
+        Err(_) => Err(format!(
+            "image: not a valid image reference (1 to {MAX_IMAGE_LEN} characters, a registry host[:port], \
+             lower-case name components)"
+        )),
     }
-    if rest.rsplit('/').next().is_some_and(|last| last.contains(':')) {
-        return Err(PINNED.into());
-    }
-    let component = |c: &str| {
-        let b = c.as_bytes();
-        !b.is_empty()
-            && b.iter().all(|&x| x.is_ascii_lowercase() || x.is_ascii_digit() || b"._-".contains(&x))
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && !c.contains("..")
-            && !c.contains("___")
-    };
-    if !rest.split('/').all(component) {
-        return Err("image: not a valid image name".into());
-    }
-    Ok(canonical_registry(registry))
-}
-
-fn canonical_registry(r: &str) -> String {
-    let r = r.to_ascii_lowercase();
-    if r == "index.docker.io" || r == "registry-1.docker.io" { "docker.io".into() } else { r }
 }
 
 /// The registries rental images may come from: the operator's list, or

@@ -8,6 +8,7 @@
 //! Command kinds travel as strings so that an agent can refuse, and report, a kind it does not
 //! know instead of failing to parse the whole heartbeat answer.
 
+pub mod image;
 pub mod joincode;
 pub mod registry;
 #[cfg(feature = "tunnel")]
