@@ -20,6 +20,7 @@ pub const TABLES: &[&str] = &[
     "invitations",
     "sessions",
     "api_keys",
+    "recovery_codes",
     "join_codes",
     "nodes",
     "node_gpus",

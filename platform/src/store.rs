@@ -230,6 +230,23 @@ ALTER TABLE nodes ADD COLUMN quarantine_json TEXT;
     r#"
 ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
 "#,
+    // An owner who can always get back in (issue 43): recovery codes (only their SHA-256, each
+    // deleted when used); when the operator last turned an owner's second factor off; the
+    // second factor's new key a session is confirming (given only after the password and a
+    // current code, so the form cannot name one), until when; and the one notice a session's
+    // next servers page shows (the id of the server it deleted).
+    r#"
+CREATE TABLE recovery_codes (
+    code_hash   TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE INDEX recovery_codes_owner ON recovery_codes(owner_id);
+ALTER TABLE owners ADD COLUMN totp_reset_at INTEGER;
+ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
+ALTER TABLE sessions ADD COLUMN totp_pending_until INTEGER;
+ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -242,8 +259,9 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 /// a later migration is added to both lists, with the same number. Where the DDL differs:
 /// every integer is BIGINT (SQLite's INTEGER is 64-bit), and the tables whose pruning and order
 /// rely on SQLite's implicit `rowid` get it as a real column, so the same SQL reads both.
-const PG_MIGRATIONS: &[(usize, &str)] = &[(
-    10,
+const PG_MIGRATIONS: &[(usize, &str)] = &[
+    (
+        10,
     r#"
 CREATE TABLE join_codes (
     code_hash        TEXT PRIMARY KEY,
@@ -397,7 +415,23 @@ CREATE INDEX rentals_node ON rentals(node_id, created_at);
 -- rentals_node (SQLite is told to use it: rentals::desired).
 CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
 "#,
-)];
+    ),
+    (
+        11,
+        r#"
+CREATE TABLE recovery_codes (
+    code_hash   TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE INDEX recovery_codes_owner ON recovery_codes(owner_id);
+ALTER TABLE owners ADD COLUMN totp_reset_at BIGINT;
+ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
+ALTER TABLE sessions ADD COLUMN totp_pending_until BIGINT;
+ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
+"#,
+    ),
+];
 
 /// Opens the platform's database at `db` (a SQLite file's path, created when absent, or a
 /// `postgres://` URL) and runs pending migrations; a schema newer than [`SCHEMA_VERSION`] is
