@@ -544,8 +544,10 @@ pub fn replace_recovery_codes(conn: &Conn, now: u64, owner: &str) -> Result<Vec<
     let codes: Vec<String> = (0..RECOVERY_CODES).map(|_| new_recovery_code()).collect();
     for c in &codes {
         let plain = normalize_recovery_code(c).unwrap_or_default();
-        conn.prepare_cached("INSERT INTO recovery_codes (code_hash, owner_id, created_at) VALUES (?1, ?2, ?3)")?
-            .execute(params![hash_secret(&plain), owner, now as i64])?;
+        conn.prepare_cached(
+            "INSERT INTO recovery_codes (code_hash, owner_id, created_at) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![hash_secret(&plain), owner, now as i64])?;
     }
     Ok(codes)
 }
@@ -926,7 +928,9 @@ mod tests {
         let (_, key) = create_api_key(&c, now, &o.id, "k").unwrap();
         let after = reset_second_factor(&c, now + 5, "RC@example.com").unwrap();
         assert!(!after.totp);
-        assert!(session(&c, now + 6, &s).unwrap().is_none() && session(&c, now + 6, &other).unwrap().is_none());
+        assert!(
+            session(&c, now + 6, &s).unwrap().is_none() && session(&c, now + 6, &other).unwrap().is_none()
+        );
         assert!(owner_by_api_key(&c, now + 6, &key).unwrap().is_none());
         assert!(!use_second_factor(&c, now, &o.id, &fresh[1]).unwrap(), "its recovery codes went with it");
         let s = create_session(&c, now + 7, Some(&o.id)).unwrap();

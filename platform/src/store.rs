@@ -262,7 +262,7 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 const PG_MIGRATIONS: &[(usize, &str)] = &[
     (
         10,
-    r#"
+        r#"
 CREATE TABLE join_codes (
     code_hash        TEXT PRIMARY KEY,
     created_at       BIGINT NOT NULL,

@@ -384,9 +384,8 @@ async fn issue43_a_session_alone_cannot_replace_or_turn_off_the_second_factor() 
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let s3 = gpum_tests::owner::text_of(&page.body, "totp-secret").expect("a new key");
     // The form's key is not what is confirmed: the one the platform gave this session is.
-    let page = a
-        .post("/dashboard/account/totp/confirm", &[("secret", s2), ("code", &app_code(s2, off))])
-        .await;
+    let page =
+        a.post("/dashboard/account/totp/confirm", &[("secret", s2), ("code", &app_code(s2, off))]).await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
     let page =
         a.post("/dashboard/account/totp/confirm", &[("secret", &s3), ("code", &app_code(&s3, off))]).await;
@@ -401,7 +400,8 @@ async fn issue43_a_session_alone_cannot_replace_or_turn_off_the_second_factor() 
     // And turns it off with the password and a code.
     off += 60;
     p.advance_clock(60);
-    let page = a.post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&s3, off))]).await;
+    let page =
+        a.post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&s3, off))]).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     assert!(!totp_on(&a).await);
 }
@@ -425,8 +425,9 @@ async fn issue43_wrong_codes_on_the_account_page_are_throttled() {
     p.advance_clock(60);
     let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let page =
-            a.post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&secret, 60))]).await;
+        let page = a
+            .post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&secret, 60))])
+            .await;
         if page.status == StatusCode::TOO_MANY_REQUESTS {
             assert!(page.body.contains("id=\"account-error\""), "{}", page.body);
             assert!(std::time::Instant::now() < end, "still blocked");
@@ -564,7 +565,8 @@ async fn issue43_the_deleted_notice_says_only_what_the_platform_did() {
     assert_eq!(page.status, StatusCode::OK);
     assert!(!page.body.contains("555-0100") && !page.body.contains("id=\"flash\""), "{}", page.body);
 
-    let node: RegisterResponse = api.register(&p.owner_join_code("flash@example.com"), "GPU-flash").await.ok();
+    let node: RegisterResponse =
+        api.register(&p.owner_join_code("flash@example.com"), "GPU-flash").await.ok();
     let r = a.post(&format!("/dashboard/servers/{}/delete", node.node_id), &[]).await;
     assert_eq!((r.status, r.location.as_deref()), (StatusCode::SEE_OTHER, Some("/dashboard")));
     let page = a.get("/dashboard").await;

@@ -55,7 +55,8 @@ impl OwnerSession {
         let (page, session) = Self::accept_page(p, link, password).await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
         let session = session.expect("a session");
-        let mut o = OwnerSession { client: client(p), base: p.url().to_owned(), session, csrf: String::new() };
+        let mut o =
+            OwnerSession { client: client(p), base: p.url().to_owned(), session, csrf: String::new() };
         let account = o.get("/dashboard/account").await;
         assert_eq!(account.status, StatusCode::OK, "{}", account.body);
         o.csrf = form_key(&account.body).expect("the session's form key");

@@ -159,7 +159,9 @@ async fn signed_in_owner(web: &Web, f: &LoginForm) -> Result<Option<String>, cra
 async fn password_matches(web: &Web, stored: String, password: &str) -> Result<bool, crate::error::ApiError> {
     let password = password.to_owned();
     let _permit = web.hashing.acquire().await.map_err(|_| crate::error::ApiError::internal())?;
-    Ok(tokio::task::spawn_blocking(move || accounts::verify_password(&stored, &password)).await.unwrap_or(false))
+    Ok(tokio::task::spawn_blocking(move || accounts::verify_password(&stored, &password))
+        .await
+        .unwrap_or(false))
 }
 
 /// What a change of the account needs (issue 43): the client's address not blocked, the
@@ -628,7 +630,9 @@ pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Respon
             web.throttle.failed(client, Door::SignIn);
             page(StatusCode::BAD_REQUEST, totp_setup(&r.ctx, &secret, true))
         }
-        Ok(TotpConfirm::NotStarted) => show_account(&web, &r, owner, Some(AccountError::TotpNotStarted)).await,
+        Ok(TotpConfirm::NotStarted) => {
+            show_account(&web, &r, owner, Some(AccountError::TotpNotStarted)).await
+        }
         Err(e) => api_error(&r, e),
     }
 }
