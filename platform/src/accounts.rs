@@ -9,11 +9,19 @@
 //!   values: a copy of the database signs no one in.
 //! - The TOTP secret in the clear (the code is computed from it), and the last time step a code
 //!   was accepted for, so that a code works once.
+//! - Recovery codes (issue 43) only as SHA-256 hashes of random 80-bit values, each deleted when
+//!   it is used; a new set replaces the old.
+//!
+//! A session alone is not the account (issue 43): changing or turning off the second factor,
+//! and a new set of recovery codes, take the password and a current code (or a recovery code),
+//! checked by the web side; the new key a change confirms is the one the platform gave that
+//! session after that check ([`start_totp_change`]), never one a form names.
 //!
 //! Sessions live here rather than in memory, so a restart of the platform signs no one out; each
 //! owner keeps at most [`MAX_SESSIONS_PER_OWNER`] (the operator [`MAX_OPERATOR_SESSIONS`]),
 //! the oldest going first, so signing in again and again cannot grow the table. Disabling an
-//! owner or setting a new password ends their sessions.
+//! owner, setting a new password from an invitation, and the operator's reset of the second
+//! factor end their sessions and revoke their API keys (a revoked key never comes back).
 
 use crate::params;
 use crate::sql::{Conn, OptionalExtension};
@@ -43,6 +51,10 @@ pub const MAX_KEY_LABEL_CHARS: usize = 64;
 pub const API_KEY_PREFIX: &str = "gpumk_";
 /// TOTP as authenticator apps do it: SHA-1, 6 digits, 30-second steps, one step of skew.
 const TOTP_STEP: u64 = 30;
+/// Recovery codes in a set.
+pub const RECOVERY_CODES: usize = 10;
+/// How long a session may take to confirm a new second factor's key.
+pub const TOTP_PENDING_SECS: u64 = 600;
 
 /// Why an account operation was refused; the dashboard words each in both languages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +67,12 @@ pub enum AccountError {
     KeyLabel,
     TooManyKeys,
     OwnerDisabled,
+    /// The password or the code (or recovery code) that a change of the account needs is wrong.
+    Credentials,
+    /// A new second factor's key confirmed by a session that was given none (or too long ago).
+    TotpNotStarted,
+    /// Too many wrong passwords or codes from this address: retry after this many seconds.
+    TooMany(u64),
 }
 
 impl AccountError {
@@ -76,6 +94,9 @@ impl AccountError {
                 format!("at most {MAX_API_KEYS_PER_OWNER} API keys; revoke one first")
             }
             AccountError::OwnerDisabled => "this owner is disabled".to_owned(),
+            AccountError::Credentials => "the password or the code is wrong".to_owned(),
+            AccountError::TotpNotStarted => "no new key to confirm: start again with the password".to_owned(),
+            AccountError::TooMany(n) => format!("too many wrong passwords or codes; retry in {n} s"),
         }
     }
 }
@@ -282,26 +303,44 @@ pub fn invitation(conn: &Conn, now: u64, token: &str) -> Result<Option<(String, 
         .optional()?)
 }
 
+/// An accepted invitation: whose, and whether their second factor is on (then the link starts
+/// no session: the owner signs in with the new password and a code, as usual).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub owner: String,
+    pub totp: bool,
+}
+
 /// Accepts an invitation: the owner's password becomes `password_hash` (made off this thread),
-/// the link is spent, and every session of theirs ends. `None` when the link no longer works.
+/// the link is spent, and every session and API key of theirs ends (a reset by a new
+/// invitation is a new start; the owner makes new keys). `None` when the link no longer works.
 pub fn accept_invitation(
     conn: &Conn,
     now: u64,
     token: &str,
     password_hash: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<Accepted>, ApiError> {
     let Some((id, _)) = invitation(conn, now, token)? else { return Ok(None) };
     conn.prepare_cached("UPDATE invitations SET used_at = ?1 WHERE token_hash = ?2")?
         .execute(params![now as i64, hash_secret(token)])?;
     conn.prepare_cached("UPDATE owners SET password_hash = ?1 WHERE id = ?2")?
         .execute(params![password_hash, id])?;
-    conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![id])?;
-    Ok(Some(id))
+    end_sessions_and_keys(conn, now, &id)?;
+    let totp = owner_summary(conn, &id)?.totp;
+    Ok(Some(Accepted { owner: id, totp }))
 }
 
-/// Disables or enables an owner. Disabling ends their sessions and unused invitations; their
-/// API keys are refused while disabled; their servers stay (the operator deletes them if they
-/// must go).
+/// Ends every session of an owner and revokes every live API key of theirs.
+fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiError> {
+    conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![owner])?;
+    conn.prepare_cached("UPDATE api_keys SET revoked_at = ?1 WHERE owner_id = ?2 AND revoked_at IS NULL")?
+        .execute(params![now as i64, owner])?;
+    Ok(())
+}
+
+/// Disables or enables an owner. Disabling ends their sessions and unused invitations and
+/// revokes their API keys (enabling them again brings none back); their servers stay (the
+/// operator deletes them if they must go).
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
@@ -309,7 +348,7 @@ pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<O
     )?
     .execute(params![o.id, disabled, now as i64])?;
     if disabled {
-        conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![o.id])?;
+        end_sessions_and_keys(conn, now, &o.id)?;
         conn.prepare_cached("UPDATE invitations SET used_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL")?
             .execute(params![now as i64, o.id])?;
     }
@@ -343,6 +382,24 @@ pub fn sign_in_row(conn: &Conn, email: &str) -> Result<Option<SignInRow>, ApiErr
         .optional()?)
 }
 
+/// [`sign_in_row`] for a signed-in owner, by id: what the account page checks a change with.
+pub fn owner_credentials(conn: &Conn, owner: &str) -> Result<Option<SignInRow>, ApiError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, password_hash, totp_secret, totp_last_step FROM owners
+             WHERE id = ?1 AND disabled_at IS NULL AND password_hash IS NOT NULL",
+        )?
+        .query_row(params![owner], |r| {
+            Ok(SignInRow {
+                id: r.get(0)?,
+                password_hash: r.get(1)?,
+                totp_secret: r.get(2)?,
+                totp_last_step: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+            })
+        })
+        .optional()?)
+}
+
 /// Accepts a TOTP code for an owner once: checks it against their secret (or `pending`, the
 /// secret being turned on) and records its step. `false` for a wrong or reused code.
 pub fn use_totp_code(
@@ -359,18 +416,140 @@ pub fn use_totp_code(
         .query_row(params![owner], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let Some((secret, last)) = row else { return Ok(false) };
+    // A pending key is new: its codes were never used, whatever step the old key's last code
+    // had; the step recorded is the later of the two, so neither code works again.
+    let last = last.map(|v| v as u64);
+    let after = if pending.is_some() { None } else { last };
     let Some(secret) = pending.map(str::to_owned).or(secret) else { return Ok(false) };
-    let Some(step) = totp_step(&secret, code, now, last.map(|v| v as u64)) else { return Ok(false) };
+    let Some(step) = totp_step(&secret, code, now, after) else { return Ok(false) };
+    let step = last.map_or(step, |l| step.max(l));
     conn.prepare_cached("UPDATE owners SET totp_last_step = ?1 WHERE id = ?2")?
         .execute(params![step as i64, owner])?;
     Ok(true)
 }
 
-/// Turns the second factor on (with a secret whose code was just accepted) or off.
+/// Turns the second factor on (with a secret whose code was just accepted) or off; off, the
+/// recovery codes go with it.
 pub fn set_totp(conn: &Conn, owner: &str, secret: Option<&str>) -> Result<(), ApiError> {
     conn.prepare_cached("UPDATE owners SET totp_secret = ?1 WHERE id = ?2")?
         .execute(params![secret, owner])?;
+    if secret.is_none() {
+        conn.prepare_cached("DELETE FROM recovery_codes WHERE owner_id = ?1")?.execute(params![owner])?;
+    }
     Ok(())
+}
+
+/// The second factor at sign-in (and for the account page's changes): a current TOTP code,
+/// or one of the owner's recovery codes, which is then spent. `false` for anything else.
+pub fn use_second_factor(conn: &Conn, now: u64, owner: &str, code: &str) -> Result<bool, ApiError> {
+    match normalize_recovery_code(code) {
+        Some(rc) => {
+            let n = conn
+                .prepare_cached("DELETE FROM recovery_codes WHERE owner_id = ?1 AND code_hash = ?2")?
+                .execute(params![owner, hash_secret(&rc)])?;
+            Ok(n == 1)
+        }
+        None => use_totp_code(conn, now, owner, code, None),
+    }
+}
+
+/// The first step of turning the second factor on or changing its key, once the web side has
+/// checked the password (and the current code): `secret` becomes the key this session, and
+/// only this session, may confirm within [`TOTP_PENDING_SECS`].
+pub fn start_totp_change(conn: &Conn, now: u64, session_id: &str, secret: &str) -> Result<(), ApiError> {
+    conn.prepare_cached("UPDATE sessions SET totp_pending = ?1, totp_pending_until = ?2 WHERE id_hash = ?3")?
+        .execute(params![secret, (now + TOTP_PENDING_SECS) as i64, hash_secret(session_id)])?;
+    Ok(())
+}
+
+/// What confirming a new second factor's key came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TotpConfirm {
+    /// This session was given no key (or too long ago): start again, with the password.
+    NotStarted,
+    /// The code is not the pending key's: the key, to show again.
+    WrongCode(String),
+    /// On, with this key; the new recovery codes, to show once.
+    On(Vec<String>),
+}
+
+/// The second step: a code of the key this session was given turns it on, with a new set of
+/// recovery codes.
+pub fn confirm_totp(
+    conn: &Conn,
+    now: u64,
+    owner: &str,
+    session_id: &str,
+    code: &str,
+) -> Result<TotpConfirm, ApiError> {
+    let pending: Option<String> = conn
+        .prepare_cached(
+            "SELECT totp_pending FROM sessions
+             WHERE id_hash = ?1 AND owner_id = ?2 AND totp_pending_until > ?3",
+        )?
+        .query_row(params![hash_secret(session_id), owner, now as i64], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(secret) = pending else { return Ok(TotpConfirm::NotStarted) };
+    if !use_totp_code(conn, now, owner, code, Some(&secret))? {
+        return Ok(TotpConfirm::WrongCode(secret));
+    }
+    set_totp(conn, owner, Some(&secret))?;
+    conn.prepare_cached(
+        "UPDATE sessions SET totp_pending = NULL, totp_pending_until = NULL WHERE owner_id = ?1",
+    )?
+    .execute(params![owner])?;
+    Ok(TotpConfirm::On(replace_recovery_codes(conn, now, owner)?))
+}
+
+/// The operator's way back in for an owner who lost their authenticator (`owners reset-2fa`):
+/// the second factor off, its recovery codes gone, every session and API key ended, and the
+/// time recorded, which the owner's pages show.
+pub fn reset_second_factor(conn: &Conn, now: u64, id_or_email: &str) -> Result<OwnerSummary, ApiError> {
+    let o = find_owner(conn, id_or_email)?;
+    set_totp(conn, &o.id, None)?;
+    conn.prepare_cached("UPDATE owners SET totp_reset_at = ?1 WHERE id = ?2")?
+        .execute(params![now as i64, o.id])?;
+    end_sessions_and_keys(conn, now, &o.id)?;
+    owner_summary(conn, &o.id)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery codes
+
+/// The letters of a recovery code: lower-case base32, 16 of them (80 bits).
+const RECOVERY_ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+const RECOVERY_CHARS: usize = 16;
+
+/// A fresh recovery code as shown: four groups of four, `abcd-efgh-ijkl-mnop`.
+fn new_recovery_code() -> String {
+    let mut b = [0u8; RECOVERY_CHARS];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut b);
+    let letters: Vec<char> = b.iter().map(|x| RECOVERY_ALPHABET[usize::from(x % 32)] as char).collect();
+    letters.chunks(4).map(|c| c.iter().collect::<String>()).collect::<Vec<_>>().join("-")
+}
+
+/// A recovery code as typed (any case, with or without the dashes or spaces) in the form its
+/// hash is taken of; `None` when it cannot be one.
+pub fn normalize_recovery_code(typed: &str) -> Option<String> {
+    let s: String =
+        typed.chars().filter(|c| *c != '-' && !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+    (s.len() == RECOVERY_CHARS && s.bytes().all(|b| RECOVERY_ALPHABET.contains(&b))).then_some(s)
+}
+
+/// A new set of [`RECOVERY_CODES`] codes for `owner`, replacing the old set; returned to be
+/// shown once (only their hashes are kept).
+pub fn replace_recovery_codes(conn: &Conn, now: u64, owner: &str) -> Result<Vec<String>, ApiError> {
+    conn.prepare_cached("DELETE FROM recovery_codes WHERE owner_id = ?1")?.execute(params![owner])?;
+    let codes: Vec<String> = (0..RECOVERY_CODES).map(|_| new_recovery_code()).collect();
+    for c in &codes {
+        let plain = normalize_recovery_code(c).unwrap_or_default();
+        conn.prepare_cached(
+            "INSERT INTO recovery_codes (code_hash, owner_id, created_at) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![hash_secret(&plain), owner, now as i64])?;
+    }
+    Ok(codes)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,6 +562,9 @@ pub struct SessionRow {
     pub email: Option<String>,
     pub totp: bool,
     pub csrf: String,
+    /// When the operator last turned the owner's second factor off, while it stays off: the
+    /// owner's pages say so.
+    pub totp_reset_at: Option<u64>,
 }
 
 /// Starts a session at `now`; returns the id for the cookie (only its hash is kept).
@@ -412,7 +594,9 @@ pub fn create_session(conn: &Conn, now: u64, owner: Option<&str>) -> Result<Stri
 pub fn session(conn: &Conn, now: u64, id: &str) -> Result<Option<SessionRow>, ApiError> {
     Ok(conn
         .prepare_cached(
-            "SELECT s.owner_id, o.email, o.totp_secret IS NOT NULL, s.csrf FROM sessions s
+            "SELECT s.owner_id, o.email, o.totp_secret IS NOT NULL, s.csrf,
+                    CASE WHEN o.totp_secret IS NULL THEN o.totp_reset_at END
+             FROM sessions s
              LEFT JOIN owners o ON o.id = s.owner_id
              WHERE s.id_hash = ?1 AND s.expires_at > ?2 AND (s.owner_id IS NULL OR o.disabled_at IS NULL)",
         )?
@@ -422,6 +606,7 @@ pub fn session(conn: &Conn, now: u64, id: &str) -> Result<Option<SessionRow>, Ap
                 email: r.get(1)?,
                 totp: r.get::<_, Option<bool>>(2)?.unwrap_or(false),
                 csrf: r.get(3)?,
+                totp_reset_at: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
             })
         })
         .optional()?)
@@ -430,6 +615,29 @@ pub fn session(conn: &Conn, now: u64, id: &str) -> Result<Option<SessionRow>, Ap
 pub fn end_session(conn: &Conn, id: &str) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM sessions WHERE id_hash = ?1")?.execute(params![hash_secret(id)])?;
     Ok(())
+}
+
+/// Keeps, with the session, that it deleted server `node`: its next servers page says so, once
+/// (issue 43: the notice comes from the platform, never from the address bar).
+pub fn set_flash_deleted(conn: &Conn, id: &str, node: &str) -> Result<(), ApiError> {
+    conn.prepare_cached("UPDATE sessions SET flash_deleted = ?1 WHERE id_hash = ?2")?
+        .execute(params![node, hash_secret(id)])?;
+    Ok(())
+}
+
+/// The server the session deleted since its last servers page, if any; taken, so shown once.
+pub fn take_flash_deleted(conn: &Conn, id: &str) -> Result<Option<String>, ApiError> {
+    let h = hash_secret(id);
+    let node: Option<String> = conn
+        .prepare_cached("SELECT flash_deleted FROM sessions WHERE id_hash = ?1")?
+        .query_row(params![h], |r| r.get(0))
+        .optional()?
+        .flatten();
+    if node.is_some() {
+        conn.prepare_cached("UPDATE sessions SET flash_deleted = NULL WHERE id_hash = ?1")?
+            .execute(params![h])?;
+    }
+    Ok(node)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -577,8 +785,8 @@ mod tests {
         assert!(invitation(&c, 103, &token).unwrap().is_none(), "the old link stopped working");
         let s = create_session(&c, 103, Some(&o.id)).unwrap();
         assert_eq!(
-            accept_invitation(&c, 104, &token2, "$argon2id$x").unwrap().as_deref(),
-            Some(o.id.as_str())
+            accept_invitation(&c, 104, &token2, "$argon2id$x").unwrap(),
+            Some(Accepted { owner: o.id.clone(), totp: false })
         );
         assert!(session(&c, 105, &s).unwrap().is_none(), "a new password ends the sessions");
         assert!(accept_invitation(&c, 105, &token2, "$argon2id$y").unwrap().is_none(), "used once");
@@ -647,17 +855,113 @@ mod tests {
             .unwrap();
         assert_eq!(n, 0, "the key itself is never stored");
         assert_eq!(revoke_api_key(&c, 4, &b.id, &id).unwrap_err().code, ErrorCode::NotFound, "not b's");
-        set_disabled(&c, 4, &a.id, true).unwrap();
-        assert!(owner_by_api_key(&c, 5, &key).unwrap().is_none(), "refused while disabled");
-        set_disabled(&c, 5, &a.id, false).unwrap();
-        revoke_api_key(&c, 6, &a.id, &id).unwrap();
-        assert!(owner_by_api_key(&c, 7, &key).unwrap().is_none(), "revoked");
+        revoke_api_key(&c, 4, &a.id, &id).unwrap();
+        assert!(owner_by_api_key(&c, 5, &key).unwrap().is_none(), "revoked");
+        assert!(list_api_keys(&c, &a.id).unwrap().is_empty());
+        // Issue 43: disabling revokes; enabling again brings no key back.
+        let (_, key) = create_api_key(&c, 6, &a.id, "before").unwrap();
+        set_disabled(&c, 6, &a.id, true).unwrap();
+        assert!(owner_by_api_key(&c, 7, &key).unwrap().is_none(), "refused while disabled");
+        set_disabled(&c, 7, &a.id, false).unwrap();
+        assert!(owner_by_api_key(&c, 7, &key).unwrap().is_none(), "still revoked once enabled");
         assert!(list_api_keys(&c, &a.id).unwrap().is_empty());
         assert_eq!(create_api_key(&c, 8, &a.id, " ").unwrap_err().code, ErrorCode::InvalidRequest);
         for i in 0..MAX_API_KEYS_PER_OWNER {
             create_api_key(&c, 9, &a.id, &format!("k{i}")).unwrap();
         }
         assert_eq!(create_api_key(&c, 9, &a.id, "one more").unwrap_err().code, ErrorCode::InvalidRequest);
+    }
+
+    /// Issue 43: a new key is confirmed only as the session was given it; recovery codes are
+    /// hashed, work once in place of a code, and a new set replaces the old; the operator's
+    /// reset and a reset invitation end every session and key.
+    #[test]
+    fn second_factor_changes_recovery_codes_and_resets() {
+        let (_d, c) = db();
+        let (o, token, _) = invite(&c, 1, "rc@example.com").unwrap();
+        accept_invitation(&c, 2, &token, "$argon2id$x").unwrap();
+        let now = 1_800_000_000;
+        let s = create_session(&c, now, Some(&o.id)).unwrap();
+        let other = create_session(&c, now, Some(&o.id)).unwrap();
+        assert_eq!(confirm_totp(&c, now, &o.id, &s, "123456").unwrap(), TotpConfirm::NotStarted);
+        let secret = new_totp_secret();
+        start_totp_change(&c, now, &s, &secret).unwrap();
+        let code = totp_code(&secret, now).unwrap();
+        assert_eq!(
+            confirm_totp(&c, now, &o.id, &other, &code).unwrap(),
+            TotpConfirm::NotStarted,
+            "another session was given no key"
+        );
+        assert_eq!(
+            confirm_totp(&c, now + TOTP_PENDING_SECS, &o.id, &s, &code).unwrap(),
+            TotpConfirm::NotStarted,
+            "too late"
+        );
+        let wrong = if code == "000000" { "111111" } else { "000000" };
+        assert_eq!(confirm_totp(&c, now, &o.id, &s, wrong).unwrap(), TotpConfirm::WrongCode(secret.clone()));
+        let TotpConfirm::On(codes) = confirm_totp(&c, now, &o.id, &s, &code).unwrap() else { panic!() };
+        assert_eq!(codes.len(), RECOVERY_CODES);
+        assert!(find_owner(&c, &o.id).unwrap().totp);
+        assert_eq!(confirm_totp(&c, now, &o.id, &s, &code).unwrap(), TotpConfirm::NotStarted, "spent");
+        let stored: Vec<String> = c
+            .prepare_cached("SELECT code_hash FROM recovery_codes")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(stored.len(), RECOVERY_CODES);
+        assert!(codes.iter().all(|k| !stored.contains(k) && !stored.contains(&k.replace('-', ""))));
+        // In place of a code, each once, typed any way.
+        assert!(use_second_factor(&c, now, &o.id, &codes[0]).unwrap());
+        assert!(!use_second_factor(&c, now, &o.id, &codes[0]).unwrap(), "once");
+        assert!(use_second_factor(&c, now, &o.id, &codes[1].to_uppercase().replace('-', " ")).unwrap());
+        assert!(!use_second_factor(&c, now, &o.id, "aaaa-aaaa-aaaa-aaaa").unwrap());
+        assert_eq!(normalize_recovery_code("abcd-efgh-ijkl-mno1"), None, "1 is not base32");
+        let (b, _, _) = invite(&c, 1, "other@example.com").unwrap();
+        assert!(!use_second_factor(&c, now, &b.id, &codes[2]).unwrap(), "not another owner's");
+        let fresh = replace_recovery_codes(&c, now, &o.id).unwrap();
+        assert!(!use_second_factor(&c, now, &o.id, &codes[2]).unwrap(), "the old set is gone");
+        assert!(use_second_factor(&c, now, &o.id, &fresh[0]).unwrap());
+
+        // The operator's reset.
+        let (_, key) = create_api_key(&c, now, &o.id, "k").unwrap();
+        let after = reset_second_factor(&c, now + 5, "RC@example.com").unwrap();
+        assert!(!after.totp);
+        assert!(
+            session(&c, now + 6, &s).unwrap().is_none() && session(&c, now + 6, &other).unwrap().is_none()
+        );
+        assert!(owner_by_api_key(&c, now + 6, &key).unwrap().is_none());
+        assert!(!use_second_factor(&c, now, &o.id, &fresh[1]).unwrap(), "its recovery codes went with it");
+        let s = create_session(&c, now + 7, Some(&o.id)).unwrap();
+        assert_eq!(session(&c, now + 7, &s).unwrap().unwrap().totp_reset_at, Some(now + 5));
+        assert_eq!(reset_second_factor(&c, now, "nobody@example.com").unwrap_err().code, ErrorCode::NotFound);
+
+        // A reset invitation ends every session and key, and says the second factor is on.
+        set_totp(&c, &o.id, Some(&secret)).unwrap();
+        assert_eq!(session(&c, now + 7, &s).unwrap().unwrap().totp_reset_at, None, "on again: no notice");
+        let (_, key) = create_api_key(&c, now + 8, &o.id, "k2").unwrap();
+        let (_, t, _) = invite(&c, now + 8, "rc@example.com").unwrap();
+        assert_eq!(
+            accept_invitation(&c, now + 9, &t, "$argon2id$y").unwrap(),
+            Some(Accepted { owner: o.id.clone(), totp: true })
+        );
+        assert!(session(&c, now + 9, &s).unwrap().is_none());
+        assert!(owner_by_api_key(&c, now + 9, &key).unwrap().is_none());
+    }
+
+    /// Issue 43: the servers page's notice is what the session did, shown once.
+    #[test]
+    fn a_deleted_notice_is_kept_with_the_session_and_shown_once() {
+        let (_d, c) = db();
+        let (o, _, _) = invite(&c, 1, "f@example.com").unwrap();
+        let s = create_session(&c, 2, Some(&o.id)).unwrap();
+        let other = create_session(&c, 2, Some(&o.id)).unwrap();
+        assert_eq!(take_flash_deleted(&c, &s).unwrap(), None);
+        set_flash_deleted(&c, &s, "node-1").unwrap();
+        assert_eq!(take_flash_deleted(&c, &other).unwrap(), None, "only the session's own");
+        assert_eq!(take_flash_deleted(&c, &s).unwrap().as_deref(), Some("node-1"));
+        assert_eq!(take_flash_deleted(&c, &s).unwrap(), None, "once");
     }
 
     #[test]

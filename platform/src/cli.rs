@@ -57,7 +57,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: NodesCmd,
     },
-    /// Owners' accounts: invite (a one-time link to set a password), list, disable, enable.
+    /// Owners' accounts: invite (a one-time link to set a password), list, disable, enable,
+    /// reset-2fa.
     Owners {
         #[command(subcommand)]
         cmd: OwnersCmd,
@@ -230,8 +231,13 @@ enum OwnersCmd {
     /// Disable an owner (e-mail or id): they cannot sign in, their sessions end, their API keys
     /// are refused. Their servers stay.
     Disable { owner: String },
-    /// Enable a disabled owner again.
+    /// Enable a disabled owner again. Their API keys stay revoked: they make new ones.
     Enable { owner: String },
+    /// Turn off an owner's second factor (e-mail or id), for one who lost their authenticator
+    /// and their recovery codes: their recovery codes go, every session and API key ends, and
+    /// their pages say that the operator did it. Check who is asking first.
+    #[command(name = "reset-2fa")]
+    Reset2fa { owner: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -766,6 +772,16 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         OwnersCmd::Enable { owner } => {
             let v = tx(&|c| Ok(serde_json::to_value(accounts::set_disabled(c, now, &owner, false)?)?))?;
             print(&v, format!("enabled {}", v["email"].as_str().unwrap_or_default()));
+        }
+        OwnersCmd::Reset2fa { owner } => {
+            let v = tx(&|c| Ok(serde_json::to_value(accounts::reset_second_factor(c, now, &owner)?)?))?;
+            print(
+                &v,
+                format!(
+                    "second factor turned off for {}; their sessions and API keys ended",
+                    v["email"].as_str().unwrap_or_default()
+                ),
+            );
         }
     }
     Ok(())

@@ -544,7 +544,8 @@ async fn list_owners(State(st): St) -> Result<Response, ApiError> {
     Ok(Json(OwnerList { owners }).into_response())
 }
 
-/// Disables or enables an owner (by id or e-mail).
+/// Disables or enables an owner (by id or e-mail), and resets their second factor (the CLI's
+/// `owners reset-2fa`).
 async fn update_owner(
     State(st): St,
     Path(id): Path<String>,
@@ -553,9 +554,14 @@ async fn update_owner(
     let now = st.clock.now();
     let r = st
         .db
-        .call(move |c| match req.disabled {
-            Some(d) => accounts::set_disabled(c, now, &id, d),
-            None => accounts::find_owner(c, &id),
+        .call(move |c| {
+            if req.reset_second_factor == Some(true) {
+                accounts::reset_second_factor(c, now, &id)?;
+            }
+            match req.disabled {
+                Some(d) => accounts::set_disabled(c, now, &id, d),
+                None => accounts::find_owner(c, &id),
+            }
         })
         .await?;
     Ok(Json(r).into_response())

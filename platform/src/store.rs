@@ -236,6 +236,23 @@ ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
 DROP INDEX rentals_listed;
 CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
 "#,
+    // An owner who can always get back in (issue 43): recovery codes (only their SHA-256, each
+    // deleted when used); when the operator last turned an owner's second factor off; the
+    // second factor's new key a session is confirming (given only after the password and a
+    // current code, so the form cannot name one), until when; and the one notice a session's
+    // next servers page shows (the id of the server it deleted).
+    r#"
+CREATE TABLE recovery_codes (
+    code_hash   TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE INDEX recovery_codes_owner ON recovery_codes(owner_id);
+ALTER TABLE owners ADD COLUMN totp_reset_at INTEGER;
+ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
+ALTER TABLE sessions ADD COLUMN totp_pending_until INTEGER;
+ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -410,6 +427,21 @@ CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
         r#"
 DROP INDEX rentals_listed;
 CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
+"#,
+    ),
+    (
+        12,
+        r#"
+CREATE TABLE recovery_codes (
+    code_hash   TEXT PRIMARY KEY,
+    owner_id    TEXT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE INDEX recovery_codes_owner ON recovery_codes(owner_id);
+ALTER TABLE owners ADD COLUMN totp_reset_at BIGINT;
+ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
+ALTER TABLE sessions ADD COLUMN totp_pending_until BIGINT;
+ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
 "#,
     ),
 ];

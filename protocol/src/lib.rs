@@ -860,6 +860,10 @@ pub struct OwnerInvited {
 pub struct UpdateOwnerRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
+    /// `true`: the second factor off, its recovery codes gone, every session and API key ended
+    /// (`owners reset-2fa`); `false` does nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_second_factor: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------

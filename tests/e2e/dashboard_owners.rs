@@ -89,6 +89,11 @@ async fn an_owner_joins_by_invitation_turns_on_totp_and_manages_api_keys_in_both
         assert_eq!(b.find("#totp-state").await.attr("data-on").await.unwrap().as_deref(), Some("false"));
         assert!(b.text("#signed-in-as").await.contains(&email));
         fits(&b, "the account page").await;
+        // Turning it on takes the password (issue 43).
+        type_into(&b, "#totp-on-password", "not the password").await;
+        b.click("#totp-turn-on").await;
+        wait_contains(&b, "#account-error", says("Неверный пароль или код", "Wrong password or code")).await;
+        type_into(&b, "#totp-on-password", PASSWORD).await;
         b.click("#totp-turn-on").await;
         b.wait_for("#totp-secret").await;
         let secret = b.text("#totp-secret").await;
@@ -100,7 +105,13 @@ async fn an_owner_joins_by_invitation_turns_on_totp_and_manages_api_keys_in_both
         let t = now();
         type_into(&b, "#code", &app_code(&secret, t)).await;
         b.click("#totp-confirm-button").await;
+        // The recovery codes, shown once.
+        b.wait_for("#recovery-codes").await;
+        assert!(b.text("main").await.contains(says("Коды восстановления", "Recovery codes")));
+        fits(&b, "the recovery codes").await;
+        b.click("#to-account").await;
         b.wait_for("#totp-state[data-on='true']").await;
+        assert!(b.has("#totp-off-password").await && b.has("#totp-off-code").await, "off needs both");
         assert!(b.text("#totp-state").await.contains(says("Включён", "On")));
 
         // Signed out, the password alone is not enough; with the app's code it is, once.

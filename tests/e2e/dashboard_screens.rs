@@ -139,6 +139,7 @@ async fn screenshots_of_every_page_and_state_full_height_in_both_languages_and_o
 
         // The account: the second factor's setup, a new key, the page with it.
         b.goto(&format!("{url}/dashboard/account")).await;
+        type_into(&b, "#totp-on-password", PASSWORD).await;
         b.click("#totp-turn-on").await;
         b.wait_for("#totp-secret").await;
         shoot(&b, &dir, &format!("account-totp.{lang}")).await;

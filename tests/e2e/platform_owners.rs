@@ -306,3 +306,271 @@ async fn wrong_passwords_are_rate_limited_logged_and_tell_nothing() {
     assert!(log.contains("an owner's sign-in failed") && log.contains("dee@example.com"), "{log}");
     assert!(!log.contains("wrong password!") && !log.contains(PW_A), "no password in the log");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 43: an open session is not the account; an owner can always get back in.
+
+/// The code an authenticator app shows for `secret` (base32) at the platform's time, the
+/// system's plus the test clock's `offset`.
+fn app_code(secret: &str, offset: i64) -> String {
+    use totp_rs::{Algorithm, Secret, TOTP};
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let bytes = Secret::Encoded(secret.to_owned()).to_bytes().expect("a base32 key");
+    TOTP::new(Algorithm::SHA1, 6, 1, 30, bytes).expect("a TOTP").generate(now.saturating_add_signed(offset))
+}
+
+/// The recovery codes a page shows (each in a `class="recovery-code"` element).
+fn recovery_codes(body: &str) -> Vec<String> {
+    body.split("class=\"recovery-code\">").skip(1).map(|s| s[..s.find('<').unwrap()].to_owned()).collect()
+}
+
+/// Whether the account page says the second factor is on.
+async fn totp_on(o: &OwnerSession) -> bool {
+    let page = o.get("/dashboard/account").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    page.body.contains("data-on=\"true\"")
+}
+
+/// Turns the second factor on from the account page with the password, as an owner does: the
+/// fresh key, then a code of it; returns the key and the recovery codes the page shows once.
+async fn turn_on_totp(o: &OwnerSession, password: &str, offset: i64) -> (String, Vec<String>) {
+    let page = o.post("/dashboard/account/totp", &[("password", password)]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let secret = gpum_tests::owner::text_of(&page.body, "totp-secret").expect("the key on the page");
+    let code = app_code(&secret, offset);
+    let page = o.post("/dashboard/account/totp/confirm", &[("secret", &secret), ("code", &code)]).await;
+    assert!(page.status.is_success() || page.status == StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(totp_on(o).await, "the second factor is on");
+    (secret, recovery_codes(&page.body))
+}
+
+/// Issue 43, item 1: with the second factor on, a session alone (a shared computer, a stolen
+/// cookie) can neither replace it nor turn it off; the password and a current code can.
+#[tokio::test]
+async fn issue43_a_session_alone_cannot_replace_or_turn_off_the_second_factor() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let email = "eve-target@example.com";
+    let a = OwnerSession::accept(&p, &p.invite_owner(email), PW_A).await;
+    let mut off = 0i64;
+    let (s1, _) = turn_on_totp(&a, PW_A, off).await;
+
+    // The reproduction: the next step, a fresh key from the session alone, confirmed with its
+    // own code.
+    off += 60;
+    p.advance_clock(60);
+    let page = a.post("/dashboard/account/totp", &[]).await;
+    assert!(!page.body.contains("id=\"totp-secret\""), "a new key without the password: {}", page.body);
+    assert_ne!(page.status, StatusCode::OK);
+    // A key of the attacker's own, confirmed with its code, without any start: refused.
+    let s2 = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP";
+    let page =
+        a.post("/dashboard/account/totp/confirm", &[("secret", s2), ("code", &app_code(s2, off))]).await;
+    assert!(!page.status.is_success() && page.status != StatusCode::SEE_OTHER, "{}", page.body);
+    // A current code without the password does not turn it off either.
+    let page = a.post("/dashboard/account/totp/off", &[("code", &app_code(&s1, off))]).await;
+    assert_ne!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(totp_on(&a).await, "still on");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &app_code(s2, off)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the attacker's key signs no one in");
+    off += 60;
+    p.advance_clock(60);
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &app_code(&s1, off)).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "the owner's key still does: {}", r.body);
+
+    // The owner replaces it with the password and a current code.
+    off += 60;
+    p.advance_clock(60);
+    let page = a.post("/dashboard/account/totp", &[("password", PW_A), ("code", &app_code(&s1, off))]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let s3 = gpum_tests::owner::text_of(&page.body, "totp-secret").expect("a new key");
+    // The form's key is not what is confirmed: the one the platform gave this session is.
+    let page =
+        a.post("/dashboard/account/totp/confirm", &[("secret", s2), ("code", &app_code(s2, off))]).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    let page =
+        a.post("/dashboard/account/totp/confirm", &[("secret", &s3), ("code", &app_code(&s3, off))]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(recovery_codes(&page.body).len(), 10, "a new key, new recovery codes");
+    off += 60;
+    p.advance_clock(60);
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &app_code(&s1, off)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the old key is gone");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &app_code(&s3, off)).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    // And turns it off with the password and a code.
+    off += 60;
+    p.advance_clock(60);
+    let page =
+        a.post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&s3, off))]).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(!totp_on(&a).await);
+}
+
+/// Issue 43, item 6: the account page's checks of a password and a code count as failed
+/// sign-ins do: past five, 429, and then not even the right ones are looked at.
+#[tokio::test]
+async fn issue43_wrong_codes_on_the_account_page_are_throttled() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let a = OwnerSession::accept(&p, &p.invite_owner("guess@example.com"), PW_A).await;
+    let (secret, _) = turn_on_totp(&a, PW_A, 0).await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let page = a.post("/dashboard/account/totp/off", &[("password", PW_A), ("code", "000000")]).await;
+        statuses.push(page.status.as_u16());
+    }
+    assert!(statuses[..5].iter().all(|s| *s == 400), "{statuses:?}");
+    assert!(statuses.contains(&429), "never throttled: {statuses:?}");
+    assert!(totp_on(&a).await);
+    // The block is a delay, not a lock: once it passes, the right code works.
+    p.advance_clock(60);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let page = a
+            .post("/dashboard/account/totp/off", &[("password", PW_A), ("code", &app_code(&secret, 60))])
+            .await;
+        if page.status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(page.body.contains("id=\"account-error\""), "{}", page.body);
+            assert!(std::time::Instant::now() < end, "still blocked");
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            continue;
+        }
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        break;
+    }
+    assert!(!totp_on(&a).await);
+}
+
+/// Issue 43, items 5 and 11: a reset invitation sets the password and nothing more (the owner
+/// signs in with the second factor as usual), and ends every session and API key; disabling an
+/// owner revokes their keys, so enabling them again brings none back.
+#[tokio::test]
+async fn issue43_a_reset_link_neither_passes_the_second_factor_nor_keeps_keys() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let email = "reset@example.com";
+    let a = OwnerSession::accept(&p, &p.invite_owner(email), PW_A).await;
+    let (secret, _) = turn_on_totp(&a, PW_A, 0).await;
+    let key = a.create_api_key("before the reset").await;
+    assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key, None).await.0, StatusCode::OK);
+
+    let (page, session) = OwnerSession::accept_page(&p, &p.invite_owner(email), PW_B).await;
+    assert_eq!(session, None, "a reset link starts no session: {}", page.body);
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (StatusCode::SEE_OTHER, Some("/dashboard/login?reset=1"))
+    );
+    assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(a.get("/dashboard").await.status, StatusCode::SEE_OTHER, "the old session ended");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_B, "").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the new password alone is not enough");
+    p.advance_clock(60);
+    let (r, s) = OwnerSession::sign_in(&p, email, PW_B, &app_code(&secret, 60)).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let a = s.unwrap();
+
+    // Disable, enable: the keys made before stay revoked.
+    let key = a.create_api_key("before the disable").await;
+    p.cli_json(&["owners", "disable", email]);
+    assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key, None).await.0, StatusCode::UNAUTHORIZED);
+    p.cli_json(&["owners", "enable", email]);
+    assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key, None).await.0, StatusCode::UNAUTHORIZED);
+}
+
+/// Issue 43: a lost authenticator. Recovery codes, shown once when the second factor is turned
+/// on, sign in in place of a code, each once; a new set (password and code) replaces the old;
+/// the operator's `owners reset-2fa` (and its admin API twin) turns the second factor off, ends
+/// every session and key, and the owner sees that it happened.
+#[tokio::test]
+async fn issue43_recovery_codes_and_the_operators_reset_get_an_owner_back_in() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let email = "lost-phone@example.com";
+    let a = OwnerSession::accept(&p, &p.invite_owner(email), PW_A).await;
+    let (secret, codes) = turn_on_totp(&a, PW_A, 0).await;
+    assert_eq!(codes.len(), 10, "recovery codes shown once");
+    assert!(codes.iter().all(|c| c.len() == 19 && c.matches('-').count() == 3), "{codes:?}");
+    assert!(recovery_codes(&a.get("/dashboard/account").await.body).is_empty(), "never shown again");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &codes[0]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "a recovery code in place of a code: {}", r.body);
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &codes[0]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "each works once");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &codes[1].to_uppercase().replace('-', " ")).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "typed as people type it: {}", r.body);
+    let (r, _) = OwnerSession::sign_in(&p, email, "a wrong password!", &codes[2]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "not in place of the password");
+    // The database holds none of them.
+    let db = p.db_bytes();
+    let db = String::from_utf8_lossy(&db);
+    assert!(codes.iter().all(|c| !db.contains(c.as_str()) && !db.contains(&c.replace('-', ""))));
+
+    // A new set needs the password and a code; the old set stops working.
+    p.advance_clock(60);
+    let page = a.post("/dashboard/account/recovery", &[("password", PW_A)]).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "no code: {}", page.body);
+    let page =
+        a.post("/dashboard/account/recovery", &[("password", PW_A), ("code", &app_code(&secret, 60))]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let fresh = recovery_codes(&page.body);
+    assert_eq!(fresh.len(), 10);
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &codes[3]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the old set is gone");
+    let (r, s) = OwnerSession::sign_in(&p, email, PW_A, &fresh[0]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let a = s.unwrap();
+
+    // The operator's reset: off, every session and key ended, the owner is told.
+    let key = a.create_api_key("k").await;
+    let out = p.cli_json(&["owners", "reset-2fa", email]);
+    assert_eq!((out["email"].as_str(), out["totp"].as_bool()), (Some(email), Some(false)), "{out}");
+    assert_eq!(a.get("/dashboard").await.status, StatusCode::SEE_OTHER, "the session ended");
+    assert_eq!(owner_api(&p, "GET", PATH_OWNER_NODES, &key, None).await.0, StatusCode::UNAUTHORIZED);
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, &fresh[1]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "the password alone now: {}", r.body);
+    let (r, s) = OwnerSession::sign_in(&p, email, PW_A, "").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let a = s.unwrap();
+    let account = a.get("/dashboard/account").await.body;
+    assert!(account.contains("id=\"totp-reset\""), "the owner sees the reset: {account}");
+    assert!(a.get("/dashboard").await.body.contains("id=\"totp-reset\""), "on the servers page too");
+    // A bad address is a clear error, with the code of the API's.
+    let out = p.cli(["owners", "reset-2fa", "nobody@example.com"]);
+    assert!(!out.status.success());
+
+    // The admin API's twin.
+    p.advance_clock(60);
+    let (_, _) = turn_on_totp(&a, PW_A, 120).await;
+    let r = p
+        .http_client()
+        .patch(format!("{}{PATH_ADMIN_OWNERS}/{email}", p.url()))
+        .bearer_auth(p.admin_token())
+        .json(&serde_json::json!({"reset_second_factor": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["totp"], false, "{v}");
+    assert_eq!(a.get("/dashboard").await.status, StatusCode::SEE_OTHER, "the session ended");
+    let (r, _) = OwnerSession::sign_in(&p, email, PW_A, "").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+}
+
+/// Issue 43: `/dashboard?deleted=<anything>` printed "Server <anything> was deleted" on the
+/// owner's own page. Only what the platform did is said: a flash kept with the session.
+#[tokio::test]
+async fn issue43_the_deleted_notice_says_only_what_the_platform_did() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let a = OwnerSession::accept(&p, &p.invite_owner("flash@example.com"), PW_A).await;
+    let phish = "srv-1%20was%20deleted.%20Your%20account%20is%20suspended%2C%20call%20%2B1-555-0100";
+    let page = a.get(&format!("/dashboard?deleted={phish}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("555-0100") && !page.body.contains("id=\"flash\""), "{}", page.body);
+
+    let node: RegisterResponse =
+        api.register(&p.owner_join_code("flash@example.com"), "GPU-flash").await.ok();
+    let r = a.post(&format!("/dashboard/servers/{}/delete", node.node_id), &[]).await;
+    assert_eq!((r.status, r.location.as_deref()), (StatusCode::SEE_OTHER, Some("/dashboard")));
+    let page = a.get("/dashboard").await;
+    let flash = gpum_tests::owner::text_of(&page.body, "flash").expect("the notice");
+    assert!(flash.contains(&node.node_id), "{flash}");
+    assert!(!a.get("/dashboard").await.body.contains("id=\"flash\""), "shown once");
+}

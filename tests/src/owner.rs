@@ -52,6 +52,20 @@ pub fn form_key(page: &str) -> Option<String> {
 impl OwnerSession {
     /// Opens the invitation link, sets `password`, and keeps the session it starts.
     pub async fn accept(p: &TestPlatform, link: &str, password: &str) -> OwnerSession {
+        let (page, session) = Self::accept_page(p, link, password).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        let session = session.expect("a session");
+        let mut o =
+            OwnerSession { client: client(p), base: p.url().to_owned(), session, csrf: String::new() };
+        let account = o.get("/dashboard/account").await;
+        assert_eq!(account.status, StatusCode::OK, "{}", account.body);
+        o.csrf = form_key(&account.body).expect("the session's form key");
+        o
+    }
+
+    /// Opens the invitation link and sets `password`: the answer, and the session cookie it
+    /// set, if any.
+    pub async fn accept_page(p: &TestPlatform, link: &str, password: &str) -> (Page, Option<String>) {
         let c = client(p);
         let form = c.get(link).send().await.expect("open the invitation");
         assert_eq!(form.status(), StatusCode::OK, "the invitation form");
@@ -65,13 +79,8 @@ impl OwnerSession {
             .send()
             .await
             .expect("set the password");
-        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{}", r.text().await.unwrap_or_default());
-        let session = set_cookie(&r, "gpum_session").expect("a session");
-        let mut o = OwnerSession { client: c, base: p.url().to_owned(), session, csrf: String::new() };
-        let account = o.get("/dashboard/account").await;
-        assert_eq!(account.status, StatusCode::OK, "{}", account.body);
-        o.csrf = form_key(&account.body).expect("the session's form key");
-        o
+        let session = set_cookie(&r, "gpum_session").filter(|s| !s.is_empty());
+        (Page::of(r).await, session)
     }
 
     /// Signs in with the owner's form (e-mail, password, code); `None` when refused.
@@ -133,6 +142,13 @@ impl OwnerSession {
         let key = page.body.split("gpumk_").nth(1).expect("the key on the page");
         format!("gpumk_{}", &key[..64])
     }
+}
+
+/// The text inside the element with `id` on a page (up to the next tag), if there is one.
+pub fn text_of(page: &str, id: &str) -> Option<String> {
+    let rest = page.split(&format!("id=\"{id}\"")).nth(1)?;
+    let rest = &rest[rest.find('>')? + 1..];
+    Some(rest[..rest.find('<')?].to_owned())
 }
 
 impl Page {

@@ -9,8 +9,19 @@
 //!   address is checked against a decoy hash, so the answer tells nothing about which accounts
 //!   exist.
 //! - Argon2id runs off the database thread, at most [`super::HASHING_AT_ONCE`] at a time.
+//! - A session alone is not the account (issue 43): turning the second factor on takes the
+//!   password; changing its key, turning it off and a new set of recovery codes take the
+//!   password and a current code (or a recovery code). Each such check counts against the
+//!   client's address as a sign-in does ([`check_credentials`]). The key a change confirms is the
+//!   one the platform gave the session after the check, never one the form names.
+//! - A reset invitation sets the password and ends every session and key; with the second factor
+//!   on, it starts no session: the owner signs in with the new password and a code, as usual.
+//! - At sign-in a recovery code, shown once when the second factor is turned on, stands in for
+//!   a code from the app, once.
 
-use axum::extract::{Path, Request, State};
+use std::net::IpAddr;
+
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
@@ -18,9 +29,9 @@ use serde::Deserialize;
 
 use super::i18n::{Msg, fill};
 use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
-use super::throttle::Door;
+use super::throttle::{self, Door};
 use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, form, page, session};
-use crate::accounts::{self, AccountError, ApiKeyRow};
+use crate::accounts::{self, AccountError, ApiKeyRow, TotpConfirm};
 
 // ---------------------------------------------------------------------------------------------
 // Sign-in
@@ -31,17 +42,30 @@ enum SignInError {
     TooMany(u64),
 }
 
-pub(super) async fn login_form(State(web): St, r: Req) -> Response {
+pub(super) async fn login_form(State(web): St, r: Req, RawQuery(q): RawQuery) -> Response {
     if web.app.cfg.admin_token_hash.is_none() {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     }
     if r.session.is_some() {
         return Redirect::to("/dashboard").into_response();
     }
-    login_page(&web, &r, StatusCode::OK, None, "")
+    // After a reset invitation (the second factor on): a fixed notice, nothing from the query.
+    let reset = q.is_some_and(|q| q.split('&').any(|kv| kv == "reset=1"));
+    login_page_with(&web, &r, StatusCode::OK, None, "", reset)
 }
 
 fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
+    login_page_with(web, r, status, error, email, false)
+}
+
+fn login_page_with(
+    web: &Web,
+    r: &Req,
+    status: StatusCode,
+    error: Option<SignInError>,
+    email: &str,
+    reset: bool,
+) -> Response {
     let token = session::random_hex();
     let ctx = &r.ctx;
     let error = error.map(|e| match e {
@@ -53,6 +77,7 @@ fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>
         ctx.t(Msg::SignInTitle),
         html! {
             @if let Some(e) = error { p.error #login-error { (e) } }
+            @if reset { p.flash #login-notice { (ctx.t(Msg::PasswordSetSignIn)) } }
             form #login method="post" action="/dashboard/login" {
                 input type="hidden" name="csrf" value=(token);
                 p { (ctx.t(Msg::OwnerSignInHelp)) }
@@ -61,7 +86,7 @@ fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>
                 label for="password" { (ctx.t(Msg::Password)) }
                 input #password type="password" name="password" autocomplete="current-password" required;
                 label for="code" { (ctx.t(Msg::TotpCodeOptional)) }
-                input #code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" maxlength="8";
+                input #code type="text" name="code" autocomplete="one-time-code" maxlength="32";
                 button #sign-in type="submit" { (ctx.t(Msg::SignIn)) }
             }
         },
@@ -123,11 +148,53 @@ async fn signed_in_owner(web: &Web, f: &LoginForm) -> Result<Option<String>, cra
     let Some(row) = row.filter(|_| ok) else { return Ok(None) };
     if row.totp_secret.is_some() {
         let (now, id, code) = (web.app.clock.now(), row.id.clone(), f.code.clone());
-        if !web.app.db.call(move |c| accounts::use_totp_code(c, now, &id, &code, None)).await? {
+        if !web.app.db.call(move |c| accounts::use_second_factor(c, now, &id, &code)).await? {
             return Ok(None);
         }
     }
     Ok(Some(row.id))
+}
+
+/// Whether `password` is right for the stored hash, checked off the database thread.
+async fn password_matches(web: &Web, stored: String, password: &str) -> Result<bool, crate::error::ApiError> {
+    let password = password.to_owned();
+    let _permit = web.hashing.acquire().await.map_err(|_| crate::error::ApiError::internal())?;
+    Ok(tokio::task::spawn_blocking(move || accounts::verify_password(&stored, &password))
+        .await
+        .unwrap_or(false))
+}
+
+/// What a change of the account needs (issue 43): the client's address not blocked, the
+/// owner's password, and while the second factor is on a current code or a recovery code (looked
+/// at only after the password passed, so a wrong password spends no recovery code). A wrong one
+/// counts against the address as a failed sign-in does.
+async fn check_credentials(
+    web: &Web,
+    client: IpAddr,
+    owner: &str,
+    password: &str,
+    code: &str,
+) -> Result<Result<(), AccountError>, crate::error::ApiError> {
+    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+        return Ok(Err(AccountError::TooMany(throttle::retry_after(wait))));
+    }
+    let o = owner.to_owned();
+    let row = web.app.db.call(move |c| accounts::owner_credentials(c, &o)).await?;
+    let stored =
+        row.as_ref().map(|r| r.password_hash.clone()).unwrap_or_else(|| accounts::decoy_hash().to_owned());
+    let mut ok = password_matches(web, stored, password).await? && row.is_some();
+    if ok && row.as_ref().is_some_and(|r| r.totp_secret.is_some()) {
+        let (now, o, code) = (web.app.clock.now(), owner.to_owned(), code.to_owned());
+        ok = web.app.db.call(move |c| accounts::use_second_factor(c, now, &o, &code)).await?;
+    }
+    if ok {
+        web.throttle.succeeded(client);
+        Ok(Ok(()))
+    } else {
+        let blocked = web.throttle.failed(client, Door::SignIn);
+        tracing::warn!(client = %client, owner = %owner, blocked_for = ?blocked, "dashboard: a wrong password or code on the account page");
+        Ok(Err(AccountError::Credentials))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,6 +243,9 @@ fn account_error(ctx: &Ctx, e: AccountError) -> String {
         AccountError::KeyLabel => n(Msg::KeyLabelBad, accounts::MAX_KEY_LABEL_CHARS),
         AccountError::TooManyKeys => n(Msg::TooManyKeys, accounts::MAX_API_KEYS_PER_OWNER),
         AccountError::Email | AccountError::OwnerDisabled => ctx.t(Msg::InviteGone).to_owned(),
+        AccountError::Credentials => ctx.t(Msg::CredentialsWrong).to_owned(),
+        AccountError::TotpNotStarted => ctx.t(Msg::TotpNotStarted).to_owned(),
+        AccountError::TooMany(secs) => fill(ctx.t(Msg::TooManyAccountChecks), &[("n", &secs.to_string())]),
     }
 }
 
@@ -241,9 +311,15 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
     }
     let (now, t) = (web.app.clock.now(), token.clone());
     match web.app.db.call(move |c| accounts::accept_invitation(c, now, &t, &hash)).await {
-        Ok(Some(owner)) => {
+        Ok(Some(acc)) => {
             tracing::info!(email = %email, "dashboard: an owner set their password from an invitation");
-            super::start_session(&web, &r, Some(owner)).await
+            if acc.totp {
+                // A link alone is not the second factor: sign in with it as usual.
+                let mut resp = Redirect::to("/dashboard/login?reset=1").into_response();
+                resp.headers_mut().append(header::SET_COOKIE, cookie_header(&web, LOGIN_COOKIE, "", 0));
+                return resp;
+            }
+            super::start_session(&web, &r, Some(acc.owner)).await
         }
         Ok(None) => invite_gone(&r.ctx),
         Err(e) => api_error(&r, e),
@@ -259,10 +335,23 @@ fn owner_of(web: &Web, r: &Req) -> Result<String, Response> {
     r.owner().map(str::to_owned).ok_or_else(|| Redirect::to("/dashboard").into_response())
 }
 
+/// The password and code fields of a form that changes the account (ids prefixed by `form`).
+fn credential_fields(ctx: &Ctx, form: &str, code: bool) -> Markup {
+    html! {
+        label for={ (form) "-password" } { (ctx.t(Msg::CurrentPassword)) }
+        input id={ (form) "-password" } type="password" name="password" autocomplete="current-password" required;
+        @if code {
+            label for={ (form) "-code" } { (ctx.t(Msg::CodeOrRecovery)) }
+            input id={ (form) "-code" } type="text" name="code" autocomplete="one-time-code" maxlength="32" required;
+        }
+    }
+}
+
 fn account_page(
     ctx: &Ctx,
     public_url: &str,
     totp: bool,
+    reset_at: Option<u64>,
     keys: &[ApiKeyRow],
     error: Option<AccountError>,
 ) -> Markup {
@@ -273,20 +362,32 @@ fn account_page(
         html! {
             p #signed-in-as { (fill(ctx.t(Msg::SignedInAs), &[("email", &email)])) }
             @if let Some(e) = error { p.error #account-error { (account_error(ctx, e)) } }
+            @if let Some(at) = reset_at { (pages::totp_reset_notice(ctx, at)) }
             section #totp {
                 h2 { (ctx.t(Msg::TotpTitle)) }
                 @if totp {
                     p #totp-state data-on="true" { (ctx.t(Msg::TotpOn)) }
-                    form method="post" action="/dashboard/account/totp/off" {
+                    p { (ctx.t(Msg::TotpChangesNeed)) }
+                    form #totp-change method="post" action="/dashboard/account/totp" {
                         (csrf_field(ctx))
-                        label for="totp-off-code" { (ctx.t(Msg::TotpCode)) }
-                        input #totp-off-code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" required;
-                        button #totp-turn-off type="submit" { (ctx.t(Msg::TotpTurnOff)) }
+                        (credential_fields(ctx, "totp-change", true))
+                        button #totp-change-key type="submit" { (ctx.t(Msg::TotpChangeKey)) }
+                    }
+                    form #recovery-new method="post" action="/dashboard/account/recovery" {
+                        (csrf_field(ctx))
+                        (credential_fields(ctx, "recovery-new", true))
+                        button #recovery-new-set type="submit" { (ctx.t(Msg::RecoveryNewSet)) }
+                    }
+                    form #totp-off method="post" action="/dashboard/account/totp/off" {
+                        (csrf_field(ctx))
+                        (credential_fields(ctx, "totp-off", true))
+                        button.danger #totp-turn-off type="submit" { (ctx.t(Msg::TotpTurnOff)) }
                     }
                 } @else {
                     p #totp-state data-on="false" { (ctx.t(Msg::TotpOff)) }
-                    form method="post" action="/dashboard/account/totp" {
+                    form #totp-on method="post" action="/dashboard/account/totp" {
                         (csrf_field(ctx))
+                        (credential_fields(ctx, "totp-on", false))
                         button #totp-turn-on type="submit" { (ctx.t(Msg::TotpTurnOn)) }
                     }
                 }
@@ -337,8 +438,18 @@ async fn show_account(web: &Web, r: &Req, owner: String, error: Option<AccountEr
     match web.app.db.call(move |c| accounts::list_api_keys(c, &owner)).await {
         Ok(keys) => {
             let totp = r.session.as_ref().is_some_and(|(_, s)| s.totp);
-            let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-            page(status, account_page(&r.ctx, &web.app.cfg.public_url, totp, &keys, error))
+            let reset_at = r.session.as_ref().and_then(|(_, s)| s.totp_reset_at);
+            let status = match error {
+                None => StatusCode::OK,
+                Some(AccountError::TooMany(_)) => StatusCode::TOO_MANY_REQUESTS,
+                Some(_) => StatusCode::BAD_REQUEST,
+            };
+            let mut resp =
+                page(status, account_page(&r.ctx, &web.app.cfg.public_url, totp, reset_at, &keys, error));
+            if let Some(AccountError::TooMany(secs)) = error {
+                resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+            }
+            resp
         }
         Err(e) => api_error(r, e),
     }
@@ -422,7 +533,6 @@ fn totp_setup(ctx: &Ctx, secret: &str, error: bool) -> Markup {
             (copyable(ctx, "totp-link", &accounts::totp_link(secret, &email)))
             form #totp-confirm method="post" action="/dashboard/account/totp/confirm" {
                 (csrf_field(ctx))
-                input type="hidden" name="secret" value=(secret);
                 label for="code" { (ctx.t(Msg::TotpCode)) }
                 input #code type="text" name="code" inputmode="numeric" autocomplete="one-time-code" required autofocus;
                 button #totp-confirm-button type="submit" { (ctx.t(Msg::TotpConfirm)) }
@@ -431,55 +541,62 @@ fn totp_setup(ctx: &Ctx, secret: &str, error: bool) -> Markup {
     )
 }
 
-/// The first step: a fresh secret, shown with a form that confirms it with a code. Nothing is
-/// stored until a code for it is accepted.
-pub(super) async fn totp_start(State(web): St, r: Req, req: Request) -> Response {
-    if let Err(resp) = owner_of(&web, &r) {
-        return resp;
-    }
-    if let Err(resp) = form::<Empty>(&web, &r, req).await {
-        return resp;
-    }
-    page(StatusCode::OK, totp_setup(&r.ctx, &accounts::new_totp_secret(), false))
+/// The recovery codes, shown once: when the second factor is turned on (or its key changed),
+/// and when the owner asks for a new set.
+fn recovery_page(ctx: &Ctx, codes: &[String]) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::RecoveryTitle),
+        html! {
+            p { (ctx.t(Msg::RecoveryHelp)) }
+            ul #recovery-codes {
+                @for c in codes { li { code.recovery-code { (c) } } }
+            }
+            p { a #to-account href="/dashboard/account" { (ctx.t(Msg::ToAccount)) } }
+        },
+    )
+}
+
+/// The session's id (behind [`owner_of`], there is one).
+fn session_id(r: &Req) -> String {
+    r.session.as_ref().map(|(id, _)| id.clone()).unwrap_or_default()
 }
 
 #[derive(Deserialize)]
-struct TotpConfirmForm {
-    secret: String,
+struct CredentialsForm {
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
     code: String,
 }
 
-pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Response {
-    let owner = match owner_of(&web, &r) {
+/// A form that changes the account, with its credentials checked: `Ok` is the owner, `Err`
+/// the answer to give instead.
+async fn checked_change(web: &Web, r: &Req, req: Request) -> Result<String, Response> {
+    let owner = owner_of(web, r)?;
+    let client = throttle::client_key(&req);
+    let f: CredentialsForm = form(web, r, req).await?;
+    match check_credentials(web, client, &owner, &f.password, &f.code).await {
+        Ok(Ok(())) => Ok(owner),
+        Ok(Err(e)) => Err(show_account(web, r, owner, Some(e)).await),
+        Err(e) => Err(api_error(r, e)),
+    }
+}
+
+/// The first step: with the password (and, to change the key, a current code), a fresh secret,
+/// kept with this session and shown with a form that confirms it with a code.
+pub(super) async fn totp_start(State(web): St, r: Req, req: Request) -> Response {
+    let owner = match checked_change(&web, &r, req).await {
         Ok(o) => o,
         Err(resp) => return resp,
     };
-    let f: TotpConfirmForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
-    // A secret this platform could have made: 32 base32 characters.
-    if f.secret.len() != 32 || !f.secret.bytes().all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
-    {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
+    let secret = accounts::new_totp_secret();
+    let (now, sid, s) = (web.app.clock.now(), session_id(&r), secret.clone());
+    if let Err(e) = web.app.db.call(move |c| accounts::start_totp_change(c, now, &sid, &s)).await {
+        return api_error(&r, e);
     }
-    let now = web.app.clock.now();
-    let secret = f.secret.clone();
-    let done = web
-        .app
-        .db
-        .call(move |c| {
-            if !accounts::use_totp_code(c, now, &owner, &f.code, Some(&secret))? {
-                return Ok(false);
-            }
-            accounts::set_totp(c, &owner, Some(&secret)).map(|_| true)
-        })
-        .await;
-    match done {
-        Ok(true) => Redirect::to("/dashboard/account").into_response(),
-        Ok(false) => page(StatusCode::BAD_REQUEST, totp_setup(&r.ctx, &f.secret, true)),
-        Err(e) => api_error(&r, e),
-    }
+    tracing::info!(owner = %owner, "dashboard: an owner was given a new second factor's key to confirm");
+    page(StatusCode::OK, totp_setup(&r.ctx, &secret, false))
 }
 
 #[derive(Deserialize)]
@@ -487,31 +604,71 @@ struct CodeForm {
     code: String,
 }
 
-/// Turning the second factor off takes a current code, so a session left open is not enough.
-pub(super) async fn totp_off(State(web): St, r: Req, req: Request) -> Response {
+/// The second step: a code of the key this session was given turns it on; the recovery codes
+/// are shown once.
+pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Response {
     let owner = match owner_of(&web, &r) {
         Ok(o) => o,
         Err(resp) => return resp,
     };
+    let client = throttle::client_key(&req);
     let f: CodeForm = match form(&web, &r, req).await {
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let now = web.app.clock.now();
+    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+        return show_account(&web, &r, owner, Some(AccountError::TooMany(throttle::retry_after(wait)))).await;
+    }
+    let (now, sid, o) = (web.app.clock.now(), session_id(&r), owner.clone());
+    match web.app.db.call(move |c| accounts::confirm_totp(c, now, &o, &sid, &f.code)).await {
+        Ok(TotpConfirm::On(codes)) => {
+            web.throttle.succeeded(client);
+            tracing::info!(owner = %owner, "dashboard: an owner turned on the second factor");
+            page(StatusCode::OK, recovery_page(&r.ctx, &codes))
+        }
+        Ok(TotpConfirm::WrongCode(secret)) => {
+            web.throttle.failed(client, Door::SignIn);
+            page(StatusCode::BAD_REQUEST, totp_setup(&r.ctx, &secret, true))
+        }
+        Ok(TotpConfirm::NotStarted) => {
+            show_account(&web, &r, owner, Some(AccountError::TotpNotStarted)).await
+        }
+        Err(e) => api_error(&r, e),
+    }
+}
+
+/// Turning the second factor off takes the password and a current code (or a recovery code),
+/// so a session left open is not enough.
+pub(super) async fn totp_off(State(web): St, r: Req, req: Request) -> Response {
+    let owner = match checked_change(&web, &r, req).await {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
     let o = owner.clone();
-    let done = web
-        .app
-        .db
-        .call(move |c| {
-            if !accounts::use_totp_code(c, now, &o, &f.code, None)? {
-                return Ok(false);
-            }
-            accounts::set_totp(c, &o, None).map(|_| true)
-        })
-        .await;
-    match done {
-        Ok(true) => Redirect::to("/dashboard/account").into_response(),
-        Ok(false) => show_account(&web, &r, owner, Some(AccountError::TotpCode)).await,
+    match web.app.db.call(move |c| accounts::set_totp(c, &o, None)).await {
+        Ok(()) => {
+            tracing::info!(owner = %owner, "dashboard: an owner turned off the second factor");
+            Redirect::to("/dashboard/account").into_response()
+        }
+        Err(e) => api_error(&r, e),
+    }
+}
+
+/// A new set of recovery codes (the old set stops working), with the password and a code.
+pub(super) async fn recovery_codes(State(web): St, r: Req, req: Request) -> Response {
+    if !r.session.as_ref().is_some_and(|(_, s)| s.totp) {
+        return Redirect::to("/dashboard/account").into_response();
+    }
+    let owner = match checked_change(&web, &r, req).await {
+        Ok(o) => o,
+        Err(resp) => return resp,
+    };
+    let (now, o) = (web.app.clock.now(), owner.clone());
+    match web.app.db.call(move |c| accounts::replace_recovery_codes(c, now, &o)).await {
+        Ok(codes) => {
+            tracing::info!(owner = %owner, "dashboard: an owner made a new set of recovery codes");
+            page(StatusCode::OK, recovery_page(&r.ctx, &codes))
+        }
         Err(e) => api_error(&r, e),
     }
 }
@@ -536,9 +693,10 @@ mod tests {
         };
         let keys = [ApiKeyRow { id: "к".into(), label: evil.into(), created_at: 1, last_used_at: None }];
         let pages = [
-            account_page(&ru, "https://адрес", false, &keys, Some(AccountError::TooManyKeys)),
-            account_page(&ru, "https://адрес", true, &[], Some(AccountError::TotpCode)),
+            account_page(&ru, "https://адрес", false, Some(1), &keys, Some(AccountError::TooManyKeys)),
+            account_page(&ru, "https://адрес", true, None, &[], Some(AccountError::TotpCode)),
             totp_setup(&ru, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", true),
+            recovery_page(&ru, &["abcd-efgh-ijkl-mnop".to_owned()]),
             layout(&ru, ru.t(Msg::InviteTitle), html! { p { (ru.t(Msg::InviteGone)) } }),
         ];
         for p in pages {
@@ -552,6 +710,9 @@ mod tests {
             AccountError::PasswordLong,
             AccountError::PasswordMismatch,
             AccountError::KeyLabel,
+            AccountError::Credentials,
+            AccountError::TotpNotStarted,
+            AccountError::TooMany(5),
         ] {
             assert!(english_in(&account_error(&ru, e)).is_empty(), "{e:?}");
         }

@@ -41,8 +41,12 @@ gpum_common::texts! {
         Password => ("Пароль", "Password"),
         PasswordAgain => ("Пароль ещё раз", "The password again"),
         TotpCodeOptional => (
-            "Код из приложения-аутентификатора (если вы включили второй фактор)",
-            "Code from the authenticator app (if you turned on the second factor)",
+            "Код из приложения-аутентификатора или код восстановления (если вы включили второй фактор)",
+            "Code from the authenticator app, or a recovery code (if you turned on the second factor)",
+        ),
+        PasswordSetSignIn => (
+            "Пароль задан. Войдите с новым паролем и кодом из приложения-аутентификатора (или кодом восстановления).",
+            "Your password is set. Sign in with the new password and a code from your authenticator app (or a recovery code).",
         ),
         OwnerSignInHelp => (
             "Войдите с адресом электронной почты и паролем, заданным по ссылке-приглашению.",
@@ -95,6 +99,44 @@ gpum_common::texts! {
         TotpWrong => (
             "Код не подошёл (неверный или уже использован). Проверьте время на телефоне и введите новый код.",
             "The code did not match (wrong, or already used). Check the phone's clock and enter a new code.",
+        ),
+        CurrentPassword => ("Текущий пароль", "Current password"),
+        CodeOrRecovery => (
+            "Код из приложения или код восстановления",
+            "Code from the app, or a recovery code",
+        ),
+        TotpChangesNeed => (
+            "Сменить ключ, получить новые коды восстановления или выключить второй фактор можно только с текущим паролем и кодом.",
+            "Changing the key, getting new recovery codes and turning the second factor off each need your current password and a code.",
+        ),
+        TotpChangeKey => ("Сменить ключ", "Change the key"),
+        RecoveryNewSet => ("Новые коды восстановления", "New recovery codes"),
+        RecoveryTitle => ("Коды восстановления", "Recovery codes"),
+        RecoveryHelp => (
+            "Сохраните эти коды в надёжном месте: платформа хранит только их хеши и больше их не покажет. \
+             Если телефон с приложением потерян, войдите с паролем и одним из кодов вместо кода из приложения; \
+             каждый код работает один раз. Новый набор заменяет этот.",
+            "Keep these codes somewhere safe: the platform keeps only their hashes and will not show them again. \
+             If you lose the phone with the app, sign in with your password and one of these codes in place of the \
+             app's code; each code works once. A new set replaces this one.",
+        ),
+        CredentialsWrong => (
+            "Неверный пароль или код. Ничего не изменено.",
+            "Wrong password or code. Nothing was changed.",
+        ),
+        TotpNotStarted => (
+            "Новый ключ не выдан или устарел. Начните заново: введите пароль.",
+            "No new key was given, or it is out of date. Start again with your password.",
+        ),
+        TooManyAccountChecks => (
+            "Слишком много неверных паролей или кодов с вашего адреса. Повторите через {n} с.",
+            "Too many wrong passwords or codes from your address. Try again in {n} s.",
+        ),
+        TotpResetByOperator => (
+            "Оператор платформы выключил ваш второй фактор {at} и завершил все сеансы и ключи API. \
+             Включите второй фактор снова. Если вы об этом не просили, свяжитесь с оператором.",
+            "The platform's operator turned off your second factor on {at} and ended every session and API key. \
+             Turn the second factor on again. If you did not ask for this, contact the operator.",
         ),
         ApiKeysTitle => ("Ключи API", "API keys"),
         ApiKeysHelp => (

@@ -112,6 +112,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/account/totp", axum::routing::post(account::totp_start))
         .route("/dashboard/account/totp/confirm", axum::routing::post(account::totp_confirm))
         .route("/dashboard/account/totp/off", axum::routing::post(account::totp_off))
+        .route("/dashboard/account/recovery", axum::routing::post(account::recovery_codes))
         .route("/dashboard/add", get(add_form).post(create_code))
         .route("/dashboard/join/{hash}", get(join_state))
         .route("/dashboard/servers/{id}", get(server))
@@ -452,22 +453,23 @@ async fn nodes(web: &Web, scope: Scope) -> Result<(Vec<NodeSummary>, u64), ApiEr
     Ok((list.nodes, now))
 }
 
-#[derive(Deserialize, Default)]
-struct ServersQuery {
-    deleted: Option<String>,
-}
-
-/// The query only adds a notice, so one that does not parse (`?deleted=a&deleted=b`) is ignored
-/// rather than answered with axum's plain-text 400.
-type LenientQuery<T> = Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>;
-
-async fn servers(State(web): St, r: Req, q: LenientQuery<ServersQuery>) -> Response {
+/// The servers page. Its one notice, "server X was deleted", is what this session did, kept with
+/// the session and taken once (issue 43): nothing in the address is printed, so a link cannot
+/// make the owner's own page say something the platform did not do.
+async fn servers(State(web): St, r: Req) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
-    let deleted = q.ok().and_then(|q| q.0.deleted);
+    let sid = r.session.as_ref().map(|(id, _)| id.clone()).unwrap_or_default();
+    let deleted = match web.app.db.call(move |c| accounts::take_flash_deleted(c, &sid)).await {
+        Ok(d) => d,
+        Err(e) => return api_error(&r, e),
+    };
+    let reset_at = r.session.as_ref().and_then(|(_, s)| s.totp_reset_at);
     match nodes(&web, r.scope()).await {
-        Ok((list, now)) => page(StatusCode::OK, pages::servers(&r.ctx, &list, now, deleted.as_deref())),
+        Ok((list, now)) => {
+            page(StatusCode::OK, pages::servers(&r.ctx, &list, now, deleted.as_deref(), reset_at))
+        }
         Err(e) => api_error(&r, e),
     }
 }
@@ -653,11 +655,17 @@ async fn delete(State(web): St, r: Req, Path(id): Path<String>, req: Request) ->
     }
     let now = web.app.clock.now();
     let (i, scope) = (id.clone(), r.scope());
-    match web.app.db.call(move |c| store::delete_node(c, now, &i, &scope)).await {
-        Ok(()) => {
-            let q = serde_urlencoded::to_string([("deleted", id.as_str())]).unwrap_or_default();
-            Redirect::to(&format!("/dashboard?{q}")).into_response()
-        }
+    let sid = r.session.as_ref().map(|(s, _)| s.clone()).unwrap_or_default();
+    let deleted = web
+        .app
+        .db
+        .call(move |c| {
+            store::delete_node(c, now, &i, &scope)?;
+            accounts::set_flash_deleted(c, &sid, &i)
+        })
+        .await;
+    match deleted {
+        Ok(()) => Redirect::to("/dashboard").into_response(),
         Err(e) => api_error(&r, e),
     }
 }

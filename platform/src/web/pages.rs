@@ -355,11 +355,27 @@ pub fn not_found(ctx: &Ctx) -> Markup {
     )
 }
 
-pub fn servers(ctx: &Ctx, nodes: &[NodeSummary], now: u64, deleted: Option<&str>) -> Markup {
+/// What the owner's pages say after the operator turned their second factor off (issue 43),
+/// while it stays off.
+pub(crate) fn totp_reset_notice(ctx: &Ctx, at: u64) -> Markup {
+    html! { p.flash #totp-reset { (fill(ctx.t(Msg::TotpResetByOperator), &[("at", &utc(at))])) } }
+}
+
+/// The servers page; `deleted`: the server this session deleted (kept with the session, never
+/// taken from the address); `totp_reset_at`: when the operator turned the owner's second factor
+/// off, while it stays off.
+pub fn servers(
+    ctx: &Ctx,
+    nodes: &[NodeSummary],
+    now: u64,
+    deleted: Option<&str>,
+    totp_reset_at: Option<u64>,
+) -> Markup {
     layout(
         ctx,
         ctx.t(Msg::ServersTitle),
         html! {
+            @if let Some(at) = totp_reset_at { (totp_reset_notice(ctx, at)) }
             @if let Some(id) = deleted {
                 p.flash #flash { (fill(ctx.t(Msg::Deleted), &[("node", id)])) }
             }
@@ -1361,7 +1377,7 @@ pub(crate) mod tests {
         let mut n = node("node-1");
         n.price_per_gpu_hour = Some(1250);
         n.paused = true;
-        let s = servers(&ctx, &[n.clone()], 6, None).into_string();
+        let s = servers(&ctx, &[n.clone()], 6, None, None).into_string();
         assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
         n.price_per_gpu_hour = None;
         assert!(
@@ -1383,7 +1399,7 @@ pub(crate) mod tests {
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
             for page in [
-                servers(&ctx, std::slice::from_ref(&n), 6, None),
+                servers(&ctx, std::slice::from_ref(&n), 6, None, None),
                 server(&ctx, &n, &History::default(), 6, None, true),
             ] {
                 let s = page.into_string();
@@ -1408,7 +1424,7 @@ pub(crate) mod tests {
                 .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
         n.rentable.state = RentableState::AwaitingOperator;
-        assert!(servers(&ru, &[n], 6, None).into_string().contains("оператор платформы выберет образ"));
+        assert!(servers(&ru, &[n], 6, None, None).into_string().contains("оператор платформы выберет образ"));
     }
 
     fn rental(
@@ -1642,7 +1658,7 @@ pub(crate) mod tests {
                 Lang::En => "2 × NVIDIA A100 (80 GiB)",
             };
             assert!(page.contains(gpus), "{gpus}");
-            assert!(servers(&ctx, std::slice::from_ref(&n), now, None).into_string().contains(gpus));
+            assert!(servers(&ctx, std::slice::from_ref(&n), now, None, None).into_string().contains(gpus));
             if lang == Lang::Ru {
                 assert!(!page.contains("GiB") && !page.contains("MiB"), "{page}");
             }
@@ -1811,8 +1827,8 @@ pub(crate) mod tests {
             disabled(&ctx),
             stale(&ctx),
             not_found(&ctx),
-            servers(&ctx, &[], 6, None),
-            servers(&ctx, std::slice::from_ref(&n), 6, Some("узел-1")),
+            servers(&ctx, &[], 6, None, Some(1_800_000_000)),
+            servers(&ctx, std::slice::from_ref(&n), 6, Some("узел-1"), None),
             server(&ctx, &n, &History::default(), 6, Some(SettingsError::Price), true),
             add(&ctx, &Dist::Off, &open, 6),
             add(&ctx, &Dist::Lacks(vec!["файл"]), &[], 6),
@@ -1954,7 +1970,7 @@ pub(crate) mod tests {
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
         assert!(server(&ctx, &n, &History::default(), u64::MAX, None, true).into_string().contains("2 × G"));
-        assert!(servers(&ctx, &[n], 0, None).into_string().contains("node-1"));
+        assert!(servers(&ctx, &[n], 0, None, None).into_string().contains("node-1"));
     }
 
     fn node(id: &str) -> NodeSummary {
@@ -2031,7 +2047,7 @@ pub(crate) mod tests {
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
             for page in [
-                servers(&ctx, std::slice::from_ref(&n), 6, Some(evil)),
+                servers(&ctx, std::slice::from_ref(&n), 6, Some(evil), None),
                 server(&ctx, &n, &history, 6, Some(SettingsError::NameControl), true),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
                 confirm_delete(&ctx, evil),
