@@ -299,9 +299,10 @@ pub fn accept_invitation(
     Ok(Some(id))
 }
 
-/// Disables or enables an owner. Disabling ends their sessions and unused invitations; their
-/// API keys are refused while disabled; their servers stay (the operator deletes them if they
-/// must go).
+/// Disables or enables an owner. Disabling ends their sessions, unused invitations and open
+/// join codes (enabling again revives none of them); their API keys are refused while
+/// disabled; their servers stay (the operator deletes them if they must go), but none is
+/// rentable while the owner is disabled (`rentable::verdict`, issue 43).
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
@@ -312,6 +313,10 @@ pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<O
         conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![o.id])?;
         conn.prepare_cached("UPDATE invitations SET used_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL")?
             .execute(params![now as i64, o.id])?;
+        conn.prepare_cached(
+            "UPDATE join_codes SET expires_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL AND expires_at > ?1",
+        )?
+        .execute(params![now as i64, o.id])?;
     }
     owner_summary(conn, &o.id)
 }
