@@ -174,9 +174,15 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR", requires = "relay_domain")]
     relay_http_listen: Option<SocketAddr>,
     /// The domain under which the HTTP door names rentals' ports (a wildcard DNS name
-    /// *.DOMAIN points at the relay).
+    /// *.DOMAIN points at the relay). It must be another registrable domain than the public
+    /// URL's (gpum-usercontent.example for gpum.example, as GitHub serves user content from
+    /// githubusercontent.com): tenants' pages must not be same-site with the dashboard.
     #[arg(long, value_name = "DOMAIN", value_parser = domain_arg)]
     relay_domain: Option<String>,
+    /// Serve --relay-domain even though it is on the public URL's site (its registrable
+    /// domain): tenants' pages are then same-site with the dashboard. Not recommended.
+    #[arg(long, requires = "relay_domain")]
+    allow_same_site_relay_domain: bool,
     /// A front (a TCP TLS terminator or load balancer) whose connections to the relay's doors
     /// start with a PROXY protocol header (v1 or v2) naming the tenant's address, which the
     /// per-address cap and the throttle then count (repeatable; an address or a CIDR block).
@@ -928,6 +934,20 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             args.listen
         ),
     };
+    // Without --public-url the public URL is the listening address, an IP address: a site of
+    // its own.
+    if let (Some(url), Some(domain)) = (&public_url, &args.relay_domain) {
+        let host = crate::install::public_url_host(url);
+        if crate::relay::http::same_site(host, domain) && !args.allow_same_site_relay_domain {
+            bail!(
+                "--relay-domain {domain} is on the site of the public URL's host {host} (the same registrable \
+                 domain): a tenant's page there could set cookies for the whole site and send same-site \
+                 requests to the dashboard. Give the relay a domain of its own (e.g. gpum-usercontent.example \
+                 for gpum.example, as GitHub serves user content from githubusercontent.com), or accept this \
+                 with --allow-same-site-relay-domain"
+            );
+        }
+    }
     let admin_token_hash = match &args.admin_token_file {
         None => None,
         Some(f) => {

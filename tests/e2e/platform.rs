@@ -1396,6 +1396,51 @@ async fn install_sh_never_reflects_the_host_header() {
     assert!(!text.contains("evil.example"));
 }
 
+/// Issue 43: `serve` refuses a `--relay-domain` on the public URL's site (tenants' pages would
+/// be same-site with the dashboard) unless told so with `--allow-same-site-relay-domain`; a
+/// domain of its own is served. Each is decided before anything is opened or bound.
+#[test]
+fn serve_refuses_a_relay_domain_on_the_dashboards_site_unless_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |public: &str, relay: &str, more: &[&str]| {
+        let o = Command::new(gpum_tests::bin("gpum-platform"))
+            .arg("serve")
+            .arg("--db")
+            .arg(dir.path().join("p.db"))
+            .args(["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"])
+            .args(["--listen", "0.0.0.0:0", "--public-url", public])
+            .args(["--relay-http-listen", "0.0.0.0:0", "--relay-domain", relay])
+            .args(more)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    for (public, relay) in [
+        ("https://gpum.example", "relay.gpum.example"),
+        ("https://app.gpum.example.com:8443/", "relay.gpum.example.com"),
+        ("https://gpum.example.co.uk", "relay.example.co.uk"),
+    ] {
+        let (code, err) = run(public, relay, &[]);
+        assert_eq!(code, Some(1), "{public} {relay}: {err}");
+        assert!(err.contains("--relay-domain") && err.contains("--allow-same-site-relay-domain"), "{err}");
+        assert!(!dir.path().join("p.db").exists(), "refused before the database is opened");
+        // Told so, it goes on (to the certificate, which does not exist here).
+        let (code, err) = run(public, relay, &["--allow-same-site-relay-domain"]);
+        assert_eq!(code, Some(1));
+        assert!(err.contains("/nonexistent/cert.pem") && !err.contains("same-site"), "{err}");
+    }
+    for (public, relay) in
+        [("https://gpum.example", "gpum-usercontent.example"), ("https://gpum.github.io", "relay.github.io")]
+    {
+        let (code, err) = run(public, relay, &[]);
+        assert_eq!(code, Some(1));
+        assert!(
+            err.contains("/nonexistent/cert.pem") && !err.contains("same-site"),
+            "{public} {relay}: {err}"
+        );
+    }
+}
+
 #[test]
 fn serve_requires_an_https_public_url_off_loopback() {
     let dir = tempfile::tempdir().unwrap();

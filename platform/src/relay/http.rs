@@ -74,6 +74,28 @@ pub fn parse_host(host: &str, domain: &str) -> Option<(String, u16)> {
     hex_ok.then(|| (format!("rent-{hex}"), port))
 }
 
+/// Whether the tenants' pages under `relay_domain` (`<label>.<relay_domain>`) are same-site with
+/// the platform's own pages at `public_host`: the same registrable domain by the Public Suffix
+/// List (`gpum.example` and `*.relay.gpum.example` are; `gpum.example` and
+/// `*.gpum-usercontent.example` are not), or one domain under the other. A same-site page can set
+/// cookies for the whole site and sends same-site requests with the dashboard's `SameSite`
+/// cookies, so `serve` refuses such a `--relay-domain` unless told otherwise (issue 43). An IP
+/// address is a site of its own.
+pub fn same_site(public_host: &str, relay_domain: &str) -> bool {
+    let host = public_host.trim_end_matches('.').to_ascii_lowercase();
+    let relay = relay_domain.trim_end_matches('.').to_ascii_lowercase();
+    if host.parse::<IpAddr>().is_ok() {
+        return false;
+    }
+    let under = |a: &str, b: &str| a == b || a.ends_with(&format!(".{b}"));
+    if under(&relay, &host) || under(&host, &relay) {
+        return true;
+    }
+    // A name that is itself a public suffix (or has none) is a site of its own.
+    let site = |d: &str| psl::domain_str(d).unwrap_or(d).to_owned();
+    site(&format!("x.{relay}")) == site(&host)
+}
+
 /// What a request carries for rental `id` ([`take_credential`]).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Presented {
@@ -580,6 +602,34 @@ mod tests {
         }
         // The scheme fits one DNS label with room to spare.
         assert!("ffffffffffffffff-65535".len() <= 63);
+    }
+
+    /// Issue 43: the documented layout (`gpum.example`, `*.relay.gpum.example`) put tenants'
+    /// pages on the cabinet's site.
+    #[test]
+    fn relay_domains_on_the_platforms_site_are_same_site() {
+        for (public, relay) in [
+            ("gpum.example", "relay.gpum.example"),
+            ("gpum.example", "gpum.example"),
+            ("GPUM.example.", "Relay.gpum.example"),
+            ("app.gpum.example.com", "relay.gpum.example.com"),
+            ("gpum.example.com", "relay.example.com"),
+            ("gpum.example.co.uk", "relay.example.co.uk"),
+            ("app.relay.example", "relay.example"),
+        ] {
+            assert!(same_site(public, relay), "{public} {relay}");
+        }
+        for (public, relay) in [
+            ("gpum.example", "gpum-usercontent.example"),
+            ("gpum.example.com", "gpum-usercontent.com"),
+            ("gpum.example.co.uk", "relay.other.co.uk"),
+            // github.io is a public suffix (the list's private part): each name is its own site.
+            ("gpum.github.io", "relay.github.io"),
+            ("127.0.0.1", "relay.localhost"),
+            ("::1", "relay.localhost"),
+        ] {
+            assert!(!same_site(public, relay), "{public} {relay}");
+        }
     }
 
     /// The stream of a rental with a rate carries it at that rate (both directions together),

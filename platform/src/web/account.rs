@@ -38,10 +38,10 @@ pub(super) async fn login_form(State(web): St, r: Req) -> Response {
     if r.session.is_some() {
         return Redirect::to("/dashboard").into_response();
     }
-    login_page(&web, &r, StatusCode::OK, None, "")
+    login_page(&r, StatusCode::OK, None, "")
 }
 
-fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
+fn login_page(r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
     let token = session::random_hex();
     let ctx = &r.ctx;
     let error = error.map(|e| match e {
@@ -67,7 +67,7 @@ fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>
         },
     );
     let mut resp = page(status, m);
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, &token, 3600));
     resp
 }
 
@@ -84,7 +84,7 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     }
     let (client, f) = match super::sign_in_form::<LoginForm>(&web, &r, req, |secs| {
-        login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
+        login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
     })
     .await
     {
@@ -99,7 +99,7 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
     let Some(owner) = owner else {
         let blocked = web.throttle.failed(client, Door::SignIn);
         tracing::warn!(client = %client, email = %email, blocked_for = ?blocked, "dashboard: an owner's sign-in failed");
-        return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
+        return login_page(&r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
     };
     web.throttle.succeeded(client);
     tracing::info!(client = %client, email = %email, "dashboard: an owner signed in");
@@ -140,7 +140,7 @@ fn invite_gone(ctx: &Ctx) -> Response {
     )
 }
 
-fn invite_page(web: &Web, r: &Req, token: &str, email: &str, error: Option<AccountError>) -> Response {
+fn invite_page(r: &Req, token: &str, email: &str, error: Option<AccountError>) -> Response {
     let ctx = &r.ctx;
     let form_key = session::random_hex();
     let m = layout(
@@ -162,7 +162,7 @@ fn invite_page(web: &Web, r: &Req, token: &str, email: &str, error: Option<Accou
     );
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let mut resp = page(status, m);
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &form_key, 3600));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, &form_key, 3600));
     resp
 }
 
@@ -191,7 +191,7 @@ pub(super) async fn invite_form(State(web): St, r: Req, Path(token): Path<String
     }
     let (now, t) = (web.app.clock.now(), token.clone());
     match web.app.db.call(move |c| accounts::invitation(c, now, &t)).await {
-        Ok(Some((_, email))) => invite_page(&web, &r, &token, &email, None),
+        Ok(Some((_, email))) => invite_page(&r, &token, &email, None),
         Ok(None) => invite_gone(&r.ctx),
         Err(e) => api_error(&r, e),
     }
@@ -227,7 +227,7 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
         Err(e) => return api_error(&r, e),
     };
     if let Err(e) = accounts::check_new_password(&f.password, &f.again) {
-        return invite_page(&web, &r, &token, &email, Some(e));
+        return invite_page(&r, &token, &email, Some(e));
     }
     let hash = {
         let Ok(_permit) = web.hashing.acquire().await else {

@@ -4,7 +4,7 @@
 //! the installer's are; `{name}` placeholders are filled by the caller with [`fill`], and the
 //! result is escaped by the template like any other text.
 //!
-//! The language comes from the `gpum_lang` cookie (set by the switch), else from
+//! The language comes from the `__Host-gpum_lang` cookie (set by the switch), else from
 //! `Accept-Language`, else English.
 
 use gpum_common::Lang;
