@@ -175,9 +175,15 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR", requires = "relay_domain")]
     relay_http_listen: Option<SocketAddr>,
     /// The domain under which the HTTP door names rentals' ports (a wildcard DNS name
-    /// *.DOMAIN points at the relay).
+    /// *.DOMAIN points at the relay). It must be another registrable domain than the public
+    /// URL's (gpum-usercontent.example for gpum.example, as GitHub serves user content from
+    /// githubusercontent.com): tenants' pages must not be same-site with the dashboard.
     #[arg(long, value_name = "DOMAIN", value_parser = domain_arg)]
     relay_domain: Option<String>,
+    /// Serve --relay-domain even though it is on the public URL's site (its registrable
+    /// domain): tenants' pages are then same-site with the dashboard. Not recommended.
+    #[arg(long, requires = "relay_domain")]
+    allow_same_site_relay_domain: bool,
     /// A front (a TCP TLS terminator or load balancer) whose connections to the relay's doors
     /// start with a PROXY protocol header (v1 or v2) naming the tenant's address, which the
     /// per-address cap and the throttle then count (repeatable; an address or a CIDR block).
@@ -944,6 +950,20 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
             args.listen
         ),
     };
+    // Without --public-url the public URL is the listening address, an IP address: a site of
+    // its own.
+    if let (Some(url), Some(domain)) = (&public_url, &args.relay_domain) {
+        let host = crate::install::public_url_host(url);
+        if crate::relay::http::same_site(host, domain) && !args.allow_same_site_relay_domain {
+            bail!(
+                "--relay-domain {domain} is on the site of the public URL's host {host} (the same registrable \
+                 domain): a tenant's page there could set cookies for the whole site and send same-site \
+                 requests to the dashboard. Give the relay a domain of its own (e.g. gpum-usercontent.example \
+                 for gpum.example, as GitHub serves user content from githubusercontent.com), or accept this \
+                 with --allow-same-site-relay-domain"
+            );
+        }
+    }
     let admin_token_hash = match &args.admin_token_file {
         None => None,
         Some(f) => {
@@ -1074,13 +1094,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         throttle: throttle.clone(),
     });
 
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPUM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    init_logging();
     tracing::info!(
         public_url = %state.cfg.public_url,
         max_connections = transport.max_connections,
@@ -1136,6 +1150,27 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("stopped; {}", st.db.stats().summary());
     res
+}
+
+/// `serve`'s log, on stderr (the journal under systemd), filtered by `GPUM_LOG` (default
+/// `info`): every field of every line escaped (`gpum_common::log::EscapedFields`: an e-mail typed
+/// into the sign-in form cannot start a line of its own, issue 43), and colour only on a
+/// terminal without `NO_COLOR` (a log file gets no escape sequence).
+fn init_logging() {
+    use std::io::IsTerminal;
+    let colour = gpum_common::log::colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os(gpum_host::env::NO_COLOR).as_deref(),
+    );
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .fmt_fields(gpum_common::log::EscapedFields)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env(gpum_host::env::GPUM_LOG)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
 }
 
 /// One `--relay-domain`: a DNS name of letters, digits, dashes and dots, lower-cased.

@@ -39,12 +39,23 @@ pub fn check_public_url(url: &str) -> Result<(), String> {
     ))
 }
 
-/// Whether the host of `authority` (`host[:port]`) is loopback.
-fn is_loopback_host(authority: &str) -> bool {
-    let host = match authority.strip_prefix('[') {
+/// The host of a public URL (`https://host[:port]/…`), without brackets or port.
+pub fn public_url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    host_of(rest.split(['/', '?', '#']).next().unwrap_or(""))
+}
+
+/// The host of `authority` (`host[:port]`, `[v6]:port`).
+fn host_of(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
+    }
+}
+
+/// Whether the host of `authority` (`host[:port]`) is loopback.
+fn is_loopback_host(authority: &str) -> bool {
+    let host = host_of(authority);
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

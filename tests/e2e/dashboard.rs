@@ -26,6 +26,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use gpum_platform::web::{LOGIN_COOKIE, SESSION_COOKIE};
 use gpum_protocol::{
     CommandResult, GpuMetrics, GpuPublic, Health, HeartbeatRequest, HeartbeatResponse, Inventory, Metrics,
     NodeEvents, NodeMetrics, NvmlState, PATH_HEARTBEAT, PATH_REGISTER, ProbeFailure, ProbeReport,
@@ -238,12 +239,14 @@ async fn the_owners_whole_path_from_sign_in_to_delete() {
 
     // The session cookie: HttpOnly (no script reads it) and SameSite=Strict.
     let cookies = b.client.get_all_cookies().await.unwrap();
-    let session = cookies.iter().find(|c| c.name() == "gpum_session").expect("a session cookie");
+    let session = cookies.iter().find(|c| c.name() == SESSION_COOKIE).expect("a session cookie");
     assert_eq!(session.http_only(), Some(true));
+    assert_eq!(session.secure(), Some(true), "a __Host- cookie, which Chromium takes on loopback too");
+    assert_eq!(session.path(), Some("/"));
     assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
     assert_eq!(session.value().len(), 64, "256 random bits");
     let script_sees = b.js("return document.cookie").await;
-    assert!(!script_sees.as_str().unwrap().contains("gpum_session"), "{script_sees}");
+    assert!(!script_sees.as_str().unwrap().contains(SESSION_COOKIE), "{script_sees}");
 
     // Add a machine: a code and the three commands for this platform's own URL.
     b.click("#add-machine").await;
@@ -1329,7 +1332,7 @@ async fn sessions_sign_in_only_with_the_token_end_and_expire() {
     b.find("#token").await.send_keys(&"0".repeat(64)).await.unwrap();
     b.click("#sign-in").await;
     b.wait_for("#login-error").await;
-    assert!(b.client.get_named_cookie("gpum_session").await.is_err(), "no session for a wrong token");
+    assert!(b.client.get_named_cookie(SESSION_COOKIE).await.is_err(), "no session for a wrong token");
 
     // A sign-in whose form did not come from this browser (no sign-in cookie) is refused.
     let r = raw_client(&p)
@@ -1339,12 +1342,15 @@ async fn sessions_sign_in_only_with_the_token_end_and_expire() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    assert!(set_cookies(&r).iter().all(|c| !c.starts_with("gpum_session=")));
+    assert!(set_cookies(&r).iter().all(|c| !c.starts_with(&format!("{SESSION_COOKIE}="))));
 
     sign_in(&b, &p).await;
-    let old = b.client.get_named_cookie("gpum_session").await.unwrap().value().to_owned();
+    let old = b.client.get_named_cookie(SESSION_COOKIE).await.unwrap().value().to_owned();
     let with_old = || {
-        raw_client(&p).get(format!("{url}/dashboard")).header("cookie", format!("gpum_session={old}")).send()
+        raw_client(&p)
+            .get(format!("{url}/dashboard"))
+            .header("cookie", format!("{SESSION_COOKIE}={old}"))
+            .send()
     };
     assert_eq!(with_old().await.unwrap().status(), 200, "the session works from its cookie");
     b.click("#sign-out").await;
@@ -1377,18 +1383,19 @@ async fn over_tls_the_cookies_are_secure_and_without_a_token_the_dashboard_is_of
     );
     assert_eq!(h["cache-control"], "no-store");
     let login_cookies = set_cookies(&form);
-    let login = cookie_value(&login_cookies, "gpum_login");
+    let login = cookie_value(&login_cookies, LOGIN_COOKIE);
     let r = c
         .post(format!("{}/dashboard/operator", p.url()))
-        .header("cookie", format!("gpum_login={login}"))
+        .header("cookie", format!("{LOGIN_COOKIE}={login}"))
         .form(&[("csrf", login.as_str()), ("token", p.admin_token())])
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 303);
     let set = set_cookies(&r);
-    let session = set.iter().find(|c| c.starts_with("gpum_session=")).expect("a session cookie");
-    for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/dashboard"] {
+    let session =
+        set.iter().find(|c| c.starts_with(&format!("{SESSION_COOKIE}="))).expect("a session cookie");
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
         assert!(session.split("; ").any(|f| f == flag), "{flag} in {session}");
     }
     // The API's admin token never reaches the page or a cookie.
@@ -1662,7 +1669,7 @@ async fn live_pages_say_when_updated_and_when_the_connection_or_the_session_is_l
             assert!(!stale(&b, "#servers").await);
 
             // The session is gone (as after a sign-out elsewhere or its expiry).
-            b.client.delete_cookie("gpum_session").await.unwrap();
+            b.client.delete_cookie(SESSION_COOKIE).await.unwrap();
             b.wait_attr("#live-status", "data-state", &["signed-out"], LIVE).await;
             assert_eq!(b.text("#live-status").await, texts.signed_out);
             assert!(stale(&b, "#servers").await, "{lang} {width}: the old figures are greyed out");
@@ -1985,7 +1992,7 @@ async fn every_page_fits_a_phone_and_a_laptop_in_both_languages() {
         for width in WIDTHS {
             set_width(&b, width).await;
             let mut seen = Vec::new();
-            b.client.delete_cookie("gpum_session").await.ok();
+            b.client.delete_cookie(SESSION_COOKIE).await.ok();
             b.goto(&format!("{url}/dashboard/login")).await;
             b.wait_for("#login").await;
             seen.push(("sign-in", misfits(&b).await));

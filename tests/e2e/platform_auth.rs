@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use gpum_platform::web::{LOGIN_COOKIE, SESSION_COOKIE};
 use gpum_protocol::{
     ErrorBody, ErrorCode, GpuPublic, HeartbeatRequest, PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES,
     PATH_ADMIN_PROBE_IMAGE, PATH_HEARTBEAT, PATH_REGISTER, RegisterRequest, RegisterResponse, limits,
@@ -77,16 +78,16 @@ async fn admin_nodes(c: &Client, p: &TestPlatform, token: &str) -> Ans {
 /// Opens the sign-in form, then posts `token` with it.
 async fn sign_in(c: &Client, p: &TestPlatform, token: &str) -> (Ans, Option<String>) {
     let form = c.get(format!("{}/dashboard/operator", p.url())).send().await.unwrap();
-    let login = cookie(&form, "gpum_login").expect("the form's cookie");
+    let login = cookie(&form, LOGIN_COOKIE).expect("the form's cookie");
     let r = c
         .post(format!("{}/dashboard/operator", p.url()))
-        .header("cookie", format!("gpum_login={login}"))
+        .header("cookie", format!("{LOGIN_COOKIE}={login}"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!("csrf={login}&token={token}"))
         .send()
         .await
         .unwrap();
-    let session = cookie(&r, "gpum_session").filter(|v| !v.is_empty());
+    let session = cookie(&r, SESSION_COOKIE).filter(|v| !v.is_empty());
     (Ans::of(r).await, session)
 }
 
@@ -346,7 +347,7 @@ async fn out_of_range_inventory_numbers_are_refused() {
     for path in [format!("/dashboard/servers/{}", reg.node_id), "/dashboard".to_owned()] {
         let r = c
             .get(format!("{}{path}", p.url()))
-            .header("cookie", format!("gpum_session={session}"))
+            .header("cookie", format!("{SESSION_COOKIE}={session}"))
             .send()
             .await;
         let a = Ans::of(r.unwrap()).await;
@@ -447,7 +448,7 @@ async fn every_400_is_the_protocols_json_error() {
         let r = c
             .request(m.parse().unwrap(), &url)
             .bearer_auth(p.admin_token())
-            .header("cookie", format!("gpum_session={session}"))
+            .header("cookie", format!("{SESSION_COOKIE}={session}"))
             .header("content-type", "application/json")
             .body(body.to_string())
             .send()

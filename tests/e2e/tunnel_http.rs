@@ -156,6 +156,21 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     let seen = r.text().await.unwrap().to_ascii_lowercase();
     assert!(seen.contains("authorization: bearer the-apps-own-token\n"), "{seen}");
     assert!(!seen.contains(&a.credential.to_ascii_lowercase()) && !seen.contains("x-gpum"), "{seen}");
+    // Issue 43, item 7: the credential in both X-Gpum-Credential and Authorization: Basic, and
+    // a copy in a header of the tenant's own: none of them reaches the container.
+    let r = c
+        .get(url(&a, 8081, "/both"))
+        .header("X-Gpum-Credential", &a.credential)
+        .basic_auth(&a.id, Some(&a.credential))
+        .header("X-Copy", format!("k={}", a.credential))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = r.text().await.unwrap().to_ascii_lowercase();
+    assert!(seen.starts_with("get /both http/1.1\n"), "{seen}");
+    assert!(!seen.contains("authorization") && !seen.contains("x-copy"), "{seen}");
+    assert!(!seen.contains(&a.credential.to_ascii_lowercase()) && !seen.contains("x-gpum"), "{seen}");
 
     // Wrong credentials: 401 with a challenge a browser answers; a listed port only.
     let r = c.get(url(&a, 8080, "/")).send().await.unwrap();
@@ -409,4 +424,142 @@ async fn tunnel_http_door_keeps_the_relays_limits() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "the stream came back");
+}
+
+/// The tenant's page of [`tenant_pages_cannot_plant_a_cookie_the_dashboard_reads`]: it sets every
+/// cookie a script on another host of the site could try for the dashboard (its names with
+/// `Domain` set to the site and to the dashboard's host, the `__Host-` names with and without a
+/// `Domain`), then signs the browser in as the attacker by a same-site POST whose form key is
+/// the one it planted (sign-in CSRF).
+fn planting_page(cabinet: &str, attacker: &str, password: &str) -> String {
+    format!(
+        r#"<!doctype html><html><head><title>tenant</title></head><body>
+<form id="f" method="post" action="{cabinet}/dashboard/login">
+<input name="csrf" value="planted"><input name="email" value="{attacker}">
+<input name="password" value="{password}"><input name="code" value=""></form>
+<script>
+[
+  "gpum_login=planted; Domain=example.com; Path=/; Secure",
+  "gpum_session=planted; Domain=example.com; Path=/; Secure",
+  "gpum_login=planted; Domain=gpum.example.com; Path=/; Secure",
+  "__Host-gpum_login=planted; Domain=example.com; Path=/; Secure",
+  "__Host-gpum_login=planted; Domain=gpum.example.com; Path=/; Secure",
+  "__Host-gpum_session=planted; Domain=example.com; Path=/; Secure",
+  "__Host-gpum_login=planted; Path=/; Secure",
+  "__Host-gpum_lang=ru; Domain=example.com; Path=/; Secure"
+].forEach(function (c) {{ document.cookie = c; }});
+document.getElementById("f").submit();
+</script></body></html>"#
+    )
+}
+
+/// Issue 43: with the documented layout (the dashboard at `gpum.example.com`, tenants' pages
+/// under `*.relay.gpum.example.com`, which `serve` now refuses unless told so) a tenant's page is
+/// same-site with the dashboard. In real Chromium, a page served through the HTTP door (over
+/// TLS) plants cookies for the whole site (the control: they do arrive at the dashboard's host)
+/// and posts a sign-in as the attacker with the form key it planted (with the old cookie names
+/// this signed the victim's browser in to the attacker's account); the dashboard reads only its
+/// `__Host-` cookies, which no other host can set: the sign-in is refused as a stale form, no
+/// session starts, and the dashboard's form key is its own.
+#[ignore = "needs a Docker engine, chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn tenant_pages_cannot_plant_a_cookie_the_dashboard_reads() {
+    use gpum_platform::web::{LOGIN_COOKIE, SESSION_COOKIE};
+    use gpum_tests::platform::{SITE_RELAY_DOMAIN, SITE_TEST_HOST};
+    require_docker("tenant_pages_cannot_plant_a_cookie_the_dashboard_reads");
+    let door = free_port();
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec![
+            "--relay-http-listen".into(),
+            format!("127.0.0.1:{door}"),
+            "--relay-domain".into(),
+            SITE_RELAY_DOMAIN.into(),
+            "--public-url".into(),
+            format!("https://{SITE_TEST_HOST}"),
+            "--allow-same-site-relay-domain".into(),
+        ],
+        ..Default::default()
+    });
+    let cabinet = format!("https://{SITE_TEST_HOST}:{}", p.port());
+    let (attacker, password) = ("mallory@example.com", "mallory's long password");
+    gpum_tests::owner::OwnerSession::accept(&p, &p.invite_owner(attacker), password).await;
+
+    let image =
+        gpum_tests::images::pinned(&gpum_tests::images::busybox().expect("test image")).expect("pinned");
+    let node = rentable_node(&p).await;
+    let page = base64::engine::general_purpose::STANDARD.encode(planting_page(&cabinet, attacker, password));
+    let script = format!("mkdir -p /www && echo {page} | base64 -d > /www/plant.html && {SERVERS}");
+    let r = create_rental_with_ports(&p, &node.node_id, &image, &[8080], &script);
+    let containers = ScopedContainers::new("c");
+    let dir = tempfile::tempdir().unwrap();
+    write_agent_config(dir.path(), p.url(), &node, &containers.0);
+    let ca = p.ca_path().expect("a TLS platform has a CA");
+    let mut config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    config.push_str(&format!("ca_file = '{}'\n", ca.display()));
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    let _agent = start_agent(dir.path(), 2);
+    let tenant = format!("{}-8080.{SITE_RELAY_DOMAIN}", r.id.strip_prefix("rent-").unwrap());
+    let c = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(p.ca_pem().unwrap().as_bytes()).unwrap())
+        .resolve(&tenant, ([127, 0, 0, 1], door).into())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let got = c
+            .get(format!("https://{tenant}:{door}/plant.html"))
+            .basic_auth(&r.id, Some(&r.credential))
+            .send()
+            .await;
+        if let Ok(resp) = got
+            && resp.status() == 200
+        {
+            assert!(resp.text().await.unwrap().contains("planted"));
+            break;
+        }
+        assert!(t.elapsed() < LONG, "the tenant's page never answered; platform log:\n{}", p.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let b = gpum_tests::browser::Browser::start_with(
+        "tenant_pages_cannot_plant_a_cookie_the_dashboard_reads",
+        "en",
+        &[
+            format!(
+                "--host-resolver-rules=MAP {SITE_TEST_HOST} 127.0.0.1, MAP *.{SITE_RELAY_DOMAIN} 127.0.0.1"
+            ),
+            // The throwaway CA is the test's; the pages still count as https (Secure cookies).
+            "--ignore-certificate-errors".into(),
+        ],
+    )
+    .await;
+    // The tenant's page (the credential in the URL, as a browser remembers it after the prompt).
+    b.goto(&format!("https://{}:{}@{tenant}:{door}/plant.html", r.id, r.credential)).await;
+    let t = Instant::now();
+    while !b.url().await.starts_with(&cabinet) || !b.has("body").await {
+        assert!(t.elapsed() < Duration::from_secs(20), "the page never posted: {}", b.url().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.wait_for("#stale").await;
+    assert!(b.url().await.ends_with("/dashboard/login"), "{}", b.url().await);
+
+    // What the dashboard's host holds now: the planted cookies of other names arrived (the
+    // page is same-site: the attack is real), none of the dashboard's names is planted.
+    let cookies = b.client.get_all_cookies().await.unwrap();
+    let seen: Vec<(String, String)> =
+        cookies.iter().map(|c| (c.name().to_owned(), c.value().to_owned())).collect();
+    assert!(seen.contains(&("gpum_login".into(), "planted".into())), "the control: {seen:?}");
+    assert!(seen.contains(&("gpum_session".into(), "planted".into())), "the control: {seen:?}");
+    assert!(!seen.iter().any(|(n, v)| n.starts_with("__Host-") && (v == "planted" || v == "ru")), "{seen:?}");
+    assert!(!seen.iter().any(|(n, _)| n == SESSION_COOKIE), "no session started: {seen:?}");
+    // Not signed in as anyone: the dashboard sends the browser to its sign-in form, whose key
+    // is the dashboard's own.
+    b.goto(&format!("{cabinet}/dashboard")).await;
+    b.wait_for("form").await;
+    assert!(b.url().await.ends_with("/dashboard/login"), "{}", b.url().await);
+    let key = b.client.get_named_cookie(LOGIN_COOKIE).await.expect("the dashboard's form key");
+    assert!(key.value().len() == 64 && key.value() != "planted", "{}", key.value());
+    assert!(!p.log().contains("dashboard: an owner signed in"), "{}", p.log());
+    b.close().await;
 }

@@ -45,6 +45,12 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium whose `Accept-Language` is `accept_language`
     /// (e.g. `"ru-RU,ru"`); panics when they are missing.
     pub async fn start(test: &str, accept_language: &str) -> Browser {
+        Browser::start_with(test, accept_language, &[]).await
+    }
+
+    /// [`Browser::start`] with more Chromium arguments (e.g. `--host-resolver-rules=MAP
+    /// name 127.0.0.1`, to reach a name on loopback).
+    pub async fn start_with(test: &str, accept_language: &str, more_args: &[String]) -> Browser {
         let (chromium, chromedriver) = chromium(test);
         let profile = tempfile::Builder::new().prefix("gpum-chromium").tempdir().expect("profile dir");
         let port = free_port();
@@ -68,21 +74,23 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--no-first-run".to_owned(),
+            "--window-size=960,720".to_owned(),
+            "--hide-scrollbars".to_owned(),
+            format!("--user-data-dir={}", profile.path().join("profile").display()),
+            format!("--accept-lang={accept_language}"),
+        ];
+        args.extend(more_args.iter().cloned());
         let caps = serde_json::json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": chromium,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--window-size=960,720",
-                    "--hide-scrollbars",
-                    format!("--user-data-dir={}", profile.path().join("profile").display()),
-                    format!("--accept-lang={accept_language}"),
-                ],
+                "args": args,
                 "prefs": { "intl.accept_languages": accept_language },
             }
         });

@@ -7,6 +7,7 @@ use std::time::Duration;
 use reqwest::{Client, StatusCode};
 
 use crate::platform::TestPlatform;
+use gpum_platform::web::{LOGIN_COOKIE, SESSION_COOKIE};
 
 /// A signed-in owner: their session cookie and form key.
 pub struct OwnerSession {
@@ -69,17 +70,17 @@ impl OwnerSession {
         let c = client(p);
         let form = c.get(link).send().await.expect("open the invitation");
         assert_eq!(form.status(), StatusCode::OK, "the invitation form");
-        let key = set_cookie(&form, "gpum_login").expect("the form's cookie");
+        let key = set_cookie(&form, LOGIN_COOKIE).expect("the form's cookie");
         let body = form.text().await.unwrap();
         assert!(body.contains("id=\"invite\""), "{body}");
         let r = c
             .post(link)
-            .header("cookie", format!("gpum_login={key}"))
+            .header("cookie", format!("{LOGIN_COOKIE}={key}"))
             .form(&[("csrf", key.as_str()), ("password", password), ("again", password)])
             .send()
             .await
             .expect("set the password");
-        let session = set_cookie(&r, "gpum_session").filter(|s| !s.is_empty());
+        let session = set_cookie(&r, SESSION_COOKIE).filter(|s| !s.is_empty());
         (Page::of(r).await, session)
     }
 
@@ -92,15 +93,15 @@ impl OwnerSession {
     ) -> (Page, Option<OwnerSession>) {
         let c = client(p);
         let form = c.get(format!("{}/dashboard/login", p.url())).send().await.expect("the sign-in form");
-        let key = set_cookie(&form, "gpum_login").expect("the form's cookie");
+        let key = set_cookie(&form, LOGIN_COOKIE).expect("the form's cookie");
         let r = c
             .post(format!("{}/dashboard/login", p.url()))
-            .header("cookie", format!("gpum_login={key}"))
+            .header("cookie", format!("{LOGIN_COOKIE}={key}"))
             .form(&[("csrf", key.as_str()), ("email", email), ("password", password), ("code", code)])
             .send()
             .await
             .expect("sign in");
-        let session = set_cookie(&r, "gpum_session").filter(|s| !s.is_empty());
+        let session = set_cookie(&r, SESSION_COOKIE).filter(|s| !s.is_empty());
         let page = Page::of(r).await;
         let Some(session) = session else { return (page, None) };
         let mut o = OwnerSession { client: c, base: p.url().to_owned(), session, csrf: String::new() };
@@ -113,7 +114,7 @@ impl OwnerSession {
         let r = self
             .client
             .get(format!("{}{path}", self.base))
-            .header("cookie", format!("gpum_session={}", self.session))
+            .header("cookie", format!("{SESSION_COOKIE}={}", self.session))
             .send()
             .await
             .expect("GET");
@@ -127,7 +128,7 @@ impl OwnerSession {
         let r = self
             .client
             .post(format!("{}{path}", self.base))
-            .header("cookie", format!("gpum_session={}", self.session))
+            .header("cookie", format!("{SESSION_COOKIE}={}", self.session))
             .form(&f)
             .send()
             .await

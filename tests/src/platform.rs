@@ -439,9 +439,16 @@ fn write_private(path: &Path, data: &[u8]) {
 /// The domain the test certificate covers with a wildcard, for the relay's HTTP door under TLS.
 pub const RELAY_TEST_DOMAIN: &str = "relay.localhost";
 
-/// A throwaway CA and a server certificate it signed for 127.0.0.1, localhost and
-/// `*.relay.localhost` (the relay's HTTP door, [`RELAY_TEST_DOMAIN`]): (CA PEM, certificate
-/// PEM, key PEM).
+/// The documented layout of a platform and its relay on one site (issue 43), which the test
+/// certificate covers too: the dashboard at [`SITE_TEST_HOST`], tenants' pages under
+/// [`SITE_RELAY_DOMAIN`]. A test's browser reaches these names on loopback
+/// (`--host-resolver-rules`); nothing is ever sent to them.
+pub const SITE_TEST_HOST: &str = "gpum.example.com";
+pub const SITE_RELAY_DOMAIN: &str = "relay.gpum.example.com";
+
+/// A throwaway CA and a server certificate it signed for 127.0.0.1, localhost,
+/// `*.relay.localhost` (the relay's HTTP door, [`RELAY_TEST_DOMAIN`]), [`SITE_TEST_HOST`] and
+/// `*.`[`SITE_RELAY_DOMAIN`]: (CA PEM, certificate PEM, key PEM).
 fn make_certs() -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("CA key");
@@ -454,6 +461,8 @@ fn make_certs() -> (String, String, String) {
         "127.0.0.1".to_owned(),
         "localhost".to_owned(),
         format!("*.{RELAY_TEST_DOMAIN}"),
+        SITE_TEST_HOST.to_owned(),
+        format!("*.{SITE_RELAY_DOMAIN}"),
     ])
     .expect("server params");
     params.distinguished_name.push(DnType::CommonName, "127.0.0.1");

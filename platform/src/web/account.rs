@@ -51,15 +51,14 @@ pub(super) async fn login_form(State(web): St, r: Req, RawQuery(q): RawQuery) ->
     }
     // After a reset invitation (the second factor on): a fixed notice, nothing from the query.
     let reset = q.is_some_and(|q| q.split('&').any(|kv| kv == "reset=1"));
-    login_page_with(&web, &r, StatusCode::OK, None, "", reset)
+    login_page_with(&r, StatusCode::OK, None, "", reset)
 }
 
-fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
-    login_page_with(web, r, status, error, email, false)
+fn login_page(r: &Req, status: StatusCode, error: Option<SignInError>, email: &str) -> Response {
+    login_page_with(r, status, error, email, false)
 }
 
 fn login_page_with(
-    web: &Web,
     r: &Req,
     status: StatusCode,
     error: Option<SignInError>,
@@ -92,7 +91,7 @@ fn login_page_with(
         },
     );
     let mut resp = page(status, m);
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, &token, 3600));
     resp
 }
 
@@ -109,7 +108,7 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     }
     let (client, f) = match super::sign_in_form::<LoginForm>(&web, &r, req, |secs| {
-        login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
+        login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
     })
     .await
     {
@@ -124,7 +123,7 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
     let Some(owner) = owner else {
         let blocked = web.throttle.failed(client, Door::SignIn);
         tracing::warn!(client = %client, email = %email, blocked_for = ?blocked, "dashboard: an owner's sign-in failed");
-        return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
+        return login_page(&r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
     };
     web.throttle.succeeded(client);
     tracing::info!(client = %client, email = %email, "dashboard: an owner signed in");
@@ -207,7 +206,7 @@ fn invite_gone(ctx: &Ctx) -> Response {
     )
 }
 
-fn invite_page(web: &Web, r: &Req, token: &str, email: &str, error: Option<AccountError>) -> Response {
+fn invite_page(r: &Req, token: &str, email: &str, error: Option<AccountError>) -> Response {
     let ctx = &r.ctx;
     let form_key = session::random_hex();
     let m = layout(
@@ -229,7 +228,7 @@ fn invite_page(web: &Web, r: &Req, token: &str, email: &str, error: Option<Accou
     );
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let mut resp = page(status, m);
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &form_key, 3600));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, &form_key, 3600));
     resp
 }
 
@@ -261,7 +260,7 @@ pub(super) async fn invite_form(State(web): St, r: Req, Path(token): Path<String
     }
     let (now, t) = (web.app.clock.now(), token.clone());
     match web.app.db.call(move |c| accounts::invitation(c, now, &t)).await {
-        Ok(Some((_, email))) => invite_page(&web, &r, &token, &email, None),
+        Ok(Some((_, email))) => invite_page(&r, &token, &email, None),
         Ok(None) => invite_gone(&r.ctx),
         Err(e) => api_error(&r, e),
     }
@@ -297,7 +296,7 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
         Err(e) => return api_error(&r, e),
     };
     if let Err(e) = accounts::check_new_password(&f.password, &f.again) {
-        return invite_page(&web, &r, &token, &email, Some(e));
+        return invite_page(&r, &token, &email, Some(e));
     }
     let hash = {
         let Ok(_permit) = web.hashing.acquire().await else {
@@ -316,7 +315,7 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
             if acc.totp {
                 // A link alone is not the second factor: sign in with it as usual.
                 let mut resp = Redirect::to("/dashboard/login?reset=1").into_response();
-                resp.headers_mut().append(header::SET_COOKIE, cookie_header(&web, LOGIN_COOKIE, "", 0));
+                resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, "", 0));
                 return resp;
             }
             super::start_session(&web, &r, Some(acc.owner)).await

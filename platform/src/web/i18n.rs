@@ -4,7 +4,7 @@
 //! the installer's are; `{name}` placeholders are filled by the caller with [`fill`], and the
 //! result is escaped by the template like any other text.
 //!
-//! The language comes from the `gpum_lang` cookie (set by the switch), else from
+//! The language comes from the `__Host-gpum_lang` cookie (set by the switch), else from
 //! `Accept-Language`, else English.
 
 use gpum_common::Lang;
@@ -421,6 +421,10 @@ gpum_common::texts! {
         RentAwaitingCheck => ("пока не сдаётся: ожидает проверки видеокарты", "not rentable yet: awaiting the GPU check"),
         RentNoPrice => ("пока не сдаётся: цена не назначена", "not for rent yet: no price set"),
         RentPaused => ("не сдаётся: приостановлен вами", "not rentable: paused by you"),
+        RentOwnerDisabled => (
+            "не сдаётся: учётная запись владельца отключена оператором платформы с {at} (UTC)",
+            "not rentable: the owner's account was disabled by the platform's operator at {at} (UTC)",
+        ),
         // The figures, the day's chart and the event log of a server.
         FiguresTitle => ("Показатели", "Figures"),
         FiguresAsOf => ("по последней связи, {at} (UTC)", "as of the last heartbeat, {at} (UTC)"),

@@ -10,8 +10,9 @@
 //! - **Sign-in**: an owner with e-mail, password and (when on) a TOTP code ([`account`]); the
 //!   operator with the admin token at `/dashboard/operator`, compared as SHA-256 digests in
 //!   constant time. Both through a form (never in a URL); both start a session kept in the
-//!   database ([`crate::accounts`]) whose cookie is `HttpOnly`, `SameSite=Strict`,
-//!   `Path=/dashboard`, and `Secure` when the public URL is https. Failures count against the
+//!   database ([`crate::accounts`]) whose cookie, `__Host-gpum_session`, is `HttpOnly`,
+//!   `SameSite=Strict`, `Secure`, `Path=/` and has no `Domain` (a `__Host-` cookie: no other
+//!   host of the site, such as a tenant's page under the relay's domain, can set it). Failures count against the
 //!   client's address with the admin API's ([`throttle`]): past five, the form answers 429 for a
 //!   growing while.
 //! - **Scope**: an owner's session sees only their servers and join codes ([`Req::scope`] into
@@ -62,9 +63,18 @@ use pages::{Ctx, JoinState, LoginError, Shown};
 use session::ct_eq;
 use throttle::{Door, Throttle};
 
-const SESSION_COOKIE: &str = "gpum_session";
-const LOGIN_COOKIE: &str = "gpum_login";
-const LANG_COOKIE: &str = "gpum_lang";
+// The dashboard's cookies are `__Host-` cookies (issue 43): the browser takes one only from this
+// very host, with `Secure`, `Path=/` and no `Domain`, so a page on another host of the same site
+// (a tenant's page through the relay's HTTP door under the platform's domain) can neither set
+// nor shadow them, and a cookie by any other name is never read. Chromium and Firefox take
+// `Secure` cookies from `http://localhost` and `http://127.0.0.1` too, so the loopback setup
+// works unchanged.
+/// The session's cookie: a random 256-bit id (`session`).
+pub const SESSION_COOKIE: &str = "__Host-gpum_session";
+/// A sign-in form's key (a double-submit cookie: there is no session yet).
+pub const LOGIN_COOKIE: &str = "__Host-gpum_login";
+/// The language the switch chose.
+pub const LANG_COOKIE: &str = "__Host-gpum_lang";
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -187,7 +197,7 @@ async fn security_headers(req: Request, next: axum::middleware::Next) -> Respons
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(l) = lang {
-        let v = format!("{LANG_COOKIE}={}; Path=/dashboard; SameSite=Strict; Max-Age=31536000", lang_code(l));
+        let v = format!("{LANG_COOKIE}={}; Path=/; Secure; SameSite=Strict; Max-Age=31536000", lang_code(l));
         if let Ok(v) = HeaderValue::from_str(&v) {
             h.append(header::SET_COOKIE, v);
         }
@@ -276,8 +286,8 @@ fn to_login() -> Response {
 }
 
 /// A session cookie for `id` (empty and expired: signs out).
-fn session_cookie(web: &Web, id: &str) -> HeaderValue {
-    cookie_header(web, SESSION_COOKIE, id, if id.is_empty() { 0 } else { accounts::SESSION_TTL_SECS })
+fn session_cookie(id: &str) -> HeaderValue {
+    cookie_header(SESSION_COOKIE, id, if id.is_empty() { 0 } else { accounts::SESSION_TTL_SECS })
 }
 
 /// The guard of every signed-in page: `Err` is the answer to give instead (disabled, or off to
@@ -322,9 +332,10 @@ async fn form<T: DeserializeOwned>(web: &Web, r: &Req, req: Request) -> Result<T
     serde_urlencoded::from_bytes(&bytes).map_err(|_| stale())
 }
 
-fn cookie_header(web: &Web, name: &str, value: &str, max_age: u64) -> HeaderValue {
-    let secure = if web.app.cfg.public_url.starts_with("https://") { "; Secure" } else { "" };
-    let v = format!("{name}={value}; Path=/dashboard; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+/// A `__Host-` cookie's header: `Secure`, `Path=/`, no `Domain`, never read by scripts, never
+/// sent from another site.
+fn cookie_header(name: &str, value: &str, max_age: u64) -> HeaderValue {
+    let v = format!("{name}={value}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={max_age}");
     HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
@@ -343,13 +354,13 @@ async fn login_form(State(web): St, r: Req) -> Response {
     if r.session.is_some() {
         return Redirect::to("/dashboard").into_response();
     }
-    login_page(&web, &r, StatusCode::OK, None)
+    login_page(&r, StatusCode::OK, None)
 }
 
-fn login_page(web: &Web, r: &Req, status: StatusCode, error: Option<LoginError>) -> Response {
+fn login_page(r: &Req, status: StatusCode, error: Option<LoginError>) -> Response {
     let token = session::random_hex();
     let mut resp = page(status, pages::operator_login(&r.ctx, &token, error));
-    resp.headers_mut().append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, &token, 3600));
+    resp.headers_mut().append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, &token, 3600));
     resp
 }
 
@@ -364,7 +375,7 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     };
     // A blocked address is refused before its token is looked at, or even read.
     let (client, f) = match sign_in_form::<LoginForm>(&web, &r, req, |secs| {
-        login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)))
+        login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)))
     })
     .await
     {
@@ -374,7 +385,7 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
         web.throttle.failed(client, Door::SignIn);
-        return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
+        return login_page(&r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
     }
     web.throttle.succeeded(client);
     tracing::info!(client = %client_text(client), "dashboard: the operator signed in");
@@ -421,8 +432,8 @@ async fn start_session(web: &Web, r: &Req, owner: Option<String>) -> Response {
     };
     let mut resp = Redirect::to("/dashboard").into_response();
     let h = resp.headers_mut();
-    h.append(header::SET_COOKIE, session_cookie(web, &id));
-    h.append(header::SET_COOKIE, cookie_header(web, LOGIN_COOKIE, "", 0));
+    h.append(header::SET_COOKIE, session_cookie(&id));
+    h.append(header::SET_COOKIE, cookie_header(LOGIN_COOKIE, "", 0));
     resp
 }
 
@@ -440,7 +451,7 @@ async fn logout(State(web): St, r: Req, req: Request) -> Response {
         }
     }
     let mut resp = to_login();
-    resp.headers_mut().append(header::SET_COOKIE, session_cookie(&web, ""));
+    resp.headers_mut().append(header::SET_COOKIE, session_cookie(""));
     resp
 }
 
@@ -850,7 +861,7 @@ mod tests {
         .await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
         let c = set_cookie(&r, SESSION_COOKIE);
-        for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/dashboard"] {
+        for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
             assert!(c.split("; ").any(|f| f == flag), "{flag}: {c}");
         }
         let sid = value(&c);
@@ -879,6 +890,68 @@ mod tests {
             std::fs::write(d.join(f), b"x").unwrap();
         }
         d
+    }
+
+    /// Issue 43: with the relay's pages on a subdomain of the platform's site, a tenant's
+    /// script could set `gpum_login` or `gpum_session` for `Domain=<the site>` (a sign-in into
+    /// the attacker's account). Every cookie of the dashboard is a `__Host-` cookie (`Secure`,
+    /// `Path=/`, no `Domain`), which no other host can set, and one by any other name is not
+    /// read.
+    #[tokio::test]
+    async fn every_cookie_is_a_host_cookie_and_no_other_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path(), true);
+        let form = call(&app, "GET", "/dashboard/operator?lang=ru", "", "").await;
+        let set: Vec<String> = form
+            .headers()
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(set.len(), 2, "the form's key and the language: {set:?}");
+        let (sid, _) = sign_in(&app).await;
+        let form = call(&app, "GET", "/dashboard/operator", "", "").await;
+        let login = value(&set_cookie(&form, LOGIN_COOKIE));
+        let r = call(
+            &app,
+            "POST",
+            "/dashboard/operator",
+            &format!("{LOGIN_COOKIE}={login}"),
+            &format!("csrf={login}&token={TOKEN}"),
+        )
+        .await;
+        let mut all = set.clone();
+        all.extend(r.headers().get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap().to_owned()));
+        assert!(all.len() >= 4, "{all:?}");
+        for c in &all {
+            let mut parts = c.split("; ");
+            let name = parts.next().unwrap().split_once('=').unwrap().0;
+            let attrs: Vec<&str> = parts.collect();
+            assert!(name.starts_with("__Host-gpum_"), "{c}");
+            assert!(attrs.contains(&"Secure") && attrs.contains(&"Path=/"), "{c}");
+            assert!(attrs.contains(&"SameSite=Strict"), "{c}");
+            assert!(!attrs.iter().any(|a| a.to_ascii_lowercase().starts_with("domain=")), "{c}");
+        }
+        // The session under another name (what a script on another host can set) is no session,
+        // nor is a sign-in form's key.
+        for cookie in [format!("gpum_session={sid}"), format!("x{SESSION_COOKIE}={sid}")] {
+            let r = call(&app, "GET", "/dashboard", &cookie, "").await;
+            assert_eq!(r.status(), StatusCode::SEE_OTHER, "{cookie}");
+            assert_eq!(r.headers()[header::LOCATION], "/dashboard/login", "{cookie}");
+        }
+        let r = call(&app, "GET", "/dashboard", &format!("{SESSION_COOKIE}={sid}"), "").await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let form = call(&app, "GET", "/dashboard/operator", "", "").await;
+        let login = value(&set_cookie(&form, LOGIN_COOKIE));
+        let r = call(
+            &app,
+            "POST",
+            "/dashboard/operator",
+            &format!("gpum_login={login}"),
+            &format!("csrf={login}&token={TOKEN}"),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "a form key under another name is no key");
     }
 
     #[tokio::test]
@@ -1051,8 +1124,10 @@ mod tests {
             .unwrap();
         assert!(text(app.clone().oneshot(req).await.unwrap()).await.contains("Личный кабинет выключен"));
         let r = call(&app, "GET", "/dashboard?lang=ru", "", "").await;
-        assert!(set_cookie(&r, LANG_COOKIE).starts_with("gpum_lang=ru;"));
+        assert!(set_cookie(&r, LANG_COOKIE).starts_with("__Host-gpum_lang=ru;"));
         assert!(text(r).await.contains("Личный кабинет выключен"));
-        assert!(text(call(&app, "GET", "/dashboard", "gpum_lang=ru", "").await).await.contains("выключен"));
+        assert!(
+            text(call(&app, "GET", "/dashboard", "__Host-gpum_lang=ru", "").await).await.contains("выключен")
+        );
     }
 }

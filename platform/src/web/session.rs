@@ -1,8 +1,9 @@
 //! The dashboard's secrets at the edge: random values for session ids, form keys and links, and
 //! their constant-time comparison. Sessions themselves live in the database
-//! ([`crate::accounts`]): the browser holds a random 256-bit id in an `HttpOnly`,
-//! `SameSite=Strict` cookie (and `Secure` when the public URL is https); the platform keeps only
-//! the id's SHA-256, the session's owner, its expiry and its CSRF token.
+//! ([`crate::accounts`]): the browser holds a random 256-bit id in the `__Host-gpum_session`
+//! cookie (`Secure`, `HttpOnly`, `SameSite=Strict`, `Path=/`, no `Domain`: only this host can set
+//! it, issue 43); the platform keeps only the id's SHA-256, the session's owner, its expiry and
+//! its CSRF token.
 
 use rand::RngCore;
 
