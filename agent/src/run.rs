@@ -288,6 +288,7 @@ impl Agent {
             crate::egress::Gate::new(host.clone()),
             rental::Machine { cpu_cores, ram_mib },
         )
+        .driver_capabilities(&cfg.rental_driver_capabilities)
         .enabled(cfg.rentals)
         .with_guard(gpus.clone());
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit

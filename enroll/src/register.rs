@@ -112,6 +112,7 @@ pub async fn register(
         docker_socket: opts.docker_socket.clone(),
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         rentals: true,
+        rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
@@ -179,6 +180,7 @@ pub fn configure(
             docker_socket: opts.docker_socket.clone(),
             probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
             rentals: true,
+            rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
             test_rentals_without_gpu_request: false,
@@ -293,6 +295,7 @@ mod tests {
             docker_socket: Some(PathBuf::from("/run/user-docker/docker.sock")),
             probe_registries: vec!["registry.lan:5000".into()],
             rentals: false,
+            rental_driver_capabilities: vec!["compute".into(), "utility".into(), "video".into()],
             // The test keys exist only with `test-knobs`; without it they are not in the file.
             test_docker_scope: cfg!(feature = "test-knobs").then(|| ("gpum.test.s".into(), "1".into())),
             test_reconcile_min_age: cfg!(feature = "test-knobs").then(|| std::time::Duration::from_secs(3)),

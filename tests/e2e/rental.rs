@@ -234,7 +234,17 @@ async fn rental_images_nvidia_variables_are_the_agents() {
         driver_capabilities: vec!["compute".into(), "utility".into(), "video".into()],
         ..spec(&image, &["sleep", "3600"])
     };
-    round(&d, &book, &[default.clone(), video.clone()], NOW).await;
+    // The owner allows video here (`rental_driver_capabilities`); by default only compute and
+    // utility.
+    let allowing = runner().driver_capabilities(&["compute".into(), "utility".into(), "video".into()]);
+    let desired = [default.clone(), video.clone()];
+    rental::reconcile(&d, &runner(), &book, std::slice::from_ref(&video), NOW).await.unwrap();
+    let r = book.get(&video.id).unwrap();
+    assert_eq!(r.state, RentalState::Failed, "{r:?}");
+    assert!(r.reason.as_deref().unwrap_or("").contains("video is not one this machine allows"), "{r:?}");
+    assert!(!exists("container", &rental::container_name(&video.id)));
+    let book = Book::default();
+    rental::reconcile(&d, &allowing, &book, &desired, NOW).await.unwrap();
     for (s, caps) in [(&default, "compute,utility"), (&video, "compute,utility,video")] {
         let report = book.get(&s.id).unwrap();
         assert_eq!(report.state, RentalState::Running, "{report:?}");

@@ -198,6 +198,24 @@ pub fn check_limits(s: &RentalSpec, m: Machine) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a rental may get the parts of the driver `asked` (its spec's list; empty: the
+/// default) on a machine whose owner allows `allowed`; else why not. A name outside the
+/// toolkit's set is refused whatever the owner allows (fail closed), and so is one the owner
+/// did not allow: the platform cannot widen what a rental gets of the driver. Pure.
+pub fn check_driver_capabilities(asked: &[String], allowed: &[String]) -> Result<(), String> {
+    gpum_protocol::driver::check_driver_capabilities(asked).map_err(|e| format!("refused: {e}"))?;
+    let default: Vec<String> =
+        gpum_protocol::driver::DEFAULT_DRIVER_CAPABILITIES.iter().map(|s| s.to_string()).collect();
+    let asked = if asked.is_empty() { &default[..] } else { asked };
+    match asked.iter().find(|c| !allowed.contains(c)) {
+        Some(c) => Err(format!(
+            "refused: driver capability {c} is not one this machine allows (rental_driver_capabilities: {})",
+            allowed.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The NVIDIA Container Toolkit's other variables that mount more of the driver or more device
 /// nodes, each with the value that asks for nothing, set by the agent over the image's (the
 /// tenant's are dropped): MIG configuration and monitoring (a privileged container's), the
@@ -526,16 +544,24 @@ pub struct Runner {
     guard: Option<super::gpucheck::Guard>,
     /// What no rental's limits may exceed ([`check_limits`]).
     machine: Machine,
+    /// The parts of the driver a rental may get: the owner's `rental_driver_capabilities`
+    /// ([`check_driver_capabilities`]).
+    driver_capabilities: Vec<String>,
 }
 
 impl Runner {
     /// The production runner: images from `registries` (the config's `probe_registries`), the
     /// rented GPUs requested, the egress table kept by `egress` (on the machine itself: `nft`
-    /// through the agent's [`gpum_host::Host`]), no rental's limits beyond `machine`. Off until
+    /// through the agent's [`gpum_host::Host`]), no rental's limits beyond `machine`, the
+    /// driver's default parts only (see [`Runner::driver_capabilities`]). Off until
     /// [`Runner::enabled`].
     pub fn new(registries: &[String], egress: Gate, machine: Machine) -> Runner {
         Runner {
             machine,
+            driver_capabilities: gpum_protocol::driver::DEFAULT_DRIVER_CAPABILITIES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             enabled: false,
             egress,
             registries: registries.to_vec(),
@@ -559,6 +585,12 @@ impl Runner {
     #[doc(hidden)]
     pub fn simulation_without_gpu_request(mut self) -> Runner {
         self.request_gpus = false;
+        self
+    }
+
+    /// The parts of the driver a rental may ask for: the owner's `rental_driver_capabilities`.
+    pub fn driver_capabilities(mut self, allowed: &[String]) -> Runner {
+        self.driver_capabilities = allowed.to_vec();
         self
     }
 
@@ -774,10 +806,8 @@ async fn start(
     }
     // What the platform asks, checked before anything of the rental is made (issue 43): hard
     // limits that fit this machine, and only the toolkit's named parts of the driver.
-    let asked = check_limits(s, runner.machine).and_then(|()| {
-        gpum_protocol::driver::check_driver_capabilities(&s.driver_capabilities)
-            .map_err(|e| format!("refused: {e}"))
-    });
+    let asked = check_limits(s, runner.machine)
+        .and_then(|()| check_driver_capabilities(&s.driver_capabilities, &runner.driver_capabilities));
     if let Err(why) = asked {
         book.set(id, RentalState::Failed, None, Some(why));
         return;
@@ -1069,6 +1099,29 @@ mod tests {
         );
         let video = RentalSpec { driver_capabilities: vec!["compute".into(), "video".into()], ..spec() };
         assert!(container_env(&video).contains(&"NVIDIA_DRIVER_CAPABILITIES=compute,video".to_string()));
+    }
+
+    /// Issue 43: only the toolkit's names, and only those the owner allows (by default
+    /// `compute,utility`, which a spec without a list asks for).
+    #[test]
+    fn rental_driver_capabilities_are_the_toolkits_and_the_owners() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let default = v(&["compute", "utility"]);
+        assert_eq!(check_driver_capabilities(&[], &default), Ok(()));
+        assert_eq!(check_driver_capabilities(&v(&["utility"]), &default), Ok(()));
+        let why = check_driver_capabilities(&v(&["compute", "video"]), &default).unwrap_err();
+        assert!(why.contains("driver capability video is not one this machine allows"), "{why}");
+        assert_eq!(
+            check_driver_capabilities(&v(&["compute", "video"]), &v(&["compute", "video", "utility"])),
+            Ok(())
+        );
+        for bad in [&["all"][..], &["gpu"], &["compute", "compute"]] {
+            let why = check_driver_capabilities(&v(bad), &v(&gpum_protocol::driver::DRIVER_CAPABILITIES))
+                .unwrap_err();
+            assert!(why.starts_with("refused: driver_capabilities: "), "{why}");
+        }
+        // An owner who allows less than the default refuses a spec without a list.
+        assert!(check_driver_capabilities(&[], &v(&["compute"])).is_err());
     }
 
     /// Issue 43: the engine reads a CPU or memory limit of 0 as none; the agent refuses a rental
