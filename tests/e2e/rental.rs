@@ -702,10 +702,11 @@ async fn rental_starts_only_behind_the_verified_egress_table() {
     assert!(!exists("container", &rental::container_name(&t.id)), "nothing ran");
 }
 
-/// Issue 43, the whole way: a compromised platform lists a rental whose stored spec has lost its
-/// CPU and memory limits (edited in its database, as `agent.rs`'s `queue_raw_command` plays a
-/// platform that sends what its API refuses). The real agent refuses it before anything of it is
-/// made, and its heartbeat report shows on the platform: the rental `failed`, with why.
+/// Issue 43, the whole way: a compromised platform lists a rental whose stored spec says
+/// `cpu_millis: 0` (Docker's "no limit"), then one whose spec has lost its CPU and memory limits
+/// (edited in its database, as `agent.rs`'s `queue_raw_command` plays a platform that sends what
+/// its API refuses). The real agent refuses each before anything of it is made, and its
+/// heartbeat report shows on the platform: the rental `failed`, with why.
 #[ignore = "needs a Docker engine"]
 #[tokio::test(flavor = "multi_thread")]
 async fn rental_without_limits_from_a_compromised_platform_is_reported_failed_with_why() {
@@ -719,29 +720,39 @@ async fn rental_without_limits_from_a_compromised_platform_is_reported_failed_wi
     );
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let node = rentable_node(&p).await;
-    let r = create_rental_running(&p, &node.node_id, &busybox(), "sleep 3600");
-    p.with_db(|c| {
-        let spec: String = c
-            .query_row("SELECT spec_json FROM rentals WHERE id = ?1", gpum_platform::params![&r.id], |row| {
-                row.get(0)
-            })
+    // Edits rental `id`'s stored spec with `f`.
+    let tamper = |id: &str, f: &(dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync)| {
+        p.with_db(|c| {
+            let spec: String = c
+                .query_row("SELECT spec_json FROM rentals WHERE id = ?1", gpum_platform::params![id], |row| {
+                    row.get(0)
+                })
+                .unwrap();
+            let mut v: serde_json::Value = serde_json::from_str(&spec).unwrap();
+            f(v.as_object_mut().unwrap());
+            c.execute(
+                "UPDATE rentals SET spec_json = ?1 WHERE id = ?2",
+                gpum_platform::params![&v.to_string(), id],
+            )
             .unwrap();
-        let mut v: serde_json::Value = serde_json::from_str(&spec).unwrap();
-        let o = v.as_object_mut().unwrap();
-        assert!(o.remove("cpu_millis").is_some() && o.remove("memory_mib").is_some());
-        c.execute(
-            "UPDATE rentals SET spec_json = ?1 WHERE id = ?2",
-            gpum_platform::params![&v.to_string(), &r.id],
-        )
-        .unwrap();
-    });
+        })
+    };
     let containers = ScopedContainers::new("limits");
     let dir = tempfile::tempdir().unwrap();
     write_agent_config(dir.path(), p.url(), &node, &containers.0);
-    let _agent = start_agent(dir.path(), 2);
-    wait_until(LONG, "the rental reported", || !rental_state(&p, &r.id).is_empty());
-    let shown = p.cli_json(&["rentals", "show", &r.id]);
-    assert_eq!(shown["state"], "failed", "{shown}\n{}", agent_log(dir.path()));
-    assert_eq!(shown["reason"], "refused: no CPU limit (cpu_millis is 0 or absent)", "{shown}");
-    assert!(!exists("container", &rental::container_name(&r.id)), "nothing made");
+    // Each made and edited while no agent runs, so the agent never sees the honest spec.
+    let edits: [&(dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync); 2] =
+        [&|o| drop(o.insert("cpu_millis".into(), 0.into())), &|o| {
+            assert!(o.remove("cpu_millis").is_some() && o.remove("memory_mib").is_some())
+        }];
+    for edit in edits {
+        let r = create_rental_running(&p, &node.node_id, &busybox(), "sleep 3600");
+        tamper(&r.id, edit);
+        let _agent = start_agent(dir.path(), 2);
+        wait_until(LONG, "the rental reported", || !rental_state(&p, &r.id).is_empty());
+        let shown = p.cli_json(&["rentals", "show", &r.id]);
+        assert_eq!(shown["state"], "failed", "{shown}\n{}", agent_log(dir.path()));
+        assert_eq!(shown["reason"], "refused: no CPU limit (cpu_millis is 0 or absent)", "{shown}");
+        assert!(!exists("container", &rental::container_name(&r.id)), "nothing made");
+    }
 }
