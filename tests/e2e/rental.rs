@@ -720,8 +720,9 @@ async fn rental_without_limits_from_a_compromised_platform_is_reported_failed_wi
     );
     let p = TestPlatform::start(PlatformOpts::insecure_http());
     let node = rentable_node(&p).await;
-    // Edits rental `id`'s stored spec with `f`.
-    let tamper = |id: &str, f: &(dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync)| {
+    // An edit of a stored spec, and `tamper`, which makes it to rental `id`'s.
+    type Edit = dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync;
+    let tamper = |id: &str, f: &Edit| {
         p.with_db(|c| {
             let spec: String = c
                 .query_row("SELECT spec_json FROM rentals WHERE id = ?1", gpum_platform::params![id], |row| {
@@ -741,10 +742,9 @@ async fn rental_without_limits_from_a_compromised_platform_is_reported_failed_wi
     let dir = tempfile::tempdir().unwrap();
     write_agent_config(dir.path(), p.url(), &node, &containers.0);
     // Each made and edited while no agent runs, so the agent never sees the honest spec.
-    let edits: [&(dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync); 2] =
-        [&|o| drop(o.insert("cpu_millis".into(), 0.into())), &|o| {
-            assert!(o.remove("cpu_millis").is_some() && o.remove("memory_mib").is_some())
-        }];
+    let edits: [&Edit; 2] = [&|o| drop(o.insert("cpu_millis".into(), 0.into())), &|o| {
+        assert!(o.remove("cpu_millis").is_some() && o.remove("memory_mib").is_some())
+    }];
     for edit in edits {
         let r = create_rental_running(&p, &node.node_id, &busybox(), "sleep 3600");
         tamper(&r.id, edit);
