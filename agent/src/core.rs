@@ -1255,6 +1255,7 @@ mod tests {
             command: vec![],
             ends_at: 2_000_000_000,
             ports: vec![],
+            driver_capabilities: vec![],
         };
         let mut removed = Vec::new();
         for _ in 0..10 {

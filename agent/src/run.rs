@@ -281,10 +281,16 @@ impl Agent {
         let probe_gap = ledger::MIN_GAP;
         let nvml = gpucheck::NvmlQuery { lib: crate::inventory::nvml_lib(host.as_ref()) };
         let gpus = gpucheck::Guard::new(host.clone(), &state_dir, Arc::new(nvml), &cfg.probe_registries);
-        let rental_runner =
-            rental::Runner::new(&cfg.probe_registries, crate::egress::Gate::new(host.clone()))
-                .enabled(cfg.rentals)
-                .with_guard(gpus.clone());
+        let gatherer = Box::new(Gatherer::new(host.clone()));
+        let (cpu_cores, ram_mib) = gatherer.capacity();
+        let rental_runner = rental::Runner::new(
+            &cfg.probe_registries,
+            crate::egress::Gate::new(host.clone()),
+            rental::Machine { cpu_cores, ram_mib },
+        )
+        .driver_capabilities(&cfg.rental_driver_capabilities)
+        .enabled(cfg.rentals)
+        .with_guard(gpus.clone());
         // TEST ONLY: rentals without the GPU request, on an engine without the NVIDIA toolkit
         // (`test-knobs` builds, `gpum-test/` images only; see `docker::rental`).
         #[cfg(feature = "test-knobs")]
@@ -304,7 +310,7 @@ impl Agent {
             now: Instant::now(),
         });
         Agent {
-            gatherer: Some(Box::new(Gatherer::new(host.clone()))),
+            gatherer: Some(gatherer),
             host,
             state_dir,
             cfg,

@@ -384,6 +384,7 @@ mod tests {
             command: vec![],
             ends_at: 2_000_000_000,
             ports: ports.to_vec(),
+            driver_capabilities: vec![],
         }
     }
 

@@ -300,8 +300,8 @@ failures! {
     StoppedRevoked {
         code: exit::STOPPED_FOR_GOOD,
         who: ("служба gpum-agent; текст показывает gpum-agent status", "the gpum-agent service; gpum-agent status shows the text"),
-        ru: "Агент остановлен: сервер удалён или токен заменён. Создайте новый код и запустите установщик.",
-        en: "Agent stopped: server deleted or token replaced. Create a new join code and run the installer.",
+        ru: "Агент остановлен: сервер удалён или токен заменён. Если токен заменили в личном кабинете, выполните на машине команды, которые кабинет показал вместе с новым токеном (gpum-agent configure меняет только сервер, номер и токен, остальные настройки сохраняются). Если сервер удалён, создайте новый код и запустите установщик.",
+        en: "Agent stopped: server deleted or token replaced. If the token was replaced in the dashboard, run on the machine the commands the dashboard showed with the new token (gpum-agent configure changes only the server, the node and the token; every other setting stays). If the server was deleted, create a new join code and run the installer.",
     }
     /// «Агент остановлен: ошибка конфигурации», with what is wrong (empty: not known).
     StoppedConfig(why: String as aside, ("что не так", "what is wrong")) {
@@ -415,7 +415,7 @@ mod tests {
         use Failure::*;
         assert_eq!(
             StoppedRevoked.message(Lang::Ru),
-            "Агент остановлен: сервер удалён или токен заменён. Создайте новый код и запустите установщик."
+            "Агент остановлен: сервер удалён или токен заменён. Если токен заменили в личном кабинете, выполните на машине команды, которые кабинет показал вместе с новым токеном (gpum-agent configure меняет только сервер, номер и токен, остальные настройки сохраняются). Если сервер удалён, создайте новый код и запустите установщик."
         );
         assert_eq!(
             StoppedConfig("missing token".into()).message(Lang::En),

@@ -15,6 +15,12 @@ use crate::secret::Token;
 
 pub use gpum_protocol::registry::{DEFAULT_REGISTRIES, valid_registry};
 
+/// `compute` and `utility` (CUDA and NVML/`nvidia-smi`): the parts of the driver a rental may
+/// get when the config names none, the toolkit's own default.
+pub fn default_rental_driver_capabilities() -> Vec<String> {
+    gpum_protocol::driver::DEFAULT_DRIVER_CAPABILITIES.iter().map(|s| s.to_string()).collect()
+}
+
 /// The most registries `probe_registries` may list.
 pub const MAX_PROBE_REGISTRIES: usize = 32;
 
@@ -106,6 +112,12 @@ pub struct Config {
     /// reported `failed` with why. Written to the file only when off, so `register` never
     /// writes it.
     pub rentals: bool,
+    /// The parts of the NVIDIA driver a rental on this machine may get
+    /// (`NVIDIA_DRIVER_CAPABILITIES`, names of `gpum_protocol::driver::DRIVER_CAPABILITIES`):
+    /// the owner's bound on what the platform may ask for (issue 43), as `probe_registries`
+    /// bounds its images. [`default_rental_driver_capabilities`] (`compute`, `utility`) when the
+    /// file names none, and written only when it differs.
+    pub rental_driver_capabilities: Vec<String>,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
     /// touch each other's containers. Never written by `register`. Read from the file only with
@@ -144,6 +156,8 @@ struct ConfigFile {
     probe_registries: Option<Vec<String>>,
     #[serde(default = "on", skip_serializing_if = "is_on")]
     rentals: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rental_driver_capabilities: Option<Vec<String>>,
     // Without `test-knobs` these keys do not exist, and `deny_unknown_fields` refuses them.
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,6 +246,14 @@ impl Config {
             None => default_registries(),
             Some(list) => check_registries(list).map_err(invalid)?,
         };
+        let rental_driver_capabilities = match f.rental_driver_capabilities {
+            None => default_rental_driver_capabilities(),
+            Some(list) => {
+                gpum_protocol::driver::check_driver_capabilities(&list)
+                    .map_err(|e| invalid(format!("rental_{e}")))?;
+                list
+            }
+        };
         Ok(Config {
             server: f.server.trim_end_matches('/').to_string(),
             node_id: f.node_id,
@@ -240,6 +262,7 @@ impl Config {
             docker_socket: f.docker_socket,
             probe_registries,
             rentals: f.rentals,
+            rental_driver_capabilities,
             test_docker_scope,
             test_reconcile_min_age,
             test_rentals_without_gpu_request,
@@ -267,6 +290,9 @@ impl Config {
             docker_socket: self.docker_socket.clone(),
             probe_registries: Some(self.probe_registries.clone()),
             rentals: self.rentals,
+            rental_driver_capabilities: (self.rental_driver_capabilities
+                != default_rental_driver_capabilities())
+            .then(|| self.rental_driver_capabilities.clone()),
             #[cfg(feature = "test-knobs")]
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
             #[cfg(feature = "test-knobs")]
@@ -316,6 +342,7 @@ mod tests {
             docker_socket: None,
             rentals: true,
             probe_registries: default_registries(),
+            rental_driver_capabilities: default_rental_driver_capabilities(),
             test_docker_scope: None,
             test_reconcile_min_age: None,
             test_rentals_without_gpu_request: false,
@@ -396,6 +423,28 @@ mod tests {
         assert!(off.to_toml().contains("rentals = false"));
         assert_eq!(Config::parse(&off.to_toml(), "c").unwrap(), off);
         assert!(Config::parse(&format!("{base}rentals = 'yes'\n"), "c").is_err());
+    }
+
+    /// Issue 43: the owner's bound on the driver's parts a rental may get: `compute,utility`
+    /// unless the file says otherwise, only the toolkit's names, written only when not the
+    /// default.
+    #[test]
+    fn rental_driver_capabilities_default_are_checked_and_roundtrip() {
+        let base = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n";
+        let c = Config::parse(base, "c").unwrap();
+        assert_eq!(c.rental_driver_capabilities, ["compute", "utility"]);
+        assert!(!c.to_toml().contains("rental_driver_capabilities"));
+        let c = Config::parse(
+            &format!("{base}rental_driver_capabilities = ['compute', 'utility', 'video']"),
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.rental_driver_capabilities, ["compute", "utility", "video"]);
+        assert_eq!(Config::parse(&c.to_toml(), "c").unwrap(), c);
+        for bad in ["['all']", "['compute', 'compute']", "['gpu']", "'compute'"] {
+            let e = Config::parse(&format!("{base}rental_driver_capabilities = {bad}"), "c").unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid(..)), "{bad}: {e:?}");
+        }
     }
 
     #[test]

@@ -216,6 +216,12 @@ impl Gatherer {
         }
     }
 
+    /// This machine's logical CPUs and memory in MiB, as the inventory reports them: what no
+    /// rental's limits may exceed (the agent's `docker::rental::check_limits`).
+    pub fn capacity(&self) -> (u32, u64) {
+        (self.cpu_cores, self.total_memory() / MIB)
+    }
+
     fn total_memory(&self) -> u64 {
         self.mem.map(|m| m.0).unwrap_or_else(|| self.sys.total_memory())
     }

@@ -21,7 +21,7 @@ use gpum_protocol::joincode::JoinCode;
 use gpum_protocol::{EnrollRequest, ErrorCode, RegisterRequest};
 
 use crate::client::{CallError, Platform, REQUEST_TIMEOUT};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::inventory::Gatherer;
 use crate::secret::Token;
 
@@ -112,6 +112,7 @@ pub async fn register(
         docker_socket: opts.docker_socket.clone(),
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         rentals: true,
+        rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
@@ -143,7 +144,13 @@ pub async fn enroll(
     Ok(())
 }
 
-/// `configure`: writes the config for an existing node token (first line of `token_input`).
+/// `configure`: hands the agent a node token (first line of `token_input`) with the server and,
+/// when given, the node id. Over an existing config file it changes only what it is given and
+/// keeps every other setting as it is (`ca_file`, `docker_socket`, `probe_registries`,
+/// `rentals = false`, …): the cabinet's steps after a token replacement name only the server
+/// and the node, and a machine behind a private CA or with its own Docker socket must keep them
+/// (issue 43). An existing file that cannot be read is refused, never replaced: its settings
+/// would be lost.
 pub fn configure(
     host: &dyn Host,
     opts: &RegisterOptions,
@@ -154,18 +161,38 @@ pub fn configure(
     let token =
         Token::new(line).ok_or_else(|| Failure::Usage("no node token on the first line of stdin".into()))?;
     gpum_host::http::check_url(&opts.server).map_err(|e| Failure::Usage(e.to_string()))?;
-    let cfg = Config {
-        server: opts.server.trim_end_matches('/').to_string(),
-        node_id: node_id.unwrap_or("unknown").to_string(),
-        token,
-        ca_file: opts.ca_file.clone(),
-        docker_socket: opts.docker_socket.clone(),
-        probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
-        rentals: true,
-        test_docker_scope: None,
-        test_reconcile_min_age: None,
-        test_rentals_without_gpu_request: false,
-        test_tunnel_silence: None,
+    let server = opts.server.trim_end_matches('/').to_string();
+    let cfg = match Config::load(host, &opts.config_path) {
+        Ok(old) => Config {
+            server,
+            node_id: node_id.map_or(old.node_id.clone(), str::to_string),
+            token,
+            ca_file: opts.ca_file.clone().or(old.ca_file.clone()),
+            docker_socket: opts.docker_socket.clone().or(old.docker_socket.clone()),
+            probe_registries: opts.probe_registries.clone().unwrap_or(old.probe_registries.clone()),
+            ..old
+        },
+        Err(ConfigError::Missing(_)) => Config {
+            server,
+            node_id: node_id.unwrap_or("unknown").to_string(),
+            token,
+            ca_file: opts.ca_file.clone(),
+            docker_socket: opts.docker_socket.clone(),
+            probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
+            rentals: true,
+            rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
+            test_docker_scope: None,
+            test_reconcile_min_age: None,
+            test_rentals_without_gpu_request: false,
+            test_tunnel_silence: None,
+        },
+        Err(e) => {
+            return Err(Failure::Usage(format!(
+                "{e}; configure changes only what it is given and keeps the file's other settings, \
+                 so it does not replace a file it cannot read: fix it, or move it away to start \
+                 from this command's options alone"
+            )));
+        }
     };
     write_config_and_state(host, &cfg, &opts.config_path, &opts.state_dir)
 }
@@ -251,6 +278,62 @@ mod tests {
         let st = crate::state::read(&h, Path::new("/s")).unwrap().unwrap();
         assert_eq!(st.node_id.as_deref(), Some("n-7"));
         assert!(configure(&h, &opts(), None, "\n").is_err());
+    }
+
+    /// Issue 43: the cabinet's steps after a token replacement give `configure` only the server,
+    /// the node and the token; every other key of the file stays (before the fix `ca_file` and
+    /// `docker_socket` were dropped, `probe_registries` reset), and a given one is changed.
+    #[test]
+    fn configure_changes_only_what_it_is_given() {
+        let h = FakeHost::new();
+        let path = Path::new("/s/config.toml");
+        let every = Config {
+            server: "https://old.example".into(),
+            node_id: "n-7".into(),
+            token: Token::new("tok-old").unwrap(),
+            ca_file: Some(PathBuf::from("/etc/gpum-agent/ca.pem")),
+            docker_socket: Some(PathBuf::from("/run/user-docker/docker.sock")),
+            probe_registries: vec!["registry.lan:5000".into()],
+            rentals: false,
+            rental_driver_capabilities: vec!["compute".into(), "utility".into(), "video".into()],
+            // The test keys exist only with `test-knobs`; without it they are not in the file.
+            test_docker_scope: cfg!(feature = "test-knobs").then(|| ("gpum.test.s".into(), "1".into())),
+            test_reconcile_min_age: cfg!(feature = "test-knobs").then(|| std::time::Duration::from_secs(3)),
+            test_rentals_without_gpu_request: cfg!(feature = "test-knobs"),
+            test_tunnel_silence: cfg!(feature = "test-knobs").then(|| std::time::Duration::from_millis(500)),
+        };
+        every.save(&h, path).unwrap();
+        let cabinet = RegisterOptions { server: "https://gpum.example/".into(), ..opts() };
+        configure(&h, &cabinet, Some("n-7"), "tok-new\n").unwrap();
+        let cfg = Config::load(&h, path).unwrap();
+        assert_eq!(
+            cfg,
+            Config {
+                server: "https://gpum.example".into(),
+                token: Token::new("tok-new").unwrap(),
+                ..every.clone()
+            }
+        );
+        assert_eq!(cfg.token.expose(), "tok-new");
+        // Without --node-id the node stays; what is given is changed.
+        let given = RegisterOptions {
+            ca_file: Some(PathBuf::from("/etc/gpum-agent/other.pem")),
+            docker_socket: Some(PathBuf::from("/var/run/docker.sock")),
+            probe_registries: Some(vec!["nvcr.io".into()]),
+            ..cabinet.clone()
+        };
+        configure(&h, &given, None, "tok-3").unwrap();
+        let cfg = Config::load(&h, path).unwrap();
+        assert_eq!(cfg.node_id, "n-7");
+        assert_eq!(cfg.ca_file.as_deref(), Some(Path::new("/etc/gpum-agent/other.pem")));
+        assert_eq!(cfg.docker_socket.as_deref(), Some(Path::new("/var/run/docker.sock")));
+        assert_eq!(cfg.probe_registries, ["nvcr.io"]);
+        assert!(!cfg.rentals, "still off");
+        // A file it cannot read is not replaced.
+        h.write_atomic(path, b"server = 'https://x'\ngarbage", 0o600).unwrap();
+        let e = configure(&h, &cabinet, Some("n-7"), "tok-4").unwrap_err();
+        assert_eq!(e.code(), 2, "{e:?}");
+        assert_eq!(h.read_to_string(path).unwrap(), "server = 'https://x'\ngarbage");
     }
 
     /// Rentals are on by default, and an owner's `rentals = false` survives a new registration.

@@ -327,6 +327,8 @@ enum ProbeImageCmd {
     Show,
 }
 
+// Parsed once per run: the create variant's size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum RentalsCmd {
     /// Create a rental: everything is checked before anything is written.
@@ -378,6 +380,10 @@ struct CreateRentalArgs {
     /// A container port the tenant reaches through the relay (repeat for more; at most 8).
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     port: Vec<u16>,
+    /// A part of the NVIDIA driver the container gets (repeat for more): compat32, compute,
+    /// display, graphics, ngx, utility or video. None given: compute and utility.
+    #[arg(long, value_name = "NAME")]
+    driver_capability: Vec<String>,
     /// The command and its arguments, after `--` (none: the image's own).
     #[arg(last = true)]
     command: Vec<String>,
@@ -407,6 +413,7 @@ impl CreateRentalArgs {
             ends_at: self.ends_at,
             duration_secs: self.duration,
             ports: self.port.clone(),
+            driver_capabilities: self.driver_capability.clone(),
         })
     }
 }

@@ -189,6 +189,9 @@ pub fn check_request(req: &CreateRentalRequest) -> Result<(), ApiError> {
     if req.ports.iter().enumerate().any(|(i, p)| req.ports[..i].contains(p)) {
         return Err(invalid("ports: each port once"));
     }
+    // The parts of the driver the container gets (issue 43): only the toolkit's names, which the
+    // agent checks again (`gpum_protocol::driver`, one rule for both).
+    gpum_protocol::driver::check_driver_capabilities(&req.driver_capabilities).map_err(invalid)?;
     if req.command.len() > limits::MAX_RENTAL_ARGS {
         return Err(invalid(format!("command: at most {} arguments", limits::MAX_RENTAL_ARGS)));
     }
@@ -319,6 +322,7 @@ pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<Rental
         command: req.command.clone(),
         ends_at,
         ports: req.ports.clone(),
+        driver_capabilities: req.driver_capabilities.clone(),
     };
     // The tenant's credential for the relay (issue 34): shown once, in this answer; the
     // database keeps only its SHA-256, like every other secret.
@@ -442,6 +446,7 @@ fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSumma
                 command: Vec::new(),
                 ends_at: 0,
                 ports: Vec::new(),
+                driver_capabilities: Vec::new(),
             },
             created_at: r.get::<_, i64>(2)?.max(0) as u64,
             stopped_at: t(r.get(3)?),
@@ -817,6 +822,12 @@ mod tests {
             ),
             ("command: at most", Box::new(|r| r.command = vec!["a".into(); limits::MAX_RENTAL_ARGS + 1])),
             ("command: each argument", Box::new(|r| r.command = vec!["a\0b".into()])),
+            ("driver_capabilities: \"all\"", Box::new(|r| r.driver_capabilities = vec!["all".into()])),
+            ("driver_capabilities: \"gpu\"", Box::new(|r| r.driver_capabilities = vec!["gpu".into()])),
+            (
+                "driver_capabilities: compute is listed twice",
+                Box::new(|r| r.driver_capabilities = vec!["compute".into(), "compute".into()]),
+            ),
         ];
         for (want, f) in cases {
             let mut r = base.clone();
@@ -832,7 +843,9 @@ mod tests {
         at.duration_secs = None;
         at.ends_at = Some(T0 + 3600);
         at.env = vec![EnvVar { name: "_MY_VAR1".into(), value: "x=y".into() }];
-        create(&c, T0, &at).unwrap();
+        at.driver_capabilities = vec!["utility".into(), "compute".into(), "video".into()];
+        let made = create(&c, T0, &at).unwrap();
+        assert_eq!(made.spec.driver_capabilities, ["utility", "compute", "video"], "carried to the agent");
         assert_eq!(count(&c), 2);
     }
 

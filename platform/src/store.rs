@@ -1016,7 +1016,9 @@ fn authenticate_hash(conn: &Conn, h: &str) -> Result<String, ApiError> {
     }
     Err(ApiError::new(
         ErrorCode::TokenReplaced,
-        "this node's token was replaced; the agent stops. Create a new join code and run the installer again",
+        "this node's token was replaced; the agent stops. Give it the new token on the machine with \
+         the commands the dashboard showed with it (gpum-agent configure, which keeps the agent's \
+         other settings, then a restart of gpum-agent)",
     ))
 }
 

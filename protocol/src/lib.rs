@@ -8,6 +8,7 @@
 //! Command kinds travel as strings so that an agent can refuse, and report, a kind it does not
 //! know instead of failing to parse the whole heartbeat answer.
 
+pub mod driver;
 pub mod image;
 pub mod joincode;
 pub mod registry;
@@ -984,9 +985,14 @@ pub struct RentalSpec {
     pub image: String,
     /// The rented GPUs, by UUID: the container sees these and no other.
     pub gpu_uuids: Vec<String>,
-    /// CPU, in thousandths of a core (2500: two and a half cores).
+    /// CPU, in thousandths of a core (2500: two and a half cores). Absent reads as 0, which the
+    /// agent refuses, as it refuses more than its machine has (issue 43): no rental runs
+    /// without a CPU limit.
+    #[serde(default)]
     pub cpu_millis: u32,
-    /// Memory, in MiB; swap is the same (none beyond it).
+    /// Memory, in MiB; swap is the same (none beyond it). Absent reads as 0, refused as
+    /// `cpu_millis` is.
+    #[serde(default)]
     pub memory_mib: u64,
     /// Disk for the container's writable layer, in GiB, where the data root can limit it.
     pub disk_gib: u64,
@@ -1005,6 +1011,12 @@ pub struct RentalSpec {
     /// to no other. Empty (also from an older platform): no tunnel.
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// The parts of the NVIDIA driver mounted into the container (`NVIDIA_DRIVER_CAPABILITIES`,
+    /// which the agent sets from this, whatever the image says): names of
+    /// [`driver::DRIVER_CAPABILITIES`], each once. Empty (also from an older platform):
+    /// [`driver::DEFAULT_DRIVER_CAPABILITIES`]. A name outside the set fails the rental.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_capabilities: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1077,6 +1089,10 @@ pub struct CreateRentalRequest {
     /// [`limits::MAX_RENTAL_PORTS`], each 1–65535, each once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// The parts of the NVIDIA driver the container gets: names of
+    /// [`driver::DRIVER_CAPABILITIES`], each once; none given: `compute,utility`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_capabilities: Vec<String>,
 }
 
 /// A rental as the operator sees it: what the platform asks of the node, and what its agent
@@ -1165,6 +1181,20 @@ pub struct RentalList {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 43: a rental whose limits are absent is still read (so the agent can refuse it and
+    /// say why, instead of losing the whole answer), with 0, which the agent refuses; an older
+    /// platform's spec has no driver capabilities (the default).
+    #[test]
+    fn a_rental_without_limits_reads_as_zero_limits() {
+        let s: super::RentalSpec = serde_json::from_str(
+            r#"{"id":"rent-00112233445566aa","image":"i","gpu_uuids":["GPU-1"],"disk_gib":1,"shm_mib":64,"ends_at":9}"#,
+        )
+        .expect("read without cpu_millis and memory_mib");
+        assert_eq!((s.cpu_millis, s.memory_mib), (0, 0));
+        assert!(s.driver_capabilities.is_empty());
+        assert!(!serde_json::to_string(&s).unwrap().contains("driver_capabilities"), "absent when empty");
+    }
+
     /// Fuzzing found it (fuzz/findings/): an out-of-range float became infinity, stored as
     /// `null`, and the node's metrics vanished from `nodes list`.
     #[test]

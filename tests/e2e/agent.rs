@@ -419,6 +419,54 @@ fn a_deleted_node_exits_78_within_two_intervals_and_status_says_why() {
     assert!(n.config().exists());
 }
 
+/// Issue 43: a token replaced in the cabinet, and the cabinet's own steps on a machine behind a
+/// private CA with its own Docker socket, registries and `rentals = false`. The agent stops (78)
+/// and `status` points at the cabinet's commands; `configure --server URL --node-id ID` with the
+/// new token on stdin (the cabinet's first command, as shown) keeps every other setting, so the
+/// machine connects again. (Before the fix `configure` wrote its flags alone: `ca_file` was
+/// dropped and the TLS handshake with the private CA failed.)
+#[test]
+fn the_cabinets_steps_after_a_token_replacement_keep_every_setting() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    assert!(p.ca_path().is_some(), "a platform behind a private CA");
+    let n = register(&p);
+    n.append_config("rentals = false");
+    let before = std::fs::read_to_string(n.config()).unwrap();
+    let parse = |t: &str| gpum_enroll::config::Config::parse(t, "config.toml").unwrap();
+    let old = parse(&before);
+    assert!(old.ca_file.is_some() && old.docker_socket.is_some() && !old.rentals, "{before}");
+
+    let mut a = Agent::start(&n);
+    wait_heartbeats(&p, &n.id, 1);
+    let token = p.rotate_token(&n.id);
+    let exit = a.wait_exit(Duration::from_secs(10)).expect("exits after the token is replaced");
+    assert_eq!(exit.code(), Some(78), "{}", a.log());
+    assert_eq!(n.status_json()["stopped"]["detail"], "token_replaced");
+    for (lang, want) in [("ru_RU.UTF-8", "gpum-agent configure"), ("C.UTF-8", "gpum-agent configure")] {
+        let st = n.status(lang);
+        assert!(text(&st).contains(want), "{lang}: {}", text(&st));
+    }
+
+    // The cabinet's first command, as the page shows it (the server's public URL and the id).
+    let out = run_with_stdin(
+        agent_cmd(&["configure", "--state", n.state_str(), "--server", p.url(), "--node-id", &n.id]),
+        &format!("{token}\n"),
+    );
+    assert!(out.status.success(), "configure: {}", text(&out));
+    let after = parse(&std::fs::read_to_string(n.config()).unwrap());
+    assert_eq!(after.token.expose(), token);
+    assert_eq!(
+        after,
+        gpum_enroll::config::Config { token: after.token.clone(), ..old },
+        "every other key kept"
+    );
+    let mode = std::fs::metadata(n.config()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // And the machine connects again through its private CA.
+    let out = agent_cmd(&["smoke", "--state", n.state_str()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 /// Issue 35: two replicas on one PostgreSQL, as behind a load balancer. The agent registers and
 /// heartbeats through one; the node is deleted through the other; the agent stops for good (78)
 /// as it does on one platform.

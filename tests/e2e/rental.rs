@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpum_agent::docker::Docker;
-use gpum_agent::docker::rental::{self, Book, Runner};
+use gpum_agent::docker::rental::{self, Book, Machine, Runner};
 use gpum_agent::egress::{self, Gate};
 use gpum_enroll::config::default_registries;
 use gpum_protocol::{EnvVar, RentalSpec, RentalState};
@@ -69,6 +69,7 @@ fn spec(image: &str, command: &[&str]) -> RentalSpec {
         command: command.iter().map(|s| s.to_string()).collect(),
         ends_at: LATER,
         ports: vec![],
+        driver_capabilities: vec![],
     }
 }
 
@@ -81,8 +82,16 @@ fn gate() -> Gate {
     Gate::new(std::sync::Arc::new(gpum_host::RealHost::new()))
 }
 
+/// This machine's CPUs and memory as the agent's inventory reports them (what `run` gives its
+/// runner).
+fn machine() -> Machine {
+    let (cpu_cores, ram_mib) =
+        gpum_enroll::inventory::Gatherer::new(std::sync::Arc::new(gpum_host::RealHost::new())).capacity();
+    Machine { cpu_cores, ram_mib }
+}
+
 fn runner() -> Runner {
-    Runner::new(&default_registries(), gate())
+    Runner::new(&default_registries(), gate(), machine())
         .enabled(true)
         .simulation_without_gpu_request()
         .with_stop_grace(Duration::from_secs(1))
@@ -189,6 +198,134 @@ async fn rental_container_has_every_isolation_flag_and_its_env_cannot_widen_the_
     let started = c["State"]["StartedAt"].clone();
     round(&d, &book, std::slice::from_ref(&s), NOW).await;
     assert_eq!(inspect(&name)["State"]["StartedAt"], started);
+}
+
+/// Issue 43: the toolkit reads more of an image's `NVIDIA_*` variables than the GPU list, and
+/// each mounts more of the driver or more device nodes. The agent sets every one of them, so the
+/// container (whose environment the engine gives the toolkit's hook) holds the agent's values,
+/// not the image's: the spec's driver capabilities (default `compute,utility`) and nothing
+/// else. `sim_toolkit` shows what the toolkit makes of either.
+#[ignore = "needs a Docker engine"]
+#[tokio::test]
+async fn rental_images_nvidia_variables_are_the_agents() {
+    let scope = Scope::new("rental-nvidia-env");
+    let d = scope.docker();
+    let book = Book::default();
+    let image = images::pinned(
+        &images::custom(
+            "rental-nvidia-wide",
+            &[
+                "ENV NVIDIA_DRIVER_CAPABILITIES=all",
+                "ENV NVIDIA_MOFED=enabled",
+                "ENV NVIDIA_GDS=enabled",
+                "ENV NVIDIA_GDRCOPY=enabled",
+                "ENV NVIDIA_NVSWITCH=enabled",
+                "ENV NVIDIA_IMEX_CHANNELS=all",
+                "ENV NVIDIA_MIG_CONFIG_DEVICES=all",
+                "ENV NVIDIA_MIG_MONITOR_DEVICES=all",
+                "ENV NVIDIA_REQUIRE_JETPACK=csv-mounts=all",
+            ],
+        )
+        .expect("image"),
+    )
+    .expect("pinned");
+    let default = spec(&image, &["sleep", "3600"]);
+    let video = RentalSpec {
+        driver_capabilities: vec!["compute".into(), "utility".into(), "video".into()],
+        ..spec(&image, &["sleep", "3600"])
+    };
+    // The owner allows video here (`rental_driver_capabilities`); by default only compute and
+    // utility.
+    let allowing = runner().driver_capabilities(&["compute".into(), "utility".into(), "video".into()]);
+    let desired = [default.clone(), video.clone()];
+    rental::reconcile(&d, &runner(), &book, std::slice::from_ref(&video), NOW).await.unwrap();
+    let r = book.get(&video.id).unwrap();
+    assert_eq!(r.state, RentalState::Failed, "{r:?}");
+    assert!(r.reason.as_deref().unwrap_or("").contains("video is not one this machine allows"), "{r:?}");
+    assert!(!exists("container", &rental::container_name(&video.id)));
+    let book = Book::default();
+    rental::reconcile(&d, &allowing, &book, &desired, NOW).await.unwrap();
+    for (s, caps) in [(&default, "compute,utility"), (&video, "compute,utility,video")] {
+        let report = book.get(&s.id).unwrap();
+        assert_eq!(report.state, RentalState::Running, "{report:?}");
+        let name = rental::container_name(&s.id);
+        // The environment the engine hands the runtime (the image's merged with the container's).
+        let env: Vec<String> = serde_json::from_value(inspect(&name)["Config"]["Env"].clone()).unwrap();
+        let visible = s.gpu_uuids.join(",");
+        let nvidia: std::collections::BTreeMap<&str, &str> =
+            env.iter().filter_map(|v| v.split_once('=')).filter(|(k, _)| k.starts_with("NVIDIA_")).collect();
+        let want: std::collections::BTreeMap<&str, &str> = [
+            ("NVIDIA_DRIVER_CAPABILITIES", caps),
+            ("NVIDIA_MOFED", "disabled"),
+            ("NVIDIA_GDS", "disabled"),
+            ("NVIDIA_GDRCOPY", "disabled"),
+            ("NVIDIA_NVSWITCH", "disabled"),
+            ("NVIDIA_IMEX_CHANNELS", "void"),
+            ("NVIDIA_MIG_CONFIG_DEVICES", ""),
+            ("NVIDIA_MIG_MONITOR_DEVICES", ""),
+            ("NVIDIA_REQUIRE_JETPACK", ""),
+            ("NVIDIA_VISIBLE_DEVICES", visible.as_str()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(nvidia, want, "{env:?}");
+        assert_eq!(env.iter().filter(|v| v.starts_with("NVIDIA_DRIVER_CAPABILITIES=")).count(), 1);
+        // And inside, as the workload sees it.
+        let inside =
+            docker(&["exec", &name, "sh", "-c", "echo \"$NVIDIA_DRIVER_CAPABILITIES|$NVIDIA_MOFED\""]);
+        assert_eq!(inside, format!("{caps}|disabled"));
+    }
+    // A name outside the toolkit's set fails the rental before anything of it is made.
+    let unknown = RentalSpec { driver_capabilities: vec!["all".into()], ..spec(&image, &["sleep", "3600"]) };
+    round(&d, &book, std::slice::from_ref(&unknown), NOW).await;
+    let r = book.get(&unknown.id).unwrap();
+    assert_eq!(r.state, RentalState::Failed, "{r:?}");
+    assert!(r.reason.as_deref().unwrap_or("").contains("driver_capabilities"), "{r:?}");
+    assert!(!exists("container", &rental::container_name(&unknown.id)));
+}
+
+/// Issue 43: the engine reads a CPU or memory limit of 0 as "no limit". A rental whose limits
+/// are zero, absent (the protocol reads them as 0) or beyond this machine is refused before
+/// anything of it is made (no pull, no container), and its report, which the next heartbeat
+/// carries to the platform, says why.
+#[ignore = "needs a Docker engine"]
+#[tokio::test]
+async fn rental_without_limits_or_beyond_the_machine_is_refused_before_anything_is_made() {
+    let scope = Scope::new("rental-limits");
+    let d = scope.docker();
+    let book = Book::default();
+    let m = machine();
+    // An image this engine does not hold: a refusal any later would have tried to pull it.
+    let absent = format!("gpum-test/never-pulled@sha256:{}", "cd".repeat(32));
+    let sleep = |image: &str| spec(image, &["sleep", "3600"]);
+    let without = |image: &str| -> RentalSpec {
+        let mut v = serde_json::to_value(sleep(image)).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("cpu_millis");
+        o.remove("memory_mib");
+        serde_json::from_value(v).expect("a spec without limits is read, to be refused")
+    };
+    let cases = [
+        (RentalSpec { cpu_millis: 0, ..sleep(&busybox()) }, "no CPU limit"),
+        (RentalSpec { memory_mib: 0, ..sleep(&busybox()) }, "no memory limit"),
+        (without(&busybox()), "no CPU limit"),
+        (RentalSpec { cpu_millis: m.cpu_cores * 1000 + 1, ..sleep(&busybox()) }, "beyond this machine"),
+        (RentalSpec { memory_mib: m.ram_mib + 1, ..sleep(&busybox()) }, "beyond this machine"),
+        (RentalSpec { memory_mib: u64::MAX, ..sleep(&busybox()) }, "beyond this machine"),
+        (RentalSpec { cpu_millis: 0, ..sleep(&absent) }, "no CPU limit"),
+    ];
+    for (s, want) in cases {
+        round(&d, &book, std::slice::from_ref(&s), NOW).await;
+        let r = book.get(&s.id).unwrap();
+        assert_eq!(r.state, RentalState::Failed, "{want}: {r:?}");
+        let why = r.reason.as_deref().unwrap_or("");
+        assert!(why.starts_with("refused: ") && why.contains(want), "{want}: {r:?}");
+        assert!(!exists("container", &rental::container_name(&s.id)), "{want}: nothing made");
+        // Not tried again while listed.
+        round(&d, &book, std::slice::from_ref(&s), NOW).await;
+        assert_eq!(book.get(&s.id).unwrap(), r);
+    }
+    assert!(!exists("image", &absent), "nothing pulled");
 }
 
 #[ignore = "needs a Docker engine"]
@@ -450,7 +587,7 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
     let d = scope.docker();
     let book = Book::default();
     let hex = "ab".repeat(32);
-    let production = Runner::new(&default_registries(), gate()).enabled(true);
+    let production = Runner::new(&default_registries(), gate(), machine()).enabled(true);
     for (image, gpus, want) in [
         (images::busybox().unwrap(), true, "not pinned by digest"),
         (
@@ -479,7 +616,7 @@ async fn rental_images_are_pinned_from_accepted_registries_and_gpus_are_required
     let off = spec(&busybox(), &["sleep", "3600"]);
     rental::reconcile(
         &d,
-        &Runner::new(&default_registries(), gate()),
+        &Runner::new(&default_registries(), gate(), machine()),
         &book,
         std::slice::from_ref(&off),
         NOW,
@@ -551,13 +688,71 @@ async fn rental_starts_only_behind_the_verified_egress_table() {
     assert_eq!(egress::verify_listing(&String::from_utf8_lossy(&listed.stdout)), Ok(()));
 
     // No nft on the machine: refused, nothing created.
-    let bare =
-        Runner::new(&default_registries(), Gate::new(std::sync::Arc::new(gpum_host::fake::FakeHost::new())))
-            .enabled(true)
-            .simulation_without_gpu_request();
+    let bare = Runner::new(
+        &default_registries(),
+        Gate::new(std::sync::Arc::new(gpum_host::fake::FakeHost::new())),
+        machine(),
+    )
+    .enabled(true)
+    .simulation_without_gpu_request();
     let t = spec(&image, &["sleep", "3600"]);
     rental::reconcile(&d, &bare, &book, std::slice::from_ref(&t), NOW).await.unwrap();
     let r = book.get(&t.id).unwrap();
     assert_eq!((r.state, r.reason.as_deref()), (RentalState::Failed, Some(egress::NFT_MISSING)));
     assert!(!exists("container", &rental::container_name(&t.id)), "nothing ran");
+}
+
+/// Issue 43, the whole way: a compromised platform lists a rental whose stored spec says
+/// `cpu_millis: 0` (Docker's "no limit"), then one whose spec has lost its CPU and memory limits
+/// (edited in its database, as `agent.rs`'s `queue_raw_command` plays a platform that sends what
+/// its API refuses). The real agent refuses each before anything of it is made, and its
+/// heartbeat report shows on the platform: the rental `failed`, with why.
+#[ignore = "needs a Docker engine"]
+#[tokio::test(flavor = "multi_thread")]
+async fn rental_without_limits_from_a_compromised_platform_is_reported_failed_with_why() {
+    use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
+    use gpum_tests::tunnel::{
+        LONG, ScopedContainers, agent_log, create_rental_running, rentable_node, rental_state, start_agent,
+        write_agent_config,
+    };
+    gpum_tests::require_docker(
+        "rental_without_limits_from_a_compromised_platform_is_reported_failed_with_why",
+    );
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let node = rentable_node(&p).await;
+    // An edit of a stored spec, and `tamper`, which makes it to rental `id`'s.
+    type Edit = dyn Fn(&mut serde_json::Map<String, serde_json::Value>) + Sync;
+    let tamper = |id: &str, f: &Edit| {
+        p.with_db(|c| {
+            let spec: String = c
+                .query_row("SELECT spec_json FROM rentals WHERE id = ?1", gpum_platform::params![id], |row| {
+                    row.get(0)
+                })
+                .unwrap();
+            let mut v: serde_json::Value = serde_json::from_str(&spec).unwrap();
+            f(v.as_object_mut().unwrap());
+            c.execute(
+                "UPDATE rentals SET spec_json = ?1 WHERE id = ?2",
+                gpum_platform::params![&v.to_string(), id],
+            )
+            .unwrap();
+        })
+    };
+    let containers = ScopedContainers::new("limits");
+    let dir = tempfile::tempdir().unwrap();
+    write_agent_config(dir.path(), p.url(), &node, &containers.0);
+    // Each made and edited while no agent runs, so the agent never sees the honest spec.
+    let edits: [&Edit; 2] = [&|o| drop(o.insert("cpu_millis".into(), 0.into())), &|o| {
+        assert!(o.remove("cpu_millis").is_some() && o.remove("memory_mib").is_some())
+    }];
+    for edit in edits {
+        let r = create_rental_running(&p, &node.node_id, &busybox(), "sleep 3600");
+        tamper(&r.id, edit);
+        let _agent = start_agent(dir.path(), 2);
+        wait_until(LONG, "the rental reported", || !rental_state(&p, &r.id).is_empty());
+        let shown = p.cli_json(&["rentals", "show", &r.id]);
+        assert_eq!(shown["state"], "failed", "{shown}\n{}", agent_log(dir.path()));
+        assert_eq!(shown["reason"], "refused: no CPU limit (cpu_millis is 0 or absent)", "{shown}");
+        assert!(!exists("container", &rental::container_name(&r.id)), "nothing made");
+    }
 }

@@ -47,11 +47,14 @@ fn device_mount(id: &str) -> Value {
 }
 
 /// What the hook did: its exit, stderr, and the GPUs `nvidia-smi -L` lists inside (`None`: the
-/// hook left the container alone, no GPU container).
+/// hook left the container alone, no GPU container); the driver capabilities it mounted and the
+/// IMEX channels it made (empty when it left the container alone).
 struct Seen {
     hook: Output,
     gpus: Option<Vec<String>>,
     smi: Option<Output>,
+    caps: Vec<String>,
+    imex: Vec<String>,
 }
 
 fn start(s: Start) -> Seen {
@@ -94,9 +97,15 @@ fn start(s: Start) -> Seen {
     let state = json!({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1, "bundle": bundle});
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), &serde_json::to_vec(&state).unwrap()).unwrap();
     let hook = child.wait_with_output().unwrap();
+    let lines = |f: &str| -> Vec<String> {
+        std::fs::read_to_string(rootfs.join("etc/gpum-sim").join(f))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let (caps, imex) = (lines("capabilities"), lines("imex-channels"));
     let smi_path = rootfs.join("usr/bin/nvidia-smi");
     if !smi_path.exists() {
-        return Seen { hook, gpus: None, smi: None };
+        return Seen { hook, gpus: None, smi: None, caps, imex };
     }
     // The container's own nvidia-smi, reading the files the hook put into its root.
     let smi = Command::new("sh")
@@ -110,7 +119,7 @@ fn start(s: Start) -> Seen {
         .lines()
         .filter_map(|l| l.split("(UUID: ").nth(1).map(|u| u.trim_end_matches(')').to_string()))
         .collect();
-    Seen { hook, gpus: Some(gpus), smi: Some(smi) }
+    Seen { hook, gpus: Some(gpus), smi: Some(smi), caps, imex }
 }
 
 fn gpus(s: &Seen) -> Option<Vec<&str>> {
@@ -207,4 +216,100 @@ fn the_variables_values_as_the_real_hook_reads_them() {
     assert!(String::from_utf8_lossy(&s.hook.stderr).contains("GPU-deadbeef: unknown device"));
     let s = start(Start { env: &["NVIDIA_VISIBLE_DEVICES=2"], ..Default::default() });
     assert_eq!(s.hook.status.code(), Some(1), "index 2 on a two-GPU machine");
+}
+
+/// Issue 43: the toolkit reads more of the container's `NVIDIA_*` variables than the GPU list,
+/// whatever the container's privileges and gpum's settings: the driver capabilities (which
+/// parts of the driver are mounted), the IMEX channels, MIG configuration. The hook decides them
+/// as the real one does (see its header); an image's own values widen what a rental gets, and
+/// the agent's environment (`container_env`, put by the engine in place of the image's variables
+/// of the same names) asks for the spec's capabilities and nothing else.
+#[test]
+fn an_images_other_nvidia_variables_are_overridden_by_the_agents() {
+    jq_present();
+    let image = [
+        "NVIDIA_DRIVER_CAPABILITIES=all",
+        "NVIDIA_IMEX_CHANNELS=0,1",
+        "NVIDIA_MOFED=enabled",
+        "NVIDIA_GDS=enabled",
+        "NVIDIA_NVSWITCH=enabled",
+        "NVIDIA_GDRCOPY=enabled",
+        "NVIDIA_REQUIRE_JETPACK=csv-mounts=all",
+    ];
+    let all: Vec<String> =
+        ["compat32", "compute", "display", "graphics", "ngx", "utility", "video"].map(String::from).into();
+    let rental = |caps: &[&str]| gpum_protocol::RentalSpec {
+        id: "rent-00112233445566aa".into(),
+        image: "i".into(),
+        gpu_uuids: vec![GPU1.into()],
+        cpu_millis: 1000,
+        memory_mib: 1024,
+        disk_gib: 1,
+        shm_mib: 64,
+        env: vec![],
+        command: vec![],
+        ends_at: 1,
+        ports: vec![],
+        driver_capabilities: caps.iter().map(|c| c.to_string()).collect(),
+    };
+    // The engine: the container's variables in place of the image's of the same name.
+    let merged = |agent: &[String]| -> Vec<String> {
+        let named = |v: &str| v.split_once('=').map(|(k, _)| k.to_string()).unwrap_or_default();
+        let mut env: Vec<String> = image
+            .iter()
+            .filter(|v| !agent.iter().any(|a| named(a) == named(v)))
+            .map(|v| v.to_string())
+            .collect();
+        env.extend(agent.iter().cloned());
+        env
+    };
+    for config in [Some(GPUMS), None] {
+        // The image alone (its GPU chosen by the device-list mount, as the agent's is).
+        let alone = merged(&[format!("NVIDIA_VISIBLE_DEVICES={GPU1}")]);
+        let env: Vec<&str> = alone.iter().map(String::as_str).collect();
+        let s = start(Start { env: &env, mounts: vec![device_mount(GPU1)], config, ..Default::default() });
+        assert_eq!(gpus(&s), Some(vec![GPU1]));
+        assert_eq!(s.caps, all, "the image's `all`: every part of the driver");
+        // IMEX channels by variable: only where the toolkit accepts variables (its defaults).
+        let channels: &[&str] = if config.is_some() { &[] } else { &["0", "1"] };
+        assert_eq!(s.imex, channels, "settings: {config:?}");
+
+        // The agent's environment over it.
+        for (asked, want) in
+            [(&[][..], &["compute", "utility"][..]), (&["video", "compute"], &["compute", "video"])]
+        {
+            let agent = gpum_agent::docker::rental::container_env(&rental(asked));
+            let env = merged(&agent);
+            let env: Vec<&str> = env.iter().map(String::as_str).collect();
+            let s =
+                start(Start { env: &env, mounts: vec![device_mount(GPU1)], config, ..Default::default() });
+            assert!(s.hook.status.success(), "{}", String::from_utf8_lossy(&s.hook.stderr));
+            assert_eq!(s.caps, want, "settings: {config:?}");
+            assert!(s.imex.is_empty(), "no IMEX channel: {:?}", s.imex);
+            // Without "utility" the driver's nvidia-smi is not mounted.
+            assert_eq!(s.smi.is_some(), want.contains(&"utility"));
+        }
+    }
+    // What the toolkit refuses, it refuses at the container's start: a name outside its set, and
+    // MIG configuration in an unprivileged container (the agent sets both variables).
+    for (env, want) in [
+        (&["NVIDIA_DRIVER_CAPABILITIES=compute,gpu"][..], "unsupported capabilities"),
+        (&["NVIDIA_MIG_CONFIG_DEVICES=all"], "cannot set MIG_CONFIG_DEVICES in non privileged container"),
+        (&["NVIDIA_MIG_MONITOR_DEVICES=all"], "cannot set MIG_MONITOR_DEVICES in non privileged container"),
+    ] {
+        let visible = format!("NVIDIA_VISIBLE_DEVICES={GPU0}");
+        let env: Vec<&str> = env.iter().copied().chain([visible.as_str()]).collect();
+        let s = start(Start { env: &env, ..Default::default() });
+        assert_eq!(s.hook.status.code(), Some(1), "{env:?}");
+        assert!(
+            String::from_utf8_lossy(&s.hook.stderr).contains(want),
+            "{}",
+            String::from_utf8_lossy(&s.hook.stderr)
+        );
+    }
+    // A legacy CUDA image without the variable gets every capability; a current one the default.
+    let s = start(Start { env: &["CUDA_VERSION=12.2"], ..Default::default() });
+    assert_eq!(s.caps, all);
+    let s = start(Start { env: &["NVIDIA_VISIBLE_DEVICES=0"], ..Default::default() });
+    assert_eq!(s.caps, ["compute", "utility"]);
 }

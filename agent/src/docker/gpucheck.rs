@@ -556,6 +556,7 @@ mod tests {
             command: vec![],
             ends_at: 2_000_000_000,
             ports: vec![],
+            driver_capabilities: vec![],
         }
     }
 

@@ -39,7 +39,14 @@
 //!   source for an unprivileged container, docs/agent.md "How a rental gets its GPUs"), and
 //!   `NVIDIA_VISIBLE_DEVICES` set to them, last, over the image's and the spec's (which may say
 //!   `all`); the spec's `NVIDIA_*` and `CUDA_VISIBLE_DEVICES` are dropped;
-//! - **limits**: CPU (`NanoCpus`), memory with swap equal to it, [`PIDS_LIMIT`] processes,
+//! - **the rest of the driver** (issue 43): every other variable through which the toolkit
+//!   mounts more of the driver or more device nodes is set too, over the image's:
+//!   `NVIDIA_DRIVER_CAPABILITIES` from the spec (checked against the toolkit's names,
+//!   `gpum_protocol::driver`; default `compute,utility`) and [`NVIDIA_NOTHING`], each to the
+//!   value that asks for nothing;
+//! - **limits**: refused before anything of the rental is made when its CPU or memory limit is
+//!   zero or absent (the engine's "no limit") or beyond this [`Machine`] ([`check_limits`]);
+//!   then CPU (`NanoCpus`), memory with swap equal to it, [`PIDS_LIMIT`] processes,
 //!   `/dev/shm`, [`NOFILE`] open files, the log rotated ([`LOG_MAX_SIZE`] × [`LOG_MAX_FILES`]),
 //!   and the writable layer's size (`--storage-opt size=`) where the data root supports it;
 //!   where it does not (overlay2 without XFS project quotas; the engine refuses the option at
@@ -157,6 +164,79 @@ pub fn valid_gpu_uuid(uuid: &str) -> bool {
         && uuid.len() > 4
 }
 
+/// What this machine has, which no rental's limits may exceed: its logical CPUs and its memory,
+/// the figures of the inventory it reports (which the platform checks a rental against too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Machine {
+    pub cpu_cores: u32,
+    pub ram_mib: u64,
+}
+
+/// Whether rental `s` may run with its limits on machine `m`; else why not. The engine reads a
+/// CPU or memory limit of 0 as "no limit", so a zero (or absent: the protocol reads it as 0)
+/// limit is refused, and so is one beyond the machine, which limits nothing either. A machine
+/// whose figures are unknown (0) refuses every rental. Pure.
+pub fn check_limits(s: &RentalSpec, m: Machine) -> Result<(), String> {
+    if s.cpu_millis == 0 {
+        return Err("refused: no CPU limit (cpu_millis is 0 or absent)".into());
+    }
+    if s.memory_mib == 0 {
+        return Err("refused: no memory limit (memory_mib is 0 or absent)".into());
+    }
+    if u64::from(s.cpu_millis) > u64::from(m.cpu_cores) * 1000 {
+        return Err(format!(
+            "refused: cpu_millis {} is beyond this machine's {} CPUs",
+            s.cpu_millis, m.cpu_cores
+        ));
+    }
+    if s.memory_mib > m.ram_mib {
+        return Err(format!(
+            "refused: memory_mib {} is beyond this machine's {} MiB",
+            s.memory_mib, m.ram_mib
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a rental may get the parts of the driver `asked` (its spec's list; empty: the
+/// default) on a machine whose owner allows `allowed`; else why not. A name outside the
+/// toolkit's set is refused whatever the owner allows (fail closed), and so is one the owner
+/// did not allow: the platform cannot widen what a rental gets of the driver. Pure.
+pub fn check_driver_capabilities(asked: &[String], allowed: &[String]) -> Result<(), String> {
+    gpum_protocol::driver::check_driver_capabilities(asked).map_err(|e| format!("refused: {e}"))?;
+    let default: Vec<String> =
+        gpum_protocol::driver::DEFAULT_DRIVER_CAPABILITIES.iter().map(|s| s.to_string()).collect();
+    let asked = if asked.is_empty() { &default[..] } else { asked };
+    match asked.iter().find(|c| !allowed.contains(c)) {
+        Some(c) => Err(format!(
+            "refused: driver capability {c} is not one this machine allows (rental_driver_capabilities: {})",
+            allowed.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The NVIDIA Container Toolkit's other variables that mount more of the driver or more device
+/// nodes, each with the value that asks for nothing, set by the agent over the image's (the
+/// tenant's are dropped): MIG configuration and monitoring (a privileged container's), the
+/// IMEX channels, and the GPUDirect Storage, MOFED, GDRCopy and NVSwitch parts (the `nvidia`
+/// runtime's feature gates, read when it is dockerd's default runtime: only `enabled` turns one
+/// on), and the Jetson CSV mounts (only `csv-mounts=all` widens them). Read from
+/// NVIDIA/nvidia-container-toolkit d34b304: `cmd/nvidia-container-runtime-hook/container_config.go`,
+/// `internal/config/image/cuda_image.go` and `envvars.go`, `internal/modifier/gated.go` and
+/// `cdi.go`. The toolkit's other `NVIDIA_*` variables (`NVIDIA_REQUIRE_*`,
+/// `NVIDIA_DISABLE_REQUIRE`) only check the driver's version and are left to the image.
+pub const NVIDIA_NOTHING: [(&str, &str); 8] = [
+    ("NVIDIA_MIG_CONFIG_DEVICES", ""),
+    ("NVIDIA_MIG_MONITOR_DEVICES", ""),
+    ("NVIDIA_IMEX_CHANNELS", "void"),
+    ("NVIDIA_GDS", "disabled"),
+    ("NVIDIA_MOFED", "disabled"),
+    ("NVIDIA_GDRCOPY", "disabled"),
+    ("NVIDIA_NVSWITCH", "disabled"),
+    ("NVIDIA_REQUIRE_JETPACK", ""),
+];
+
 /// Whether the tenant may set variable `name`: a plain name, and none of the ones that choose
 /// GPUs (the agent sets `NVIDIA_VISIBLE_DEVICES` itself; the toolkit reads `NVIDIA_*`).
 fn tenant_may_set(name: &str) -> bool {
@@ -193,7 +273,9 @@ pub fn gpu_list_mounts(ids: &[String]) -> Vec<Mount> {
 }
 
 /// The container's environment: the tenant's (minus what it may not set), then
-/// `NVIDIA_VISIBLE_DEVICES`, last.
+/// [`NVIDIA_NOTHING`], `NVIDIA_DRIVER_CAPABILITIES` from the spec (checked before the
+/// rental starts), and `NVIDIA_VISIBLE_DEVICES`, last. The engine puts each of these in place of
+/// the image's variable of the same name, so the image's values never reach the toolkit.
 pub fn container_env(spec: &RentalSpec) -> Vec<String> {
     let mut env: Vec<String> = spec
         .env
@@ -202,6 +284,11 @@ pub fn container_env(spec: &RentalSpec) -> Vec<String> {
         .filter(|v| tenant_may_set(&v.name) && !v.value.contains('\0'))
         .map(|v| format!("{}={}", v.name, v.value))
         .collect();
+    env.extend(NVIDIA_NOTHING.iter().map(|(k, v)| format!("{k}={v}")));
+    env.push(format!(
+        "NVIDIA_DRIVER_CAPABILITIES={}",
+        gpum_protocol::driver::driver_capabilities_value(&spec.driver_capabilities)
+    ));
     env.push(format!("NVIDIA_VISIBLE_DEVICES={}", visible_devices(&spec.gpu_uuids)));
     env
 }
@@ -455,14 +542,26 @@ pub struct Runner {
     /// The GPU check after a teardown, the quarantine and the self-test ([`super::gpucheck`]).
     /// A runner that asks for GPUs and has none starts nothing.
     guard: Option<super::gpucheck::Guard>,
+    /// What no rental's limits may exceed ([`check_limits`]).
+    machine: Machine,
+    /// The parts of the driver a rental may get: the owner's `rental_driver_capabilities`
+    /// ([`check_driver_capabilities`]).
+    driver_capabilities: Vec<String>,
 }
 
 impl Runner {
     /// The production runner: images from `registries` (the config's `probe_registries`), the
     /// rented GPUs requested, the egress table kept by `egress` (on the machine itself: `nft`
-    /// through the agent's [`gpum_host::Host`]). Off until [`Runner::enabled`].
-    pub fn new(registries: &[String], egress: Gate) -> Runner {
+    /// through the agent's [`gpum_host::Host`]), no rental's limits beyond `machine`, the
+    /// driver's default parts only (see [`Runner::driver_capabilities`]). Off until
+    /// [`Runner::enabled`].
+    pub fn new(registries: &[String], egress: Gate, machine: Machine) -> Runner {
         Runner {
+            machine,
+            driver_capabilities: gpum_protocol::driver::DEFAULT_DRIVER_CAPABILITIES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             enabled: false,
             egress,
             registries: registries.to_vec(),
@@ -486,6 +585,12 @@ impl Runner {
     #[doc(hidden)]
     pub fn simulation_without_gpu_request(mut self) -> Runner {
         self.request_gpus = false;
+        self
+    }
+
+    /// The parts of the driver a rental may ask for: the owner's `rental_driver_capabilities`.
+    pub fn driver_capabilities(mut self, allowed: &[String]) -> Runner {
+        self.driver_capabilities = allowed.to_vec();
         self
     }
 
@@ -697,6 +802,14 @@ async fn start(
     let id = s.id.as_str();
     if !runner.enabled {
         book.set(id, RentalState::Failed, None, Some(RENTALS_OFF.into()));
+        return;
+    }
+    // What the platform asks, checked before anything of the rental is made (issue 43): hard
+    // limits that fit this machine, and only the toolkit's named parts of the driver.
+    let asked = check_limits(s, runner.machine)
+        .and_then(|()| check_driver_capabilities(&s.driver_capabilities, &runner.driver_capabilities));
+    if let Err(why) = asked {
+        book.set(id, RentalState::Failed, None, Some(why));
         return;
     }
 
@@ -934,6 +1047,7 @@ mod tests {
             command: vec!["python".into(), "train.py".into()],
             ends_at: 2_000_000_000,
             ports: vec![],
+            driver_capabilities: vec![],
         }
     }
 
@@ -955,10 +1069,80 @@ mod tests {
     #[test]
     fn rental_env_cannot_widen_the_gpus() {
         let env = container_env(&spec());
-        assert_eq!(env, vec!["A=1".to_string(), "NVIDIA_VISIBLE_DEVICES=GPU-1111,GPU-2222".to_string()]);
+        assert_eq!(env.first().unwrap(), "A=1", "the tenant's, but what chooses GPUs");
+        assert_eq!(env.iter().filter(|v| !v.starts_with("NVIDIA_")).count(), 1);
         assert_eq!(env.last().unwrap(), "NVIDIA_VISIBLE_DEVICES=GPU-1111,GPU-2222", "set last");
         let none = RentalSpec { gpu_uuids: vec![], ..spec() };
         assert_eq!(container_env(&none).last().unwrap(), "NVIDIA_VISIBLE_DEVICES=void");
+    }
+
+    /// Issue 43: every variable through which the toolkit mounts more of the driver or more
+    /// device nodes is set, once each, whatever the image or the tenant says.
+    #[test]
+    fn rental_env_sets_every_nvidia_variable_the_toolkit_reads() {
+        let env = container_env(&spec());
+        let nvidia: Vec<&str> = env.iter().filter(|v| v.starts_with("NVIDIA_")).map(String::as_str).collect();
+        assert_eq!(
+            nvidia,
+            [
+                "NVIDIA_MIG_CONFIG_DEVICES=",
+                "NVIDIA_MIG_MONITOR_DEVICES=",
+                "NVIDIA_IMEX_CHANNELS=void",
+                "NVIDIA_GDS=disabled",
+                "NVIDIA_MOFED=disabled",
+                "NVIDIA_GDRCOPY=disabled",
+                "NVIDIA_NVSWITCH=disabled",
+                "NVIDIA_REQUIRE_JETPACK=",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+                "NVIDIA_VISIBLE_DEVICES=GPU-1111,GPU-2222",
+            ]
+        );
+        let video = RentalSpec { driver_capabilities: vec!["compute".into(), "video".into()], ..spec() };
+        assert!(container_env(&video).contains(&"NVIDIA_DRIVER_CAPABILITIES=compute,video".to_string()));
+    }
+
+    /// Issue 43: only the toolkit's names, and only those the owner allows (by default
+    /// `compute,utility`, which a spec without a list asks for).
+    #[test]
+    fn rental_driver_capabilities_are_the_toolkits_and_the_owners() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let default = v(&["compute", "utility"]);
+        assert_eq!(check_driver_capabilities(&[], &default), Ok(()));
+        assert_eq!(check_driver_capabilities(&v(&["utility"]), &default), Ok(()));
+        let why = check_driver_capabilities(&v(&["compute", "video"]), &default).unwrap_err();
+        assert!(why.contains("driver capability video is not one this machine allows"), "{why}");
+        assert_eq!(
+            check_driver_capabilities(&v(&["compute", "video"]), &v(&["compute", "video", "utility"])),
+            Ok(())
+        );
+        for bad in [&["all"][..], &["gpu"], &["compute", "compute"]] {
+            let why = check_driver_capabilities(&v(bad), &v(&gpum_protocol::driver::DRIVER_CAPABILITIES))
+                .unwrap_err();
+            assert!(why.starts_with("refused: driver_capabilities: "), "{why}");
+        }
+        // An owner who allows less than the default refuses a spec without a list.
+        assert!(check_driver_capabilities(&[], &v(&["compute"])).is_err());
+    }
+
+    /// Issue 43: the engine reads a CPU or memory limit of 0 as none; the agent refuses a rental
+    /// without either, or with one beyond the machine.
+    #[test]
+    fn rental_limits_zero_absent_or_beyond_the_machine_are_refused() {
+        let m = Machine { cpu_cores: 4, ram_mib: 8192 };
+        assert_eq!(check_limits(&spec(), m), Ok(()));
+        assert_eq!(check_limits(&RentalSpec { cpu_millis: 4000, memory_mib: 8192, ..spec() }, m), Ok(()));
+        for (bad, want) in [
+            (RentalSpec { cpu_millis: 0, ..spec() }, "no CPU limit"),
+            (RentalSpec { memory_mib: 0, ..spec() }, "no memory limit"),
+            (RentalSpec { cpu_millis: 4001, ..spec() }, "cpu_millis 4001 is beyond this machine's 4 CPUs"),
+            (RentalSpec { memory_mib: 8193, ..spec() }, "memory_mib 8193 is beyond this machine's 8192 MiB"),
+            (RentalSpec { memory_mib: u64::MAX, ..spec() }, "beyond"),
+        ] {
+            let why = check_limits(&bad, m).unwrap_err();
+            assert!(why.starts_with("refused: ") && why.contains(want), "{why}");
+        }
+        // Unknown figures refuse everything.
+        assert!(check_limits(&spec(), Machine { cpu_cores: 0, ram_mib: 0 }).is_err());
     }
 
     #[test]

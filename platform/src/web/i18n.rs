@@ -326,9 +326,14 @@ gpum_common::texts! {
         ),
         RotatedSteps => (
             "На машине выполните первую команду, вставьте токен, нажмите Enter и Ctrl-D; затем \
-             запустите службу второй командой.",
+             запустите службу второй командой. Первая команда меняет в настройках агента только \
+             адрес платформы, номер сервера и токен: остальные (свой центр сертификации, сокет \
+             Docker, реестры, отключённая аренда) остаются. Установщик для этого не нужен.",
             "On the machine, run the first command, paste the token, press Enter and Ctrl-D; \
-             then start the service with the second command.",
+             then start the service with the second command. The first command changes only the \
+             platform's address, the server's id and the token in the agent's settings: the others \
+             (a private CA, the Docker socket, the registries, rentals turned off) stay. The installer \
+             is not needed for this.",
         ),
         Delete => ("Удалить", "Delete"),
         DeleteTitle => ("Удалить сервер {node}?", "Delete server {node}?"),

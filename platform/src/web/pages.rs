@@ -1450,6 +1450,7 @@ pub(crate) mod tests {
                 command: vec![],
                 ends_at: 1_796_290_406,
                 ports: vec![],
+                driver_capabilities: vec![],
             },
             created_at: 1,
             stopped_at: None,
