@@ -299,9 +299,9 @@ pub fn accept_invitation(
     Ok(Some(id))
 }
 
-/// Disables or enables an owner. Disabling ends their sessions and unused invitations; their
-/// API keys are refused while disabled; their servers stay (the operator deletes them if they
-/// must go).
+/// Disables or enables an owner. Disabling ends their sessions and unused invitations and the
+/// rentals on their servers (whose streams close: `effects`); their API keys are refused while
+/// disabled; their servers stay (the operator deletes them if they must go).
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
@@ -312,6 +312,16 @@ pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<O
         conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![o.id])?;
         conn.prepare_cached("UPDATE invitations SET used_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL")?
             .execute(params![now as i64, o.id])?;
+        // The rentals on their servers end, and their tenants' streams close on every replica.
+        let nodes: Vec<String> = conn
+            .prepare_cached("SELECT id FROM nodes WHERE owner_id = ?1 AND deleted_at IS NULL")?
+            .query_map(params![o.id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut ended = Vec::new();
+        for n in &nodes {
+            ended.extend(crate::rentals::end_for_node(conn, now, n, "owner disabled")?);
+        }
+        crate::effects::record(conn, now, &crate::effects::rules::rentals_ended(&ended))?;
     }
     owner_summary(conn, &o.id)
 }
