@@ -30,8 +30,8 @@ use tokio::sync::Notify;
 
 use crate::db::Db;
 use crate::error::ApiError;
-use crate::relay::Relay;
 use crate::params;
+use crate::relay::Relay;
 use crate::sql::{Conn, Engine};
 
 /// Something live that a change of state ends.
@@ -132,7 +132,8 @@ pub fn record(conn: &Conn, now: u64, effects: &[Effect]) -> Result<(), ApiError>
         return Ok(());
     }
     if conn.engine() == Engine::Postgres {
-        conn.prepare_cached("SELECT pg_advisory_xact_lock(?1)")?.query_row(params![ORDER_LOCK], |_| Ok(()))?;
+        conn.prepare_cached("SELECT pg_advisory_xact_lock(?1)")?
+            .query_row(params![ORDER_LOCK], |_| Ok(()))?;
     }
     for e in effects {
         let (kind, subject) = e.to_row();
@@ -154,7 +155,9 @@ pub fn newest(conn: &Conn) -> Result<i64, ApiError> {
 /// The effects after `cursor`, oldest first, at most 1,000 (the next read takes the rest).
 pub fn after(conn: &Conn, cursor: i64) -> Result<Vec<(i64, Effect)>, ApiError> {
     let rows: Vec<(i64, String, String)> = conn
-        .prepare_cached("SELECT rowid, kind, subject FROM effects WHERE rowid > ?1 ORDER BY rowid LIMIT 1000")?
+        .prepare_cached(
+            "SELECT rowid, kind, subject FROM effects WHERE rowid > ?1 ORDER BY rowid LIMIT 1000",
+        )?
         .query_map(params![cursor], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     Ok(rows
@@ -192,7 +195,12 @@ pub type Wake = Arc<Notify>;
 
 /// The applier: one per `serve` process. Reads the effects after its cursor whenever woken or
 /// every [`POLL`], applies them to `relay`, and prunes old ones now and then.
-pub async fn applier(db: Db, relay: Arc<Relay>, clock: crate::clock::Clock, listen: Option<crate::pgurl::PgTarget>) {
+pub async fn applier(
+    db: Db,
+    relay: Arc<Relay>,
+    clock: crate::clock::Clock,
+    listen: Option<crate::pgurl::PgTarget>,
+) {
     let wake = db.effects_written();
     if let Some(target) = listen {
         tokio::spawn(listen_loop(target, wake.clone()));
@@ -310,8 +318,15 @@ mod tests {
 
     #[test]
     fn the_rules_say_what_each_operation_ends() {
-        assert_eq!(rules::rental_stopped("rent-1", true), vec![Effect::EndRental { rental_id: "rent-1".into() }]);
-        assert_eq!(rules::rental_stopped("rent-1", false), vec![], "a stop that changed nothing ends nothing");
+        assert_eq!(
+            rules::rental_stopped("rent-1", true),
+            vec![Effect::EndRental { rental_id: "rent-1".into() }]
+        );
+        assert_eq!(
+            rules::rental_stopped("rent-1", false),
+            vec![],
+            "a stop that changed nothing ends nothing"
+        );
         assert_eq!(
             rules::node_deleted("node-1", &["rent-1".into(), "rent-2".into()]),
             vec![
@@ -326,7 +341,9 @@ mod tests {
 
     #[test]
     fn an_effect_round_trips_through_its_row() {
-        for e in [Effect::EndRental { rental_id: "rent-1".into() }, Effect::EndNode { node_id: "node-1".into() }] {
+        for e in
+            [Effect::EndRental { rental_id: "rent-1".into() }, Effect::EndNode { node_id: "node-1".into() }]
+        {
             let (kind, subject) = e.to_row();
             assert_eq!(Effect::from_row(kind, subject.to_owned()), Some(e));
         }
@@ -359,7 +376,10 @@ mod tests {
         assert_eq!(prune(&c, 200 + KEEP_SECS + 1).unwrap(), 2);
         assert_eq!(newest(&c).unwrap(), top);
         record(&c, 300, &rules::rental_stopped("rent-9", true)).unwrap();
-        assert_eq!(after(&c, top).unwrap(), vec![(top + 1, Effect::EndRental { rental_id: "rent-9".into() })]);
+        assert_eq!(
+            after(&c, top).unwrap(),
+            vec![(top + 1, Effect::EndRental { rental_id: "rent-9".into() })]
+        );
         assert!(take_written());
         assert!(!take_written());
     }
