@@ -339,6 +339,26 @@ mod tests {
         assert_eq!(rules::rentals_ended(&[]), vec![]);
     }
 
+    /// The invariant, checked as a tidy test: no face, and no operation, calls the relay.
+    #[test]
+    fn only_the_applier_calls_the_relay() {
+        let sources = [
+            ("server.rs", include_str!("server.rs")),
+            ("cli.rs", include_str!("cli.rs")),
+            ("web/mod.rs", include_str!("web/mod.rs")),
+            ("web/account.rs", include_str!("web/account.rs")),
+            ("store.rs", include_str!("store.rs")),
+            ("rentals.rs", include_str!("rentals.rs")),
+            ("accounts.rs", include_str!("accounts.rs")),
+        ];
+        for (name, src) in sources {
+            assert!(
+                !src.contains(".end_rental(") && !src.contains(".end_node("),
+                "{name} calls the relay itself"
+            );
+        }
+    }
+
     #[test]
     fn an_effect_round_trips_through_its_row() {
         for e in
