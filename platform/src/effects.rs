@@ -181,14 +181,6 @@ pub fn prune(conn: &Conn, now: u64) -> Result<usize, ApiError> {
         .execute(params![before])?)
 }
 
-/// Node `node_id`'s rentals that are still open (listed or not stopped): those that end with it.
-pub(crate) fn open_rentals_of_node(conn: &Conn, node_id: &str) -> Result<Vec<String>, ApiError> {
-    Ok(conn
-        .prepare_cached("SELECT id FROM rentals WHERE node_id = ?1 AND (listed = 1 OR stopped_at IS NULL)")?
-        .query_map(params![node_id], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
-}
-
 /// What wakes the applier: the database thread after a commit that recorded effects, and on
 /// PostgreSQL the `LISTEN` connection.
 pub type Wake = Arc<Notify>;

@@ -545,7 +545,10 @@ pub fn stop(conn: &Conn, now: u64, id: &str) -> Result<RentalSummary, ApiError> 
 /// listed any more, and each not stopped yet records why. Returns those that ended: their
 /// streams must close.
 pub fn end_for_node(conn: &Conn, now: u64, node_id: &str, reason: &str) -> Result<Vec<String>, ApiError> {
-    let ended = crate::effects::open_rentals_of_node(conn, node_id)?;
+    let ended: Vec<String> = conn
+        .prepare_cached("SELECT id FROM rentals WHERE node_id = ?1 AND (listed = 1 OR stopped_at IS NULL)")?
+        .query_map(params![node_id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     conn.prepare_cached(
         "UPDATE rentals SET stopped_at = COALESCE(stopped_at, ?1), listed = 0,
              reason = CASE WHEN stopped_at IS NULL THEN ?3 ELSE reason END
