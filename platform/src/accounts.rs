@@ -338,10 +338,11 @@ fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiEr
     Ok(())
 }
 
-/// Disables or enables an owner. Disabling ends their sessions, unused invitations and open
-/// join codes and revokes their API keys (enabling them again revives none of them); their
-/// servers stay (the operator deletes them if they must go), but none is rentable while the
-/// owner is disabled (`rentable::verdict`, issue 43).
+/// Disables or enables an owner. Disabling ends their sessions, unused invitations, open join
+/// codes and the rentals on their servers (whose streams close: `effects`), and revokes their
+/// API keys (enabling them again revives none of them); their servers stay (the operator
+/// deletes them if they must go), but none is rentable while the owner is disabled
+/// (`rentable::verdict`, issue 43).
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
@@ -356,6 +357,16 @@ pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<O
             "UPDATE join_codes SET expires_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL AND expires_at > ?1",
         )?
         .execute(params![now as i64, o.id])?;
+        // The rentals on their servers end, and their tenants' streams close on every replica.
+        let nodes: Vec<String> = conn
+            .prepare_cached("SELECT id FROM nodes WHERE owner_id = ?1 AND deleted_at IS NULL")?
+            .query_map(params![o.id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut ended = Vec::new();
+        for n in &nodes {
+            ended.extend(crate::rentals::end_for_node(conn, now, n, "owner disabled")?);
+        }
+        crate::effects::record(conn, now, &crate::effects::rules::rentals_ended(&ended))?;
     }
     owner_summary(conn, &o.id)
 }

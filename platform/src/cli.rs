@@ -1083,6 +1083,8 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         ping_timeout,
     }));
     let throttle = Arc::new(crate::web::throttle::Throttle::default());
+    // PostgreSQL: the effects' `LISTEN` connection is made as the others were.
+    let listen_target = conns[0].pg_target();
     let db = crate::db::Db::start_many(conns);
     if let Some(ckpt) = ckpt {
         db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
@@ -1128,6 +1130,14 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let st = state.clone();
     let res = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        // The one place the relay's tunnels and streams are ended: the effects any replica or
+        // CLI command recorded, read from the database (`effects`).
+        tokio::spawn(crate::effects::applier(
+            state.db.clone(),
+            relay.clone(),
+            state.clock.clone(),
+            listen_target,
+        ));
         let tenants = Arc::new(crate::relay::Tenants {
             relay,
             db: state.db.clone(),

@@ -35,6 +35,8 @@ pub struct Db {
     /// Set by the checkpoint thread when the WAL should restart; the database thread finishes
     /// the checkpoint between two batches ([`Db::spawn_checkpointer`]).
     restart: Arc<AtomicBool>,
+    /// Notified after a batch that recorded effects commits (`effects::applier` waits on it).
+    effects: Arc<tokio::sync::Notify>,
 }
 
 /// Where the database thread's time goes; logged when the server stops (the platform bench
@@ -86,14 +88,15 @@ impl Db {
         let rx = Arc::new(std::sync::Mutex::new(rx));
         let stats = Arc::new(Stats::default());
         let restart = Arc::new(AtomicBool::new(false));
+        let effects = Arc::new(tokio::sync::Notify::new());
         for (i, conn) in conns.into_iter().enumerate() {
-            let (st, rs, rx) = (stats.clone(), restart.clone(), rx.clone());
+            let (st, rs, rx, fx) = (stats.clone(), restart.clone(), rx.clone(), effects.clone());
             std::thread::Builder::new()
                 .name(format!("gpum-db-{i}"))
-                .spawn(move || run(conn, &rx, &st, &rs))
+                .spawn(move || run(conn, &rx, &st, &rs, &fx))
                 .expect("spawn the database thread");
         }
-        Db { tx, stats, restart }
+        Db { tx, stats, restart, effects }
     }
 
     /// Starts the checkpoint thread on its own connection `ckpt` to the same database: every
@@ -135,6 +138,13 @@ impl Db {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// What the database threads notify after a batch that recorded effects commits: the
+    /// in-process wake-up of `effects::applier` (SQLite's only one; PostgreSQL's `NOTIFY`
+    /// reaches the other replicas).
+    pub fn effects_written(&self) -> Arc<tokio::sync::Notify> {
+        self.effects.clone()
     }
 
     /// Runs `f` on the database thread inside a transaction; its effects are committed before
@@ -179,7 +189,13 @@ fn next_batch(rx: &std::sync::Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
     Some(jobs)
 }
 
-fn run(conn: Conn, rx: &std::sync::Mutex<mpsc::Receiver<Job>>, stats: &Stats, restart: &AtomicBool) {
+fn run(
+    conn: Conn,
+    rx: &std::sync::Mutex<mpsc::Receiver<Job>>,
+    stats: &Stats,
+    restart: &AtomicBool,
+    effects: &tokio::sync::Notify,
+) {
     while let Some(jobs) = next_batch(rx) {
         let started = Instant::now();
         if let Err(e) = conn.begin_or_reconnect() {
@@ -205,6 +221,10 @@ fn run(conn: Conn, rx: &std::sync::Mutex<mpsc::Receiver<Job>>, stats: &Stats, re
         stats.busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         stats.ops.fetch_add(n, Ordering::Relaxed);
         stats.transactions.fetch_add(1, Ordering::Relaxed);
+        // Effects recorded in this batch are in the database now: the applier reads them.
+        if crate::effects::take_written() && committed {
+            effects.notify_one();
+        }
         for r in replies {
             r(committed);
         }

@@ -24,6 +24,7 @@ pub mod accounts;
 pub mod cli;
 pub mod clock;
 pub mod db;
+pub mod effects;
 pub mod error;
 pub mod install;
 pub mod listen;

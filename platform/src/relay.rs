@@ -132,6 +132,8 @@ type OpenRequest = oneshot::Sender<Option<yamux::Stream>>;
 struct Link {
     generation: u64,
     open: mpsc::Sender<OpenRequest>,
+    /// Cancelled by [`Relay::end_node`]: the tunnel is dropped at once, its streams with it.
+    ended: CancellationToken,
 }
 
 /// A rental's open streams: their count, what closes them, and its byte budget.
@@ -172,10 +174,11 @@ impl Relay {
         // keep the link alive: replacing the link still ends this tunnel.
         let pinger = tx.downgrade();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let ended = CancellationToken::new();
         self.links
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(node_id.clone(), Link { generation, open: tx });
+            .insert(node_id.clone(), Link { generation, open: tx, ended: ended.clone() });
         tracing::info!(node = %node_id, "tunnel attached");
         let mut waiting: std::collections::VecDeque<OpenRequest> = Default::default();
         let drive = poll_fn(|cx| {
@@ -215,7 +218,10 @@ impl Relay {
         let end = tokio::select! {
             why = drive => why,
             why = keepalive(pinger, self.cfg.ping_every, self.cfg.ping_timeout) => why,
+            () = ended.cancelled() => NODE_ENDED,
         };
+        // Ending the node also closes its link's channel: whichever the select saw first.
+        let end = if ended.is_cancelled() { NODE_ENDED } else { end };
         {
             let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
             if links.get(&node_id).is_some_and(|l| l.generation == generation) {
@@ -223,8 +229,9 @@ impl Relay {
             }
         }
         // A connection that answers no ping is dead: it is dropped, which ends its streams at
-        // once (a close would wait for it in vain). Others are closed in order first.
-        if end != SILENT_AGENT {
+        // once (a close would wait for it in vain); so is one whose node was deleted or whose
+        // token was replaced, whose streams must not outlive it. Others are closed in order first.
+        if end != SILENT_AGENT && end != NODE_ENDED {
             let _ = tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| conn.poll_close(cx))).await;
         }
         drop(conn);
@@ -239,9 +246,13 @@ impl Relay {
         tokio::time::timeout(OPEN_TIMEOUT, orx).await.ok()?.ok()?
     }
 
-    /// Drops node `node_id`'s tunnel (the node was deleted).
+    /// Drops node `node_id`'s tunnel and its open streams at once (the node was deleted, or its
+    /// token replaced).
     pub fn end_node(&self, node_id: &str) {
-        self.links.lock().unwrap_or_else(|e| e.into_inner()).remove(node_id);
+        if let Some(link) = self.links.lock().unwrap_or_else(|e| e.into_inner()).remove(node_id) {
+            tracing::info!(node = %node_id, "relay: the node's tunnel ended; dropping it");
+            link.ended.cancel();
+        }
     }
 
     /// Closes rental `id`'s open streams at once (it was stopped).
@@ -283,6 +294,9 @@ impl Relay {
 
 /// Why [`keepalive`] ended a tunnel.
 const SILENT_AGENT: &str = "the agent did not answer a ping";
+
+/// Why [`Relay::end_node`] ended a tunnel.
+const NODE_ENDED: &str = "the node was deleted or its token replaced";
 
 /// Pings a tunnel every `every` through `link` (see [`gpum_protocol::tunnel`]); returns why
 /// the tunnel should end: its agent did not answer within `timeout`, or the link is gone.

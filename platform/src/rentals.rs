@@ -541,18 +541,26 @@ pub fn stop(conn: &Conn, now: u64, id: &str) -> Result<RentalSummary, ApiError> 
     if changed > 0 {
         record(conn, &node_id, now, NodeEventKind::RentalStopped, id, "")?;
     }
+    // Its tenants' streams close now, on every replica, not when the agent next hears of it.
+    crate::effects::record(conn, now, &crate::effects::rules::rental_stopped(id, changed > 0))?;
     show(conn, now, id, &Scope::All)
 }
 
-/// A deleted node's rentals end: none is listed any more, and each not stopped yet records why.
-pub fn end_for_deleted_node(conn: &Conn, now: u64, node_id: &str) -> Result<(), ApiError> {
+/// Node `node_id`'s open rentals end (`reason`: its node deleted, its owner disabled): none is
+/// listed any more, and each not stopped yet records why. Returns those that ended: their
+/// streams must close.
+pub fn end_for_node(conn: &Conn, now: u64, node_id: &str, reason: &str) -> Result<Vec<String>, ApiError> {
+    let ended: Vec<String> = conn
+        .prepare_cached("SELECT id FROM rentals WHERE node_id = ?1 AND (listed = 1 OR stopped_at IS NULL)")?
+        .query_map(params![node_id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     conn.prepare_cached(
         "UPDATE rentals SET stopped_at = COALESCE(stopped_at, ?1), listed = 0,
-             reason = CASE WHEN stopped_at IS NULL THEN 'node deleted' ELSE reason END
+             reason = CASE WHEN stopped_at IS NULL THEN ?3 ELSE reason END
          WHERE node_id = ?2 AND (listed = 1 OR stopped_at IS NULL)",
     )?
-    .execute(params![now as i64, node_id])?;
-    Ok(())
+    .execute(params![now as i64, node_id, reason])?;
+    Ok(ended)
 }
 
 // ---------------------------------------------------------------------------------------------

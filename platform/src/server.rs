@@ -488,8 +488,8 @@ async fn delete_node(
 ) -> Result<Response, ApiError> {
     let now = st.clock.now();
     let i = id.clone();
+    // Its tunnel and its rentals' streams end through the effects it records (`effects`).
     st.db.call(move |c| store::delete_node(c, now, &i, &scope)).await?;
-    st.relay.end_node(&id);
     Ok(Json(NodeDeleted { deleted: id }).into_response())
 }
 
@@ -635,9 +635,8 @@ async fn show_rental(
 async fn stop_rental(State(st): St, Path(id): Path<String>) -> Result<Response, ApiError> {
     let now = st.clock.now();
     let rid = id.clone();
+    // Its tenants' streams close through the effect it records (`effects`), on every replica.
     let r = st.db.call(move |c| crate::rentals::stop(c, now, &rid)).await?;
-    // Its tenants' streams close now, not when the agent next hears of it.
-    st.relay.end_rental(&id);
     Ok(Json(r).into_response())
 }
 

@@ -644,6 +644,15 @@ impl Conn {
         }
     }
 
+    /// Where this PostgreSQL connection was made (for a connection of another kind, such as
+    /// `effects`' `LISTEN`); `None` on SQLite.
+    pub fn pg_target(&self) -> Option<crate::pgurl::PgTarget> {
+        match &self.0 {
+            Inner::Postgres(pg) => Some(pg.borrow().target.clone()),
+            Inner::Sqlite(_) => None,
+        }
+    }
+
     pub fn engine(&self) -> Engine {
         match self.0 {
             Inner::Sqlite(_) => Engine::Sqlite,

@@ -253,6 +253,16 @@ ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
 ALTER TABLE sessions ADD COLUMN totp_pending_until INTEGER;
 ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
 "#,
+    // Issue 44, items 1 and 2: effects as data (`effects.rs`): what a change of state ends in
+    // every replica's relay, written in the same transaction; `rowid` is the appliers' cursor.
+    r#"
+CREATE TABLE effects (
+    at       INTEGER NOT NULL,
+    kind     TEXT NOT NULL,
+    subject  TEXT NOT NULL
+);
+CREATE INDEX effects_at ON effects(at);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -442,6 +452,18 @@ ALTER TABLE owners ADD COLUMN totp_reset_at BIGINT;
 ALTER TABLE sessions ADD COLUMN totp_pending TEXT;
 ALTER TABLE sessions ADD COLUMN totp_pending_until BIGINT;
 ALTER TABLE sessions ADD COLUMN flash_deleted TEXT;
+"#,
+    ),
+    (
+        13,
+        r#"
+CREATE TABLE effects (
+    at       BIGINT NOT NULL,
+    kind     TEXT NOT NULL,
+    subject  TEXT NOT NULL,
+    rowid    BIGSERIAL
+);
+CREATE INDEX effects_at ON effects(at);
 "#,
     ),
 ];
@@ -1845,7 +1867,9 @@ pub fn delete_node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<(),
     .execute(params![now as i64, id])?;
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![id])?;
     // Its rentals end (no heartbeat will carry them again); their records stay for the operator.
-    crate::rentals::end_for_deleted_node(conn, now, id)?;
+    let ended = crate::rentals::end_for_node(conn, now, id, "node deleted")?;
+    // Its tunnel and those rentals' streams end on every replica.
+    crate::effects::record(conn, now, &crate::effects::rules::node_deleted(id, &ended))?;
     conn.prepare_cached("DELETE FROM commands WHERE node_id = ?1")?.execute(params![id])?;
     conn.prepare_cached("DELETE FROM container_removals WHERE node_id = ?1")?.execute(params![id])?;
     // Its history goes too: the event log keeps only that it was deleted, and when.
@@ -1919,6 +1943,8 @@ pub fn rotate_token(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<To
     conn.prepare_cached("UPDATE nodes SET token_hash = ?1 WHERE id = ?2")?
         .execute(params![hash_secret(&token), id])?;
     record(conn, id, now, NodeEventKind::TokenReplaced, "", "")?;
+    // The tunnel the old token opened ends on every replica.
+    crate::effects::record(conn, now, &crate::effects::rules::token_replaced(id))?;
     Ok(TokenRotated { node_token: token })
 }
 

@@ -29,6 +29,9 @@ mod owners;
 // Issue 33: rentals, the platform's side (admin API, CLI, heartbeat, expiry).
 #[path = "platform_rentals.rs"]
 mod rentals;
+// Issue 44, items 1 and 2: effects reach every replica's relay, from every face.
+#[path = "platform_effects.rs"]
+mod effects;
 // Issue 35: replicas on one PostgreSQL.
 #[path = "platform_replicas.rs"]
 mod replicas;

@@ -84,6 +84,11 @@ impl TestPlatform {
         TestPlatform::start_on(self.opts.clone(), self.db.clone())
     }
 
+    /// [`TestPlatform::replica`] with options of its own (a relay on another port).
+    pub fn replica_with(&self, opts: PlatformOpts) -> TestPlatform {
+        TestPlatform::start_on(opts, self.db.clone())
+    }
+
     /// [`TestPlatform::start`] on the given database.
     pub fn start_on(opts: PlatformOpts, db: Arc<TestDb>) -> TestPlatform {
         let dir = tempfile::Builder::new().prefix("gpum-platform-test").tempdir().expect("temp dir");
