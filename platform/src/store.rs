@@ -230,6 +230,18 @@ ALTER TABLE nodes ADD COLUMN quarantine_json TEXT;
     r#"
 ALTER TABLE rentals ADD COLUMN tunnel_hash TEXT;
 "#,
+    // The throttle's counts (issue 43): shared by replicas, per door and per subject (a hash
+    // of an address, an IPv6 /48 or an e-mail; `crate::throttle`), `last_failure` in Unix ms.
+    r#"
+CREATE TABLE throttle (
+    door          TEXT NOT NULL,
+    subject       TEXT NOT NULL,
+    failures      INTEGER NOT NULL,
+    last_failure  INTEGER NOT NULL,
+    PRIMARY KEY (door, subject)
+);
+CREATE INDEX throttle_last ON throttle(last_failure);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -242,9 +254,10 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 /// a later migration is added to both lists, with the same number. Where the DDL differs:
 /// every integer is BIGINT (SQLite's INTEGER is 64-bit), and the tables whose pruning and order
 /// rely on SQLite's implicit `rowid` get it as a real column, so the same SQL reads both.
-const PG_MIGRATIONS: &[(usize, &str)] = &[(
-    10,
-    r#"
+const PG_MIGRATIONS: &[(usize, &str)] = &[
+    (
+        10,
+        r#"
 CREATE TABLE join_codes (
     code_hash        TEXT PRIMARY KEY,
     created_at       BIGINT NOT NULL,
@@ -397,7 +410,21 @@ CREATE INDEX rentals_node ON rentals(node_id, created_at);
 -- rentals_node (SQLite is told to use it: rentals::desired).
 CREATE INDEX rentals_listed ON rentals(node_id, created_at) WHERE listed = 1;
 "#,
-)];
+    ),
+    (
+        11,
+        r#"
+CREATE TABLE throttle (
+    door          TEXT NOT NULL,
+    subject       TEXT NOT NULL,
+    failures      BIGINT NOT NULL,
+    last_failure  BIGINT NOT NULL,
+    PRIMARY KEY (door, subject)
+);
+CREATE INDEX throttle_last ON throttle(last_failure);
+"#,
+    ),
+];
 
 /// Opens the platform's database at `db` (a SQLite file's path, created when absent, or a
 /// `postgres://` URL) and runs pending migrations; a schema newer than [`SCHEMA_VERSION`] is

@@ -12,8 +12,8 @@
 //!   constant time. Both through a form (never in a URL); both start a session kept in the
 //!   database ([`crate::accounts`]) whose cookie is `HttpOnly`, `SameSite=Strict`,
 //!   `Path=/dashboard`, and `Secure` when the public URL is https. Failures count against the
-//!   client's address with the admin API's ([`throttle`]): past five, the form answers 429 for a
-//!   growing while.
+//!   client's address and, for an owner, against the account ([`crate::throttle`], each sign-in
+//!   door on its own): past five, the form answers 429 for a growing while.
 //! - **Scope**: an owner's session sees only their servers and join codes ([`Req::scope`] into
 //!   every `store` call); the operator's sees all.
 //! - **Every state-changing request is a POST with the session's CSRF token**, compared in
@@ -36,7 +36,6 @@ mod account;
 mod i18n;
 pub(crate) mod pages;
 pub(crate) mod session;
-pub mod throttle;
 
 use std::sync::Arc;
 
@@ -58,9 +57,9 @@ use crate::accounts::{self, SessionRow};
 use crate::error::ApiError;
 use crate::server::{AppState, read_body};
 use crate::store::{self, Scope};
+use crate::throttle::{self, Door, Throttle};
 use pages::{Ctx, JoinState, LoginError, Shown};
 use session::ct_eq;
-use throttle::{Door, Throttle};
 
 const SESSION_COOKIE: &str = "gpum_session";
 const LOGIN_COOKIE: &str = "gpum_login";
@@ -362,7 +361,7 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     };
     // A blocked address is refused before its token is looked at, or even read.
-    let (client, f) = match sign_in_form::<LoginForm>(&web, &r, req, |secs| {
+    let (client, f) = match sign_in_form::<LoginForm>(&web, &r, Door::OperatorSignIn, req, |secs| {
         login_page(&web, &r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)))
     })
     .await
@@ -372,10 +371,10 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     };
     let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
-        web.throttle.failed(client, Door::SignIn);
+        web.throttle.failed(Door::OperatorSignIn, client, None).await;
         return login_page(&web, &r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
     }
-    web.throttle.succeeded(client);
+    web.throttle.succeeded(Door::OperatorSignIn, client, None).await;
     tracing::info!(client = %client_text(client), "dashboard: the operator signed in");
     start_session(&web, &r, None).await
 }
@@ -391,11 +390,12 @@ fn client_text(c: std::net::IpAddr) -> String {
 async fn sign_in_form<T: DeserializeOwned>(
     web: &Web,
     r: &Req,
+    door: Door,
     req: Request,
     too_many: impl FnOnce(u64) -> Response,
 ) -> Result<(std::net::IpAddr, T), Response> {
     let client = throttle::client_key(&req);
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+    if let Err(wait) = web.throttle.check(door, client, None).await {
         let secs = throttle::retry_after(wait);
         let mut resp = too_many(secs);
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -784,8 +784,9 @@ mod tests {
 
     fn app_with(dir: &std::path::Path, admin: bool, dist: Option<std::path::PathBuf>) -> Router {
         let conn = store::open(&dir.join("p.db")).unwrap();
+        let db = Db::start(conn);
         let state = Arc::new(AppState {
-            db: Db::start(conn),
+            db: db.clone(),
             clock: Clock::system(),
             cfg: Config {
                 heartbeat_interval_secs: 10,
@@ -795,7 +796,7 @@ mod tests {
                 body_timeout: Duration::from_secs(5),
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
-            throttle: Arc::default(),
+            throttle: Arc::new(Throttle::new(db, Clock::system())),
         });
         crate::server::router(state)
     }
