@@ -238,6 +238,16 @@ enum OwnersCmd {
     Disable { owner: String },
     /// Enable a disabled owner again.
     Enable { owner: String },
+    /// Show, or set, what one owner may hold: open join codes (unused, unexpired) and servers.
+    /// One past either is refused (409 owner_limit_reached). Defaults: 100 and 1,000.
+    Limits {
+        /// The most open join codes per owner.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        open_codes: Option<u64>,
+        /// The most servers per owner.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        servers: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -729,6 +739,14 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         }
     };
     match cmd {
+        OwnersCmd::Limits { open_codes, servers } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::set_owner_limits(c, open_codes, servers)?)?))?;
+            let l: store::OwnerLimits = serde_json::from_value(v.clone())?;
+            print(
+                &v,
+                format!("open join codes per owner: {}\nservers per owner: {}", l.open_codes, l.servers),
+            );
+        }
         OwnersCmd::Invite { email, public_url } => {
             crate::install::check_public_url(&public_url)
                 .map_err(|e| anyhow::anyhow!("--public-url: {e}"))?;

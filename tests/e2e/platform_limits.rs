@@ -267,3 +267,62 @@ async fn large_bodies_that_never_finish_hold_bounded_memory() {
     assert!(peak < rest + 40 * 1024, "RSS went from {rest} KiB to {peak} KiB with 64 large bodies");
     assert!(after < rest + 40 * 1024, "RSS stayed at {after} KiB (at rest: {rest} KiB)");
 }
+
+/// Issue 43, item 3: what one owner may hold. Before the fix one owner's API key made join codes
+/// and registered servers without end (300 in 0.7 s). The operator's limits (`owners limits`,
+/// defaults 100 open codes and 1,000 servers) refuse one past either with 409
+/// `owner_limit_reached`, and a refused registration does not use its code up.
+#[tokio::test]
+async fn an_owner_holds_at_most_the_operators_limits_of_codes_and_servers() {
+    use gpum_protocol::{
+        ErrorCode, JoinCodeCreated, PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, RegisterResponse,
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let defaults = p.cli_json(&["owners", "limits"]);
+    assert_eq!((defaults["open_codes"].as_u64(), defaults["servers"].as_u64()), (Some(100), Some(1000)));
+    let set = p.cli_json(&["owners", "limits", "--open-codes", "3", "--servers", "2"]);
+    assert_eq!((set["open_codes"].as_u64(), set["servers"].as_u64()), (Some(3), Some(2)));
+    let owner = gpum_tests::owner::OwnerSession::accept(
+        &p,
+        &p.invite_owner("many@example.com"),
+        "correct horse battery",
+    )
+    .await;
+    let key = owner.create_api_key("script").await;
+    let c = p.http_client();
+    let new_code = || async {
+        let r = c.post(format!("{}{PATH_OWNER_JOIN_CODES}", p.url())).bearer_auth(&key).send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    };
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = new_code().await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        codes.push(serde_json::from_str::<JoinCodeCreated>(&body).unwrap().code);
+    }
+    let (status, body) = new_code().await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let e: gpum_protocol::ErrorBody = serde_json::from_str(&body).unwrap();
+    assert_eq!(e.error.code, ErrorCode::OwnerLimitReached);
+    assert!(e.error.message.contains("3 open join codes"), "{}", e.error.message);
+    // The operator's own codes are not an owner's.
+    p.join_code();
+
+    let api = super::Api::new(&p);
+    let first: RegisterResponse = api.register(&codes[0], "GPU-lim-0").await.ok();
+    let _: RegisterResponse = api.register(&codes[1], "GPU-lim-1").await.ok();
+    let refused = api.register(&codes[2], "GPU-lim-2").await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(refused.code(), ErrorCode::OwnerLimitReached);
+    // Used codes are not open: a new one may be made, and the refused code still works once a
+    // server is deleted.
+    assert_eq!(new_code().await.0, StatusCode::CREATED);
+    let r = c
+        .delete(format!("{}{PATH_OWNER_NODES}/{}", p.url(), first.node_id))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let _: RegisterResponse = api.register(&codes[2], "GPU-lim-2").await.ok();
+}
