@@ -326,3 +326,71 @@ async fn an_owner_holds_at_most_the_operators_limits_of_codes_and_servers() {
     assert!(r.status().is_success(), "{}", r.status());
     let _: RegisterResponse = api.register(&codes[2], "GPU-lim-2").await.ok();
 }
+
+/// Asks for node `token`'s tunnel on a connection of its own; the answer's status code and
+/// the connection (kept open: after `101` it is the tunnel).
+async fn open_tunnel(port: u16, token: &str) -> (u16, TcpStream) {
+    let mut s = connect_from([127, 0, 0, 1], port).await;
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: {}\r\n\r\n",
+        gpum_protocol::PATH_TUNNEL,
+        gpum_protocol::TUNNEL_UPGRADE
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    // The head, byte by byte, so that nothing of the tunnel after it is read.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut b)).await.unwrap().unwrap();
+        assert_ne!(n, 0, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    let status = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap();
+    (status, s)
+}
+
+/// Issue 43, item 3: agents' tunnels have a cap of their own, sized from the file limit. Before
+/// the fix an upgraded connection left its slot behind: with `ulimit -n 300` one owner's 283
+/// tunnels took every descriptor, the admin API timed out and `accept` failed thousands of
+/// times. Under `ulimit -n 160` a quarter of what is left past the reserve (24) get `101`, the
+/// next are refused 429 before any upgrade, the API keeps answering, and a closed tunnel makes
+/// room for another.
+#[tokio::test]
+async fn tunnels_have_a_cap_of_their_own_below_the_file_limit() {
+    use gpum_protocol::{PATH_ADMIN_NODES, RegisterResponse};
+    let p = TestPlatform::start(PlatformOpts { nofile_limit: Some(160), ..PlatformOpts::insecure_http() });
+    let api = super::Api::new(&p);
+    let mut tokens = Vec::new();
+    for i in 0..40 {
+        let r: RegisterResponse = api.register(&p.join_code(), &format!("GPU-tun-{i}")).await.ok();
+        tokens.push(r.node_token);
+    }
+    let mut tunnels = Vec::new();
+    let mut statuses = Vec::new();
+    for t in &tokens {
+        let (status, s) = open_tunnel(p.port(), t).await;
+        statuses.push(status);
+        if status == 101 {
+            tunnels.push(s);
+        }
+    }
+    let upgraded = statuses.iter().filter(|s| **s == 101).count();
+    assert_eq!(upgraded, 24, "{statuses:?}");
+    assert!(statuses[24..].iter().all(|s| *s == 429), "{statuses:?}");
+    // The API answers the operator meanwhile.
+    let r = p.http_client().get(format!("{}{PATH_ADMIN_NODES}", p.url())).bearer_auth(p.admin_token());
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::OK);
+    // A tunnel that closes makes room for another.
+    drop(tunnels.pop());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, s) = open_tunnel(p.port(), &tokens[30]).await;
+        if status == 101 {
+            tunnels.push(s);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after a tunnel closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(p.log().contains("tunnel refused: the platform holds its limit of tunnels"));
+}
