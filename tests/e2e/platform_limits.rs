@@ -305,6 +305,10 @@ async fn an_owner_holds_at_most_the_operators_limits_of_codes_and_servers() {
     let e: gpum_protocol::ErrorBody = serde_json::from_str(&body).unwrap();
     assert_eq!(e.error.code, ErrorCode::OwnerLimitReached);
     assert!(e.error.message.contains("3 open join codes"), "{}", e.error.message);
+    // The dashboard says so in the owner's language.
+    let page = owner.post("/dashboard/add", &[("ttl", "3600")]).await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(page.body.contains("id=\"codes-limit\"") && page.body.contains(" 3 "), "{}", page.body);
     // The operator's own codes are not an owner's.
     p.join_code();
 
