@@ -289,17 +289,39 @@ fn succeed_in(c: &Conn, door: Door, subjects: &[Subject]) -> crate::sql::Result<
     Ok(())
 }
 
-/// See the module docs. Cheap to clone.
-#[derive(Clone)]
+/// The log of refusals: at most one line per door a second, with how many were not logged, so
+/// a blocked client that keeps knocking cannot fill the log.
+#[derive(Default)]
+struct RefusalLog {
+    doors: std::collections::HashMap<&'static str, (std::time::Instant, u64)>,
+}
+
+impl RefusalLog {
+    /// Whether to log a refusal at `door` now; `Some` with the refusals left out since the last.
+    fn take(&mut self, door: Door, now: std::time::Instant) -> Option<u64> {
+        let e = self.doors.entry(door.code()).or_insert((now - Duration::from_secs(2), 0));
+        if now.duration_since(e.0) >= Duration::from_secs(1) {
+            let skipped = e.1;
+            *e = (now, 0);
+            Some(skipped)
+        } else {
+            e.1 += 1;
+            None
+        }
+    }
+}
+
+/// See the module docs.
 pub struct Throttle {
     db: Db,
     clock: Clock,
     max_rows: i64,
+    refusals: std::sync::Mutex<RefusalLog>,
 }
 
 impl Throttle {
     pub fn new(db: Db, clock: Clock) -> Throttle {
-        Throttle { db, clock, max_rows: MAX_TRACKED }
+        Throttle { db, clock, max_rows: MAX_TRACKED, refusals: Default::default() }
     }
 
     /// With a smaller table, for tests of what happens when it is full.
@@ -324,12 +346,20 @@ impl Throttle {
         match r {
             Ok(None) => Ok(()),
             Ok(Some(wait)) => {
-                tracing::warn!(
-                    client = %client,
-                    retry_after_s = retry_after(wait),
-                    "{}: refused, too many wrong answers",
-                    door.name()
-                );
+                let log = self
+                    .refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(door, std::time::Instant::now());
+                if let Some(not_logged) = log {
+                    tracing::warn!(
+                        client = %client,
+                        retry_after_s = retry_after(wait),
+                        refusals_not_logged = not_logged,
+                        "{}: refused, too many wrong answers",
+                        door.name()
+                    );
+                }
                 Err(wait)
             }
             Err(e) => {
@@ -420,6 +450,18 @@ mod tests {
         let r = too_many(Duration::from_millis(200));
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn refusals_are_logged_at_most_once_a_second_per_door() {
+        let mut l = RefusalLog::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(l.take(Door::AdminApi, t0), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(l.take(Door::AdminApi, t0 + Duration::from_millis(500)), None);
+        }
+        assert_eq!(l.take(Door::Relay, t0), Some(0), "another door");
+        assert_eq!(l.take(Door::AdminApi, t0 + Duration::from_secs(1)), Some(1000));
     }
 
     #[test]
