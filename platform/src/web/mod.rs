@@ -716,7 +716,7 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
     let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl, &scope)).await {
         Ok(c) => c,
         Err(e) if e.code == gpum_protocol::ErrorCode::OwnerLimitReached => {
-            let max = web.app.db.call(|c| store::owner_limits(c)).await.map_or(0, |l| l.open_codes);
+            let max = web.app.db.call(store::owner_limits).await.map_or(0, |l| l.open_codes);
             return page(StatusCode::CONFLICT, pages::open_codes_limit(&r.ctx, max));
         }
         Err(e) => return api_error(&r, e),
