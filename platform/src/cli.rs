@@ -140,6 +140,11 @@ struct ServeArgs {
     /// file-descriptor limit, which is raised to its hard limit at start.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
+    /// Agents' tunnels open at once (one per server with a rental's ports); one more is refused
+    /// (429) until one closes. Kept at most a quarter of the file-descriptor limit, the doors'
+    /// connections sharing the rest.
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_tunnels: u64,
     /// Seconds an answer's writing may make no progress (the client reads nothing) before the
     /// connection is closed. A download that keeps moving is never cut.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
@@ -195,8 +200,9 @@ struct ServeArgs {
     /// unlimited when not given.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
     relay_rate: Option<u64>,
-    /// Streams one rental may hold open at once through the relay.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    /// Streams one rental may hold open at once through the relay (at most 960: one node's
+    /// tunnel carries at most 960 tenant streams, all its rentals together).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=gpum_protocol::tunnel::MAX_TENANT_STREAMS as u64))]
     relay_max_streams: u64,
     /// Seconds a relay stream may carry no byte either way before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -244,6 +250,16 @@ enum OwnersCmd {
     /// their pages say that the operator did it. Check who is asking first.
     #[command(name = "reset-2fa")]
     Reset2fa { owner: String },
+    /// Show, or set, what one owner may hold: open join codes (unused, unexpired) and servers.
+    /// One past either is refused (409 owner_limit_reached). Defaults: 100 and 1,000.
+    Limits {
+        /// The most open join codes per owner.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        open_codes: Option<u64>,
+        /// The most servers per owner.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        servers: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -742,6 +758,14 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         }
     };
     match cmd {
+        OwnersCmd::Limits { open_codes, servers } => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::set_owner_limits(c, open_codes, servers)?)?))?;
+            let l: store::OwnerLimits = serde_json::from_value(v.clone())?;
+            print(
+                &v,
+                format!("open join codes per owner: {}\nservers per owner: {}", l.open_codes, l.servers),
+            );
+        }
         OwnersCmd::Invite { email, public_url } => {
             crate::install::check_public_url(&public_url)
                 .map_err(|e| anyhow::anyhow!("--public-url: {e}"))?;
@@ -1046,9 +1070,13 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let addr = listener.local_addr()?;
     let public_url =
         public_url.unwrap_or_else(|| format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }));
-    let max_connections = crate::listen::effective_max_connections(
-        usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+    // The descriptors are shared by the tunnels and every door that accepts connections.
+    let doors = 1 + usize::from(relay_listener.is_some()) + usize::from(relay_http_listener.is_some());
+    let (max_connections, max_tunnels) = crate::listen::share_descriptors(
         crate::listen::raise_nofile_limit(),
+        usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        usize::try_from(args.max_tunnels).unwrap_or(usize::MAX),
+        doors,
     );
     let transport = crate::listen::Transport {
         header_timeout: Duration::from_secs(args.header_timeout),
@@ -1074,6 +1102,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         idle_timeout: Duration::from_secs(args.relay_idle_timeout),
         rate: args.relay_rate,
         max_connections,
+        max_tunnels,
         max_per_address: transport.max_per_address,
         terminators: transport.terminators.clone(),
         header_timeout: Duration::from_secs(args.header_timeout),
@@ -1082,10 +1111,10 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         ping_every,
         ping_timeout,
     }));
-    let throttle = Arc::new(crate::web::throttle::Throttle::default());
     // PostgreSQL: the effects' `LISTEN` connection is made as the others were.
     let listen_target = conns[0].pg_target();
     let db = crate::db::Db::start_many(conns);
+    let throttle = Arc::new(crate::throttle::Throttle::new(db.clone(), clock.clone()));
     if let Some(ckpt) = ckpt {
         db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
     }
@@ -1107,6 +1136,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     tracing::info!(
         public_url = %state.cfg.public_url,
         max_connections = transport.max_connections,
+        max_tunnels,
         max_connections_per_address = transport.max_per_address,
         header_timeout_s = args.header_timeout,
         body_timeout_s = args.body_timeout,

@@ -16,6 +16,8 @@
 //!   carries and records.
 //! - [`db`]: the database threads with group commit, used by the server.
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
+//! - [`throttle`]: the limit on guessing secrets, per door, address and account, shared by
+//!   replicas through the database.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
 #![allow(clippy::disallowed_methods)]
@@ -39,4 +41,5 @@ pub mod sql;
 pub mod store;
 #[cfg(any(test, feature = "test-knobs"))]
 pub mod testdb;
+pub mod throttle;
 pub mod web;

@@ -180,6 +180,7 @@ pub async fn accept_loop<H, F>(
     let per_address = Arc::new(PerAddress::new(door.max_per_address, door.terminators.clone()));
     let trusted = Arc::new(door.trusted_proxies);
     let handle = Arc::new(handle);
+    let mut pause = AcceptPause::default();
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -188,12 +189,20 @@ pub async fn accept_loop<H, F>(
         };
         let (mut stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok(v) => v,
+                Ok(v) => {
+                    pause = AcceptPause::default();
+                    v
+                }
                 Err(e) => {
                     // ECONNABORTED and the like concern one connection; anything else (EMFILE)
-                    // gets a pause so the loop does not spin.
-                    tracing::warn!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // gets a pause that doubles while the errors go on, so the loop neither
+                    // spins nor fills the log (issue 43, item 3).
+                    let wait = pause.failed();
+                    tracing::warn!(errors = pause.errors, pause_ms = wait.as_millis() as u64, "accept: {e}");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = &mut shutdown => break,
+                    }
                     continue;
                 }
             },
@@ -231,6 +240,43 @@ pub async fn accept_loop<H, F>(
             });
         }
     }
+}
+
+/// The accept loop's pause after an error: 50 ms, doubling while the errors go on, at most
+/// [`AcceptPause::MAX`]; a connection accepted starts it afresh.
+#[derive(Debug, Default)]
+struct AcceptPause {
+    errors: u32,
+}
+
+impl AcceptPause {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(2);
+
+    /// One more error in a row: how long to pause.
+    fn failed(&mut self) -> Duration {
+        self.errors = self.errors.saturating_add(1);
+        Self::FIRST.saturating_mul(1u32.checked_shl(self.errors - 1).unwrap_or(u32::MAX)).min(Self::MAX)
+    }
+}
+
+/// How the descriptors [`raise_nofile_limit`] left are shared (issue 43, item 3): an agent's
+/// tunnel holds its connection's descriptor for as long as it lasts, outside every door's
+/// connection cap, so tunnels have a cap of their own. Past [`FD_RESERVE`], tunnels get at most
+/// a quarter (and at most `asked_tunnels`); the rest is shared equally by the `doors` that
+/// accept connections (the API's listener, and the relay's doors when on), each capped at most
+/// at `asked_connections`. Together they never reach the file limit. Returns (each door's
+/// connection cap, the tunnel cap), each at least 1.
+pub fn share_descriptors(
+    nofile: u64,
+    asked_connections: usize,
+    asked_tunnels: usize,
+    doors: usize,
+) -> (usize, usize) {
+    let budget = usize::try_from(nofile.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX).max(2);
+    let tunnels = asked_tunnels.min(budget / 4).max(1);
+    let per_door = ((budget - tunnels) / doors.max(1)).max(1);
+    (asked_connections.min(per_door).max(1), tunnels)
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then gives open connections
@@ -352,7 +398,7 @@ pub fn proxy_client(header: &[u8], peer: SocketAddr) -> Result<SocketAddr, Strin
 }
 
 /// Serves one connection. Each request carries the peer's address as axum's `ConnectInfo`
-/// (what the admin token's rate limit counts by, `web::throttle`); no header is read for it.
+/// (what the throttle counts by, `crate::throttle`); no header is read for it.
 async fn serve_one<I>(
     io: I,
     peer: SocketAddr,
@@ -618,6 +664,30 @@ pub fn tls_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_errors_pause_longer_while_they_go_on() {
+        let mut p = AcceptPause::default();
+        let waits: Vec<u64> = (0..8).map(|_| p.failed().as_millis() as u64).collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        for _ in 0..100 {
+            assert_eq!(p.failed(), AcceptPause::MAX);
+        }
+    }
+
+    /// Issue 43, item 3: tunnels and the doors' connections together stay below the file limit.
+    #[test]
+    fn tunnels_and_doors_share_the_descriptors_below_the_limit() {
+        for nofile in [100u64, 300, 1024, 65_536, 1 << 20] {
+            for doors in 1..=3 {
+                let (per_door, tunnels) = share_descriptors(nofile, usize::MAX, usize::MAX, doors);
+                assert!((per_door * doors + tunnels) as u64 <= nofile - FD_RESERVE, "{nofile} {doors}");
+                assert!(tunnels >= 1 && per_door >= 1);
+            }
+        }
+        assert_eq!(share_descriptors(300, 10_000, 10_000, 1), (177, 59));
+        assert_eq!(share_descriptors(1 << 20, 4096, 1024, 3), (4096, 1024), "what was asked, when it fits");
+    }
 
     #[test]
     fn the_cap_stays_below_the_descriptor_limit() {

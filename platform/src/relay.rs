@@ -11,11 +11,13 @@
 //! TLS with the platform's certificate (plain only on loopback, like the API). Connections are
 //! capped in all and per client address as on the API's listener (`listen`: one past its
 //! address's cap is closed at once; a TLS terminator's address is not capped). In order:
-//! - a client address blocked by the platform's throttle (wrong tokens, `web::throttle`) gets
+//! - a client address blocked by the platform's throttle (wrong credentials, `crate::throttle`, door `Relay`) gets
 //!   429; a missing, wrong or other rental's credential gets 407 and counts as a wrong token;
 //! - a rental stopped, expired or ended gets 404; a port its spec does not list, 403;
-//! - past [`RelayConfig::max_streams_per_rental`] streams, 503; a node whose agent has no tunnel,
-//!   502; an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
+//! - past [`RelayConfig::max_streams_per_rental`] streams, or past
+//!   [`gpum_protocol::tunnel::MAX_TENANT_STREAMS`] on the node's tunnel (all its rentals
+//!   together; yamux ends the whole connection at one stream past its limit, issue 43 item 4),
+//!   503; a node whose agent has no tunnel, 502; an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
 //! - else `200`, and bytes flow both ways.
 //!
 //! The relay only ever routes a rental's stream into the tunnel of the node the rental was
@@ -59,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::db::Db;
 use crate::rentals::{Unreachable, reachable};
-use crate::web::throttle::{Door, Throttle};
+use crate::throttle::{Door, Throttle};
 
 pub mod http;
 
@@ -75,6 +77,9 @@ pub struct RelayConfig {
     pub rate: Option<u64>,
     /// Tenant connections open at once (more wait in the backlog).
     pub max_connections: usize,
+    /// Agents' tunnels open at once (`serve --max-tunnels`, sized from the file limit:
+    /// `listen::share_descriptors`); one more is refused before its `101`.
+    pub max_tunnels: usize,
     /// Tenant connections one client address (an IPv6 /64) may hold at once; one past it is
     /// closed as soon as it is accepted (`serve --max-connections-per-address`, as the API's).
     pub max_per_address: usize,
@@ -102,6 +107,7 @@ impl Default for RelayConfig {
             idle_timeout: Duration::from_secs(600),
             rate: None,
             max_connections: 4096,
+            max_tunnels: 4096,
             max_per_address: crate::listen::default_max_per_address(4096),
             terminators: vec![crate::listen::Terminator::Loopback],
             header_timeout: Duration::from_secs(20),
@@ -143,17 +149,43 @@ struct RentalStreams {
     bucket: Option<Arc<Bucket>>,
 }
 
+/// The streams open through the relay: per rental, and per node's tunnel.
+#[derive(Default)]
+struct Streams {
+    rentals: HashMap<String, RentalStreams>,
+    nodes: HashMap<String, usize>,
+}
+
 /// The tunnels of the nodes and the streams of the rentals.
 pub struct Relay {
     pub cfg: RelayConfig,
     links: Mutex<HashMap<String, Link>>,
-    rentals: Mutex<HashMap<String, RentalStreams>>,
+    streams: Mutex<Streams>,
     generation: AtomicU64,
+    /// One permit per open tunnel: an upgraded connection leaves its door's connection cap
+    /// behind, so it holds one of these instead (issue 43, item 3).
+    tunnels: Arc<tokio::sync::Semaphore>,
 }
+
+/// A tunnel's place under [`RelayConfig::max_tunnels`], held until [`Relay::attach`] returns.
+pub struct TunnelPermit(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 impl Relay {
     pub fn new(cfg: RelayConfig) -> Relay {
-        Relay { cfg, links: Mutex::default(), rentals: Mutex::default(), generation: AtomicU64::new(0) }
+        let tunnels = Arc::new(tokio::sync::Semaphore::new(cfg.max_tunnels.max(1)));
+        Relay {
+            cfg,
+            links: Mutex::default(),
+            streams: Mutex::default(),
+            generation: AtomicU64::new(0),
+            tunnels,
+        }
+    }
+
+    /// A place for one more tunnel, or `None` at [`RelayConfig::max_tunnels`]: asked for
+    /// before the `101`, and given to [`Relay::attach`].
+    pub fn tunnel_permit(&self) -> Option<TunnelPermit> {
+        self.tunnels.clone().try_acquire_owned().ok().map(TunnelPermit)
     }
 
     /// Whether node `id` has a tunnel now.
@@ -163,7 +195,7 @@ impl Relay {
 
     /// Runs node `node_id`'s tunnel over `io` (the upgraded connection) until it breaks or is
     /// replaced by a newer one.
-    pub async fn attach<T>(self: Arc<Self>, node_id: String, io: T)
+    pub async fn attach<T>(self: Arc<Self>, node_id: String, io: T, _permit: TunnelPermit)
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -183,35 +215,45 @@ impl Relay {
         let mut waiting: std::collections::VecDeque<OpenRequest> = Default::default();
         let drive = poll_fn(|cx| {
             loop {
-                match rx.poll_recv(cx) {
-                    Poll::Ready(Some(r)) => waiting.push_back(r),
-                    // Replaced by a newer tunnel, or the node was deleted.
-                    Poll::Ready(None) => return Poll::Ready("replaced or ended"),
-                    Poll::Pending => break,
+                loop {
+                    match rx.poll_recv(cx) {
+                        Poll::Ready(Some(r)) => waiting.push_back(r),
+                        // Replaced by a newer tunnel, or the node was deleted.
+                        Poll::Ready(None) => return Poll::Ready("replaced or ended"),
+                        Poll::Pending => break,
+                    }
                 }
-            }
-            while !waiting.is_empty() {
-                match conn.poll_new_outbound(cx) {
-                    Poll::Ready(Ok(s)) => {
-                        let _ = waiting.pop_front().expect("not empty").send(Some(s));
+                // The connection first: this also lets go of the streams dropped since, so
+                // that yamux's count is the relay's before a new one is asked for.
+                loop {
+                    match conn.poll_next_inbound(cx) {
+                        // The agent opens no streams: anything it opens is dropped.
+                        Poll::Ready(Some(Ok(s))) => drop(s),
+                        Poll::Ready(Some(Err(e))) => {
+                            tracing::debug!(error = %e, "tunnel connection");
+                            return Poll::Ready("the connection broke");
+                        }
+                        Poll::Ready(None) => return Poll::Ready("the agent closed it"),
+                        Poll::Pending => break,
                     }
-                    Poll::Ready(Err(e)) => {
-                        tracing::debug!(error = %e, "tunnel: opening a stream");
-                        return Poll::Ready("the connection broke");
-                    }
-                    Poll::Pending => break,
                 }
-            }
-            loop {
-                match conn.poll_next_inbound(cx) {
-                    // The agent opens no streams: anything it opens is dropped.
-                    Poll::Ready(Some(Ok(s))) => drop(s),
-                    Poll::Ready(Some(Err(e))) => {
-                        tracing::debug!(error = %e, "tunnel connection");
-                        return Poll::Ready("the connection broke");
+                let mut opened = false;
+                while !waiting.is_empty() {
+                    match conn.poll_new_outbound(cx) {
+                        Poll::Ready(Ok(s)) => {
+                            opened = true;
+                            let _ = waiting.pop_front().expect("not empty").send(Some(s));
+                        }
+                        Poll::Ready(Err(e)) => {
+                            tracing::debug!(error = %e, "tunnel: opening a stream");
+                            return Poll::Ready("the connection broke");
+                        }
+                        Poll::Pending => break,
                     }
-                    Poll::Ready(None) => return Poll::Ready("the agent closed it"),
-                    Poll::Pending => return Poll::Pending,
+                }
+                // A new stream is heard only once the connection is polled again.
+                if !opened {
+                    return Poll::Pending;
                 }
             }
         });
@@ -257,36 +299,56 @@ impl Relay {
 
     /// Closes rental `id`'s open streams at once (it was stopped).
     pub fn end_rental(&self, id: &str) {
-        if let Some(r) = self.rentals.lock().unwrap_or_else(|e| e.into_inner()).remove(id) {
+        if let Some(r) = self.streams.lock().unwrap_or_else(|e| e.into_inner()).rentals.remove(id) {
             tracing::info!(rental = %id, streams = r.count, "relay: the rental ended; closing its streams");
             r.cancel.cancel();
         }
     }
 
-    /// A slot for one more stream of rental `id`: what closes it and its byte budget; `None`
-    /// past the cap.
-    fn enter(&self, id: &str) -> Option<(CancellationToken, Option<Arc<Bucket>>)> {
-        let mut m = self.rentals.lock().unwrap_or_else(|e| e.into_inner());
-        let e = m.entry(id.to_string()).or_insert_with(|| RentalStreams {
+    /// A slot for one more stream of rental `id` on node `node_id`'s tunnel: what closes it and
+    /// its byte budget; why not past the rental's cap or the tunnel's.
+    fn enter(
+        &self,
+        id: &str,
+        node_id: &str,
+    ) -> Result<(CancellationToken, Option<Arc<Bucket>>), &'static str> {
+        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let Streams { rentals, nodes } = &mut *s;
+        let on_node = nodes.get(node_id).copied().unwrap_or(0);
+        let e = rentals.entry(id.to_string()).or_insert_with(|| RentalStreams {
             count: 0,
             cancel: CancellationToken::new(),
             bucket: self.cfg.rate.map(|r| Arc::new(Bucket::new(r))),
         });
         if e.count >= self.cfg.max_streams_per_rental {
-            return None;
+            return Err("the rental has its limit of streams open");
+        }
+        if on_node >= tunnel::MAX_TENANT_STREAMS {
+            if e.count == 0 {
+                rentals.remove(id);
+            }
+            return Err("the rental's server has its limit of streams open");
         }
         e.count += 1;
-        Some((e.cancel.clone(), e.bucket.clone()))
+        let out = (e.cancel.clone(), e.bucket.clone());
+        nodes.insert(node_id.to_string(), on_node + 1);
+        Ok(out)
     }
 
-    fn leave(&self, id: &str, cancel: &CancellationToken) {
-        let mut m = self.rentals.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = m.get_mut(id)
+    fn leave(&self, id: &str, node_id: &str, cancel: &CancellationToken) {
+        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = s.nodes.get_mut(node_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.nodes.remove(node_id);
+            }
+        }
+        if let Some(e) = s.rentals.get_mut(id)
             && !cancel.is_cancelled()
         {
             e.count = e.count.saturating_sub(1);
             if e.count == 0 {
-                m.remove(id);
+                s.rentals.remove(id);
             }
         }
     }
@@ -486,16 +548,16 @@ pub(crate) enum Refused {
 pub(crate) fn throttle_key(peer: SocketAddr) -> std::net::IpAddr {
     let mut req = Request::new(());
     req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-    crate::web::throttle::client_key(&req)
+    crate::throttle::client_key(&req)
 }
 
 /// 429 while the throttle blocks `client` (call first, before any credential is looked at).
-pub(crate) fn blocked(t: &Tenants, client: std::net::IpAddr) -> Option<Response<Body>> {
-    let wait = t.throttle.check(client, Door::Relay).err()?;
+pub(crate) async fn blocked(t: &Tenants, client: std::net::IpAddr) -> Option<Response<Body>> {
+    let wait = t.throttle.check(Door::Relay, client, None).await.err()?;
     let mut r = answer(StatusCode::TOO_MANY_REQUESTS, "too many wrong credentials from this address");
     r.headers_mut().insert(
         hyper::header::RETRY_AFTER,
-        hyper::header::HeaderValue::from(crate::web::throttle::retry_after(wait)),
+        hyper::header::HeaderValue::from(crate::throttle::retry_after(wait)),
     );
     Some(r)
 }
@@ -510,7 +572,7 @@ pub(crate) async fn check(
     credential: Option<String>,
 ) -> Result<crate::rentals::Reachable, Refused> {
     let Some(credential) = credential else {
-        t.throttle.failed(client, Door::Relay);
+        t.throttle.failed(Door::Relay, client, None).await;
         return Err(Refused::Credential);
     };
     let now = t.clock.now();
@@ -519,11 +581,11 @@ pub(crate) async fn check(
     let rental = match found {
         Ok(Ok(r)) => r,
         Ok(Err(Unreachable::WrongCredential)) => {
-            t.throttle.failed(client, Door::Relay);
+            t.throttle.failed(Door::Relay, client, None).await;
             return Err(Refused::Credential);
         }
         Ok(Err(Unreachable::Ended)) => {
-            t.throttle.succeeded(client);
+            t.throttle.succeeded(Door::Relay, client, None).await;
             return Err(Refused::Answer(StatusCode::NOT_FOUND, "the rental has ended".into()));
         }
         Err(_) => {
@@ -533,7 +595,7 @@ pub(crate) async fn check(
             ));
         }
     };
-    t.throttle.succeeded(client);
+    t.throttle.succeeded(Door::Relay, client, None).await;
     if !rental.ports.contains(&port) {
         return Err(Refused::Answer(StatusCode::FORBIDDEN, "the rental does not expose that port".into()));
     }
@@ -544,6 +606,7 @@ pub(crate) async fn check(
 pub(crate) struct Slot {
     relay: Arc<Relay>,
     id: String,
+    node_id: String,
     /// Cancelled when the rental ends ([`Relay::end_rental`]).
     pub(crate) cancel: CancellationToken,
     pub(crate) bucket: Option<Arc<Bucket>>,
@@ -551,19 +614,17 @@ pub(crate) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.relay.leave(&self.id, &self.cancel);
+        self.relay.leave(&self.id, &self.node_id, &self.cancel);
     }
 }
 
-/// A slot for one more stream of rental `id`; 503 past the cap.
-pub(crate) fn slot(relay: &Arc<Relay>, id: &str) -> Result<Slot, Refused> {
-    let Some((cancel, bucket)) = relay.enter(id) else {
-        return Err(Refused::Answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the rental has its limit of streams open".into(),
-        ));
-    };
-    Ok(Slot { relay: relay.clone(), id: id.to_string(), cancel, bucket })
+/// A slot for one more stream of rental `id` on node `node_id`'s tunnel; 503 past the
+/// rental's cap or the tunnel's.
+pub(crate) fn slot(relay: &Arc<Relay>, id: &str, node_id: &str) -> Result<Slot, Refused> {
+    let (cancel, bucket) = relay
+        .enter(id, node_id)
+        .map_err(|why| Refused::Answer(StatusCode::SERVICE_UNAVAILABLE, why.into()))?;
+    Ok(Slot { relay: relay.clone(), id: id.to_string(), node_id: node_id.to_string(), cancel, bucket })
 }
 
 /// The stream to rental `id`'s `port` in its node's tunnel, the agent's yes read (502
@@ -584,7 +645,7 @@ pub(crate) async fn open_for(
     id: &str,
     port: u16,
 ) -> Result<(AgentStream, Slot), Refused> {
-    let slot = slot(relay, id)?;
+    let slot = slot(relay, id, node_id)?;
     let agent = open_in(relay, node_id, id, port).await?;
     Ok((agent, slot))
 }
@@ -599,7 +660,7 @@ async fn connect(
         return answer(StatusCode::METHOD_NOT_ALLOWED, "the relay answers only CONNECT rental-<id>:<port>");
     }
     let client = throttle_key(peer);
-    if let Some(r) = blocked(&t, client) {
+    if let Some(r) = blocked(&t, client).await {
         return r;
     }
     let Some((id, port)) = req.uri().authority().and_then(|a| parse_target(a.as_str())) else {
@@ -747,15 +808,90 @@ mod tests {
     #[tokio::test]
     async fn relay_rental_streams_are_capped_and_closed_when_it_ends() {
         let r = Relay::new(RelayConfig { max_streams_per_rental: 2, ..Default::default() });
-        let (a, _) = r.enter("rent-1").unwrap();
-        let (b, _) = r.enter("rent-1").unwrap();
-        assert!(r.enter("rent-1").is_none(), "the cap");
-        assert!(r.enter("rent-2").is_some(), "per rental");
-        r.leave("rent-1", &b);
-        let (c, _) = r.enter("rent-1").unwrap();
+        let (a, _) = r.enter("rent-1", "node-1").unwrap();
+        let (b, _) = r.enter("rent-1", "node-1").unwrap();
+        assert!(r.enter("rent-1", "node-1").is_err(), "the cap");
+        assert!(r.enter("rent-2", "node-1").is_ok(), "per rental");
+        r.leave("rent-1", "node-1", &b);
+        let (c, _) = r.enter("rent-1", "node-1").unwrap();
         r.end_rental("rent-1");
         assert!(a.is_cancelled() && c.is_cancelled());
-        assert!(r.enter("rent-1").is_some(), "a fresh count after the end");
+        assert!(r.enter("rent-1", "node-1").is_ok(), "a fresh count after the end");
+    }
+
+    /// Issue 43, item 4: the rentals of one node together open more streams than its tunnel
+    /// carries (17 rentals × 64). Before the fix, stream 1,025 made yamux end the whole
+    /// connection: every open stream died and every later one got 502. Now the one past
+    /// [`tunnel::MAX_TENANT_STREAMS`] is refused 503, the open ones carry on, and once some
+    /// close new ones are let through.
+    #[tokio::test]
+    async fn relay_a_stream_past_the_tunnels_limit_is_refused_and_nothing_else_is_touched() {
+        let relay = Arc::new(Relay::new(RelayConfig::default()));
+        let (relay_end, agent_end) = tokio::io::duplex(1024 * 1024);
+        tokio::spawn(relay.clone().attach("node-a".into(), relay_end, relay.tunnel_permit().unwrap()));
+        // An agent that says yes to every stream, then echoes it.
+        tokio::spawn(async move {
+            let mut conn =
+                yamux::Connection::new(agent_end.compat(), tunnel::yamux_config(), yamux::Mode::Client);
+            while let Some(Ok(stream)) = poll_fn(|cx| conn.poll_next_inbound(cx)).await {
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(stream.compat());
+                    if read_line(&mut s).await.is_err() {
+                        return;
+                    }
+                    let mut yes = serde_json::to_vec(&TunnelReply { ok: true, reason: None }).unwrap();
+                    yes.push(b'\n');
+                    if s.write_all(&yes).await.is_err() || s.flush().await.is_err() {
+                        return;
+                    }
+                    let (mut r, mut w) = tokio::io::split(s);
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        while !relay.has_tunnel("node-a") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut open = Vec::new();
+        let mut refused = Vec::new();
+        for rental in 0..17 {
+            let id = format!("rent-{rental:016x}");
+            for _ in 0..64 {
+                let r =
+                    tokio::time::timeout(Duration::from_secs(20), open_for(&relay, "node-a", &id, 22)).await;
+                let r = r.unwrap_or_else(|_| panic!("stream {} hangs", open.len() + refused.len()));
+                match r {
+                    Ok(v) => open.push(v),
+                    Err(Refused::Answer(status, why)) => refused.push((status, why)),
+                    Err(Refused::Credential) => unreachable!(),
+                }
+            }
+        }
+        assert_eq!(open.len(), tunnel::MAX_TENANT_STREAMS);
+        assert_eq!(refused.len(), 17 * 64 - tunnel::MAX_TENANT_STREAMS);
+        assert!(refused.iter().all(|(s, _)| *s == StatusCode::SERVICE_UNAVAILABLE), "{:?}", refused[0]);
+        assert!(relay.has_tunnel("node-a"), "the tunnel is kept");
+        // Every open stream still carries bytes.
+        for (i, (s, _)) in open.iter_mut().enumerate().step_by(97) {
+            let msg = format!("hello {i}\n");
+            s.write_all(msg.as_bytes()).await.unwrap();
+            s.flush().await.unwrap();
+            let mut back = vec![0; msg.len()];
+            tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back)).await.unwrap().unwrap();
+            assert_eq!(back, msg.as_bytes());
+        }
+        // Streams that close make room for new ones, again and again.
+        for round in 0..3 {
+            open.truncate(open.len() - 100);
+            for k in 0..100 {
+                let id = format!("rent-{:016x}", 1000 + round * 100 + k);
+                let v = open_for(&relay, "node-a", &id, 22).await;
+                let (s, slot) = v.unwrap_or_else(|_| panic!("round {round}: a freed place is used"));
+                open.push((s, slot));
+                assert!(relay.has_tunnel("node-a"));
+            }
+            assert!(open_for(&relay, "node-a", "rent-00000000000000fe", 22).await.is_err(), "full again");
+        }
     }
 
     /// The keepalive: an agent that answers the relay's pings keeps its tunnel; one that goes
@@ -771,7 +907,8 @@ mod tests {
         let relay = Arc::new(Relay::new(cfg));
         // An agent that answers every ping.
         let (relay_end, agent_end) = tokio::io::duplex(64 * 1024);
-        let attached = tokio::spawn(relay.clone().attach("node-a".into(), relay_end));
+        let attached =
+            tokio::spawn(relay.clone().attach("node-a".into(), relay_end, relay.tunnel_permit().unwrap()));
         let answered = Arc::new(AtomicU64::new(0));
         let count = answered.clone();
         let agent = tokio::spawn(async move {
@@ -795,7 +932,8 @@ mod tests {
 
         // A silent one: its connection stays open, and nothing comes back.
         let (relay_end, _silent) = tokio::io::duplex(64 * 1024);
-        let silent = tokio::spawn(relay.clone().attach("node-b".into(), relay_end));
+        let silent =
+            tokio::spawn(relay.clone().attach("node-b".into(), relay_end, relay.tunnel_permit().unwrap()));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(relay.has_tunnel("node-b"));
         let t = Instant::now();
@@ -816,9 +954,9 @@ mod tests {
         let db = Db::start(crate::store::open(&dir.path().join("p.db")).unwrap());
         let t = Arc::new(Tenants {
             relay: Arc::new(Relay::new(cfg)),
+            throttle: Arc::new(Throttle::new(db.clone(), Clock::system())),
             db,
             clock: Clock::system(),
-            throttle: Arc::default(),
         });
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();

@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::store::{self, Scope};
-use crate::web::throttle::{self, Door, Throttle};
+use crate::throttle::{self, Door, Throttle};
 use axum::Extension;
 
 /// The largest request body accepted. A heartbeat with a full inventory, 4 KiB of probe output
@@ -295,7 +295,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// The admin API's guard: the bearer must be the admin token, and an address that sent too many
 /// wrong ones is refused (429) for a while before its token is looked at
-/// ([`crate::web::throttle`], shared with the dashboard's sign-in). Every admin answer is
+/// ([`crate::throttle`], door `AdminApi`). Every admin answer is
 /// `Cache-Control: no-store`: some carry a secret shown once (a join code, a new node token).
 async fn admin_auth(
     State((st, throttle)): State<(Arc<AppState>, Arc<Throttle>)>,
@@ -316,7 +316,7 @@ async fn admin_answer(st: &AppState, throttle: &Throttle, req: Request, next: Ne
         .into_response();
     };
     let client = throttle::client_key(&req);
-    if let Err(wait) = throttle.check(client, Door::AdminApi) {
+    if let Err(wait) = throttle.check(Door::AdminApi, client, None).await {
         return throttle::too_many(wait);
     }
     let got: [u8; 32] = match bearer(req.headers()) {
@@ -327,10 +327,10 @@ async fn admin_answer(st: &AppState, throttle: &Throttle, req: Request, next: Ne
     };
     // Compare digests without an early exit.
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
-        throttle.failed(client, Door::AdminApi);
+        throttle.failed(Door::AdminApi, client, None).await;
         return ApiError::new(ErrorCode::AdminUnauthorized, "wrong admin token").into_response();
     }
-    throttle.succeeded(client);
+    throttle.succeeded(Door::AdminApi, client, None).await;
     let mut req = req;
     req.extensions_mut().insert(Scope::All);
     next.run(req).await
@@ -351,7 +351,7 @@ async fn owner_auth(
 
 async fn owner_answer(st: &AppState, throttle: &Throttle, mut req: Request, next: Next) -> Response {
     let client = throttle::client_key(&req);
-    if let Err(wait) = throttle.check(client, Door::OwnerApi) {
+    if let Err(wait) = throttle.check(Door::OwnerApi, client, None).await {
         return throttle::too_many(wait);
     }
     let Some(key) = bearer(req.headers()).map(str::to_owned) else {
@@ -361,12 +361,12 @@ async fn owner_answer(st: &AppState, throttle: &Throttle, mut req: Request, next
     let now = st.clock.now();
     match st.db.call(move |c| accounts::owner_by_api_key(c, now, &key)).await {
         Ok(Some(owner)) => {
-            throttle.succeeded(client);
+            throttle.succeeded(Door::OwnerApi, client, None).await;
             req.extensions_mut().insert(Scope::Owner(owner));
             next.run(req).await
         }
         Ok(None) => {
-            throttle.failed(client, Door::OwnerApi);
+            throttle.failed(Door::OwnerApi, client, None).await;
             ApiError::new(ErrorCode::Unauthorized, "unknown, revoked or disabled API key").into_response()
         }
         Err(e) => e.into_response(),
@@ -431,11 +431,19 @@ async fn tunnel(State(st): St, mut req: Request) -> Result<Response, ApiError> {
             format!("the tunnel needs Connection: Upgrade and Upgrade: {}", gpum_protocol::TUNNEL_UPGRADE),
         ));
     }
+    // The upgraded connection leaves the listener's connection cap; it holds a tunnel's place.
+    let Some(permit) = st.relay.tunnel_permit() else {
+        tracing::warn!(node = %node_id, max_tunnels = st.relay.cfg.max_tunnels, "tunnel refused: the platform holds its limit of tunnels");
+        return Err(ApiError::new(
+            ErrorCode::TooManyRequests,
+            "the platform holds its limit of tunnels open; try again later",
+        ));
+    };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let relay = st.relay.clone();
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(io) => relay.attach(node_id, hyper_util::rt::TokioIo::new(io)).await,
+            Ok(io) => relay.attach(node_id, hyper_util::rt::TokioIo::new(io), permit).await,
             Err(e) => tracing::debug!(error = %e, "the tunnel did not switch"),
         }
     });
@@ -798,8 +806,9 @@ mod tests {
     async fn every_route_is_served_and_no_other_method() {
         let dir = tempfile::tempdir().unwrap();
         let conn = store::open(&dir.path().join("p.db")).unwrap();
+        let db = Db::start(conn);
         let state = Arc::new(AppState {
-            db: Db::start(conn),
+            db: db.clone(),
             clock: Clock::system(),
             cfg: Config {
                 heartbeat_interval_secs: 10,
@@ -809,7 +818,7 @@ mod tests {
                 body_timeout: Duration::from_secs(30),
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
-            throttle: Arc::default(),
+            throttle: Arc::new(Throttle::new(db, Clock::system())),
         });
         let app = router(state);
         let call = |method: &str, path: &str| {

@@ -263,6 +263,18 @@ CREATE TABLE effects (
 );
 CREATE INDEX effects_at ON effects(at);
 "#,
+    // The throttle's counts (issue 43): shared by replicas, per door and per subject (a hash
+    // of an address, an IPv6 /48 or an e-mail; `crate::throttle`), `last_failure` in Unix ms.
+    r#"
+CREATE TABLE throttle (
+    door          TEXT NOT NULL,
+    subject       TEXT NOT NULL,
+    failures      INTEGER NOT NULL,
+    last_failure  INTEGER NOT NULL,
+    PRIMARY KEY (door, subject)
+);
+CREATE INDEX throttle_last ON throttle(last_failure);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -466,6 +478,19 @@ CREATE TABLE effects (
 CREATE INDEX effects_at ON effects(at);
 "#,
     ),
+    (
+        14,
+        r#"
+CREATE TABLE throttle (
+    door          TEXT NOT NULL,
+    subject       TEXT NOT NULL,
+    failures      BIGINT NOT NULL,
+    last_failure  BIGINT NOT NULL,
+    PRIMARY KEY (door, subject)
+);
+CREATE INDEX throttle_last ON throttle(last_failure);
+"#,
+    ),
 ];
 
 /// Opens the platform's database at `db` (a SQLite file's path, created when absent, or a
@@ -608,6 +633,7 @@ pub fn create_join_code(
         if disabled {
             return Err(crate::accounts::AccountError::OwnerDisabled.into());
         }
+        check_open_codes(conn, now, owner)?;
     }
     let code = JoinCode::generate().to_string();
     let expires_at = now + ttl_secs;
@@ -771,13 +797,16 @@ struct CodeRow {
     repeats: i64,
     /// The code's owner is disabled.
     owner_disabled: bool,
+    /// The owner the code was made for; `None`: the operator's.
+    owner_id: Option<String>,
 }
 
 fn code_row(conn: &Conn, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
     Ok(conn
         .prepare_cached(
             "SELECT expires_at, used_at, install_id_hash, node_id, repeats,
-                    EXISTS (SELECT 1 FROM owners o WHERE o.id = join_codes.owner_id AND o.disabled_at IS NOT NULL)
+                    EXISTS (SELECT 1 FROM owners o WHERE o.id = join_codes.owner_id AND o.disabled_at IS NOT NULL),
+                    owner_id
              FROM join_codes WHERE code_hash = ?1",
         )?
         .query_row(params![code_hash], |r| {
@@ -788,6 +817,7 @@ fn code_row(conn: &Conn, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
                 node_id: r.get(3)?,
                 repeats: r.get(4)?,
                 owner_disabled: r.get(5)?,
+                owner_id: r.get(6)?,
             })
         })
         .optional()?)
@@ -912,6 +942,10 @@ pub fn register(
     // A GPU belongs to one live node. The code is not consumed on this refusal, so the owner
     // can delete the old server and run the installer again with the same code.
     check_gpus_free(conn, &req.inventory.private.gpu_uuids, None)?;
+    // So is the owner's limit of servers (issue 43, item 3).
+    if let Some(owner) = &row.owner_id {
+        check_servers(conn, owner)?;
+    }
     let node_id = new_id("node-");
     // Taken only if still unused: with several replicas on one PostgreSQL, two may have read the
     // code as unused at the same moment; the second UPDATE waits for the first to commit, then
@@ -1958,6 +1992,104 @@ pub fn set_known_containers(conn: &Conn, id: &str, ids: &[String]) -> Result<(),
     live_node(conn, id, &Scope::All)?;
     conn.prepare_cached("UPDATE nodes SET known_json = ?1 WHERE id = ?2")?
         .execute(params![serde_json::to_string(ids)?, id])?;
+    Ok(())
+}
+
+/// What one owner may hold (issue 43, item 3): open join codes (unused, unexpired) and live
+/// servers. Set by the operator (`gpum-platform owners limits`, kept in `settings`, so every
+/// replica applies the same); the defaults are more than an honest owner meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OwnerLimits {
+    pub open_codes: u64,
+    pub servers: u64,
+}
+
+impl Default for OwnerLimits {
+    fn default() -> Self {
+        OwnerLimits { open_codes: 100, servers: 1000 }
+    }
+}
+
+const LIMIT_OPEN_CODES: &str = "owner_max_open_codes";
+const LIMIT_SERVERS: &str = "owner_max_servers";
+
+/// The owners' limits in force.
+pub fn owner_limits(conn: &Conn) -> Result<OwnerLimits, ApiError> {
+    let get = |key: &str| -> Result<Option<u64>, ApiError> {
+        let v: Option<Option<String>> = conn
+            .prepare_cached("SELECT value FROM settings WHERE key = ?1")?
+            .query_row(params![key], |r| r.get(0))
+            .optional()?;
+        Ok(v.flatten().and_then(|s| s.parse().ok()))
+    };
+    let d = OwnerLimits::default();
+    Ok(OwnerLimits {
+        open_codes: get(LIMIT_OPEN_CODES)?.unwrap_or(d.open_codes),
+        servers: get(LIMIT_SERVERS)?.unwrap_or(d.servers),
+    })
+}
+
+/// Sets the limits given (the operator's CLI); the others stay.
+pub fn set_owner_limits(
+    conn: &Conn,
+    open_codes: Option<u64>,
+    servers: Option<u64>,
+) -> Result<OwnerLimits, ApiError> {
+    for (key, v) in [(LIMIT_OPEN_CODES, open_codes), (LIMIT_SERVERS, servers)] {
+        let Some(v) = v else { continue };
+        conn.prepare_cached(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )?
+        .execute(params![key, v.to_string()])?;
+    }
+    owner_limits(conn)
+}
+
+/// Locks owner `owner`'s row until the transaction ends (PostgreSQL: another replica's check
+/// of the same owner's limits waits for this one's COMMIT), so a count and the insert after it
+/// are not raced.
+fn lock_owner(conn: &Conn, owner: &str) -> Result<(), ApiError> {
+    conn.prepare_cached(&conn.for_update("SELECT id FROM owners WHERE id = ?1"))?
+        .query_row(params![owner], |r| r.get::<_, String>(0))
+        .optional()?;
+    Ok(())
+}
+
+fn limit_reached(what: &str, n: u64) -> ApiError {
+    ApiError::new(
+        ErrorCode::OwnerLimitReached,
+        format!(
+            "the owner holds {n} {what}, the most the platform's operator allows; \
+             delete or let some expire first, or ask the operator to raise the limit"
+        ),
+    )
+}
+
+/// Refuses a join code past owner `owner`'s open codes.
+fn check_open_codes(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiError> {
+    lock_owner(conn, owner)?;
+    let max = owner_limits(conn)?.open_codes;
+    let open: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM join_codes WHERE owner_id = ?1 AND used_at IS NULL AND expires_at > ?2",
+        )?
+        .query_row(params![owner, now as i64], |r| r.get(0))?;
+    if u64::try_from(open).unwrap_or(0) >= max {
+        return Err(limit_reached("open join codes", max));
+    }
+    Ok(())
+}
+
+/// Refuses a registration past owner `owner`'s servers.
+fn check_servers(conn: &Conn, owner: &str) -> Result<(), ApiError> {
+    lock_owner(conn, owner)?;
+    let max = owner_limits(conn)?.servers;
+    let live: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM nodes WHERE owner_id = ?1 AND deleted_at IS NULL")?
+        .query_row(params![owner], |r| r.get(0))?;
+    if u64::try_from(live).unwrap_or(0) >= max {
+        return Err(limit_reached("servers", max));
+    }
     Ok(())
 }
 

@@ -568,6 +568,9 @@ pub enum ErrorCode {
     /// 409: the rental asks for more GPUs than the server has free, or for a GPU that is not the
     /// server's or that another live rental holds. Nothing was created.
     GpusUnavailable,
+    /// 409: the owner holds the most open join codes or servers the operator allows
+    /// (`gpum-platform owners limits`); nothing was created, and a join code is not used up.
+    OwnerLimitReached,
     /// 401: no token, or a token the platform never issued.
     Unauthorized,
     /// 401: the node's token was replaced. The agent stops for good.
@@ -594,7 +597,7 @@ impl ErrorCode {
             PayloadTooLarge => 413,
             RequestTimeout => 408,
             JoinCodeUnknown | JoinCodeExpired | JoinCodeUsed => 403,
-            GpuAlreadyRegistered | NodeOffline | NodeNotRentable | GpusUnavailable => 409,
+            GpuAlreadyRegistered | NodeOffline | NodeNotRentable | GpusUnavailable | OwnerLimitReached => 409,
             Unauthorized | TokenReplaced | AdminUnauthorized => 401,
             NodeDeleted => 410,
             NotFound => 404,

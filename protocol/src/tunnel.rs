@@ -20,8 +20,18 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::limits;
 
-/// Streams on one tunnel connection (yamux refuses more).
+/// Streams on one tunnel connection. yamux counts a stream until both its ends have let go of
+/// it, and one stream past this ends the whole connection (issue 43, item 4), so the relay
+/// never asks for more than [`MAX_TENANT_STREAMS`].
 pub const MAX_STREAMS: usize = 1024;
+
+/// What the relay keeps free of [`MAX_STREAMS`]: the keepalive's one stream at a time, and
+/// streams one end has closed and the other not yet.
+pub const STREAM_RESERVE: usize = 64;
+
+/// The tenants' streams one tunnel carries at most, all its rentals together: one more is
+/// refused (503) and nothing else is touched.
+pub const MAX_TENANT_STREAMS: usize = MAX_STREAMS - STREAM_RESERVE;
 
 /// The largest yamux data frame either end sends. yamux's default is 16 KiB; 64 KiB frames
 /// take a quarter of the frames (and of the wake-ups between a stream and its connection) for

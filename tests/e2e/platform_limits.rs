@@ -267,3 +267,134 @@ async fn large_bodies_that_never_finish_hold_bounded_memory() {
     assert!(peak < rest + 40 * 1024, "RSS went from {rest} KiB to {peak} KiB with 64 large bodies");
     assert!(after < rest + 40 * 1024, "RSS stayed at {after} KiB (at rest: {rest} KiB)");
 }
+
+/// Issue 43, item 3: what one owner may hold. Before the fix one owner's API key made join codes
+/// and registered servers without end (300 in 0.7 s). The operator's limits (`owners limits`,
+/// defaults 100 open codes and 1,000 servers) refuse one past either with 409
+/// `owner_limit_reached`, and a refused registration does not use its code up.
+#[tokio::test]
+async fn an_owner_holds_at_most_the_operators_limits_of_codes_and_servers() {
+    use gpum_protocol::{
+        ErrorCode, JoinCodeCreated, PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, RegisterResponse,
+    };
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let defaults = p.cli_json(&["owners", "limits"]);
+    assert_eq!((defaults["open_codes"].as_u64(), defaults["servers"].as_u64()), (Some(100), Some(1000)));
+    let set = p.cli_json(&["owners", "limits", "--open-codes", "3", "--servers", "2"]);
+    assert_eq!((set["open_codes"].as_u64(), set["servers"].as_u64()), (Some(3), Some(2)));
+    let owner = gpum_tests::owner::OwnerSession::accept(
+        &p,
+        &p.invite_owner("many@example.com"),
+        "correct horse battery",
+    )
+    .await;
+    let key = owner.create_api_key("script").await;
+    let c = p.http_client();
+    let new_code = || async {
+        let r = c.post(format!("{}{PATH_OWNER_JOIN_CODES}", p.url())).bearer_auth(&key).send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    };
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = new_code().await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        codes.push(serde_json::from_str::<JoinCodeCreated>(&body).unwrap().code);
+    }
+    let (status, body) = new_code().await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let e: gpum_protocol::ErrorBody = serde_json::from_str(&body).unwrap();
+    assert_eq!(e.error.code, ErrorCode::OwnerLimitReached);
+    assert!(e.error.message.contains("3 open join codes"), "{}", e.error.message);
+    // The dashboard says so in the owner's language.
+    let page = owner.post("/dashboard/add", &[("ttl", "3600")]).await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(page.body.contains("id=\"codes-limit\"") && page.body.contains(" 3 "), "{}", page.body);
+    // The operator's own codes are not an owner's.
+    p.join_code();
+
+    let api = super::Api::new(&p);
+    let first: RegisterResponse = api.register(&codes[0], "GPU-lim-0").await.ok();
+    let _: RegisterResponse = api.register(&codes[1], "GPU-lim-1").await.ok();
+    let refused = api.register(&codes[2], "GPU-lim-2").await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(refused.code(), ErrorCode::OwnerLimitReached);
+    // Used codes are not open: a new one may be made, and the refused code still works once a
+    // server is deleted.
+    assert_eq!(new_code().await.0, StatusCode::CREATED);
+    let r = c
+        .delete(format!("{}{PATH_OWNER_NODES}/{}", p.url(), first.node_id))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let _: RegisterResponse = api.register(&codes[2], "GPU-lim-2").await.ok();
+}
+
+/// Asks for node `token`'s tunnel on a connection of its own; the answer's status code and
+/// the connection (kept open: after `101` it is the tunnel).
+async fn open_tunnel(port: u16, token: &str) -> (u16, TcpStream) {
+    let mut s = connect_from([127, 0, 0, 1], port).await;
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: {}\r\n\r\n",
+        gpum_protocol::PATH_TUNNEL,
+        gpum_protocol::TUNNEL_UPGRADE
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    // The head, byte by byte, so that nothing of the tunnel after it is read.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut b)).await.unwrap().unwrap();
+        assert_ne!(n, 0, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    let status = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap();
+    (status, s)
+}
+
+/// Issue 43, item 3: agents' tunnels have a cap of their own, sized from the file limit. Before
+/// the fix an upgraded connection left its slot behind: with `ulimit -n 300` one owner's 283
+/// tunnels took every descriptor, the admin API timed out and `accept` failed thousands of
+/// times. Under `ulimit -n 160` a quarter of what is left past the reserve (24) get `101`, the
+/// next are refused 429 before any upgrade, the API keeps answering, and a closed tunnel makes
+/// room for another.
+#[tokio::test]
+async fn tunnels_have_a_cap_of_their_own_below_the_file_limit() {
+    use gpum_protocol::{PATH_ADMIN_NODES, RegisterResponse};
+    let p = TestPlatform::start(PlatformOpts { nofile_limit: Some(160), ..PlatformOpts::insecure_http() });
+    let api = super::Api::new(&p);
+    let mut tokens = Vec::new();
+    for i in 0..40 {
+        let r: RegisterResponse = api.register(&p.join_code(), &format!("GPU-tun-{i}")).await.ok();
+        tokens.push(r.node_token);
+    }
+    let mut tunnels = Vec::new();
+    let mut statuses = Vec::new();
+    for t in &tokens {
+        let (status, s) = open_tunnel(p.port(), t).await;
+        statuses.push(status);
+        if status == 101 {
+            tunnels.push(s);
+        }
+    }
+    let upgraded = statuses.iter().filter(|s| **s == 101).count();
+    assert_eq!(upgraded, 24, "{statuses:?}");
+    assert!(statuses[24..].iter().all(|s| *s == 429), "{statuses:?}");
+    // The API answers the operator meanwhile.
+    let r = p.http_client().get(format!("{}{PATH_ADMIN_NODES}", p.url())).bearer_auth(p.admin_token());
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::OK);
+    // A tunnel that closes makes room for another.
+    drop(tunnels.pop());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, s) = open_tunnel(p.port(), &tokens[30]).await;
+        if status == 101 {
+            tunnels.push(s);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after a tunnel closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(p.log().contains("tunnel refused: the platform holds its limit of tunnels"));
+}

@@ -38,6 +38,9 @@ pub struct PlatformOpts {
     /// Start the server with this soft limit on open files (`ulimit -Sn`), as a service
     /// manager or a login shell might.
     pub nofile_soft_limit: Option<u64>,
+    /// Start the server with this hard (and soft) limit on open files (`ulimit -n`), which
+    /// `serve` cannot raise.
+    pub nofile_limit: Option<u64>,
 }
 
 impl Default for PlatformOpts {
@@ -49,6 +52,7 @@ impl Default for PlatformOpts {
             admin_api: true,
             extra_args: Vec::new(),
             nofile_soft_limit: None,
+            nofile_limit: None,
         }
     }
 }
@@ -120,13 +124,16 @@ impl TestPlatform {
 
     fn spawn(&mut self) {
         let d = self.dir.path();
-        let mut cmd = match self.opts.nofile_soft_limit {
+        let ulimit = match (self.opts.nofile_limit, self.opts.nofile_soft_limit) {
+            (Some(n), _) => Some(format!("ulimit -n {n}")),
+            (None, Some(n)) => Some(format!("ulimit -Sn {n}")),
+            (None, None) => None,
+        };
+        let mut cmd = match ulimit {
             None => Command::new(crate::bin("gpum-platform")),
-            Some(n) => {
+            Some(ulimit) => {
                 let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
-                    .arg(crate::bin("gpum-platform"));
+                c.arg("-c").arg(format!("{ulimit} && exec \"$0\" \"$@\"")).arg(crate::bin("gpum-platform"));
                 c
             }
         };

@@ -12,7 +12,7 @@
 //! it never reaches the container, which runs on the owner's machine. Every
 //! request on a connection is checked, as the browser sends it each time. A wrong credential
 //! (or another rental's) counts against the client's address like the TCP door's
-//! (`web::throttle`, door `Relay`); a request with none is answered `401` without counting, as
+//! (`crate::throttle`, door `Relay`); a request with none is answered `401` without counting, as
 //! a browser's first request always is.
 //!
 //! **Answers** are those of the TCP door, as plain HTTP: 429 blocked, 401 credential, 404 the
@@ -245,7 +245,7 @@ impl Conn {
     async fn request(&self, mut req: Request<hyper::body::Incoming>) -> Response<Body> {
         self.activity.touch();
         let t = &self.t;
-        if let Some(r) = blocked(t, self.client) {
+        if let Some(r) = blocked(t, self.client).await {
             return r;
         }
         let domain = t.relay.cfg.domain.as_deref().unwrap_or_default();
@@ -286,7 +286,7 @@ impl Conn {
                 }
                 Some(b) => b,
                 None => {
-                    let slot = match super::slot(&t.relay, &id) {
+                    let slot = match super::slot(&t.relay, &id, &rental.node_id) {
                         Ok(s) => Arc::new(s),
                         Err(Refused::Answer(status, why)) => return answer(status, &why),
                         Err(Refused::Credential) => return unauthorized(),

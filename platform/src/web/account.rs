@@ -2,8 +2,9 @@
 //! the invitation link that sets the password, and the account page (the second factor, API
 //! keys). The store side is [`crate::accounts`].
 //!
-//! - Sign-in attempts count against the client's address with the admin token's
-//!   ([`super::throttle`]): past five failures, the form answers 429 for a growing while. Each
+//! - Sign-in attempts count against the client's address and against the account
+//!   ([`crate::throttle`], door `SignIn`): past five failures, the form answers 429 for a
+//!   growing while. Each
 //!   attempt is logged (address, e-mail, outcome), never a password or a code.
 //! - A wrong address, a wrong password and a wrong code give the same answer, and an unknown
 //!   address is checked against a decoy hash, so the answer tells nothing about which accounts
@@ -29,9 +30,9 @@ use serde::Deserialize;
 
 use super::i18n::{Msg, fill};
 use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
-use super::throttle::{self, Door};
 use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, form, page, session};
 use crate::accounts::{self, AccountError, ApiKeyRow, TotpConfirm};
+use crate::throttle::{self, Door};
 
 // ---------------------------------------------------------------------------------------------
 // Sign-in
@@ -107,25 +108,29 @@ pub(super) async fn login(State(web): St, r: Req, req: Request) -> Response {
     if web.app.cfg.admin_token_hash.is_none() {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     }
-    let (client, f) = match super::sign_in_form::<LoginForm>(&web, &r, req, |secs| {
-        login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "")
-    })
-    .await
-    {
+    let too_many = |secs| login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(SignInError::TooMany(secs)), "");
+    let (client, f) = match super::sign_in_form::<LoginForm>(&web, &r, Door::SignIn, req, too_many).await {
         Ok(v) => v,
         Err(resp) => return resp,
     };
     let email = f.email.trim().to_lowercase();
+    // The account's own count (failures from every address), before its password is looked at.
+    if let Err(wait) = web.throttle.check(Door::SignIn, client, Some(&email)).await {
+        let secs = crate::throttle::retry_after(wait);
+        let mut resp = too_many(secs);
+        resp.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+        return resp;
+    }
     let owner = match signed_in_owner(&web, &f).await {
         Ok(o) => o,
         Err(e) => return api_error(&r, e),
     };
     let Some(owner) = owner else {
-        let blocked = web.throttle.failed(client, Door::SignIn);
+        let blocked = web.throttle.failed(Door::SignIn, client, Some(&email)).await;
         tracing::warn!(client = %client, email = %email, blocked_for = ?blocked, "dashboard: an owner's sign-in failed");
         return login_page(&r, StatusCode::UNAUTHORIZED, Some(SignInError::Wrong), &email);
     };
-    web.throttle.succeeded(client);
+    web.throttle.succeeded(Door::SignIn, client, Some(&email)).await;
     tracing::info!(client = %client, email = %email, "dashboard: an owner signed in");
     super::start_session(&web, &r, Some(owner)).await
 }
@@ -166,7 +171,7 @@ async fn password_matches(web: &Web, stored: String, password: &str) -> Result<b
 /// What a change of the account needs (issue 43): the client's address not blocked, the
 /// owner's password, and while the second factor is on a current code or a recovery code (looked
 /// at only after the password passed, so a wrong password spends no recovery code). A wrong one
-/// counts against the address as a failed sign-in does.
+/// counts against the address and the account at the account page's own door.
 async fn check_credentials(
     web: &Web,
     client: IpAddr,
@@ -174,7 +179,7 @@ async fn check_credentials(
     password: &str,
     code: &str,
 ) -> Result<Result<(), AccountError>, crate::error::ApiError> {
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+    if let Err(wait) = web.throttle.check(Door::AccountPage, client, Some(owner)).await {
         return Ok(Err(AccountError::TooMany(throttle::retry_after(wait))));
     }
     let o = owner.to_owned();
@@ -187,10 +192,10 @@ async fn check_credentials(
         ok = web.app.db.call(move |c| accounts::use_second_factor(c, now, &o, &code)).await?;
     }
     if ok {
-        web.throttle.succeeded(client);
+        web.throttle.succeeded(Door::AccountPage, client, Some(owner)).await;
         Ok(Ok(()))
     } else {
-        let blocked = web.throttle.failed(client, Door::SignIn);
+        let blocked = web.throttle.failed(Door::AccountPage, client, Some(owner)).await;
         tracing::warn!(client = %client, owner = %owner, blocked_for = ?blocked, "dashboard: a wrong password or code on the account page");
         Ok(Err(AccountError::Credentials))
     }
@@ -285,7 +290,7 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
             layout(ctx, ctx.t(Msg::InviteTitle), html! { p.error #invite-error { (text) } }),
         )
     };
-    let (_, f) = match super::sign_in_form::<InviteForm>(&web, &r, req, blocked).await {
+    let (_, f) = match super::sign_in_form::<InviteForm>(&web, &r, Door::SignIn, req, blocked).await {
         Ok(v) => v,
         Err(resp) => return resp,
     };
@@ -615,18 +620,18 @@ pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Respon
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+    if let Err(wait) = web.throttle.check(Door::AccountPage, client, Some(&owner)).await {
         return show_account(&web, &r, owner, Some(AccountError::TooMany(throttle::retry_after(wait)))).await;
     }
     let (now, sid, o) = (web.app.clock.now(), session_id(&r), owner.clone());
     match web.app.db.call(move |c| accounts::confirm_totp(c, now, &o, &sid, &f.code)).await {
         Ok(TotpConfirm::On(codes)) => {
-            web.throttle.succeeded(client);
+            web.throttle.succeeded(Door::AccountPage, client, Some(&owner)).await;
             tracing::info!(owner = %owner, "dashboard: an owner turned on the second factor");
             page(StatusCode::OK, recovery_page(&r.ctx, &codes))
         }
         Ok(TotpConfirm::WrongCode(secret)) => {
-            web.throttle.failed(client, Door::SignIn);
+            web.throttle.failed(Door::AccountPage, client, Some(&owner)).await;
             page(StatusCode::BAD_REQUEST, totp_setup(&r.ctx, &secret, true))
         }
         Ok(TotpConfirm::NotStarted) => {

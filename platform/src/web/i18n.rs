@@ -166,6 +166,11 @@ gpum_common::texts! {
             "The request was refused: it carries no valid form key. Open the page again and retry.",
         ),
         Back => ("Назад", "Back"),
+        OpenCodesLimit => ("Слишком много кодов подключения", "Too many join codes"),
+        OpenCodesLimitHelp => (
+            "У вас {n} неиспользованных кодов подключения — больше платформа не выдаёт. Используйте один из них или дождитесь, пока истечёт срок; если нужно больше, напишите оператору платформы.",
+            "You have {n} unused join codes, the most the platform gives out. Use one of them or let one expire; if you need more, ask the platform's operator.",
+        ),
         NavServers => ("Серверы", "Servers"),
         NavAdd => ("Добавить машину", "Add a machine"),
         LangSwitch => ("English", "Русский"),

@@ -12,8 +12,9 @@
 //!   constant time. Both through a form (never in a URL); both start a session kept in the
 //!   database ([`crate::accounts`]) whose cookie, `__Host-gpum_session`, is `HttpOnly`,
 //!   `SameSite=Strict`, `Secure`, `Path=/` and has no `Domain` (a `__Host-` cookie: no other
-//!   host of the site, such as a tenant's page under the relay's domain, can set it). Failures count against the
-//!   client's address with the admin API's ([`throttle`]): past five, the form answers 429 for a
+//!   host of the site, such as a tenant's page under the relay's domain, can set it). Failures
+//!   count against the client's address and, for an owner, against the account
+//!   ([`crate::throttle`], each sign-in door on its own): past five, the form answers 429 for a
 //!   growing while.
 //! - **Scope**: an owner's session sees only their servers and join codes ([`Req::scope`] into
 //!   every `store` call); the operator's sees all.
@@ -37,7 +38,6 @@ mod account;
 mod i18n;
 pub(crate) mod pages;
 pub(crate) mod session;
-pub mod throttle;
 
 use std::sync::Arc;
 
@@ -59,9 +59,9 @@ use crate::accounts::{self, SessionRow};
 use crate::error::ApiError;
 use crate::server::{AppState, read_body};
 use crate::store::{self, Scope};
+use crate::throttle::{self, Door, Throttle};
 use pages::{Ctx, JoinState, LoginError, Shown};
 use session::ct_eq;
-use throttle::{Door, Throttle};
 
 // The dashboard's cookies are `__Host-` cookies (issue 43): the browser takes one only from this
 // very host, with `Secure`, `Path=/` and no `Domain`, so a page on another host of the same site
@@ -374,7 +374,7 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
         return page(StatusCode::FORBIDDEN, pages::disabled(&r.ctx));
     };
     // A blocked address is refused before its token is looked at, or even read.
-    let (client, f) = match sign_in_form::<LoginForm>(&web, &r, req, |secs| {
+    let (client, f) = match sign_in_form::<LoginForm>(&web, &r, Door::OperatorSignIn, req, |secs| {
         login_page(&r, StatusCode::TOO_MANY_REQUESTS, Some(LoginError::TooMany(secs)))
     })
     .await
@@ -384,10 +384,10 @@ async fn login(State(web): St, r: Req, req: Request) -> Response {
     };
     let got: [u8; 32] = Sha256::digest(f.token.trim().as_bytes()).into();
     if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
-        web.throttle.failed(client, Door::SignIn);
+        web.throttle.failed(Door::OperatorSignIn, client, None).await;
         return login_page(&r, StatusCode::UNAUTHORIZED, Some(LoginError::WrongToken));
     }
-    web.throttle.succeeded(client);
+    web.throttle.succeeded(Door::OperatorSignIn, client, None).await;
     tracing::info!(client = %client_text(client), "dashboard: the operator signed in");
     start_session(&web, &r, None).await
 }
@@ -403,11 +403,12 @@ fn client_text(c: std::net::IpAddr) -> String {
 async fn sign_in_form<T: DeserializeOwned>(
     web: &Web,
     r: &Req,
+    door: Door,
     req: Request,
     too_many: impl FnOnce(u64) -> Response,
 ) -> Result<(std::net::IpAddr, T), Response> {
     let client = throttle::client_key(&req);
-    if let Err(wait) = web.throttle.check(client, Door::SignIn) {
+    if let Err(wait) = web.throttle.check(door, client, None).await {
         let secs = throttle::retry_after(wait);
         let mut resp = too_many(secs);
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -734,6 +735,10 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
     let scope = r.scope();
     let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl, &scope)).await {
         Ok(c) => c,
+        Err(e) if e.code == gpum_protocol::ErrorCode::OwnerLimitReached => {
+            let max = web.app.db.call(store::owner_limits).await.map_or(0, |l| l.open_codes);
+            return page(StatusCode::CONFLICT, pages::open_codes_limit(&r.ctx, max));
+        }
         Err(e) => return api_error(&r, e),
     };
     let hash = store::hash_secret(&created.code);
@@ -803,8 +808,9 @@ mod tests {
 
     fn app_with(dir: &std::path::Path, admin: bool, dist: Option<std::path::PathBuf>) -> Router {
         let conn = store::open(&dir.join("p.db")).unwrap();
+        let db = Db::start(conn);
         let state = Arc::new(AppState {
-            db: Db::start(conn),
+            db: db.clone(),
             clock: Clock::system(),
             cfg: Config {
                 heartbeat_interval_secs: 10,
@@ -814,7 +820,7 @@ mod tests {
                 body_timeout: Duration::from_secs(5),
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
-            throttle: Arc::default(),
+            throttle: Arc::new(Throttle::new(db, Clock::system())),
         });
         crate::server::router(state)
     }

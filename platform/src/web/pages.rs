@@ -340,6 +340,18 @@ pub fn operator_login(ctx: &Ctx, login_csrf: &str, error: Option<LoginError>) ->
     )
 }
 
+/// A join code refused: the owner holds the most open codes the operator allows (issue 43).
+pub fn open_codes_limit(ctx: &Ctx, max: u64) -> Markup {
+    layout(
+        ctx,
+        ctx.t(Msg::OpenCodesLimit),
+        html! {
+            p.error #codes-limit { (fill(ctx.t(Msg::OpenCodesLimitHelp), &[("n", &max.to_string())])) }
+            p { a href="/dashboard" { (ctx.t(Msg::Back)) } }
+        },
+    )
+}
+
 pub fn stale(ctx: &Ctx) -> Markup {
     layout(
         ctx,
