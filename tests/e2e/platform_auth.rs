@@ -181,10 +181,10 @@ const OWNER_PW: &str = "correct horse battery";
 /// An owner's sign-in from `c` (its own loopback address): the answer's status.
 async fn owner_sign_in(c: &Client, p: &TestPlatform, email: &str, password: &str) -> Ans {
     let form = c.get(format!("{}/dashboard/login", p.url())).send().await.unwrap();
-    let key = cookie(&form, "gpum_login").expect("the form's cookie");
+    let key = cookie(&form, LOGIN_COOKIE).expect("the form's cookie");
     let r = c
         .post(format!("{}/dashboard/login", p.url()))
-        .header("cookie", format!("gpum_login={key}"))
+        .header("cookie", format!("{LOGIN_COOKIE}={key}"))
         .form(&[("csrf", key.as_str()), ("email", email), ("password", password), ("code", "")])
         .send()
         .await
