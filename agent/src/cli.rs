@@ -146,61 +146,8 @@ where
         .finish()
 }
 
-/// The log lines' fields, laid out as tracing-subscriber's default (`message` first, then
-/// `name=value` separated by spaces, the `log.` metadata of `log` records left out), with each
-/// value escaped.
-///
-/// Log fields carry text the platform and the engine wrote: a node id, a probe image, a command
-/// id or kind, an engine's error, a pull's status. Printed raw, an escape sequence in one can
-/// clear an operator's terminal, retitle it or forge log lines when `journalctl` shows it (issue
-/// 29, item 7). Escaping here, where every field of every line is formatted, covers them all,
-/// whether a field is written with `%` (Display) or `?` (Debug).
-pub struct EscapedFields;
-
-impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapedFields {
-    fn format_fields<R: tracing_subscriber::field::RecordFields>(
-        &self,
-        writer: tracing_subscriber::fmt::format::Writer<'w>,
-        fields: R,
-    ) -> std::fmt::Result {
-        let mut v = FieldVisitor { writer, first: true, result: Ok(()) };
-        fields.record(&mut v);
-        v.result
-    }
-}
-
-struct FieldVisitor<'w> {
-    writer: tracing_subscriber::fmt::format::Writer<'w>,
-    first: bool,
-    result: std::fmt::Result,
-}
-
-impl tracing::field::Visit for FieldVisitor<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write as _;
-        let name = field.name();
-        if self.result.is_err() || name.starts_with("log.") {
-            return;
-        }
-        let name = name.strip_prefix("r#").unwrap_or(name);
-        let sep = if std::mem::take(&mut self.first) { "" } else { " " };
-        self.result = match name {
-            "message" => write!(self.writer, "{sep}"),
-            name => write!(self.writer, "{sep}{name}="),
-        }
-        .and_then(|()| write!(EscapingWriter(&mut self.writer), "{value:?}"));
-    }
-}
-
-/// Writes through to `W` with control characters escaped, chunk by chunk (escaping is per
-/// character, so where the chunks split does not matter); plain text passes as it is.
-struct EscapingWriter<'a, W>(&'a mut W);
-
-impl<W: std::fmt::Write> std::fmt::Write for EscapingWriter<'_, W> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.write_str(&gpum_common::text::escape_controls(s))
-    }
-}
+/// The log lines' fields, each value escaped: shared with the platform (`gpum_common::log`).
+pub use gpum_common::log::EscapedFields;
 
 fn runtime() -> tokio::runtime::Runtime {
     // One thread: the agent does little at a time, and every extra worker costs memory.

@@ -11,6 +11,8 @@
 pub mod agent_state;
 pub mod guide;
 mod lang;
+#[cfg(feature = "log")]
+pub mod log;
 mod msg;
 pub mod text;
 pub mod texts;

@@ -37,6 +37,9 @@ pub const PROXY_VARS: &[&str] = &[
 ];
 /// Log filter for the agent and platform (tracing's `EnvFilter` syntax).
 pub const GPUM_LOG: &str = "GPUM_LOG";
+/// Set to anything but empty: no colour in the platform's log, even on a terminal
+/// (<https://no-color.org>; `gpum_common::log::colour`).
+pub const NO_COLOR: &str = "NO_COLOR";
 /// TEST ONLY: another NVML library (the simulated one) for the installer's audit and the agent's
 /// inventory. Read only by builds with the `test-knobs` feature (`gpum_preflight::gpu::nvml_lib`,
 /// `gpum_enroll::inventory::nvml_lib`); a release build never reads it, so no environment can

@@ -330,6 +330,7 @@ pub fn accept_invitation(
     Ok(Some(Accepted { owner: id, totp }))
 }
 
+<<<<<<< HEAD
 /// Ends every session of an owner and revokes every live API key of theirs.
 fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![owner])?;
@@ -341,6 +342,12 @@ fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiEr
 /// Disables or enables an owner. Disabling ends their sessions and unused invitations and
 /// revokes their API keys (enabling them again brings none back); their servers stay (the
 /// operator deletes them if they must go).
+=======
+/// Disables or enables an owner. Disabling ends their sessions, unused invitations and open
+/// join codes (enabling again revives none of them); their API keys are refused while
+/// disabled; their servers stay (the operator deletes them if they must go), but none is
+/// rentable while the owner is disabled (`rentable::verdict`, issue 43).
+>>>>>>> 7ceac12
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
@@ -351,6 +358,10 @@ pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<O
         end_sessions_and_keys(conn, now, &o.id)?;
         conn.prepare_cached("UPDATE invitations SET used_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL")?
             .execute(params![now as i64, o.id])?;
+        conn.prepare_cached(
+            "UPDATE join_codes SET expires_at = ?1 WHERE owner_id = ?2 AND used_at IS NULL AND expires_at > ?1",
+        )?
+        .execute(params![now as i64, o.id])?;
     }
     owner_summary(conn, &o.id)
 }

@@ -1074,13 +1074,7 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         throttle: throttle.clone(),
     });
 
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPUM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    init_logging();
     tracing::info!(
         public_url = %state.cfg.public_url,
         max_connections = transport.max_connections,
@@ -1136,6 +1130,27 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("stopped; {}", st.db.stats().summary());
     res
+}
+
+/// `serve`'s log, on stderr (the journal under systemd), filtered by `GPUM_LOG` (default
+/// `info`): every field of every line escaped (`gpum_common::log::EscapedFields`: an e-mail typed
+/// into the sign-in form cannot start a line of its own, issue 43), and colour only on a
+/// terminal without `NO_COLOR` (a log file gets no escape sequence).
+fn init_logging() {
+    use std::io::IsTerminal;
+    let colour = gpum_common::log::colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os(gpum_host::env::NO_COLOR).as_deref(),
+    );
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .fmt_fields(gpum_common::log::EscapedFields)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env(gpum_host::env::GPUM_LOG)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
 }
 
 /// One `--relay-domain`: a DNS name of letters, digits, dashes and dots, lower-cased.

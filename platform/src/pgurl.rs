@@ -9,12 +9,15 @@
 //!   (plain when the server, or whoever sits between, says no TLS) are refused.
 //! - No `sslmode`: plain over a unix socket or to a loopback address (the connection does not
 //!   leave the machine); refused to any other host, which must say which of the two it means.
+//!   What counts is the address dialled: a `hostaddr=` is dialled instead of its host name, so
+//!   `localhost?hostaddr=192.0.2.2` is another host ([`dialled_locally`]).
 //! - `sslrootcert=FILE`: the PEM certificates (the database's CA) the server's certificate must
 //!   chain to; `sslrootcert=system`: the Mozilla roots built into the platform. TLS without it is
 //!   refused: no certificate is taken on trust.
 //! - `passfile=FILE`: libpq's password file (`host:port:database:user:password` lines, `*` for
 //!   any, `\` escaping `:` and `\`), which must not be readable by group or others. A password in
-//!   the URL itself is refused: the URL is on the command line, where `ps` shows it.
+//!   the URL itself is refused: the URL is on the command line, where `ps` shows it; and a
+//!   message that shows the URL shows it redacted ([`crate::sql::redact`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -61,12 +64,13 @@ pub fn parse(url: &str) -> Result<PgTarget, Error> {
     if config.get_password().is_some() {
         return Err(password_in_url());
     }
-    let local = config.get_hosts().iter().all(|h| match h {
-        Host::Unix(_) => true,
-        Host::Tcp(name) => {
-            name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-        }
-    });
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        return Err(refused(
+            "the database URL names no host: postgres://USER@HOST[:PORT]/DB, or a socket's directory \
+             as the host (postgres://USER@%2Fvar%2Frun%2Fpostgresql/DB)",
+        ));
+    }
+    let local = dialled_locally(&config);
     let tls = match sslmode.as_deref() {
         None if local => false,
         None => {
@@ -102,6 +106,24 @@ pub fn parse(url: &str) -> Result<PgTarget, Error> {
         config.password(password);
     }
     Ok(PgTarget { config, tls })
+}
+
+/// Whether every address `config` dials is on this machine: a unix socket, `localhost` or a
+/// loopback address. Each host is dialled at its `hostaddr` when one is given (the host name then
+/// only names the server for TLS), so that is the address that counts (issue 43, item 8). No
+/// address at all is not local.
+pub fn dialled_locally(config: &tokio_postgres::Config) -> bool {
+    let (hosts, addrs) = (config.get_hosts(), config.get_hostaddrs());
+    let n = hosts.len().max(addrs.len());
+    n > 0
+        && (0..n).all(|i| match (addrs.get(i), hosts.get(i)) {
+            (Some(ip), _) => ip.is_loopback(),
+            (None, Some(Host::Unix(_))) => true,
+            (None, Some(Host::Tcp(name))) => {
+                name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            }
+            (None, None) => false,
+        })
 }
 
 fn password_in_url() -> Error {
@@ -229,6 +251,99 @@ mod tests {
         assert!(
             err("postgres://gpum@db.internal/gpum?sslmode=require&sslrootcert=/nonexistent")
                 .contains("/nonexistent")
+        );
+    }
+
+    /// Issue 43, item 8: `hostaddr=` is the address tokio-postgres dials (the host name then only
+    /// names the server for TLS), so `localhost?hostaddr=192.0.2.2` went plain to 192.0.2.2 with
+    /// the password. Whether the connection stays on the machine is decided from the addresses
+    /// dialled, before anything is sent (a refused URL makes no connection: `parse` connects to
+    /// nothing).
+    #[test]
+    fn plain_only_when_the_address_dialled_is_on_the_machine() {
+        for url in [
+            "postgres://gpum@localhost:5433/gpum?hostaddr=192.0.2.2",
+            "postgres://gpum@127.0.0.1/gpum?hostaddr=10.0.0.5",
+            "postgres://gpum@%2Fvar%2Frun%2Fpostgresql/gpum?hostaddr=192.0.2.2",
+            "postgres://gpum@localhost,localhost/gpum?hostaddr=127.0.0.1,192.0.2.2",
+            "postgres://gpum@/gpum?hostaddr=192.0.2.2",
+            "postgres://gpum@localhost/gpum?hostaddr=%3A%3Affff%3A192.0.2.2",
+            "postgres://gpum@localhost/gpum?host=db.internal",
+        ] {
+            assert!(err(url).contains("another host"), "{url}: {}", err(url));
+        }
+        for url in [
+            "postgres://gpum@localhost/gpum?hostaddr=127.0.0.1",
+            "postgres://gpum@db.internal/gpum?hostaddr=127.0.0.2",
+            "postgres://gpum@localhost/gpum?hostaddr=%3A%3A1",
+            "postgres://gpum@/gpum?hostaddr=127.0.0.1",
+        ] {
+            let t = parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(t.tls.is_none(), "{url}");
+        }
+        // With TLS asked for, hostaddr is allowed anywhere (the certificate is checked against the
+        // host name).
+        let t = parse(
+            "postgres://gpum@db.internal/gpum?hostaddr=192.0.2.2&sslmode=verify-full&sslrootcert=system",
+        )
+        .unwrap();
+        assert!(t.tls.is_some());
+        // The decision alone, on the addresses each host is dialled at.
+        let cfg = |s: &str| s.parse::<tokio_postgres::Config>().unwrap();
+        assert!(!dialled_locally(&cfg("postgres://u@localhost/db?hostaddr=192.0.2.2")));
+        assert!(dialled_locally(&cfg("postgres://u@localhost/db")));
+        assert!(!dialled_locally(&cfg("postgres://u@/db")), "nothing dialled is nothing local");
+    }
+
+    /// Issue 43, item 9: `--db "postgres://gpum@db.internal/gpum?password=TopSecretPw2"` was
+    /// refused with a message that printed the URL, password and all. Every way a URL can carry
+    /// a password is redacted where a URL is shown.
+    #[test]
+    fn a_shown_url_never_holds_a_password() {
+        let secret = "TopSecretPw2";
+        for url in [
+            "postgres://gpum@db.internal/gpum?password=TopSecretPw2",
+            "postgres://gpum@db.internal/gpum?sslmode=disable&password=TopSecretPw2",
+            "postgres://gpum@db.internal/gpum?sslmode=disable&password=TopSecretPw2&connect_timeout=5",
+            "postgres://gpum@db.internal/gpum?pass%77ord=TopSecretPw2",
+            "postgres://gpum@db.internal/gpum?%70assword=TopSecretPw2",
+            "postgres://gpum@db.internal/gpum?PASSWORD=TopSecretPw2",
+            "postgres://gpum@db.internal/gpum?sslpassword=TopSecretPw2",
+            "postgres://gpum:TopSecretPw2@db.internal/gpum",
+            "postgresql://gpum:TopSecretPw2@db.internal:5432/gpum",
+            "postgres://gpum:Top/SecretPw2@db.internal/gpum",
+            "postgres://gpum:Top@SecretPw2@db.internal/gpum",
+            "postgres://gpum:Top?SecretPw2@db.internal/gpum",
+            "postgres://gpum:Top#SecretPw2@db.internal/gpum",
+            "postgres://gpum:Top%53ecretPw2@db.internal/gpum",
+            "postgres://gpum:TopSecretPw2@db1,db2/gpum",
+            "postgres://:TopSecretPw2@db.internal/gpum",
+            "postgres://db.internal/gpum?user=gpum&password=TopSecretPw2",
+            "postgres://db.internal/gpum?password=TopSecretPw2#frag",
+            "postgres://db.internal/gpum?password=Top%20SecretPw2",
+        ] {
+            let shown = crate::sql::redact(url);
+            let plain = percent_encoding::percent_decode_str(&shown).decode_utf8_lossy().replace(' ', "");
+            assert!(
+                !shown.contains("Secret") && !plain.contains("Secret") && !plain.contains(secret),
+                "{url} shown as {shown}"
+            );
+            // The refusal says so without the password.
+            let e = err(url);
+            assert!(!e.contains("Secret"), "{url}: {e}");
+        }
+        // What is not a password stays readable.
+        assert_eq!(
+            crate::sql::redact("postgres://gpum@db.internal:5432/gpum?sslmode=disable&passfile=/etc/gpum/pg"),
+            "postgres://gpum@db.internal:5432/gpum?sslmode=disable&passfile=/etc/gpum/pg"
+        );
+        assert_eq!(
+            crate::sql::redact("postgres://gpum@db.internal/gpum?password=x"),
+            "postgres://gpum@db.internal/gpum?password=***"
+        );
+        assert_eq!(
+            crate::sql::redact("postgres://gpum:x@db.internal/gpum"),
+            "postgres://gpum:***@db.internal/gpum"
         );
     }
 

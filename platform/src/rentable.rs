@@ -3,12 +3,27 @@
 
 use gpum_protocol::{NodeSummary, NvmlState, Rentable, RentableState, VerificationState};
 
-/// The verdict on `n`, the first reason in this order: offline (since its last heartbeat),
-/// quarantined by its agent (since when; the reason is `n.quarantine`'s), no GPU or no driver, the GPU check failed, awaiting the operator's check image, awaiting the
-/// check, no price, paused by the owner; else rentable. `check_image_chosen`: the operator has
-/// set a probe image. A deleted server is not listed, so it has no verdict.
-pub fn verdict(n: &NodeSummary, check_image_chosen: bool) -> Rentable {
-    let state = if !n.online {
+/// Where the server's owner stands with the operator (`owners disable`/`enable`). The
+/// operator's own servers belong to no owner and are always [`Owner::Enabled`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    Enabled,
+    /// Disabled at this time (unix seconds).
+    Disabled {
+        since: u64,
+    },
+}
+
+/// The verdict on `n`, the first reason in this order: its owner disabled (since when), offline
+/// (since its last heartbeat), quarantined by its agent (since when; the reason is
+/// `n.quarantine`'s), no GPU or no driver, the GPU check failed, awaiting the operator's check
+/// image, awaiting the check, no price, paused by the owner; else rentable.
+/// `check_image_chosen`: the operator has set a probe image. A deleted server is not listed, so
+/// it has no verdict.
+pub fn verdict(n: &NodeSummary, check_image_chosen: bool, owner: Owner) -> Rentable {
+    let state = if let Owner::Disabled { since } = owner {
+        return Rentable { state: RentableState::OwnerDisabled, since: Some(since) };
+    } else if !n.online {
         return Rentable { state: RentableState::Offline, since: n.last_heartbeat_at };
     } else if let Some(q) = &n.quarantine {
         return Rentable { state: RentableState::Quarantined, since: Some(q.since) };
@@ -80,22 +95,22 @@ mod tests {
     }
 
     fn state(n: &NodeSummary, image: bool) -> RentableState {
-        verdict(n, image).state
+        verdict(n, image, Owner::Enabled).state
     }
 
     #[test]
     fn each_reason_alone() {
         use RentableState::*;
         let n = rentable();
-        assert_eq!(verdict(&n, true), V { state: Rentable, since: None });
+        assert_eq!(verdict(&n, true, Owner::Enabled), V { state: Rentable, since: None });
         // The check image matters only while a check is awaited.
         assert_eq!(state(&n, false), Rentable);
 
         let mut off = rentable();
         off.online = false;
-        assert_eq!(verdict(&off, true), V { state: Offline, since: Some(100) });
+        assert_eq!(verdict(&off, true, Owner::Enabled), V { state: Offline, since: Some(100) });
         off.last_heartbeat_at = None;
-        assert_eq!(verdict(&off, true), V { state: Offline, since: None });
+        assert_eq!(verdict(&off, true, Owner::Enabled), V { state: Offline, since: None });
 
         for nvml in [
             NvmlState::LibraryMissing,
@@ -120,7 +135,7 @@ mod tests {
 
         let mut m = rentable();
         m.quarantine = Some(quarantine());
-        assert_eq!(verdict(&m, true), V { state: Quarantined, since: Some(50) });
+        assert_eq!(verdict(&m, true, Owner::Enabled), V { state: Quarantined, since: Some(50) });
 
         let mut m = rentable();
         m.verification = VerificationState::AwaitingCheck;
@@ -134,6 +149,12 @@ mod tests {
         let mut m = rentable();
         m.paused = true;
         assert_eq!(state(&m, true), Paused);
+
+        // Issue 43, item 13: a disabled owner's server said "rentable".
+        assert_eq!(
+            verdict(&rentable(), true, Owner::Disabled { since: 70 }),
+            V { state: OwnerDisabled, since: Some(70) }
+        );
     }
 
     /// Every reason present at once, then removed one by one: each time the verdict is the
@@ -149,7 +170,8 @@ mod tests {
         n.price_per_gpu_hour = None;
         n.paused = true;
         n.quarantine = Some(quarantine());
-        let mut seen = vec![state(&n, false)];
+        let mut seen = vec![verdict(&n, false, Owner::Disabled { since: 1 }).state];
+        seen.push(state(&n, false));
         n.online = true;
         seen.push(state(&n, false));
         n.quarantine = None;
@@ -170,6 +192,7 @@ mod tests {
         assert_eq!(
             seen,
             [
+                OwnerDisabled,
                 Offline,
                 Quarantined,
                 NoGpu,

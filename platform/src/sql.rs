@@ -61,15 +61,36 @@ impl Target {
     }
 }
 
-/// `scheme://user:password@host…` as `scheme://user:***@host…`; anything else unchanged.
+/// `url` as it may be shown: every password in it replaced by `***` (issue 43, item 9: a URL with
+/// a password is refused, and the message that says so must not repeat it). A password may sit
+/// in the user information (`user:pw@`, read both as tokio-postgres reads it, up to the first
+/// `@`, and as RFC 3986 does, up to the last `@` of the authority, so that a `/`, `?`, `#` or `@`
+/// in it hides nothing) or in a query parameter whose name, percent-decoded and in any case,
+/// holds `password` (`password=`, `&password=`, `pass%77ord=`, `sslpassword=`). Anything else is
+/// shown unchanged.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
-    match rest[..at].split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-        None => url.to_owned(),
-    }
+    // The user information's password: from the first `:` to the farther of the two `@`s.
+    let first_at = rest.find('@');
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let rfc_at = rest[..authority_end].rfind('@');
+    let rest = match first_at.max(rfc_at) {
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &rest[..colon], &rest[at..]),
+            None => rest.to_owned(),
+        },
+        None => rest.to_owned(),
+    };
+    let Some((before, query)) = rest.split_once('?') else { return format!("{scheme}://{rest}") };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            let name = percent_encoding::percent_decode_str(key).decode_utf8_lossy().to_ascii_lowercase();
+            if name.contains("password") { format!("{key}=***") } else { pair.to_owned() }
+        })
+        .collect();
+    format!("{scheme}://{before}?{}", query.join("&"))
 }
 
 /// A database failure. Callers turn it into `internal` (the details go to the log only).

@@ -577,6 +577,16 @@ pub fn create_join_code(
     if ttl_secs == 0 || ttl_secs > 365 * 24 * 3600 {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "ttl_secs must be between 1 and 31536000"));
     }
+    if let Some(owner) = scope.owner() {
+        let disabled: bool = conn
+            .prepare_cached("SELECT disabled_at IS NOT NULL FROM owners WHERE id = ?1")?
+            .query_row(params![owner], |r| r.get(0))
+            .optional()?
+            .unwrap_or(false);
+        if disabled {
+            return Err(crate::accounts::AccountError::OwnerDisabled.into());
+        }
+    }
     let code = JoinCode::generate().to_string();
     let expires_at = now + ttl_secs;
     conn.prepare_cached(
@@ -737,12 +747,16 @@ struct CodeRow {
     install_id_hash: Option<String>,
     node_id: Option<String>,
     repeats: i64,
+    /// The code's owner is disabled.
+    owner_disabled: bool,
 }
 
 fn code_row(conn: &Conn, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
     Ok(conn
         .prepare_cached(
-            "SELECT expires_at, used_at, install_id_hash, node_id, repeats FROM join_codes WHERE code_hash = ?1",
+            "SELECT expires_at, used_at, install_id_hash, node_id, repeats,
+                    EXISTS (SELECT 1 FROM owners o WHERE o.id = join_codes.owner_id AND o.disabled_at IS NOT NULL)
+             FROM join_codes WHERE code_hash = ?1",
         )?
         .query_row(params![code_hash], |r| {
             Ok(CodeRow {
@@ -751,9 +765,19 @@ fn code_row(conn: &Conn, code_hash: &str) -> Result<Option<CodeRow>, ApiError> {
                 install_id_hash: r.get(2)?,
                 node_id: r.get(3)?,
                 repeats: r.get(4)?,
+                owner_disabled: r.get(5)?,
             })
         })
         .optional()?)
+}
+
+/// A code whose owner is disabled registers nothing (issue 43, item 13): `owners disable` ends
+/// the owner's open codes, and a code read in the same moment is refused here.
+fn owner_disabled_code() -> ApiError {
+    ApiError::new(
+        ErrorCode::JoinCodeExpired,
+        "this join code's owner is disabled by the platform's operator; it registers no server",
+    )
 }
 
 fn parse_code(raw: &str) -> Result<JoinCode, ApiError> {
@@ -792,6 +816,9 @@ pub fn enroll(conn: &Conn, now: u64, req: &EnrollRequest) -> Result<EnrollRespon
     let id_hash = hash_secret(&normalize_install_id(&req.install_id)?);
     let code_hash = hash_secret(&code.to_string());
     let row = code_row(conn, &code_hash)?.ok_or_else(code_unknown)?;
+    if row.owner_disabled {
+        return Err(owner_disabled_code());
+    }
     let live = (now as i64) < row.expires_at;
     match &row.install_id_hash {
         None if row.used_at.is_some() => Err(code_used()),
@@ -831,6 +858,9 @@ pub fn register(
         req.install_id.as_deref().map(normalize_install_id).transpose()?.map(|i| hash_secret(&i));
     let code_hash = hash_secret(&code.to_string());
     let row = code_row(conn, &code_hash)?.ok_or_else(code_unknown)?;
+    if row.owner_disabled {
+        return Err(owner_disabled_code());
+    }
     let live = (now as i64) < row.expires_at;
     // Bound to an install id (enrolled, or registered with one): only that install id may use it.
     let same_install = match (&install_id_hash, &row.install_id_hash) {
@@ -864,14 +894,20 @@ pub fn register(
     // Taken only if still unused: with several replicas on one PostgreSQL, two may have read the
     // code as unused at the same moment; the second UPDATE waits for the first to commit, then
     // finds it used and changes nothing (issue 35). On SQLite, the one writer, it always takes.
+    // So does an `owners disable` committed meanwhile: it ended the code (`expires_at`).
     let taken = conn
         .prepare_cached(
             "UPDATE join_codes SET used_at = ?1, install_id_hash = ?2, node_id = ?3
-             WHERE code_hash = ?4 AND used_at IS NULL AND (install_id_hash IS NULL OR install_id_hash = ?2)",
+             WHERE code_hash = ?4 AND used_at IS NULL AND (install_id_hash IS NULL OR install_id_hash = ?2)
+               AND expires_at > ?1",
         )?
         .execute(params![now as i64, install_id_hash, node_id, code_hash])?;
     if taken != 1 {
-        return Err(code_used());
+        return match code_row(conn, &code_hash)? {
+            Some(r) if r.owner_disabled => Err(owner_disabled_code()),
+            Some(r) if r.used_at.is_none() && r.expires_at <= now as i64 => Err(code_expired()),
+            _ => Err(code_used()),
+        };
     }
     let token = new_token();
     let (inventory_json, inventory_hash) = bounded_inventory_json(&req.inventory);
@@ -1490,15 +1526,21 @@ pub fn list_nodes(conn: &Conn, now: u64, scope: &Scope) -> Result<NodeList, ApiE
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
-                (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json
+                (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json,
+                (SELECT disabled_at FROM owners WHERE owners.id = nodes.owner_id)
          FROM nodes WHERE deleted_at IS NULL AND (CAST(?1 AS TEXT) IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
     )?;
-    // Each row maps straight to its summary; the two histories are filled in after.
-    let mut nodes: Vec<NodeSummary> = stmt
+    // Each row maps straight to its summary (and its owner's standing); the two histories are
+    // filled in after.
+    let mut nodes: Vec<(NodeSummary, crate::rentable::Owner)> = stmt
         .query_map(params![scope.owner()], |r| {
             let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
             let inventory: Inventory = serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default();
-            Ok(NodeSummary {
+            let owner = match r.get::<_, Option<i64>>(20)? {
+                Some(at) => crate::rentable::Owner::Disabled { since: at.max(0) as u64 },
+                None => crate::rentable::Owner::Enabled,
+            };
+            let n = NodeSummary {
                 id: r.get(0)?,
                 registered_at: r.get::<_, i64>(1)? as u64,
                 agent_version: r.get(2)?,
@@ -1529,16 +1571,17 @@ pub fn list_nodes(conn: &Conn, now: u64, scope: &Scope) -> Result<NodeList, ApiE
                 quarantine: r
                     .get::<_, Option<String>>(19)?
                     .and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
-            })
+            };
+            Ok((n, owner))
         })?
         .collect::<Result<_, _>>()?;
     let check_image_chosen = probe_image(conn)?.is_some();
-    for n in &mut nodes {
+    for (n, owner) in &mut nodes {
         n.removed_containers = removals(conn, &n.id)?;
         n.commands = command_history(conn, &n.id)?;
-        n.rentable = crate::rentable::verdict(n, check_image_chosen);
+        n.rentable = crate::rentable::verdict(n, check_image_chosen, *owner);
     }
-    Ok(NodeList { nodes })
+    Ok(NodeList { nodes: nodes.into_iter().map(|(n, _)| n).collect() })
 }
 
 fn removals(conn: &Conn, node_id: &str) -> Result<Vec<RemovedContainer>, ApiError> {

@@ -560,8 +560,8 @@ pub enum ErrorCode {
     /// 409: a command for a server that is offline; nothing was queued (a command reaches the
     /// agent only at its heartbeat).
     NodeOffline,
-    /// 409: a rental for a server that cannot take one now (offline, not verified, paused, not
-    /// for rent, or already holding its limit of rentals); the message names the server's
+    /// 409: a rental for a server that cannot take one now (its owner disabled, offline, not
+    /// verified, paused, not for rent, or already holding its limit of rentals); the message names the server's
     /// rentable state. Nothing was created.
     NodeNotRentable,
     /// 409: the rental asks for more GPUs than the server has free, or for a GPU that is not the
@@ -687,6 +687,9 @@ named_enum! {
     /// Whether a server is rentable, or the first reason why not, in this order of precedence.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub enum RentableState {
+        /// The operator disabled the server's owner (`owners disable`): none of their servers
+        /// takes a rental until they are enabled again (issue 43).
+        OwnerDisabled = "owner_disabled",
         /// No heartbeat within [`OFFLINE_AFTER_SECS`] (or none yet).
         #[default]
         Offline = "offline",

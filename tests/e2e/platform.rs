@@ -666,6 +666,52 @@ fn plain_http_only_on_loopback_with_the_flag() {
     assert!(!db.exists());
 }
 
+/// Issue 43, items 8 and 9, through the real binary: `serve` refuses a `hostaddr=` that sends
+/// a plain connection off the machine before connecting anywhere (192.0.2.2 is TEST-NET-1, and
+/// the refusal comes before any connection), and a refusal never prints the URL's password,
+/// in whatever form the URL holds it.
+#[test]
+fn serve_refuses_a_database_url_off_the_machine_or_with_a_password_and_never_prints_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let passfile = dir.path().join("pgpass");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&passfile).unwrap();
+        f.write_all(b"*:*:*:*:FilePw7\n").unwrap();
+    }
+    let run = |db: &str| {
+        let o = Command::new(gpum_tests::bin("gpum-platform"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--insecure-http", "--db", db])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let url =
+        format!("postgres://gpum@localhost:5432/gpum?hostaddr=192.0.2.2&passfile={}", passfile.display());
+    let (code, out) = run(&url);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("another host") && out.contains("sslmode=verify-full"), "{out}");
+    assert!(!out.contains("FilePw7"), "{out}");
+    for url in [
+        "postgres://gpum@db.internal/gpum?password=TopSecretPw2",
+        "postgres://gpum@db.internal/gpum?sslmode=disable&password=TopSecretPw2",
+        "postgres://gpum@db.internal/gpum?pass%77ord=TopSecretPw2",
+        "postgres://gpum:TopSecretPw2@db.internal/gpum",
+        "postgres://gpum:Top/SecretPw2@db.internal/gpum",
+        "postgres://gpum:Top%53ecretPw2@localhost/gpum",
+    ] {
+        let (code, out) = run(url);
+        assert_eq!(code, Some(1), "{url}: {out}");
+        assert!(out.contains("password"), "{url}: {out}");
+        assert!(!out.contains("Secret"), "{url}: {out}");
+    }
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }

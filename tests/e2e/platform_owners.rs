@@ -573,4 +573,31 @@ async fn issue43_the_deleted_notice_says_only_what_the_platform_did() {
     let flash = gpum_tests::owner::text_of(&page.body, "flash").expect("the notice");
     assert!(flash.contains(&node.node_id), "{flash}");
     assert!(!a.get("/dashboard").await.body.contains("id=\"flash\""), "shown once");
+
+/// Issue 43, item 10: a newline in the sign-in e-mail started a log line of its own (the e-mail
+/// was logged raw), and `serve` wrote terminal colour codes into its log file. Every field of
+/// every line is escaped, as the agent's are, and colour is only for a terminal.
+#[tokio::test]
+async fn log_lines_cannot_be_forged_and_a_log_file_has_no_colour() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let forged = "x@example.com\n2026-01-01T00:00:00Z  INFO gpum_platform: dashboard: an owner signed in \
+                  email=boss@example.com\r\x1b[2Jx";
+    let (page, s) = OwnerSession::sign_in(&p, forged, "wrong password!", "").await;
+    assert_eq!(page.status, StatusCode::UNAUTHORIZED, "{}", page.body);
+    assert!(s.is_none());
+    let log = p.log();
+    assert!(!log.contains('\x1b'), "no escape sequence, colour or other, in a log file: {log:?}");
+    assert!(!log.contains('\r'), "{log:?}");
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("an owner's sign-in failed")).collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert!(
+        failed[0].contains(r"x@example.com\n2026-01-01t00:00:00z"),
+        "escaped in its own line: {}",
+        failed[0]
+    );
+    assert!(
+        log.lines().all(|l| !l.starts_with("2026-01-01")
+            && (!l.contains("an owner signed in") || l.contains("an owner's sign-in failed"))),
+        "no forged line: {log}"
+    );
 }

@@ -6,9 +6,9 @@
 
 use gpum_protocol::{
     CreateRentalRequest, EnvVar, GpuPublic, Health, HeartbeatRequest, HeartbeatResponse, Inventory,
-    NodeEvents, NvmlState, PATH_ADMIN_RENTAL_REGISTRIES, PATH_ADMIN_RENTALS, ProbeReport, RegisterRequest,
-    RegisterResponse, RentalList, RentalRegistries, RentalReport, RentalState, RentalSummary,
-    VerificationState, path_admin_node_events, path_admin_rental, path_admin_rental_stop,
+    NodeEvents, NvmlState, PATH_ADMIN_NODES, PATH_ADMIN_RENTAL_REGISTRIES, PATH_ADMIN_RENTALS, ProbeReport,
+    RegisterRequest, RegisterResponse, RentalList, RentalRegistries, RentalReport, RentalState,
+    RentalSummary, VerificationState, path_admin_node_events, path_admin_rental, path_admin_rental_stop,
 };
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::StatusCode;
@@ -41,8 +41,13 @@ fn rental_beat(seq: u64, tag: &str, rentals: Vec<RentalReport>) -> HeartbeatRequ
 
 /// A node that is rentable: registered, beating with NVML working, its check passed, priced.
 async fn rentable_node(p: &TestPlatform, api: &Api, tag: &str) -> RegisterResponse {
+    rentable_node_with(p, api, tag, &p.join_code()).await
+}
+
+/// [`rentable_node`], registered with `code` (an owner's, for one).
+async fn rentable_node_with(p: &TestPlatform, api: &Api, tag: &str, code: &str) -> RegisterResponse {
     let req = RegisterRequest {
-        join_code: p.join_code(),
+        join_code: code.to_owned(),
         agent_version: "0.1.0".into(),
         inventory: rental_inventory(tag),
         install_id: None,
@@ -304,4 +309,125 @@ async fn the_cli_creates_and_stops_and_expiry_ends_a_rental() {
     assert_eq!((gone.listed, gone.reason.as_deref()), (false, Some("node deleted")));
     let all: RentalList = serde_json::from_value(p.cli_json(&["rentals", "list"])).unwrap();
     assert_eq!(all.rentals.len(), 4);
+}
+
+/// Issue 43, item 13: after `owners disable`, the operator's list still said `rentable` for the
+/// owner's priced server, the admin API created a rental on it (201), and a join code the
+/// owner had not used yet registered a new server (201). Now the verdict says why not (since
+/// when), a rental is refused with that reason, the owner's open codes register nothing (nor
+/// enroll), and the operator cannot make the disabled owner a new one. Enabled again, the
+/// server is rentable; the codes stay refused (a disable ends them, as it ends invitations).
+#[tokio::test]
+async fn a_disabled_owners_servers_are_off_offer_and_their_codes_refused() {
+    let p = TestPlatform::start(PlatformOpts::default());
+    let api = Api::new(&p);
+    let admin = Some(p.admin_token());
+    p.invite_owner("eve@example.com");
+    let node = rentable_node_with(&p, &api, "eve", &p.owner_join_code("eve@example.com")).await;
+    let unused = p.owner_join_code("eve@example.com");
+    let bound = p.owner_join_code("eve@example.com");
+    let enrolled = api
+        .post(
+            gpum_protocol::PATH_ENROLL,
+            None,
+            &gpum_protocol::EnrollRequest {
+                join_code: bound.clone(),
+                install_id: "0123456789abcdef0123456789abcde2".into(),
+            },
+        )
+        .await;
+    assert_eq!(enrolled.status, StatusCode::OK, "{}", enrolled.body);
+
+    p.advance_clock(7);
+    p.cli_json(&["owners", "disable", "eve@example.com"]);
+    assert_eq!(p.cli_json(&["owners", "list"])["owners"][0]["disabled"], true);
+
+    // The verdict, in JSON, for a terminal and in the admin API.
+    let n = p.node(&node.node_id).unwrap();
+    assert_eq!(n.rentable.state.as_str(), "owner_disabled");
+    assert!(n.rentable.since.is_some(), "since the owner was disabled");
+    let human = p.cli(["nodes", "list"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("owner_disabled") && !human.contains(" rentable "), "{human}");
+    let listed = admin_get(&p, &api, PATH_ADMIN_NODES).await;
+    assert_eq!(listed.body["nodes"][0]["rentable"]["state"], "owner_disabled", "{}", listed.body);
+
+    // No rental is placed on it, through the API or the CLI.
+    let a = api.post(PATH_ADMIN_RENTALS, admin, &request(&node.node_id)).await;
+    assert_eq!(a.code(), gpum_protocol::ErrorCode::NodeNotRentable, "{}", a.body);
+    assert!(a.body["error"]["message"].as_str().unwrap().contains("owner_disabled"), "{}", a.body);
+    let image = format!("nvcr.io/nvidia/pytorch@sha256:{H}");
+    let o = p.cli([
+        "rentals",
+        "create",
+        "--node",
+        &node.node_id,
+        "--image",
+        &image,
+        "--gpus",
+        "1",
+        "--cpu-millis",
+        "1000",
+        "--memory-mib",
+        "1024",
+        "--disk-gib",
+        "1",
+        "--shm-mib",
+        "64",
+        "--duration",
+        "2h",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("owner_disabled"), "{o:?}");
+    let none: RentalList = admin_get(&p, &api, PATH_ADMIN_RENTALS).await.ok();
+    assert!(none.rentals.is_empty());
+
+    // The owner's open codes register nothing, whether bound to an install or not.
+    for (code, install_id) in
+        [(&unused, None), (&bound, Some("0123456789abcdef0123456789abcde2".to_string()))]
+    {
+        let req = RegisterRequest {
+            join_code: code.clone(),
+            agent_version: "0.1.0".into(),
+            inventory: rental_inventory("eve-new"),
+            install_id,
+        };
+        let a = api.post(gpum_protocol::PATH_REGISTER, None, &req).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.body);
+        assert_eq!(a.code(), gpum_protocol::ErrorCode::JoinCodeExpired, "{}", a.body);
+    }
+    let a = api
+        .post(
+            gpum_protocol::PATH_ENROLL,
+            None,
+            &gpum_protocol::EnrollRequest {
+                join_code: unused.clone(),
+                install_id: "0123456789abcdef0123456789abcde3".into(),
+            },
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.body);
+    assert_eq!(p.nodes().nodes.len(), 1, "nothing new was registered");
+    // Nor does the operator make the disabled owner a new code.
+    let o = p.cli(["join-code", "create", "--owner", "eve@example.com"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("disabled"), "{o:?}");
+
+    // Enabled again: the server is rentable; the codes a disable ended stay ended.
+    p.cli_json(&["owners", "enable", "eve@example.com"]);
+    let hb: HeartbeatResponse = api.heartbeat(&node.node_token, &rental_beat(2, "eve", vec![])).await.ok();
+    assert!(hb.rentals.is_empty());
+    assert_eq!(p.node(&node.node_id).unwrap().rentable.state.as_str(), "rentable");
+    let req = RegisterRequest {
+        join_code: unused.clone(),
+        agent_version: "0.1.0".into(),
+        inventory: rental_inventory("eve-new"),
+        install_id: None,
+    };
+    assert_eq!(
+        api.post(gpum_protocol::PATH_REGISTER, None, &req).await.code(),
+        gpum_protocol::ErrorCode::JoinCodeExpired
+    );
+    let created: RentalSummary = api.post(PATH_ADMIN_RENTALS, admin, &request(&node.node_id)).await.ok();
+    assert!(created.listed);
 }

@@ -156,6 +156,21 @@ async fn tunnel_http_door_reaches_a_rentals_web_ports_by_host_name() {
     let seen = r.text().await.unwrap().to_ascii_lowercase();
     assert!(seen.contains("authorization: bearer the-apps-own-token\n"), "{seen}");
     assert!(!seen.contains(&a.credential.to_ascii_lowercase()) && !seen.contains("x-gpum"), "{seen}");
+    // Issue 43, item 7: the credential in both X-Gpum-Credential and Authorization: Basic, and
+    // a copy in a header of the tenant's own: none of them reaches the container.
+    let r = c
+        .get(url(&a, 8081, "/both"))
+        .header("X-Gpum-Credential", &a.credential)
+        .basic_auth(&a.id, Some(&a.credential))
+        .header("X-Copy", format!("k={}", a.credential))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = r.text().await.unwrap().to_ascii_lowercase();
+    assert!(seen.starts_with("get /both http/1.1\n"), "{seen}");
+    assert!(!seen.contains("authorization") && !seen.contains("x-copy"), "{seen}");
+    assert!(!seen.contains(&a.credential.to_ascii_lowercase()) && !seen.contains("x-gpum"), "{seen}");
 
     // Wrong credentials: 401 with a challenge a browser answers; a listed port only.
     let r = c.get(url(&a, 8080, "/")).send().await.unwrap();

@@ -6,8 +6,10 @@
 //! **Credential.** `Authorization: Basic base64(<rental id>:<credential>)` (`curl -u`; a browser
 //! prompts on the `401` with `WWW-Authenticate: Basic realm="gpum"`), or, for an application
 //! that uses `Authorization` itself, `X-Gpum-Credential: <credential>` (then `Authorization`
-//! passes through untouched). The relay consumes the credential and removes the header that
-//! carried it (and `X-Gpum-Credential` always), so it never reaches the container. Every
+//! passes through untouched, unless it carries the credential too). The relay consumes the
+//! credential and removes every header that carries it (`X-Gpum-Credential` always, an
+//! `Authorization: Basic` naming the rental, and any header holding the credential's text), so
+//! it never reaches the container, which runs on the owner's machine. Every
 //! request on a connection is checked, as the browser sends it each time. A wrong credential
 //! (or another rental's) counts against the client's address like the TCP door's
 //! (`web::throttle`, door `Relay`); a request with none is answered `401` without counting, as
@@ -84,18 +86,55 @@ pub enum Presented {
 
 /// The credential a request carries for rental `id`, taken out of its headers: from
 /// [`CREDENTIAL_HEADER`] (which is always removed) or else from `Authorization: Basic` (removed
-/// then; an application's own scheme, `Bearer` or the like, stays).
+/// then; an application's own scheme, `Bearer` or the like, stays). Then every header that
+/// carries the rental's credential in any other form goes too ([`carries_credential`]): with
+/// the credential in both headers, `Authorization` went on to the container (issue 43, item 7).
 pub fn take_credential(headers: &mut HeaderMap, id: &str) -> Presented {
-    if let Some(v) = headers.remove(CREDENTIAL_HEADER) {
-        return match v.to_str() {
+    let presented = if let Some(v) = headers.remove(CREDENTIAL_HEADER) {
+        match v.to_str() {
             Ok(s) => Presented::Credential(s.trim().to_string()),
             Err(_) => Presented::OtherRental,
-        };
+        }
+    } else {
+        let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(basic_any_case);
+        let Some((user, credential)) = basic else { return Presented::Nothing };
+        headers.remove(header::AUTHORIZATION);
+        if user == id { Presented::Credential(credential) } else { Presented::OtherRental }
+    };
+    let credential = match &presented {
+        Presented::Credential(c) => c.as_str(),
+        _ => "",
+    };
+    let carriers: Vec<HeaderName> = headers
+        .iter()
+        .filter(|(_, v)| carries_credential(v, id, credential))
+        .map(|(n, _)| n.clone())
+        .collect();
+    for n in carriers {
+        headers.remove(n);
     }
-    let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(parse_basic);
-    let Some((user, credential)) = basic else { return Presented::Nothing };
-    headers.remove(header::AUTHORIZATION);
-    if user == id { Presented::Credential(credential) } else { Presented::OtherRental }
+    presented
+}
+
+/// Whether a header's value carries rental `id`'s credential: `credential` (what the request
+/// presented; empty for none) anywhere in it, or HTTP Basic (any case of the scheme) naming the
+/// rental or holding the credential.
+fn carries_credential(value: &HeaderValue, id: &str, credential: &str) -> bool {
+    let holds = |hay: &[u8]| {
+        !credential.is_empty() && hay.windows(credential.len()).any(|w| w == credential.as_bytes())
+    };
+    holds(value.as_bytes())
+        || value.to_str().ok().and_then(basic_any_case).is_some_and(|(u, p)| u == id || holds(p.as_bytes()))
+}
+
+/// `Basic <base64(user:password)>` with the scheme in any case (RFC 9110 11.1) and any spaces
+/// before the token.
+fn basic_any_case(value: &str) -> Option<(String, String)> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    parse_basic(&format!("Basic {}", token.trim()))
 }
 
 /// Headers that concern one hop (RFC 9110 7.6.1), not passed on; `Connection` and `Upgrade`
@@ -646,5 +685,52 @@ mod tests {
         h.insert(header::AUTHORIZATION, "Bearer app-token".parse().unwrap());
         assert_eq!(take_credential(&mut h, id), Presented::Nothing);
         assert!(h.get(header::AUTHORIZATION).is_some());
+    }
+
+    /// Issue 43, item 7: with the credential in `X-Gpum-Credential` and again as
+    /// `Authorization: Basic <rental:C>`, the `Authorization` header went on to the container,
+    /// on the owner's machine. No header that carries the rental's credential goes on, in
+    /// whatever form or header it came.
+    #[test]
+    fn relay_http_no_header_carries_the_credential_on() {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let id = "rent-00112233445566aa";
+        let c = "gpumt_secret";
+        let left = |h: &HeaderMap| -> Vec<String> {
+            h.iter().map(|(n, v)| format!("{n}: {}", String::from_utf8_lossy(v.as_bytes()))).collect()
+        };
+        for (name, value) in [
+            ("authorization", format!("Basic {}", b64(&format!("{id}:{c}")))),
+            ("authorization", format!("BASIC {}", b64(&format!("{id}:{c}")))),
+            ("authorization", format!("basic  {}", b64(&format!("{id}:{c}")))),
+            // The rental's id with another (an old) credential: still the rental's.
+            ("authorization", format!("Basic {}", b64(&format!("{id}:gpumt_old")))),
+            // Another user name with the rental's credential.
+            ("authorization", format!("Basic {}", b64(&format!("me:{c}")))),
+            ("authorization", format!("Bearer {c}")),
+            ("x-api-key", c.to_string()),
+            ("cookie", format!("a=1; token={c}")),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(CREDENTIAL_HEADER, c.parse().unwrap());
+            h.append(HeaderName::from_static(name), value.parse().unwrap());
+            h.insert("x-app", "kept".parse().unwrap());
+            assert_eq!(take_credential(&mut h, id), Presented::Credential(c.into()), "{name}: {value}");
+            assert_eq!(left(&h), ["x-app: kept"], "{name}: {value}");
+        }
+        // With the credential as Basic, a copy of it in another header goes too.
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, format!("Basic {}", b64(&format!("{id}:{c}"))).parse().unwrap());
+        h.insert("x-token", format!("t={c}").parse().unwrap());
+        h.insert("x-app", "kept".parse().unwrap());
+        assert_eq!(take_credential(&mut h, id), Presented::Credential(c.into()));
+        assert_eq!(left(&h), ["x-app: kept"]);
+        // The application's own Authorization, without the credential, still passes.
+        let mut h = HeaderMap::new();
+        h.insert(CREDENTIAL_HEADER, c.parse().unwrap());
+        h.insert(header::AUTHORIZATION, format!("Basic {}", b64("app-user:app-pw")).parse().unwrap());
+        assert_eq!(take_credential(&mut h, id), Presented::Credential(c.into()));
+        assert_eq!(left(&h), [format!("authorization: Basic {}", b64("app-user:app-pw"))]);
     }
 }

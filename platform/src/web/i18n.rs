@@ -421,6 +421,10 @@ gpum_common::texts! {
         RentAwaitingCheck => ("пока не сдаётся: ожидает проверки видеокарты", "not rentable yet: awaiting the GPU check"),
         RentNoPrice => ("пока не сдаётся: цена не назначена", "not for rent yet: no price set"),
         RentPaused => ("не сдаётся: приостановлен вами", "not rentable: paused by you"),
+        RentOwnerDisabled => (
+            "не сдаётся: учётная запись владельца отключена оператором платформы с {at} (UTC)",
+            "not rentable: the owner's account was disabled by the platform's operator at {at} (UTC)",
+        ),
         // The figures, the day's chart and the event log of a server.
         FiguresTitle => ("Показатели", "Figures"),
         FiguresAsOf => ("по последней связи, {at} (UTC)", "as of the last heartbeat, {at} (UTC)"),

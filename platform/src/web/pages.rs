@@ -185,7 +185,8 @@ fn state_class(n: &NodeSummary) -> &'static str {
 fn rentable_class(s: RentableState) -> &'static str {
     match s {
         RentableState::Rentable => "ok",
-        RentableState::Offline
+        RentableState::OwnerDisabled
+        | RentableState::Offline
         | RentableState::Quarantined
         | RentableState::NoGpu
         | RentableState::CheckFailed => "bad",
@@ -200,6 +201,9 @@ fn rentable_class(s: RentableState) -> &'static str {
 fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
     let r = &n.rentable;
     match r.state {
+        RentableState::OwnerDisabled => {
+            fill(ctx.t(Msg::RentOwnerDisabled), &[("at", &utc(r.since.unwrap_or(0)))])
+        }
         RentableState::Offline => match r.since {
             Some(at) => fill(ctx.t(Msg::RentOfflineSince), &[("at", &utc(at))]),
             None => ctx.t(Msg::RentOfflineNever).to_owned(),
@@ -1394,7 +1398,7 @@ pub(crate) mod tests {
         n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
         n.health = Some(Health { nvml: NvmlState::LibraryMissing, ..Default::default() });
         n.verification = VerificationState::Verified;
-        n.rentable = crate::rentable::verdict(&n, true);
+        n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
         assert_eq!(n.rentable.state, RentableState::NoGpu);
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
@@ -1410,7 +1414,7 @@ pub(crate) mod tests {
         n.health = Some(Health { nvml: NvmlState::Ok, ..Default::default() });
         n.verification = VerificationState::Failed;
         n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
-        n.rentable = crate::rentable::verdict(&n, true);
+        n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
         let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
         assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
