@@ -330,7 +330,6 @@ pub fn accept_invitation(
     Ok(Some(Accepted { owner: id, totp }))
 }
 
-<<<<<<< HEAD
 /// Ends every session of an owner and revokes every live API key of theirs.
 fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiError> {
     conn.prepare_cached("DELETE FROM sessions WHERE owner_id = ?1")?.execute(params![owner])?;
@@ -339,15 +338,10 @@ fn end_sessions_and_keys(conn: &Conn, now: u64, owner: &str) -> Result<(), ApiEr
     Ok(())
 }
 
-/// Disables or enables an owner. Disabling ends their sessions and unused invitations and
-/// revokes their API keys (enabling them again brings none back); their servers stay (the
-/// operator deletes them if they must go).
-=======
 /// Disables or enables an owner. Disabling ends their sessions, unused invitations and open
-/// join codes (enabling again revives none of them); their API keys are refused while
-/// disabled; their servers stay (the operator deletes them if they must go), but none is
-/// rentable while the owner is disabled (`rentable::verdict`, issue 43).
->>>>>>> 7ceac12
+/// join codes and revokes their API keys (enabling again revives none of them); their servers
+/// stay (the operator deletes them if they must go), but none is rentable while the owner is
+/// disabled (`rentable::verdict`, issue 43).
 pub fn set_disabled(conn: &Conn, now: u64, id: &str, disabled: bool) -> Result<OwnerSummary, ApiError> {
     let o = find_owner(conn, id)?;
     conn.prepare_cached(
