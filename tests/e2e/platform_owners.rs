@@ -573,6 +573,7 @@ async fn issue43_the_deleted_notice_says_only_what_the_platform_did() {
     let flash = gpum_tests::owner::text_of(&page.body, "flash").expect("the notice");
     assert!(flash.contains(&node.node_id), "{flash}");
     assert!(!a.get("/dashboard").await.body.contains("id=\"flash\""), "shown once");
+}
 
 /// Issue 43, item 10: a newline in the sign-in e-mail started a log line of its own (the e-mail
 /// was logged raw), and `serve` wrote terminal colour codes into its log file. Every field of
