@@ -1241,7 +1241,7 @@ mod tests {
         };
         let priced = node("node-a", Some(1250), RentableState::Rentable);
         let unpriced = node("node-b", None, RentableState::NoPrice);
-        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced] }, 0);
+        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced], next: None }, 0);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("RENTABLE") && lines[0].contains("PRICE"), "{text}");
         let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();

@@ -410,11 +410,7 @@ pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Re
 
 /// The node as the list shows it, with its verdict.
 fn node(conn: &Conn, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
-    store::list_nodes(conn, now, &Scope::All)?
-        .nodes
-        .into_iter()
-        .find(|n| n.id == id)
-        .ok_or_else(|| ApiError::not_found("node"))
+    store::node(conn, now, id, &Scope::All)
 }
 
 // ---------------------------------------------------------------------------------------------

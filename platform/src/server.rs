@@ -19,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, Stat
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
     CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
@@ -115,7 +115,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let admin = Router::new()
         .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
         .route(PATH_ADMIN_NODES, get(list_nodes))
-        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), delete(delete_node).patch(update_node))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), get(show_node).delete(delete_node).patch(update_node))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
@@ -134,7 +134,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let owner = Router::new()
         .route(PATH_OWNER_JOIN_CODES, post(create_join_code))
         .route(PATH_OWNER_NODES, get(list_nodes))
-        .route(&format!("{PATH_OWNER_NODES}/{{id}}"), delete(delete_node).patch(update_node))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}"), get(show_node).delete(delete_node).patch(update_node))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/events"), get(node_events))
@@ -476,9 +476,49 @@ async fn create_join_code(
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-async fn list_nodes(State(st): St, Extension(scope): Extension<Scope>) -> Result<Response, ApiError> {
+/// A page of the nodes (an owner's: their own), `?limit=` (1 to 500, 100 by default) after
+/// `?after=` (the `next` of the page before). Any other query parameter is refused.
+async fn list_nodes(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let page = page_query(q.as_deref(), true)?;
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| store::list_nodes(c, now, &scope)).await?).into_response())
+    Ok(Json(st.db.call(move |c| store::list_nodes_page(c, now, &scope, &page)).await?).into_response())
+}
+
+/// One node (an owner's: only their own), as the list shows it; `not_found` for a deleted node,
+/// another owner's, or none.
+async fn show_node(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::node(c, now, &id, &scope)).await?).into_response())
+}
+
+/// The page a list request asks for: its `limit` and `after` parameters. `strict`: any other
+/// parameter is refused (the API); otherwise it is left to the caller (the dashboard).
+pub(crate) fn page_query(q: Option<&str>, strict: bool) -> Result<store::Page, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.unwrap_or(""))
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the query is not valid"))?;
+    let (mut limit, mut after) = (None, None);
+    for (k, v) in pairs {
+        match k.as_str() {
+            "limit" => limit = Some(v),
+            "after" => after = Some(v),
+            _ if strict => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("unknown query parameter {k:?}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    store::Page::parse(limit.as_deref(), after.as_deref())
 }
 
 async fn delete_node(

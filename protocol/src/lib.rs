@@ -789,6 +789,10 @@ pub struct SetKnownContainersRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeList {
     pub nodes: Vec<NodeSummary>,
+    /// The cursor of the next page (`?after=`), absent on the last page (issue 44): a list is
+    /// read a page at a time, in registration order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
