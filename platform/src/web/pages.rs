@@ -2005,6 +2005,24 @@ pub(crate) mod tests {
         assert!(servers(&ctx, &[n], PageAt::default(), 0, None, None).into_string().contains("node-1"));
     }
 
+    #[test]
+    fn the_servers_page_links_the_next_page_and_refreshes_its_own() {
+        for lang in [Lang::Ru, Lang::En] {
+            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+            let first = servers(&ctx, &[], PageAt { after: None, next: Some("MTA6bl9h") }, 6, None, None)
+                .into_string();
+            assert!(first.contains(r#"href="/dashboard?after=MTA6bl9h""#), "{first}");
+            assert!(first.contains(ctx.t(Msg::NextPage)) && !first.contains(r#"id="first-page""#));
+            assert!(first.contains(r#"data-live="/dashboard""#));
+            let later = servers(&ctx, &[], PageAt { after: Some("MTA6bl9h"), next: None }, 6, None, None)
+                .into_string();
+            assert!(later.contains(r#"data-live="/dashboard?after=MTA6bl9h""#), "{later}");
+            assert!(later.contains(ctx.t(Msg::FirstPage)) && !later.contains(r#"id="next-page""#));
+            let only = servers(&ctx, &[], PageAt::default(), 6, None, None).into_string();
+            assert!(!only.contains(r#"id="next-page""#) && !only.contains(r#"id="first-page""#));
+        }
+    }
+
     fn node(id: &str) -> NodeSummary {
         NodeSummary {
             id: id.into(),
