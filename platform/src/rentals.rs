@@ -962,7 +962,7 @@ mod tests {
     }
 
     fn node_summary(c: &Conn, id: &str) -> NodeSummary {
-        store::list_nodes(c, T0 + 10, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == id).unwrap()
+        store::node(c, T0 + 10, id, &Scope::All).unwrap()
     }
 
     /// Two rentals never share a GPU: a GPU is held while listed, and after that until the agent

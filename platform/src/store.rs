@@ -2955,8 +2955,7 @@ mod tests {
         assert_eq!(err.code, ErrorCode::GpuAlreadyRegistered);
         assert_eq!(owner("GPU-a"), Some(a.node_id.clone()), "A keeps its GPU");
         assert_eq!(owner("GPU-b"), Some(b.node_id.clone()), "nothing of the refused heartbeat was stored");
-        let n =
-            list_nodes(&c, 1, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == b.node_id).unwrap();
+        let n = node(&c, 1, &b.node_id, &Scope::All).unwrap();
         assert_eq!(n.last_seq, None);
         // Its own GPUs, a new free one, or one listed twice are fine.
         heartbeat(&c, 2, &b.node_token, &beat(&["GPU-b", "GPU-c", "GPU-c"], 2), 10).unwrap();
