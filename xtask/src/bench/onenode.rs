@@ -49,9 +49,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     say!("  platform: {}", exe.display());
     let dir = std::env::temp_dir().join(format!("gpum-bench-onenode-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let res = (|| -> Result<Vec<Medians>> {
-        [SMALL, big].iter().map(|&n| measure(&exe, &dir, n, requests)).collect()
-    })();
+    let res: Result<Vec<Medians>> = [SMALL, big].iter().map(|&n| measure(&exe, &dir, n, requests)).collect();
     let _ = std::fs::remove_dir_all(&dir);
     let [small, large] = <[Medians; 2]>::try_from(res?).map_err(|_| anyhow::anyhow!("two runs"))?;
     say!(
