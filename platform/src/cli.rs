@@ -741,7 +741,10 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         }
         OwnersCmd::List => {
             let v = tx(&|c| {
-                Ok(serde_json::to_value(gpum_protocol::OwnerList { owners: accounts::list_owners(c)? })?)
+                Ok(serde_json::to_value(gpum_protocol::OwnerList {
+                    owners: accounts::list_owners(c)?,
+                    next: None,
+                })?)
             })?;
             let list: gpum_protocol::OwnerList = serde_json::from_value(v.clone())?;
             let mut s = format!(

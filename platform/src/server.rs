@@ -23,7 +23,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
     CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
-    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
+    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, PATH_ADMIN_JOIN_CODES,
     PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
     PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
     PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, PATH_TUNNEL, QueueCommandRequest, RegisterRequest,
@@ -581,9 +581,10 @@ pub fn invitation_url(public_url: &str, token: &str) -> String {
     format!("{}/dashboard/invite/{token}", public_url.trim_end_matches('/'))
 }
 
-async fn list_owners(State(st): St) -> Result<Response, ApiError> {
-    let owners = st.db.call(accounts::list_owners).await?;
-    Ok(Json(OwnerList { owners }).into_response())
+/// A page of the owners, `?limit=` and `?after=` as for the nodes.
+async fn list_owners(State(st): St, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let page = page_query(q.as_deref(), true)?;
+    Ok(Json(st.db.call(move |c| accounts::list_owners_page(c, &page)).await?).into_response())
 }
 
 /// Disables or enables an owner (by id or e-mail), and resets their second factor (the CLI's

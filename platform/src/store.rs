@@ -1608,24 +1608,28 @@ pub const DEFAULT_PAGE_LIMIT: u32 = 100;
 /// The most nodes one page holds.
 pub const MAX_PAGE_LIMIT: u32 = 500;
 
-/// Where a page of nodes starts: after the node with this sort key (`registered_at`, `id`). Its
-/// text form is opaque to clients (base64url); the node it names need not exist any more, so a
-/// cursor taken before a deletion still works.
+/// Where a page of a list starts: after the item with this sort key, a time and a unique text
+/// (a node's `registered_at` and `id`; an owner's `created_at` and e-mail). Its text form is
+/// opaque to clients (base64url); the item it names need not exist any more, so a cursor taken
+/// before a deletion still works.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
-    registered_at: i64,
-    id: String,
+    pub(crate) at: i64,
+    pub(crate) key: String,
 }
+
+/// The longest key a cursor carries (an e-mail address at most 254).
+const MAX_CURSOR_KEY: usize = 320;
 
 impl Cursor {
     fn of(n: &NodeSummary) -> Cursor {
-        Cursor { registered_at: n.registered_at as i64, id: n.id.clone() }
+        Cursor { at: n.registered_at as i64, key: n.id.clone() }
     }
 
     /// The text a client passes back as `?after=`.
     pub fn encode(&self) -> String {
         use base64::Engine as _;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", self.registered_at, self.id))
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", self.at, self.key))
     }
 
     /// A cursor from [`Cursor::encode`]; `invalid_request` for anything else.
@@ -1635,12 +1639,12 @@ impl Cursor {
             || ApiError::new(ErrorCode::InvalidRequest, "the cursor (after) is not one the platform gave");
         let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?;
         let raw = String::from_utf8(raw).map_err(|_| bad())?;
-        let (at, id) = raw.split_once(':').ok_or_else(bad)?;
-        let registered_at = at.parse::<i64>().map_err(|_| bad())?;
-        if id.is_empty() || id.len() > MAX_ID_LEN {
+        let (at, key) = raw.split_once(':').ok_or_else(bad)?;
+        let at = at.parse::<i64>().map_err(|_| bad())?;
+        if key.is_empty() || key.len() > MAX_CURSOR_KEY {
             return Err(bad());
         }
-        Ok(Cursor { registered_at, id: id.to_owned() })
+        Ok(Cursor { at, key: key.to_owned() })
     }
 }
 
@@ -1661,6 +1665,7 @@ impl Page {
     /// A page from a request's `limit` and `after` (either may be absent); `invalid_request`
     /// for a limit outside 1..=[`MAX_PAGE_LIMIT`] or a cursor the platform did not give.
     pub fn parse(limit: Option<&str>, after: Option<&str>) -> Result<Page, ApiError> {
+        // The same bounds for every list (nodes, owners).
         let limit = match limit {
             None => DEFAULT_PAGE_LIMIT,
             Some(l) => match l.parse::<u32>() {
@@ -1683,7 +1688,7 @@ impl Page {
 pub fn list_nodes_page(conn: &Conn, now: u64, scope: &Scope, page: &Page) -> Result<NodeList, ApiError> {
     let limit = page.limit.clamp(1, MAX_PAGE_LIMIT);
     let (after_at, after_id) = match &page.after {
-        Some(c) => (Some(c.registered_at), Some(c.id.as_str())),
+        Some(c) => (Some(c.at), Some(c.key.as_str())),
         None => (None, None),
     };
     // One more row than asked tells whether there is a next page.

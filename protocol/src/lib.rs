@@ -850,6 +850,9 @@ pub struct OwnerSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct OwnerList {
     pub owners: Vec<OwnerSummary>,
+    /// The cursor of the next page (`?after=`), absent on the last page (issue 44).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// The answer to an invitation: the one-time link, shown once (the platform keeps its hash).

@@ -705,4 +705,27 @@ async fn issue44_one_node_alone_and_node_lists_by_pages() {
     }
     let (status, _) = owner_api(&p, "GET", &format!("{PATH_OWNER_NODES}?limit=500"), &key_a, None).await;
     assert_eq!(status, StatusCode::OK);
+
+    // The owners' list comes in pages too, each owner once.
+    let (mut emails, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let q = match &after {
+            Some(c) => format!("{PATH_ADMIN_OWNERS}?limit=1&after={c}"),
+            None => format!("{PATH_ADMIN_OWNERS}?limit=1"),
+        };
+        let (status, text) = owner_api(&p, "GET", &q, p.admin_token(), None).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let page: gpum_protocol::OwnerList = serde_json::from_str(&text).unwrap();
+        assert_eq!(page.owners.len(), 1);
+        emails.push(page.owners[0].email.clone());
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    emails.sort();
+    assert_eq!(emails, ["pages-a@example.com", "pages-b@example.com"]);
+    let (status, _) =
+        owner_api(&p, "GET", &format!("{PATH_ADMIN_OWNERS}?limit=0"), p.admin_token(), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }
