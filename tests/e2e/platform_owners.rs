@@ -729,3 +729,35 @@ async fn issue44_one_node_alone_and_node_lists_by_pages() {
         owner_api(&p, "GET", &format!("{PATH_ADMIN_OWNERS}?limit=0"), p.admin_token(), None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// Issue 44, item 4: the servers page shows a page of servers (100) and a link to the next; the
+/// next page links back to the first; a link the platform did not make leads to the first page.
+#[tokio::test]
+async fn issue44_the_servers_page_shows_a_page_and_a_next_link() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let a = OwnerSession::accept(&p, &p.invite_owner("many@example.com"), PW_A).await;
+    let key = a.create_api_key("many").await;
+    let c = p.http_client();
+    for i in 0..101 {
+        let r = c.post(format!("{}{PATH_OWNER_JOIN_CODES}", p.url())).bearer_auth(&key).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let code: gpum_protocol::JoinCodeCreated = r.json().await.unwrap();
+        let _: RegisterResponse = api.register(&code.code, &format!("GPU-many-{i:03}")).await.ok();
+    }
+    let rows = |body: &str| body.matches("class=\"server\"").count();
+    let first = a.get("/dashboard").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(rows(&first.body), 100, "a page of 100");
+    assert!(!first.body.contains("id=\"first-page\""));
+    let next =
+        first.body.split("id=\"next-page\" href=\"").nth(1).expect("a next link").split('"').next().unwrap();
+    assert!(next.starts_with("/dashboard?after="), "{next}");
+    let second = a.get(next).await;
+    assert_eq!(second.status, StatusCode::OK);
+    assert_eq!(rows(&second.body), 1, "the 101st");
+    assert!(second.body.contains("id=\"first-page\"") && !second.body.contains("id=\"next-page\""));
+    assert!(second.body.contains(&format!("data-live=\"{next}\"")), "the live refresh reads the same page");
+    let bad = a.get("/dashboard?after=not-a-cursor").await;
+    assert_eq!((bad.status, bad.location.as_deref()), (StatusCode::SEE_OTHER, Some("/dashboard")));
+}

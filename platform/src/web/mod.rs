@@ -466,9 +466,10 @@ async fn servers(State(web): St, r: Req, RawQuery(q): RawQuery) -> Response {
         return resp;
     }
     // A page of servers at a time (issue 44): `?after=` is the cursor the "next" link carries.
+    // A cursor the platform did not give (a hand-edited or mangled link) leads to the first page.
     let want = match crate::server::page_query(q.as_deref(), false) {
         Ok(p) => p,
-        Err(e) => return api_error(&r, e),
+        Err(_) => return Redirect::to("/dashboard").into_response(),
     };
     let after = want.after.as_ref().map(store::Cursor::encode);
     let sid = r.session.as_ref().map(|(id, _)| id.clone()).unwrap_or_default();
