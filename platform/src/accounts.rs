@@ -235,17 +235,13 @@ fn owner_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<OwnerSummary> {
 /// page when there is one (issue 44: no list is read whole on a request).
 pub fn list_owners_page(conn: &Conn, page: &crate::store::Page) -> Result<OwnerList, ApiError> {
     let limit = page.limit.clamp(1, crate::store::MAX_PAGE_LIMIT);
-    let (after_at, after_email) = match &page.after {
-        Some(c) => (Some(c.at), Some(c.key.as_str())),
-        None => (None, None),
-    };
+    let (after_at, after_email) = page.after.as_ref().map_or((i64::MIN, ""), |c| (c.at, c.key.as_str()));
     let mut owners: Vec<OwnerSummary> = conn
         .prepare_cached(
             "SELECT id, email, created_at, disabled_at IS NOT NULL, password_hash IS NOT NULL, totp_secret IS NOT NULL,
                     (SELECT COUNT(*) FROM nodes WHERE owner_id = owners.id AND deleted_at IS NULL)
              FROM owners
-             WHERE CAST(?1 AS BIGINT) IS NULL OR created_at > ?1 OR (created_at = ?1 AND email > ?2)
-             ORDER BY created_at, email LIMIT ?3",
+             WHERE (created_at, email) > (?1, ?2) ORDER BY created_at, email LIMIT ?3",
         )?
         .query_map(params![after_at, after_email, i64::from(limit) + 1], owner_row)?
         .collect::<Result<_, _>>()?;
