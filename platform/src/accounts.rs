@@ -27,7 +27,7 @@ use crate::params;
 use crate::sql::{Conn, OptionalExtension};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
-use gpum_protocol::{ErrorCode, OwnerSummary};
+use gpum_protocol::{ErrorCode, OwnerList, OwnerSummary};
 use totp_rs::{Algorithm, Secret, TOTP};
 
 use crate::error::ApiError;
@@ -231,15 +231,43 @@ fn owner_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<OwnerSummary> {
     })
 }
 
-pub fn list_owners(conn: &Conn) -> Result<Vec<OwnerSummary>, ApiError> {
-    Ok(conn
+/// One page of the owners, oldest first (by creation, then e-mail), with the cursor of the next
+/// page when there is one (issue 44: no list is read whole on a request).
+pub fn list_owners_page(conn: &Conn, page: &crate::store::Page) -> Result<OwnerList, ApiError> {
+    let limit = page.limit.clamp(1, crate::store::MAX_PAGE_LIMIT);
+    let (after_at, after_email) = page.after.as_ref().map_or((i64::MIN, ""), |c| (c.at, c.key.as_str()));
+    let mut owners: Vec<OwnerSummary> = conn
         .prepare_cached(
             "SELECT id, email, created_at, disabled_at IS NOT NULL, password_hash IS NOT NULL, totp_secret IS NOT NULL,
                     (SELECT COUNT(*) FROM nodes WHERE owner_id = owners.id AND deleted_at IS NULL)
-             FROM owners ORDER BY created_at, email",
+             FROM owners
+             WHERE (created_at, email) > (?1, ?2) ORDER BY created_at, email LIMIT ?3",
         )?
-        .query_map([], owner_row)?
-        .collect::<Result<_, _>>()?)
+        .query_map(params![after_at, after_email, i64::from(limit) + 1], owner_row)?
+        .collect::<Result<_, _>>()?;
+    let more = owners.len() > limit as usize;
+    owners.truncate(limit as usize);
+    let next = match owners.last() {
+        Some(o) if more => {
+            Some(crate::store::Cursor { at: o.created_at as i64, key: o.email.clone() }.encode())
+        }
+        _ => None,
+    };
+    Ok(OwnerList { owners, next })
+}
+
+/// Every owner, read page by page (the CLI's `owners list`).
+pub fn list_owners(conn: &Conn) -> Result<Vec<OwnerSummary>, ApiError> {
+    let mut page = crate::store::Page { limit: crate::store::MAX_PAGE_LIMIT, after: None };
+    let mut all = Vec::new();
+    loop {
+        let list = list_owners_page(conn, &page)?;
+        all.extend(list.owners);
+        match list.next {
+            Some(next) => page.after = Some(crate::store::Cursor::parse(&next)?),
+            None => return Ok(all),
+        }
+    }
 }
 
 /// An owner by id or e-mail.
@@ -1000,5 +1028,32 @@ mod tests {
         assert!(
             totp_link(&secret, "t@example.com").starts_with("otpauth://totp/gpum%3At%40example.com?secret=")
         );
+    }
+
+    // Issue 44: the owners' list came whole on every request.
+    #[test]
+    fn owners_come_a_page_at_a_time_each_once() {
+        let (_t, c) = db();
+        // Seven owners, several created in the same second (the e-mail breaks the tie).
+        for (i, at) in [1, 1, 1, 2, 2, 3, 4].iter().enumerate() {
+            invite(&c, *at, &format!("o{i}@example.org")).unwrap();
+        }
+        let all: Vec<String> = list_owners(&c).unwrap().into_iter().map(|o| o.email).collect();
+        assert_eq!(all.len(), 7);
+        let (mut seen, mut sizes) = (Vec::new(), Vec::new());
+        let mut page = store::Page { limit: 3, after: None };
+        loop {
+            let got = list_owners_page(&c, &page).unwrap();
+            sizes.push(got.owners.len());
+            seen.extend(got.owners.into_iter().map(|o| o.email));
+            match got.next {
+                Some(next) => page.after = Some(store::Cursor::parse(&next).unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, all, "each once, oldest first");
+        assert_eq!(sizes, [3, 3, 1]);
+        let whole = list_owners_page(&c, &store::Page { limit: 7, after: None }).unwrap();
+        assert_eq!((whole.owners.len(), whole.next), (7, None));
     }
 }

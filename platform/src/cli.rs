@@ -778,7 +778,10 @@ fn owners(cmd: OwnersCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         }
         OwnersCmd::List => {
             let v = tx(&|c| {
-                Ok(serde_json::to_value(gpum_protocol::OwnerList { owners: accounts::list_owners(c)? })?)
+                Ok(serde_json::to_value(gpum_protocol::OwnerList {
+                    owners: accounts::list_owners(c)?,
+                    next: None,
+                })?)
             })?;
             let list: gpum_protocol::OwnerList = serde_json::from_value(v.clone())?;
             let mut s = format!(
@@ -1308,7 +1311,7 @@ mod tests {
         };
         let priced = node("node-a", Some(1250), RentableState::Rentable);
         let unpriced = node("node-b", None, RentableState::NoPrice);
-        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced] }, 0);
+        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced], next: None }, 0);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("RENTABLE") && lines[0].contains("PRICE"), "{text}");
         let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();

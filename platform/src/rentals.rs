@@ -414,11 +414,7 @@ pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Re
 
 /// The node as the list shows it, with its verdict.
 fn node(conn: &Conn, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
-    store::list_nodes(conn, now, &Scope::All)?
-        .nodes
-        .into_iter()
-        .find(|n| n.id == id)
-        .ok_or_else(|| ApiError::not_found("node"))
+    store::node(conn, now, id, &Scope::All)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -987,7 +983,7 @@ mod tests {
     }
 
     fn node_summary(c: &Conn, id: &str) -> NodeSummary {
-        store::list_nodes(c, T0 + 10, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == id).unwrap()
+        store::node(c, T0 + 10, id, &Scope::All).unwrap()
     }
 
     /// Two rentals never share a GPU: a GPU is held while listed, and after that until the agent

@@ -19,11 +19,11 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, Stat
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
     CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
-    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, OwnerList, PATH_ADMIN_JOIN_CODES,
+    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, PATH_ADMIN_JOIN_CODES,
     PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
     PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
     PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, PATH_TUNNEL, QueueCommandRequest, RegisterRequest,
@@ -54,6 +54,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", PATH_TUNNEL),
     ("POST", PATH_ADMIN_JOIN_CODES),
     ("GET", PATH_ADMIN_NODES),
+    ("GET", "/api/v1/admin/nodes/{id}"),
     ("PATCH", "/api/v1/admin/nodes/{id}"),
     ("DELETE", "/api/v1/admin/nodes/{id}"),
     ("POST", "/api/v1/admin/nodes/{id}/commands"),
@@ -74,6 +75,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/api/v1/admin/owners/{id}"),
     ("POST", PATH_OWNER_JOIN_CODES),
     ("GET", PATH_OWNER_NODES),
+    ("GET", "/api/v1/owner/nodes/{id}"),
     ("PATCH", "/api/v1/owner/nodes/{id}"),
     ("DELETE", "/api/v1/owner/nodes/{id}"),
     ("POST", "/api/v1/owner/nodes/{id}/commands"),
@@ -115,7 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let admin = Router::new()
         .route(PATH_ADMIN_JOIN_CODES, post(create_join_code))
         .route(PATH_ADMIN_NODES, get(list_nodes))
-        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), delete(delete_node).patch(update_node))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}"), get(show_node).delete(delete_node).patch(update_node))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
@@ -134,7 +136,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let owner = Router::new()
         .route(PATH_OWNER_JOIN_CODES, post(create_join_code))
         .route(PATH_OWNER_NODES, get(list_nodes))
-        .route(&format!("{PATH_OWNER_NODES}/{{id}}"), delete(delete_node).patch(update_node))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}"), get(show_node).delete(delete_node).patch(update_node))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/commands"), post(queue_command))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/events"), get(node_events))
@@ -484,9 +486,49 @@ async fn create_join_code(
     Ok((StatusCode::CREATED, Json(r)).into_response())
 }
 
-async fn list_nodes(State(st): St, Extension(scope): Extension<Scope>) -> Result<Response, ApiError> {
+/// A page of the nodes (an owner's: their own), `?limit=` (1 to 500, 100 by default) after
+/// `?after=` (the `next` of the page before). Any other query parameter is refused.
+async fn list_nodes(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let page = page_query(q.as_deref(), true)?;
     let now = st.clock.now();
-    Ok(Json(st.db.call(move |c| store::list_nodes(c, now, &scope)).await?).into_response())
+    Ok(Json(st.db.call(move |c| store::list_nodes_page(c, now, &scope, &page)).await?).into_response())
+}
+
+/// One node (an owner's: only their own), as the list shows it; `not_found` for a deleted node,
+/// another owner's, or none.
+async fn show_node(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::node(c, now, &id, &scope)).await?).into_response())
+}
+
+/// The page a list request asks for: its `limit` and `after` parameters. `strict`: any other
+/// parameter is refused (the API); otherwise it is left to the caller (the dashboard).
+pub(crate) fn page_query(q: Option<&str>, strict: bool) -> Result<store::Page, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.unwrap_or(""))
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the query is not valid"))?;
+    let (mut limit, mut after) = (None, None);
+    for (k, v) in pairs {
+        match k.as_str() {
+            "limit" => limit = Some(v),
+            "after" => after = Some(v),
+            _ if strict => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("unknown query parameter {k:?}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    store::Page::parse(limit.as_deref(), after.as_deref())
 }
 
 async fn delete_node(
@@ -547,9 +589,10 @@ pub fn invitation_url(public_url: &str, token: &str) -> String {
     format!("{}/dashboard/invite/{token}", public_url.trim_end_matches('/'))
 }
 
-async fn list_owners(State(st): St) -> Result<Response, ApiError> {
-    let owners = st.db.call(accounts::list_owners).await?;
-    Ok(Json(OwnerList { owners }).into_response())
+/// A page of the owners, `?limit=` and `?after=` as for the nodes.
+async fn list_owners(State(st): St, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let page = page_query(q.as_deref(), true)?;
+    Ok(Json(st.db.call(move |c| accounts::list_owners_page(c, &page)).await?).into_response())
 }
 
 /// Disables or enables an owner (by id or e-mail), and resets their second factor (the CLI's

@@ -777,6 +777,24 @@ impl Conn {
     }
 }
 
+// How many statements this thread ran, for the tests that prove a lookup's cost does not grow
+// with the number of rows (issue 44: one node costs one node).
+#[cfg(test)]
+thread_local! {
+    static STATEMENTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many statements this thread has run so far (tests only).
+#[cfg(test)]
+pub fn statements_run() -> u64 {
+    STATEMENTS.with(|c| c.get())
+}
+
+fn counted() {
+    #[cfg(test)]
+    STATEMENTS.with(|c| c.set(c.get() + 1));
+}
+
 /// A cached statement of a [`Conn`].
 pub struct Stmt<'c, 's> {
     conn: &'c Conn,
@@ -787,6 +805,7 @@ impl Stmt<'_, '_> {
     /// Runs it; the rows it changed.
     pub fn execute<P: Params>(&mut self, p: P) -> Result<usize> {
         let p = checked(&p)?;
+        counted();
         match &self.conn.0 {
             Inner::Sqlite(c) => {
                 Ok(c.prepare_cached(self.sql)?.execute(rusqlite::params_from_iter(p.iter()))?)
@@ -798,6 +817,7 @@ impl Stmt<'_, '_> {
     /// The first row through `f`; [`Error::NoRows`] when there is none.
     pub fn query_row<T, P: Params, F: FnOnce(&Row<'_>) -> Result<T>>(&mut self, p: P, f: F) -> Result<T> {
         let p = checked(&p)?;
+        counted();
         match &self.conn.0 {
             Inner::Sqlite(c) => {
                 let mut s = c.prepare_cached(self.sql)?;
@@ -824,6 +844,7 @@ impl Stmt<'_, '_> {
         mut f: F,
     ) -> Result<std::vec::IntoIter<Result<T>>> {
         let p = checked(&p)?;
+        counted();
         let mut out = Vec::new();
         match &self.conn.0 {
             Inner::Sqlite(c) => {

@@ -275,6 +275,13 @@ CREATE TABLE throttle (
 );
 CREATE INDEX throttle_last ON throttle(last_failure);
 "#,
+    // Issue 44, item 4: lists read a page at a time in registration order, each page found
+    // through an index instead of a sort of every row (the operator's, and each owner's).
+    r#"
+CREATE INDEX nodes_live_by_registration ON nodes(registered_at, id) WHERE deleted_at IS NULL;
+CREATE INDEX nodes_owner_by_registration ON nodes(owner_id, registered_at, id) WHERE deleted_at IS NULL;
+CREATE INDEX owners_by_creation ON owners(created_at, email);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -489,6 +496,14 @@ CREATE TABLE throttle (
     PRIMARY KEY (door, subject)
 );
 CREATE INDEX throttle_last ON throttle(last_failure);
+"#,
+    ),
+    (
+        15,
+        r#"
+CREATE INDEX nodes_live_by_registration ON nodes(registered_at, id) WHERE deleted_at IS NULL;
+CREATE INDEX nodes_owner_by_registration ON nodes(owner_id, registered_at, id) WHERE deleted_at IS NULL;
+CREATE INDEX owners_by_creation ON owners(created_at, email);
 "#,
     ),
 ];
@@ -1579,67 +1594,224 @@ fn online(last: Option<u64>, now: u64) -> bool {
     last.is_some_and(|t| now < t.saturating_add(OFFLINE_AFTER_SECS))
 }
 
-pub fn list_nodes(conn: &Conn, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
-    let mut stmt = conn.prepare_cached(
+/// The columns a node's summary is read from, in the order [`node_summary`] reads them. The
+/// list and the one-node lookup share it, so they cannot show a node differently.
+macro_rules! node_select {
+    () => {
         "SELECT id, registered_at, agent_version, inventory_json, last_heartbeat_at, last_seq, metrics_json,
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
                 (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json,
                 (SELECT disabled_at FROM owners WHERE owners.id = nodes.owner_id)
-         FROM nodes WHERE deleted_at IS NULL AND (CAST(?1 AS TEXT) IS NULL OR owner_id = ?1) ORDER BY registered_at, id",
-    )?;
-    // Each row maps straight to its summary (and its owner's standing); the two histories are
-    // filled in after.
-    let mut nodes: Vec<(NodeSummary, crate::rentable::Owner)> = stmt
-        .query_map(params![scope.owner()], |r| {
-            let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
-            let inventory: Inventory = serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default();
-            let owner = match r.get::<_, Option<i64>>(20)? {
-                Some(at) => crate::rentable::Owner::Disabled { since: at.max(0) as u64 },
-                None => crate::rentable::Owner::Enabled,
-            };
-            let n = NodeSummary {
-                id: r.get(0)?,
-                registered_at: r.get::<_, i64>(1)? as u64,
-                agent_version: r.get(2)?,
-                name: r.get::<_, Option<String>>(13)?.unwrap_or_else(|| inventory.private.hostname.clone()),
-                price_per_gpu_hour: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
-                min_rental_minutes: r.get::<_, i64>(15)?.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
-                paused: r.get(16)?,
-                inventory,
-                online: online(last_heartbeat_at, now),
-                last_probe_at: r.get::<_, Option<i64>>(17)?.map(|v| v as u64),
-                last_heartbeat_at,
-                last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-                last_metrics: r
-                    .get::<_, Option<String>>(6)?
-                    .and_then(|m| serde_json::from_str::<Metrics>(&m).ok()),
-                health: r.get::<_, Option<String>>(7)?.and_then(|h| serde_json::from_str::<Health>(&h).ok()),
-                verification: enum_parse::<VerificationState>(&r.get::<_, String>(8)?).unwrap_or_default(),
-                last_probe_output: r.get(9)?,
-                last_probe_reason: r
-                    .get::<_, Option<String>>(10)?
-                    .and_then(|x| enum_parse::<ProbeFailure>(&x)),
-                managed_containers: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
-                known_containers: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
-                removed_containers: Vec::new(),
-                commands: Vec::new(),
-                rentable: Default::default(),
-                owner: r.get(18)?,
-                quarantine: r
-                    .get::<_, Option<String>>(19)?
-                    .and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
-            };
-            Ok((n, owner))
-        })?
-        .collect::<Result<_, _>>()?;
-    let check_image_chosen = probe_image(conn)?.is_some();
-    for (n, owner) in &mut nodes {
-        n.removed_containers = removals(conn, &n.id)?;
-        n.commands = command_history(conn, &n.id)?;
-        n.rentable = crate::rentable::verdict(n, check_image_chosen, *owner);
+         FROM nodes "
+    };
+}
+
+/// One row of [`node_select!`] as its summary (and its owner's standing); the histories and the
+/// verdict are filled in by [`completed`].
+fn node_summary(
+    r: &crate::sql::Row<'_>,
+    now: u64,
+) -> crate::sql::Result<(NodeSummary, crate::rentable::Owner)> {
+    let last_heartbeat_at = r.get::<_, Option<i64>>(4)?.map(|v| v as u64);
+    let inventory: Inventory = serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default();
+    let owner = match r.get::<_, Option<i64>>(20)? {
+        Some(at) => crate::rentable::Owner::Disabled { since: at.max(0) as u64 },
+        None => crate::rentable::Owner::Enabled,
+    };
+    let n = NodeSummary {
+        id: r.get(0)?,
+        registered_at: r.get::<_, i64>(1)? as u64,
+        agent_version: r.get(2)?,
+        name: r.get::<_, Option<String>>(13)?.unwrap_or_else(|| inventory.private.hostname.clone()),
+        price_per_gpu_hour: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
+        min_rental_minutes: r.get::<_, i64>(15)?.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
+        paused: r.get(16)?,
+        inventory,
+        online: online(last_heartbeat_at, now),
+        last_probe_at: r.get::<_, Option<i64>>(17)?.map(|v| v as u64),
+        last_heartbeat_at,
+        last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+        last_metrics: r.get::<_, Option<String>>(6)?.and_then(|m| serde_json::from_str::<Metrics>(&m).ok()),
+        health: r.get::<_, Option<String>>(7)?.and_then(|h| serde_json::from_str::<Health>(&h).ok()),
+        verification: enum_parse::<VerificationState>(&r.get::<_, String>(8)?).unwrap_or_default(),
+        last_probe_output: r.get(9)?,
+        last_probe_reason: r.get::<_, Option<String>>(10)?.and_then(|x| enum_parse::<ProbeFailure>(&x)),
+        managed_containers: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
+        known_containers: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+        removed_containers: Vec::new(),
+        commands: Vec::new(),
+        rentable: Default::default(),
+        owner: r.get(18)?,
+        quarantine: r.get::<_, Option<String>>(19)?.and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
+    };
+    Ok((n, owner))
+}
+
+/// A summary read by [`node_summary`] with its two histories and its rentable verdict: two
+/// queries, whatever the number of nodes.
+fn completed(
+    conn: &Conn,
+    (mut n, owner): (NodeSummary, crate::rentable::Owner),
+    check_image_chosen: bool,
+) -> Result<NodeSummary, ApiError> {
+    n.removed_containers = removals(conn, &n.id)?;
+    n.commands = command_history(conn, &n.id)?;
+    n.rentable = crate::rentable::verdict(&n, check_image_chosen, owner);
+    Ok(n)
+}
+
+/// One live node within `scope`, as the list shows it: four queries (its row, its removals, its
+/// commands, the check image), whatever the number of nodes (issue 44: one node costs one node).
+/// `not_found` for a deleted node, another owner's, or none.
+pub fn node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<NodeSummary, ApiError> {
+    let row = conn
+        .prepare_cached(concat!(
+            node_select!(),
+            "WHERE id = ?1 AND deleted_at IS NULL AND (CAST(?2 AS TEXT) IS NULL OR owner_id = ?2)"
+        ))?
+        .query_row(params![id, scope.owner()], |r| node_summary(r, now))
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("node"))?;
+    completed(conn, row, probe_image(conn)?.is_some())
+}
+
+/// How many nodes a page holds unless `?limit=` says otherwise.
+pub const DEFAULT_PAGE_LIMIT: u32 = 100;
+/// The most nodes one page holds.
+pub const MAX_PAGE_LIMIT: u32 = 500;
+
+/// Where a page of a list starts: after the item with this sort key, a time and a unique text
+/// (a node's `registered_at` and `id`; an owner's `created_at` and e-mail). Its text form is
+/// opaque to clients (base64url); the item it names need not exist any more, so a cursor taken
+/// before a deletion still works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub(crate) at: i64,
+    pub(crate) key: String,
+}
+
+/// The longest key a cursor carries (an e-mail address at most 254).
+const MAX_CURSOR_KEY: usize = 320;
+
+impl Cursor {
+    fn of(n: &NodeSummary) -> Cursor {
+        Cursor { at: n.registered_at as i64, key: n.id.clone() }
     }
-    Ok(NodeList { nodes: nodes.into_iter().map(|(n, _)| n).collect() })
+
+    /// The text a client passes back as `?after=`.
+    pub fn encode(&self) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", self.at, self.key))
+    }
+
+    /// A cursor from [`Cursor::encode`]; `invalid_request` for anything else.
+    pub fn parse(s: &str) -> Result<Cursor, ApiError> {
+        use base64::Engine as _;
+        let bad =
+            || ApiError::new(ErrorCode::InvalidRequest, "the cursor (after) is not one the platform gave");
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (at, key) = raw.split_once(':').ok_or_else(bad)?;
+        let at = at.parse::<i64>().map_err(|_| bad())?;
+        if key.is_empty() || key.len() > MAX_CURSOR_KEY {
+            return Err(bad());
+        }
+        Ok(Cursor { at, key: key.to_owned() })
+    }
+}
+
+/// Which page of a list: at most `limit` items after `after` (from the start when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub limit: u32,
+    pub after: Option<Cursor>,
+}
+
+impl Default for Page {
+    fn default() -> Page {
+        Page { limit: DEFAULT_PAGE_LIMIT, after: None }
+    }
+}
+
+impl Page {
+    /// A page from a request's `limit` and `after` (either may be absent); `invalid_request`
+    /// for a limit outside 1..=[`MAX_PAGE_LIMIT`] or a cursor the platform did not give.
+    pub fn parse(limit: Option<&str>, after: Option<&str>) -> Result<Page, ApiError> {
+        // The same bounds for every list (nodes, owners).
+        let limit = match limit {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(l) => match l.parse::<u32>() {
+                Ok(l) if (1..=MAX_PAGE_LIMIT).contains(&l) => l,
+                _ => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("limit must be a whole number from 1 to {MAX_PAGE_LIMIT}"),
+                    ));
+                }
+            },
+        };
+        let after = after.map(Cursor::parse).transpose()?;
+        Ok(Page { limit, after })
+    }
+}
+
+/// A page of every live node (the operator's), after the cursor `(?1, ?2)`, `?3` rows.
+const PAGE_ALL: &str = concat!(
+    node_select!(),
+    "WHERE deleted_at IS NULL AND (registered_at, id) > (?1, ?2) ORDER BY registered_at, id LIMIT ?3"
+);
+/// A page of owner `?1`'s live nodes, after the cursor `(?2, ?3)`, `?4` rows.
+const PAGE_OWNED: &str = concat!(
+    node_select!(),
+    "WHERE deleted_at IS NULL AND owner_id = ?1 AND (registered_at, id) > (?2, ?3) ORDER BY registered_at, id LIMIT ?4"
+);
+
+/// One page of the live nodes within `scope`, in registration order, with the cursor of the
+/// next page when there is one: 3 + 2 × `limit` queries at most, whatever the number of nodes.
+pub fn list_nodes_page(conn: &Conn, now: u64, scope: &Scope, page: &Page) -> Result<NodeList, ApiError> {
+    let limit = page.limit.clamp(1, MAX_PAGE_LIMIT);
+    let (after_at, after_id) = page.after.as_ref().map_or((i64::MIN, ""), |c| (c.at, c.key.as_str()));
+    // One more row than asked tells whether there is a next page. The operator's and an owner's
+    // each walk an index in this order from the cursor on (`nodes_live_by_registration`,
+    // `nodes_owner_by_registration`), so a page costs its own rows, not the platform's.
+    let more_than_asked = i64::from(limit) + 1;
+    let mut rows: Vec<(NodeSummary, crate::rentable::Owner)> = match scope.owner() {
+        None => conn
+            .prepare_cached(PAGE_ALL)?
+            .query_map(params![after_at, after_id, more_than_asked], |r| node_summary(r, now))?
+            .collect::<Result<_, _>>()?,
+        Some(owner) => conn
+            .prepare_cached(PAGE_OWNED)?
+            .query_map(params![owner, after_at, after_id, more_than_asked], |r| node_summary(r, now))?
+            .collect::<Result<_, _>>()?,
+    };
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let check_image_chosen = probe_image(conn)?.is_some();
+    let nodes = rows
+        .into_iter()
+        .map(|row| completed(conn, row, check_image_chosen))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = match nodes.last() {
+        Some(last) if more => Some(Cursor::of(last).encode()),
+        _ => None,
+    };
+    Ok(NodeList { nodes, next })
+}
+
+/// Every live node within `scope`, read page by page (the CLI's `nodes list`, the tests).
+pub fn list_nodes(conn: &Conn, now: u64, scope: &Scope) -> Result<NodeList, ApiError> {
+    let mut page = Page { limit: MAX_PAGE_LIMIT, after: None };
+    let mut nodes = Vec::new();
+    loop {
+        let list = list_nodes_page(conn, now, scope, &page)?;
+        nodes.extend(list.nodes);
+        match list.next {
+            Some(next) => page.after = Some(Cursor::parse(&next)?),
+            None => return Ok(NodeList { nodes, next: None }),
+        }
+    }
 }
 
 fn removals(conn: &Conn, node_id: &str) -> Result<Vec<RemovedContainer>, ApiError> {
@@ -2973,8 +3145,7 @@ mod tests {
         assert_eq!(err.code, ErrorCode::GpuAlreadyRegistered);
         assert_eq!(owner("GPU-a"), Some(a.node_id.clone()), "A keeps its GPU");
         assert_eq!(owner("GPU-b"), Some(b.node_id.clone()), "nothing of the refused heartbeat was stored");
-        let n =
-            list_nodes(&c, 1, &Scope::All).unwrap().nodes.into_iter().find(|n| n.id == b.node_id).unwrap();
+        let n = node(&c, 1, &b.node_id, &Scope::All).unwrap();
         assert_eq!(n.last_seq, None);
         // Its own GPUs, a new free one, or one listed twice are fine.
         heartbeat(&c, 2, &b.node_token, &beat(&["GPU-b", "GPU-c", "GPU-c"], 2), 10).unwrap();
@@ -2983,5 +3154,133 @@ mod tests {
         delete_node(&c, 3, &a.node_id, &Scope::All).unwrap();
         heartbeat(&c, 4, &b.node_token, &beat(&["GPU-b", "GPU-a"], 3), 10).unwrap();
         assert_eq!(owner("GPU-a"), Some(b.node_id.clone()));
+    }
+
+    /// Registers a node with one GPU at `now` with a fresh code of `scope`.
+    fn node_at(c: &Conn, now: u64, scope: &Scope, gpu: &str) -> String {
+        let code = create_join_code(c, now, 60, scope).unwrap().code;
+        reg(c, now, &code, gpu).unwrap().node_id
+    }
+
+    /// What one node's lookup costs, in statements.
+    fn lookup_cost(c: &Conn, now: u64, id: &str) -> u64 {
+        let before = crate::sql::statements_run();
+        node(c, now, id, &Scope::All).unwrap();
+        crate::sql::statements_run() - before
+    }
+
+    // Issue 44, item 4: reading one node ran `list_nodes` (1 + 2N statements) and kept one.
+    #[test]
+    fn one_node_costs_the_same_with_1_and_200_nodes() {
+        let (_t, c) = db();
+        let first = node_at(&c, 1, &Scope::All, "GPU-0");
+        let alone = lookup_cost(&c, 2, &first);
+        for i in 1..200 {
+            node_at(&c, 1 + i, &Scope::All, &format!("GPU-{i}"));
+        }
+        assert_eq!(list_nodes(&c, 300, &Scope::All).unwrap().nodes.len(), 200);
+        let among_200 = lookup_cost(&c, 300, &first);
+        assert_eq!(alone, among_200, "one node's lookup must not grow with the number of nodes");
+        assert!(among_200 <= 4, "the row, its removals, its commands, the check image: {among_200}");
+        // A page costs what its own nodes cost, not what the platform holds.
+        let page = Page { limit: 10, after: None };
+        let before = crate::sql::statements_run();
+        assert_eq!(list_nodes_page(&c, 300, &Scope::All, &page).unwrap().nodes.len(), 10);
+        assert!(crate::sql::statements_run() - before <= 2 + 2 * 10);
+    }
+
+    #[test]
+    fn one_node_reads_as_the_list_shows_it_and_only_within_its_scope() {
+        let (_t, c) = db();
+        let (a, _, _) = crate::accounts::invite(&c, 1, "a@example.org").unwrap();
+        let (b, _, _) = crate::accounts::invite(&c, 1, "b@example.org").unwrap();
+        let mine = node_at(&c, 2, &Scope::Owner(a.id.clone()), "GPU-a");
+        let theirs = node_at(&c, 2, &Scope::Owner(b.id.clone()), "GPU-b");
+        let listed = list_nodes(&c, 4, &Scope::All).unwrap().nodes;
+        for n in &listed {
+            assert_eq!(&node(&c, 4, &n.id, &Scope::All).unwrap(), n, "the same row mapping");
+        }
+        let scope_a = Scope::Owner(a.id.clone());
+        assert_eq!(node(&c, 4, &mine, &scope_a).unwrap().id, mine);
+        let not_found = |id: &str, scope: &Scope| node(&c, 4, id, scope).unwrap_err().code;
+        assert_eq!(not_found(&theirs, &scope_a), ErrorCode::NotFound, "another owner's");
+        assert_eq!(not_found("n_none", &Scope::All), ErrorCode::NotFound, "none");
+        delete_node(&c, 5, &mine, &Scope::All).unwrap();
+        assert_eq!(not_found(&mine, &scope_a), ErrorCode::NotFound, "deleted");
+        assert_eq!(not_found(&mine, &Scope::All), ErrorCode::NotFound, "deleted, for the operator too");
+        // An owner's pages hold their own servers only.
+        let page = list_nodes_page(&c, 6, &Scope::Owner(b.id.clone()), &Page::default()).unwrap();
+        assert_eq!(page.nodes.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), [theirs.as_str()]);
+        assert_eq!(page.next, None);
+    }
+
+    #[test]
+    fn pages_hold_every_node_exactly_once_and_a_deleted_nodes_cursor_still_works() {
+        let (_t, c) = db();
+        // Seven nodes, several registered in the same second (the id breaks the tie).
+        let mut ids: Vec<String> = [1, 1, 1, 2, 2, 3, 3]
+            .iter()
+            .enumerate()
+            .map(|(i, at)| node_at(&c, *at, &Scope::All, &format!("GPU-{i}")))
+            .collect();
+        let all: Vec<String> =
+            list_nodes(&c, 9, &Scope::All).unwrap().nodes.into_iter().map(|n| n.id).collect();
+        ids.sort();
+        let mut sorted = all.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids);
+        let mut seen = Vec::new();
+        let mut page = Page { limit: 3, after: None };
+        let mut sizes = Vec::new();
+        loop {
+            let got = list_nodes_page(&c, 9, &Scope::All, &page).unwrap();
+            sizes.push(got.nodes.len());
+            seen.extend(got.nodes.into_iter().map(|n| n.id));
+            match got.next {
+                Some(next) => page.after = Some(Cursor::parse(&next).unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, all, "every node once, in registration order");
+        assert_eq!(sizes, [3, 3, 1]);
+        // A page that ends exactly at the last node says there is no next one.
+        let six = list_nodes_page(&c, 9, &Scope::All, &Page { limit: 7, after: None }).unwrap();
+        assert_eq!((six.nodes.len(), six.next), (7, None));
+        // The cursor of the first page, whose last node is then deleted, still gives the rest.
+        let first = list_nodes_page(&c, 9, &Scope::All, &Page { limit: 3, after: None }).unwrap();
+        let cursor = Cursor::parse(first.next.as_deref().unwrap()).unwrap();
+        delete_node(&c, 10, &all[2], &Scope::All).unwrap();
+        let rest = list_nodes_page(&c, 11, &Scope::All, &Page { limit: 500, after: Some(cursor) }).unwrap();
+        assert_eq!(rest.nodes.into_iter().map(|n| n.id).collect::<Vec<_>>(), all[3..]);
+        // Limits and cursors are checked.
+        assert_eq!(Page::parse(None, None).unwrap(), Page { limit: DEFAULT_PAGE_LIMIT, after: None });
+        assert_eq!(Page::parse(Some("500"), None).unwrap().limit, MAX_PAGE_LIMIT);
+        for bad in ["0", "501", "-1", "ten", ""] {
+            assert_eq!(Page::parse(Some(bad), None).unwrap_err().code, ErrorCode::InvalidRequest, "{bad:?}");
+        }
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        for bad in ["%%%".to_owned(), b64("no-colon"), b64("x:n_1"), b64("5:"), String::new()] {
+            assert_eq!(Page::parse(None, Some(&bad)).unwrap_err().code, ErrorCode::InvalidRequest, "{bad:?}");
+        }
+    }
+
+    // A page is found through an index in its order, not by sorting every node (SQLite's plan;
+    // PostgreSQL has the same indexes, `schema::tests` proves the schemas equal).
+    #[test]
+    fn a_page_walks_an_index_and_sorts_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let c = open(&d.path().join("p.db")).unwrap();
+        let plan = |sql: &str| -> String {
+            let s = c.sqlite().unwrap();
+            let mut st = s.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let unbound = vec![rusqlite::types::Null; st.parameter_count()];
+            let rows = st.query_map(rusqlite::params_from_iter(unbound), |r| r.get::<_, String>(3)).unwrap();
+            rows.map(|r| r.unwrap()).collect::<Vec<_>>().join("\n")
+        };
+        let all = plan(PAGE_ALL);
+        assert!(all.contains("nodes_live_by_registration") && !all.contains("TEMP B-TREE"), "{all}");
+        let owned = plan(PAGE_OWNED);
+        assert!(owned.contains("nodes_owner_by_registration") && !owned.contains("TEMP B-TREE"), "{owned}");
     }
 }

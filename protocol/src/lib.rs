@@ -793,6 +793,10 @@ pub struct SetKnownContainersRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeList {
     pub nodes: Vec<NodeSummary>,
+    /// The cursor of the next page (`?after=`), absent on the last page (issue 44): a list is
+    /// read a page at a time, in registration order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -850,6 +854,9 @@ pub struct OwnerSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct OwnerList {
     pub owners: Vec<OwnerSummary>,
+    /// The cursor of the next page (`?after=`), absent on the last page (issue 44).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// The answer to an invitation: the one-time link, shown once (the platform keeps its hash).

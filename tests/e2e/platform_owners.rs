@@ -172,7 +172,7 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     let key_a = a.create_api_key("ci").await;
     let key_b = b.create_api_key("laptop").await;
     let routes = owner_node_routes();
-    assert_eq!(routes.len(), 6, "{routes:?}");
+    assert_eq!(routes.len(), 7, "{routes:?}");
     for (m, path, body) in &routes {
         let path = path.replace("{id}", &node_a.node_id);
         let (status, text) = owner_api(&p, m, &path, &key_b, *body).await;
@@ -601,4 +601,163 @@ async fn log_lines_cannot_be_forged_and_a_log_file_has_no_colour() {
             && (!l.contains("an owner signed in") || l.contains("an owner's sign-in failed"))),
         "no forged line: {log}"
     );
+}
+
+/// Issue 44, item 4: one node is read alone (`GET …/nodes/{id}`, the owner's and the operator's),
+/// and the lists come a page at a time: every node exactly once across pages, a cursor taken
+/// from a node deleted since still works, the limits are checked. Over real HTTP.
+#[tokio::test]
+async fn issue44_one_node_alone_and_node_lists_by_pages() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let a = OwnerSession::accept(&p, &p.invite_owner("pages-a@example.com"), PW_A).await;
+    let b = OwnerSession::accept(&p, &p.invite_owner("pages-b@example.com"), PW_B).await;
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let r: RegisterResponse =
+            api.register(&p.owner_join_code("pages-a@example.com"), &format!("GPU-page-{i}")).await.ok();
+        mine.push(r.node_id);
+    }
+    let theirs: RegisterResponse =
+        api.register(&p.owner_join_code("pages-b@example.com"), "GPU-page-b").await.ok();
+    let key_a = a.create_api_key("pages").await;
+    let key_b = b.create_api_key("pages").await;
+
+    // Every page of A's, two at a time: each of A's servers once, in registration order.
+    let walk = |base: String, key: String, limit: u32| {
+        let p = &p;
+        async move {
+            let (mut seen, mut sizes, mut after) = (Vec::new(), Vec::new(), None::<String>);
+            loop {
+                let q = match &after {
+                    Some(c) => format!("{base}?limit={limit}&after={c}"),
+                    None => format!("{base}?limit={limit}"),
+                };
+                let (status, text) = owner_api(p, "GET", &q, &key, None).await;
+                assert_eq!(status, StatusCode::OK, "{q}: {text}");
+                let page: NodeList = serde_json::from_str(&text).unwrap();
+                sizes.push(page.nodes.len());
+                seen.extend(page.nodes.into_iter().map(|n| n.id));
+                match page.next {
+                    Some(n) => after = Some(n),
+                    None => return (seen, sizes),
+                }
+            }
+        }
+    };
+    // Registration order: by second, then by id (several register in the same second).
+    let list: NodeList = {
+        let (_, text) = owner_api(&p, "GET", PATH_OWNER_NODES, &key_a, None).await;
+        serde_json::from_str(&text).unwrap()
+    };
+    assert_eq!(list.next, None, "five fit the default page");
+    let ids = |l: &[String]| {
+        let mut v = l.to_vec();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&list.nodes.iter().map(|n| n.id.clone()).collect::<Vec<_>>()), ids(&mine));
+    let mine: Vec<String> = list.nodes.iter().map(|n| n.id.clone()).collect();
+    let (seen, sizes) = walk(PATH_OWNER_NODES.to_owned(), key_a.clone(), 2).await;
+    assert_eq!(seen, mine, "each of A's servers once, in order");
+    assert_eq!(sizes, [2, 2, 1]);
+    // The operator's list holds them all, B's too.
+    let (all, sizes) = walk(PATH_ADMIN_NODES.to_owned(), p.admin_token().to_owned(), 4).await;
+    assert_eq!(sizes, [4, 2]);
+    let mut want = mine.clone();
+    want.push(theirs.node_id.clone());
+    assert_eq!(ids(&all), ids(&want));
+
+    // One node alone, as the list shows it; another owner's or a deleted one is not found.
+    let one = |key: String, path: String| {
+        let p = &p;
+        async move { owner_api(p, "GET", &path, &key, None).await }
+    };
+    let (status, text) = one(key_a.clone(), format!("{PATH_OWNER_NODES}/{}", mine[1])).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let shown: gpum_protocol::NodeSummary = serde_json::from_str(&text).unwrap();
+    assert_eq!(shown, list.nodes[1]);
+    let (status, text) =
+        one(p.admin_token().to_owned(), format!("{PATH_ADMIN_NODES}/{}", theirs.node_id)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (status, text) = one(key_b.clone(), format!("{PATH_OWNER_NODES}/{}", mine[1])).await;
+    assert_eq!((status, text.contains("not_found")), (StatusCode::NOT_FOUND, true), "{text}");
+
+    // A cursor from a node deleted since still gives the rest.
+    let (_, text) = owner_api(&p, "GET", &format!("{PATH_OWNER_NODES}?limit=2"), &key_a, None).await;
+    let first: NodeList = serde_json::from_str(&text).unwrap();
+    p.delete_node(&mine[1]);
+    let (status, text) = one(key_a.clone(), format!("{PATH_OWNER_NODES}/{}", mine[1])).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "deleted: {text}");
+    let q = format!("{PATH_OWNER_NODES}?after={}", first.next.unwrap());
+    let (status, text) = owner_api(&p, "GET", &q, &key_a, None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let rest: NodeList = serde_json::from_str(&text).unwrap();
+    assert_eq!(rest.nodes.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), [&mine[2], &mine[3], &mine[4]]);
+
+    // Limits and cursors are checked, with the documented code.
+    for q in ["limit=0", "limit=501", "limit=x", "after=not-a-cursor", "after=", "page=2"] {
+        for (base, key) in [(PATH_OWNER_NODES, key_a.as_str()), (PATH_ADMIN_NODES, p.admin_token())] {
+            let (status, text) = owner_api(&p, "GET", &format!("{base}?{q}"), key, None).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{base}?{q}: {text}");
+            assert!(text.contains("invalid_request"), "{text}");
+        }
+    }
+    let (status, _) = owner_api(&p, "GET", &format!("{PATH_OWNER_NODES}?limit=500"), &key_a, None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The owners' list comes in pages too, each owner once.
+    let (mut emails, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let q = match &after {
+            Some(c) => format!("{PATH_ADMIN_OWNERS}?limit=1&after={c}"),
+            None => format!("{PATH_ADMIN_OWNERS}?limit=1"),
+        };
+        let (status, text) = owner_api(&p, "GET", &q, p.admin_token(), None).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let page: gpum_protocol::OwnerList = serde_json::from_str(&text).unwrap();
+        assert_eq!(page.owners.len(), 1);
+        emails.push(page.owners[0].email.clone());
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    emails.sort();
+    assert_eq!(emails, ["pages-a@example.com", "pages-b@example.com"]);
+    let (status, _) =
+        owner_api(&p, "GET", &format!("{PATH_ADMIN_OWNERS}?limit=0"), p.admin_token(), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// Issue 44, item 4: the servers page shows a page of servers (100) and a link to the next; the
+/// next page links back to the first; a link the platform did not make leads to the first page.
+#[tokio::test]
+async fn issue44_the_servers_page_shows_a_page_and_a_next_link() {
+    let p = TestPlatform::start(PlatformOpts::insecure_http());
+    let api = Api::new(&p);
+    let a = OwnerSession::accept(&p, &p.invite_owner("many@example.com"), PW_A).await;
+    let key = a.create_api_key("many").await;
+    let c = p.http_client();
+    for i in 0..101 {
+        let r = c.post(format!("{}{PATH_OWNER_JOIN_CODES}", p.url())).bearer_auth(&key).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let code: gpum_protocol::JoinCodeCreated = r.json().await.unwrap();
+        let _: RegisterResponse = api.register(&code.code, &format!("GPU-many-{i:03}")).await.ok();
+    }
+    let rows = |body: &str| body.matches("class=\"server\"").count();
+    let first = a.get("/dashboard").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(rows(&first.body), 100, "a page of 100");
+    assert!(!first.body.contains("id=\"first-page\""));
+    let next =
+        first.body.split("id=\"next-page\" href=\"").nth(1).expect("a next link").split('"').next().unwrap();
+    assert!(next.starts_with("/dashboard?after="), "{next}");
+    let second = a.get(next).await;
+    assert_eq!(second.status, StatusCode::OK);
+    assert_eq!(rows(&second.body), 1, "the 101st");
+    assert!(second.body.contains("id=\"first-page\"") && !second.body.contains("id=\"next-page\""));
+    assert!(second.body.contains(&format!("data-live=\"{next}\"")), "the live refresh reads the same page");
+    let bad = a.get("/dashboard?after=not-a-cursor").await;
+    assert_eq!((bad.status, bad.location.as_deref()), (StatusCode::SEE_OTHER, Some("/dashboard")));
 }

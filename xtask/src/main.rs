@@ -51,6 +51,7 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Run benchmarks: agent, dryrun, instructions (the agent's instruction count alone), platform,
+    /// onenode (one node's reads on 100,000 nodes against 10),
     /// sizes, verify, tunnel (needs Docker), or all (all but instructions, which agent includes).
     Bench {
         #[arg(default_value = "all")]

@@ -179,6 +179,8 @@ gpum_common::texts! {
             "Серверов пока нет. Добавьте машину: создайте код подключения и запустите установщик.",
             "No servers yet. Add a machine: create a join code and run the installer.",
         ),
+        NextPage => ("Следующие серверы →", "Next servers →"),
+        FirstPage => ("← К началу списка", "← Back to the start"),
         ColServer => ("Сервер", "Server"),
         ColState => ("Состояние", "State"),
         ColVerification => ("Проверка", "Check"),

@@ -42,7 +42,7 @@ pub(crate) mod session;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware;
@@ -459,28 +459,41 @@ async fn logout(State(web): St, r: Req, req: Request) -> Response {
 // ---------------------------------------------------------------------------------------------
 // Servers
 
-async fn nodes(web: &Web, scope: Scope) -> Result<(Vec<NodeSummary>, u64), ApiError> {
+/// One page of the servers in `scope`.
+async fn nodes(
+    web: &Web,
+    scope: Scope,
+    page: store::Page,
+) -> Result<(gpum_protocol::NodeList, u64), ApiError> {
     let now = web.app.clock.now();
-    let list = web.app.db.call(move |c| store::list_nodes(c, now, &scope)).await?;
-    Ok((list.nodes, now))
+    let list = web.app.db.call(move |c| store::list_nodes_page(c, now, &scope, &page)).await?;
+    Ok((list, now))
 }
 
 /// The servers page. Its one notice, "server X was deleted", is what this session did, kept with
 /// the session and taken once (issue 43): nothing in the address is printed, so a link cannot
 /// make the owner's own page say something the platform did not do.
-async fn servers(State(web): St, r: Req) -> Response {
+async fn servers(State(web): St, r: Req, RawQuery(q): RawQuery) -> Response {
     if let Err(resp) = signed_in(&web, &r) {
         return resp;
     }
+    // A page of servers at a time (issue 44): `?after=` is the cursor the "next" link carries.
+    // A cursor the platform did not give (a hand-edited or mangled link) leads to the first page.
+    let want = match crate::server::page_query(q.as_deref(), false) {
+        Ok(p) => p,
+        Err(_) => return Redirect::to("/dashboard").into_response(),
+    };
+    let after = want.after.as_ref().map(store::Cursor::encode);
     let sid = r.session.as_ref().map(|(id, _)| id.clone()).unwrap_or_default();
     let deleted = match web.app.db.call(move |c| accounts::take_flash_deleted(c, &sid)).await {
         Ok(d) => d,
         Err(e) => return api_error(&r, e),
     };
     let reset_at = r.session.as_ref().and_then(|(_, s)| s.totp_reset_at);
-    match nodes(&web, r.scope()).await {
+    match nodes(&web, r.scope(), want).await {
         Ok((list, now)) => {
-            page(StatusCode::OK, pages::servers(&r.ctx, &list, now, deleted.as_deref(), reset_at))
+            let at = pages::PageAt { after: after.as_deref(), next: list.next.as_deref() };
+            page(StatusCode::OK, pages::servers(&r.ctx, &list.nodes, at, now, deleted.as_deref(), reset_at))
         }
         Err(e) => api_error(&r, e),
     }
@@ -493,8 +506,10 @@ async fn check_image(web: &Web) -> bool {
 }
 
 async fn one_node(web: &Web, r: &Req, id: &str) -> Result<(NodeSummary, u64), ApiError> {
-    let (list, now) = nodes(web, r.scope()).await?;
-    list.into_iter().find(|n| n.id == id).map(|n| (n, now)).ok_or_else(|| ApiError::not_found("node"))
+    let now = web.app.clock.now();
+    let (id, scope) = (id.to_owned(), r.scope());
+    let n = web.app.db.call(move |c| store::node(c, now, &id, &scope)).await?;
+    Ok((n, now))
 }
 
 /// How many events the server's page shows.
@@ -512,11 +527,7 @@ async fn node_with_history(
     web.app
         .db
         .call(move |c| {
-            let n = store::list_nodes(c, now, &scope)?
-                .nodes
-                .into_iter()
-                .find(|n| n.id == id)
-                .ok_or_else(|| ApiError::not_found("node"))?;
+            let n = store::node(c, now, &id, &scope)?;
             let samples = store::node_samples(c, &id, now, &scope)?.samples;
             let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
             let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN, &scope)?.rentals;
@@ -764,13 +775,22 @@ async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Respons
         Ok(None) => return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx)),
         Err(e) => return api_error(&r, e),
     };
-    let (list, now) = match nodes(&web, r.scope()).await {
-        Ok(v) => v,
-        Err(e) => return api_error(&r, e),
+    let now = web.app.clock.now();
+    // The node the code registered, if any: looked up alone, not found in a list of all.
+    let node = match used.1.clone() {
+        Some(id) => {
+            let scope = r.scope();
+            match web.app.db.call(move |c| store::node(c, now, &id, &scope)).await {
+                Ok(n) => Some(n),
+                Err(e) if e.code == gpum_protocol::ErrorCode::NotFound => None,
+                Err(e) => return api_error(&r, e),
+            }
+        }
+        None => None,
     };
     let open = used.1.is_none() && now < used.0;
     let status = match used {
-        (_, Some(id)) => match list.iter().find(|n| n.id == id) {
+        (_, Some(id)) => match &node {
             Some(n) if n.last_heartbeat_at.is_some() => pages::join_status(&r.ctx, JoinState::Node(n)),
             Some(_) => pages::join_status(&r.ctx, JoinState::Registered(&id)),
             None => pages::join_status(&r.ctx, JoinState::Deleted),

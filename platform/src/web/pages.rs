@@ -380,9 +380,18 @@ pub(crate) fn totp_reset_notice(ctx: &Ctx, at: u64) -> Markup {
 /// The servers page; `deleted`: the server this session deleted (kept with the session, never
 /// taken from the address); `totp_reset_at`: when the operator turned the owner's second factor
 /// off, while it stays off.
+/// Which page of a list a page shows: the cursor it starts after (`None`: the first) and the
+/// next page's (`None`: the last).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PageAt<'a> {
+    pub after: Option<&'a str>,
+    pub next: Option<&'a str>,
+}
+
 pub fn servers(
     ctx: &Ctx,
     nodes: &[NodeSummary],
+    at: PageAt<'_>,
     now: u64,
     deleted: Option<&str>,
     totp_reset_at: Option<u64>,
@@ -400,15 +409,26 @@ pub fn servers(
                 p { (seen_by(ctx, false)) " " (ctx.t(Msg::LegendOwner)) }
             }
             (live_status(ctx, now))
-            (servers_table(ctx, nodes, now))
+            (servers_table(ctx, nodes, at, now))
+            @if at.after.is_some() || at.next.is_some() {
+                p.pages {
+                    @if at.after.is_some() { a #first-page href="/dashboard" { (ctx.t(Msg::FirstPage)) } " " }
+                    @if let Some(next) = at.next { a #next-page href={ "/dashboard?after=" (next) } { (ctx.t(Msg::NextPage)) } }
+                }
+            }
             p { a.button #add-machine href="/dashboard/add" { (ctx.t(Msg::NavAdd)) } }
         },
     )
 }
 
-fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], now: u64) -> Markup {
+fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], at: PageAt<'_>, now: u64) -> Markup {
+    // The live refresh reads the same page again.
+    let live = match at.after {
+        Some(after) => format!("/dashboard?after={after}"),
+        None => "/dashboard".to_owned(),
+    };
     html! {
-        div #servers data-live="/dashboard" data-at=(hms(now)) {
+        div #servers data-live=(live) data-at=(hms(now)) {
             @if nodes.is_empty() {
                 p #no-servers { (ctx.t(Msg::NoServers)) }
             } @else {
@@ -1393,7 +1413,7 @@ pub(crate) mod tests {
         let mut n = node("node-1");
         n.price_per_gpu_hour = Some(1250);
         n.paused = true;
-        let s = servers(&ctx, &[n.clone()], 6, None, None).into_string();
+        let s = servers(&ctx, &[n.clone()], PageAt::default(), 6, None, None).into_string();
         assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
         n.price_per_gpu_hour = None;
         assert!(
@@ -1415,7 +1435,7 @@ pub(crate) mod tests {
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
             for page in [
-                servers(&ctx, std::slice::from_ref(&n), 6, None, None),
+                servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, None, None),
                 server(&ctx, &n, &History::default(), 6, None, true),
             ] {
                 let s = page.into_string();
@@ -1440,7 +1460,11 @@ pub(crate) mod tests {
                 .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
         );
         n.rentable.state = RentableState::AwaitingOperator;
-        assert!(servers(&ru, &[n], 6, None, None).into_string().contains("оператор платформы выберет образ"));
+        assert!(
+            servers(&ru, &[n], PageAt::default(), 6, None, None)
+                .into_string()
+                .contains("оператор платформы выберет образ")
+        );
     }
 
     fn rental(
@@ -1675,7 +1699,11 @@ pub(crate) mod tests {
                 Lang::En => "2 × NVIDIA A100 (80 GiB)",
             };
             assert!(page.contains(gpus), "{gpus}");
-            assert!(servers(&ctx, std::slice::from_ref(&n), now, None, None).into_string().contains(gpus));
+            assert!(
+                servers(&ctx, std::slice::from_ref(&n), PageAt::default(), now, None, None)
+                    .into_string()
+                    .contains(gpus)
+            );
             if lang == Lang::Ru {
                 assert!(!page.contains("GiB") && !page.contains("MiB"), "{page}");
             }
@@ -1844,8 +1872,8 @@ pub(crate) mod tests {
             disabled(&ctx),
             stale(&ctx),
             not_found(&ctx),
-            servers(&ctx, &[], 6, None, Some(1_800_000_000)),
-            servers(&ctx, std::slice::from_ref(&n), 6, Some("узел-1"), None),
+            servers(&ctx, &[], PageAt::default(), 6, None, Some(1_800_000_000)),
+            servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, Some("узел-1"), None),
             server(&ctx, &n, &History::default(), 6, Some(SettingsError::Price), true),
             add(&ctx, &Dist::Off, &open, 6),
             add(&ctx, &Dist::Lacks(vec!["файл"]), &[], 6),
@@ -1987,7 +2015,25 @@ pub(crate) mod tests {
         n.inventory.public.cpu_cores = u32::MAX;
         let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
         assert!(server(&ctx, &n, &History::default(), u64::MAX, None, true).into_string().contains("2 × G"));
-        assert!(servers(&ctx, &[n], 0, None, None).into_string().contains("node-1"));
+        assert!(servers(&ctx, &[n], PageAt::default(), 0, None, None).into_string().contains("node-1"));
+    }
+
+    #[test]
+    fn the_servers_page_links_the_next_page_and_refreshes_its_own() {
+        for lang in [Lang::Ru, Lang::En] {
+            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+            let first = servers(&ctx, &[], PageAt { after: None, next: Some("MTA6bl9h") }, 6, None, None)
+                .into_string();
+            assert!(first.contains(r#"href="/dashboard?after=MTA6bl9h""#), "{first}");
+            assert!(first.contains(ctx.t(Msg::NextPage)) && !first.contains(r#"id="first-page""#));
+            assert!(first.contains(r#"data-live="/dashboard""#));
+            let later = servers(&ctx, &[], PageAt { after: Some("MTA6bl9h"), next: None }, 6, None, None)
+                .into_string();
+            assert!(later.contains(r#"data-live="/dashboard?after=MTA6bl9h""#), "{later}");
+            assert!(later.contains(ctx.t(Msg::FirstPage)) && !later.contains(r#"id="next-page""#));
+            let only = servers(&ctx, &[], PageAt::default(), 6, None, None).into_string();
+            assert!(!only.contains(r#"id="next-page""#) && !only.contains(r#"id="first-page""#));
+        }
     }
 
     fn node(id: &str) -> NodeSummary {
@@ -2064,7 +2110,7 @@ pub(crate) mod tests {
         for lang in [Lang::Ru, Lang::En] {
             let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
             for page in [
-                servers(&ctx, std::slice::from_ref(&n), 6, Some(evil), None),
+                servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, Some(evil), None),
                 server(&ctx, &n, &history, 6, Some(SettingsError::NameControl), true),
                 join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
                 confirm_delete(&ctx, evil),

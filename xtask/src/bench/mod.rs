@@ -6,6 +6,7 @@
 mod agent;
 pub mod cost;
 mod dryrun;
+mod onenode;
 mod platform;
 mod sizes;
 mod tunnel;
@@ -140,7 +141,9 @@ fn fmt(v: f64) -> String {
 }
 
 pub fn run(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
-    if cfg!(debug_assertions) {
+    // `GPUM_BENCH_UNOPTIMISED=1`: run from this build as it is (a reduced run on a machine too
+    // busy to build the release one; its figures say so).
+    if cfg!(debug_assertions) && std::env::var_os("GPUM_BENCH_UNOPTIMISED").is_none() {
         return run_optimised(which, quick, json, db);
     }
     JSON.store(json, Ordering::Relaxed);
@@ -212,6 +215,7 @@ const BENCHES: &[(&str, BenchFn)] = &[
     ("dryrun", dryrun::run),
     ("instructions", cost::run),
     ("platform", platform::run),
+    ("onenode", onenode::run),
     ("sizes", sizes::run),
     ("verify", verify::run),
     ("tunnel", tunnel::run),

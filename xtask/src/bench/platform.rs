@@ -75,7 +75,7 @@ pub fn set_db(db: &str) -> Result<()> {
 }
 
 /// The release `gpum-platform` and the baseline server, built; their directory.
-fn release_platform() -> Result<PathBuf> {
+pub(super) fn release_platform() -> Result<PathBuf> {
     crate::util::release_build(&[
         "--locked",
         "-p",
