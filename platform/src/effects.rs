@@ -339,7 +339,11 @@ mod tests {
             ("cli.rs", include_str!("cli.rs")),
             ("web/mod.rs", include_str!("web/mod.rs")),
             ("web/account.rs", include_str!("web/account.rs")),
-            ("store.rs", include_str!("store.rs")),
+            ("store/mod.rs", include_str!("store/mod.rs")),
+            ("store/enroll.rs", include_str!("store/enroll.rs")),
+            ("store/heartbeat.rs", include_str!("store/heartbeat.rs")),
+            ("store/nodes.rs", include_str!("store/nodes.rs")),
+            ("store/owners.rs", include_str!("store/owners.rs")),
             ("rentals.rs", include_str!("rentals.rs")),
             ("accounts.rs", include_str!("accounts.rs")),
         ];

@@ -5,7 +5,7 @@
 //! SQLite file is migrated first, as `serve` would). The target must be empty of platform data:
 //! a copy never merges. Every table is copied row by row, column by column by name, in one
 //! transaction on the target, so a failure leaves it empty; the `rowid` that PostgreSQL's tables
-//! carry as a column (store.rs) takes SQLite's implicit one, so orders and pruning stay as they
+//! carry as a column (`store::migrations`) takes SQLite's implicit one, so orders and pruning stay as they
 //! were, and its sequence continues after the highest. Then the copy is compared, table by
 //! table, by row count. The tables are those the schema holds (`schema::tables`, SQLite's in
 //! the order they were created), never a list kept by hand.

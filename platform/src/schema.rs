@@ -197,7 +197,7 @@ fn pg_table(c: &Conn, t: &str) -> Result<Table> {
         .collect::<Result<_>>()?;
     let columns = rows
         .into_iter()
-        // SQLite's implicit rowid, a real column here (store.rs).
+        // SQLite's implicit rowid, a real column here (`store::migrations`).
         .filter(|(name, ..)| name != "rowid")
         .map(|(name, ty, nullable, dflt)| Column {
             name,
