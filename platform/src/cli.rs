@@ -46,7 +46,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the HTTP(S) server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Join codes.
     JoinCode {
         #[command(subcommand)]
@@ -563,7 +563,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
     if let Cmd::Serve(args) = cli.cmd {
-        return serve(args, db_path, clock);
+        return serve(*args, db_path, clock);
     }
     if let Cmd::Backup { to } = &cli.cmd {
         if let crate::sql::Target::Postgres(_) = crate::sql::Target::parse(&db_path) {
@@ -1262,7 +1262,8 @@ fn read_peer_secret(f: &std::path::Path) -> Result<String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(f).with_context(|| format!("read {}", f.display()))?.permissions().mode();
+        let mode =
+            std::fs::metadata(f).with_context(|| format!("read {}", f.display()))?.permissions().mode();
         if mode & 0o077 != 0 {
             return Err(BadUsage(format!(
                 "--peer-secret-file {}: others than its owner may read it (mode {:o}); make it 0600",

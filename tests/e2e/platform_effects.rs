@@ -141,7 +141,8 @@ impl TunnelEnd {
                                 Ok(0) | Err(_) => return,
                                 Ok(_) if line == "\r\n" => {
                                     let body = open.rental.as_bytes();
-                                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                                    let head =
+                                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
                                     if s.write_all(head.as_bytes()).await.is_err()
                                         || s.write_all(body).await.is_err()
                                         || s.flush().await.is_err()

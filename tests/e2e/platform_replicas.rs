@@ -296,7 +296,8 @@ async fn a_tenant_reaches_a_rental_through_either_replica_and_a_survivor_takes_t
 
     // A stream to node 2's rental, held by B end to end.
     let r2c = r2.clone();
-    let mut kept = tokio::task::spawn_blocking(move || echoed(ports[1][0], &r2c).1).await.unwrap().expect("r2");
+    let mut kept =
+        tokio::task::spawn_blocking(move || echoed(ports[1][0], &r2c).1).await.unwrap().expect("r2");
     // A, which holds node 1's tunnel, is killed; node 1's agent dials again through the front.
     a.stop();
     let _t1 = TunnelEnd::open_at(api, &n1.node_token).await;

@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hyper::StatusCode;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,6 +39,7 @@ use crate::rentals::Unreachable;
 use crate::sql::OptionalExtension;
 use gpum_protocol::limits;
 use gpum_protocol::tunnel::read_line;
+pub use gpum_protocol::{PeerOpen, PeerReply};
 
 use super::{AgentStream, Refused, Tenants};
 
@@ -62,35 +62,6 @@ pub struct Mesh {
     db: Db,
     /// Nonces seen within [`MAX_SKEW`]: a request is used once.
     seen: Mutex<HashMap<String, u64>>,
-}
-
-/// The first line of a peer connection.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerOpen {
-    pub rental: String,
-    pub port: u16,
-    pub node: String,
-    /// Unix seconds.
-    pub at: u64,
-    pub nonce: String,
-    /// Hex HMAC-SHA256 of [`PeerOpen::signed`] with the mesh's secret.
-    pub mac: String,
-}
-
-/// The home's answer: the agent's yes, or why not.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerReply {
-    pub ok: bool,
-    #[serde(default)]
-    pub status: u16,
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-impl PeerOpen {
-    fn signed(&self) -> String {
-        format!("gpum-peer-1\n{}\n{}\n{}\n{}\n{}", self.rental, self.port, self.node, self.at, self.nonce)
-    }
 }
 
 fn unix_now() -> u64 {
@@ -221,7 +192,10 @@ impl Mesh {
         let r = self
             .db
             .call(move |c| {
-                c.execute("DELETE FROM tunnel_homes WHERE node_id = ?1 AND replica_id = ?2", params![node, id])?;
+                c.execute(
+                    "DELETE FROM tunnel_homes WHERE node_id = ?1 AND replica_id = ?2",
+                    params![node, id],
+                )?;
                 Ok(())
             })
             .await;
@@ -254,13 +228,17 @@ impl Mesh {
     /// tunnel, its yes read; 502 when no live replica holds it.
     pub(crate) async fn forward(&self, node_id: &str, id: &str, port: u16) -> Result<AgentStream, Refused> {
         let no_tunnel = || {
-            Refused::Answer(StatusCode::BAD_GATEWAY, "the rental's server has no tunnel to the platform now".into())
+            Refused::Answer(
+                StatusCode::BAD_GATEWAY,
+                "the rental's server has no tunnel to the platform now".into(),
+            )
         };
         let addr = self.holder(node_id).await.ok_or_else(no_tunnel)?;
         let talk = async {
             let tcp = TcpStream::connect(&addr).await.ok()?;
             let _ = tcp.set_nodelay(true);
-            let mut s = BufReader::with_capacity(limits::MAX_TUNNEL_LINE, tokio_util::either::Either::Right(tcp));
+            let mut s =
+                BufReader::with_capacity(limits::MAX_TUNNEL_LINE, tokio_util::either::Either::Right(tcp));
             let mut line = serde_json::to_vec(&self.sign(id, port, node_id)).expect("plain JSON");
             line.push(b'\n');
             s.write_all(&line).await.ok()?;
@@ -272,7 +250,8 @@ impl Mesh {
             Ok(Some((s, PeerReply { ok: true, .. }))) => Ok(s),
             Ok(Some((_, PeerReply { status, reason, .. }))) => {
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                let why: String = reason.unwrap_or_default().chars().filter(|c| !c.is_control()).take(200).collect();
+                let why: String =
+                    reason.unwrap_or_default().chars().filter(|c| !c.is_control()).take(200).collect();
                 Err(Refused::Answer(status, why))
             }
             _ => {
@@ -284,7 +263,12 @@ impl Mesh {
 }
 
 /// Serves the other replicas' peer requests on `listener` until `shutdown` completes.
-pub async fn serve_peers(listener: TcpListener, t: Arc<Tenants>, mesh: Arc<Mesh>, shutdown: impl Future<Output = ()>) {
+pub async fn serve_peers(
+    listener: TcpListener,
+    t: Arc<Tenants>,
+    mesh: Arc<Mesh>,
+    shutdown: impl Future<Output = ()>,
+) {
     let limit = Arc::new(tokio::sync::Semaphore::new(t.relay.cfg.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
@@ -345,7 +329,9 @@ where
     let (now, id) = (t.clock.now(), open.rental.clone());
     let found = t.db.call(move |c| Ok(crate::rentals::live(c, now, &id))).await;
     let answer = match found {
-        Ok(Ok(r)) if r.node_id != open.node => Err(refused(StatusCode::NOT_FOUND, "the rental is on another server")),
+        Ok(Ok(r)) if r.node_id != open.node => {
+            Err(refused(StatusCode::NOT_FOUND, "the rental is on another server"))
+        }
         Ok(Ok(r)) if !r.ports.contains(&open.port) => {
             Err(refused(StatusCode::FORBIDDEN, "the rental does not expose that port"))
         }
@@ -393,7 +379,8 @@ mod tests {
     /// and what it names cannot be changed under its proof.
     #[test]
     fn a_peer_request_needs_the_secret_the_time_and_a_new_nonce() {
-        let (key, other) = (b"0123456789abcdef0123456789abcdef".as_slice(), b"another secret of 32 characters!".as_slice());
+        let (key, other) =
+            (b"0123456789abcdef0123456789abcdef".as_slice(), b"another secret of 32 characters!".as_slice());
         let seen = Mutex::default();
         let now = 1_000_000;
         let o = sign(key, "rent-00112233445566aa", 7000, "node-1", now);
@@ -402,13 +389,19 @@ mod tests {
         assert!(!verify(key, &seen, &o, now - MAX_SKEW - 1), "too early");
         for changed in [
             PeerOpen { port: 22, ..sign(key, "rent-00112233445566aa", 7000, "node-1", now) },
-            PeerOpen { rental: "rent-ffffffffffffffff".into(), ..sign(key, "rent-00112233445566aa", 7000, "node-1", now) },
+            PeerOpen {
+                rental: "rent-ffffffffffffffff".into(),
+                ..sign(key, "rent-00112233445566aa", 7000, "node-1", now)
+            },
             PeerOpen { node: "node-2".into(), ..sign(key, "rent-00112233445566aa", 7000, "node-1", now) },
         ] {
             assert!(!verify(key, &seen, &changed, now), "{changed:?}");
         }
         assert!(verify(key, &seen, &o, now + 3), "the right one");
         assert!(!verify(key, &seen, &o, now + 4), "replayed");
-        assert!(verify(key, &seen, &sign(key, "rent-00112233445566aa", 7000, "node-1", now), now), "a new nonce");
+        assert!(
+            verify(key, &seen, &sign(key, "rent-00112233445566aa", 7000, "node-1", now), now),
+            "a new nonce"
+        );
     }
 }
