@@ -1358,6 +1358,25 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
 
+    /// Issue 44: the mesh's secret is refused from a file others may read, or when short; its
+    /// value is never in the error.
+    #[test]
+    fn the_peer_secret_file_is_owner_only_and_long_enough() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("peer-secret");
+        let secret = "0123456789abcdef0123456789abcdef";
+        std::fs::write(&f, format!("{secret}\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_peer_secret(&f).unwrap_err().to_string();
+        assert!(e.contains("0600") && e.contains("644") && !e.contains(secret), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_peer_secret(&f).unwrap(), secret);
+        std::fs::write(&f, "tiny-q7").unwrap();
+        let e = read_peer_secret(&f).unwrap_err().to_string();
+        assert!(e.contains("32 characters") && !e.contains("tiny-q7"), "{e}");
+    }
+
     /// Issue 29, item 6: `serve` took any 32 characters, `aaaa…` included.
     #[test]
     fn the_node_list_shows_the_price_and_the_rentable_verdict() {

@@ -93,6 +93,9 @@ impl TunnelEnd {
     pub(crate) async fn open_at(api: u16, token: &str) -> TunnelEnd {
         use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
         let mut io = tokio::net::TcpStream::connect(("127.0.0.1", api)).await.unwrap();
+        // Small frames (a stream's first line, its answer) go out at once, not after Nagle's
+        // wait for an acknowledgement.
+        io.set_nodelay(true).unwrap();
         let head = format!(
             "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: {}\r\n\r\n",
             gpum_protocol::PATH_TUNNEL,

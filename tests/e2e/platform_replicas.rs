@@ -172,6 +172,7 @@ async fn round_robin(backends: Vec<u16>) -> (u16, tokio::task::JoinHandle<()>) {
                 for k in 0..backends.len() {
                     let to = backends[(start + k) % backends.len()];
                     if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                        let _ = (down.set_nodelay(true), up.set_nodelay(true));
                         let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
                         return;
                     }
