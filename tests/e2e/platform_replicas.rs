@@ -204,8 +204,9 @@ fn still_echoes(s: &mut std::net::TcpStream) -> bool {
 /// Issue 44, item 3: a tenant reaches a rental through any replica. Two replicas in a relay
 /// mesh behind round-robin fronts (the API, the `CONNECT` door, the HTTP door), node 1's tunnel
 /// on replica A and node 2's on B: 100 of 100 `CONNECT`s and 100 of 100 HTTP-door requests to
-/// node 1's rental reach it, half of them through B, which forwards them to A. A replica without
-/// the mesh answers 502 for it (today's behaviour, fail closed). A is killed: node 1's agent
+/// node 1's rental reach it, half of them through B, which forwards them to A. A peer request
+/// without the mesh's secret is refused; a replica without the mesh answers 502 for the rental
+/// (the behaviour before the mesh, fail closed). A is killed: node 1's agent
 /// dials again through the front, lands on B, and new connections work again within
 /// [`REDIAL_BOUND`], while a stream to node 2's rental held by B goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -289,6 +290,30 @@ async fn a_tenant_reaches_a_rental_through_either_replica_and_a_survivor_takes_t
         }
     }
     assert_eq!(answered, 100, "{}", logs());
+    // A peer request without the mesh's secret is refused by the replica that holds the tunnel.
+    let forged = gpum_protocol::PeerOpen {
+        rental: r1.id.clone(),
+        port: 7000,
+        node: n1.node_id.clone(),
+        at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+        nonce: "00".repeat(16),
+        mac: "ab".repeat(32),
+    };
+    let peer_a = ports[0][2];
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", peer_a)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let mut line = serde_json::to_vec(&forged).unwrap();
+        line.push(b'\n');
+        s.write_all(&line).unwrap();
+        let mut back = String::new();
+        std::io::BufReader::new(s).read_line(&mut back).unwrap();
+        serde_json::from_str::<gpum_protocol::PeerReply>(&back).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!answer.ok && answer.status == 403, "{answer:?}");
     // Without the mesh, the replica that does not hold the tunnel cannot reach it.
     let r1c = r1.clone();
     let alone = tokio::task::spawn_blocking(move || echoed(lone_relay, &r1c).0).await.unwrap();
