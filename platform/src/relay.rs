@@ -17,7 +17,8 @@
 //! - past [`RelayConfig::max_streams_per_rental`] streams, or past
 //!   [`gpum_protocol::tunnel::MAX_TENANT_STREAMS`] on the node's tunnel (all its rentals
 //!   together; yamux ends the whole connection at one stream past its limit, issue 43 item 4),
-//!   503; a node whose agent has no tunnel, 502; an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
+//!   503; a node whose agent has no tunnel, 502 (in a relay mesh, a node whose tunnel another
+//!   replica holds is reached through it: [`mesh`]); an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
 //! - else `200`, and bytes flow both ways.
 //!
 //! The relay only ever routes a rental's stream into the tunnel of the node the rental was
