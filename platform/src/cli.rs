@@ -46,7 +46,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the HTTP(S) server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Join codes.
     JoinCode {
         #[command(subcommand)]
@@ -185,6 +185,19 @@ struct ServeArgs {
     /// githubusercontent.com): tenants' pages must not be same-site with the dashboard.
     #[arg(long, value_name = "DOMAIN", value_parser = domain_arg)]
     relay_domain: Option<String>,
+    /// Join the relay mesh of the replicas that share this database (issue 44): listen for the
+    /// other replicas' forwarded tenant streams on ADDR, so that a tenant reaches a rental
+    /// through any replica, whichever holds its node's tunnel. A private network only (plain
+    /// TCP; each request proved with the mesh's secret).
+    #[arg(long, value_name = "ADDR", requires_all = ["peer_addr", "peer_secret_file"])]
+    peer_listen: Option<SocketAddr>,
+    /// Where the other replicas reach this one's --peer-listen (HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT", requires = "peer_listen")]
+    peer_addr: Option<String>,
+    /// The mesh's shared secret (at least 32 characters, the same on every replica), in a file
+    /// only its owner may read (0600).
+    #[arg(long, value_name = "FILE", requires = "peer_listen")]
+    peer_secret_file: Option<PathBuf>,
     /// Serve --relay-domain even though it is on the public URL's site (its registrable
     /// domain): tenants' pages are then same-site with the dashboard. Not recommended.
     #[arg(long, requires = "relay_domain")]
@@ -550,7 +563,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     let Some(db_path) = cli.db.clone() else { bail!("--db FILE is required") };
     if let Cmd::Serve(args) = cli.cmd {
-        return serve(args, db_path, clock);
+        return serve(*args, db_path, clock);
     }
     if let Cmd::Backup { to } = &cli.cmd {
         if let crate::sql::Target::Postgres(_) = crate::sql::Target::parse(&db_path) {
@@ -1068,6 +1081,11 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
         Ok(Some(l))
     };
     let relay_listener = bind(args.relay_listen, "--relay-listen")?;
+    let peer_listener = bind(args.peer_listen, "--peer-listen")?;
+    let peer_secret = match &args.peer_secret_file {
+        None => None,
+        Some(f) => Some(read_peer_secret(f)?),
+    };
     let relay_http_listener = bind(args.relay_http_listen, "--relay-http-listen")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
@@ -1118,6 +1136,16 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
     let listen_target = conns[0].pg_target();
     let db = crate::db::Db::start_many(conns);
     let throttle = Arc::new(crate::throttle::Throttle::new(db.clone(), clock.clone()));
+    let mesh = match (&args.peer_addr, peer_secret) {
+        (Some(addr), Some(secret)) => {
+            let m = crate::relay::mesh::Mesh::new(db.clone(), addr.clone(), &secret)
+                .map_err(|e| BadUsage(format!("--peer-secret-file: {e}")))?;
+            let m = Arc::new(m);
+            relay.set_mesh(m.clone());
+            Some(m)
+        }
+        _ => None,
+    };
     if let Some(ckpt) = ckpt {
         db.spawn_checkpointer(ckpt, Duration::from_secs(1), crate::db::WAL_RESTART_FRAMES)?;
     }
@@ -1187,6 +1215,12 @@ fn serve(args: ServeArgs, db_path: PathBuf, clock: Clock) -> Result<()> {
                 shutdown_signal(),
             ));
         }
+        if let (Some(l), Some(m)) = (peer_listener, mesh) {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tracing::info!(addr = %l.local_addr()?, replica = %m.replica_id, peer_addr = %m.peer_addr, "relay mesh: peer listener");
+            tokio::spawn(m.clone().keep_alive());
+            tokio::spawn(crate::relay::mesh::serve_peers(l, tenants.clone(), m, shutdown_signal()));
+        }
         if let Some(l) = relay_http_listener {
             let l = tokio::net::TcpListener::from_std(l)?;
             tracing::info!(addr = %l.local_addr()?, tls = acceptor.is_some(), "relay HTTP door listening");
@@ -1221,6 +1255,35 @@ fn init_logging() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .try_init();
+}
+
+/// The relay mesh's secret from `f`: refused when others than its owner may read it, or when short.
+fn read_peer_secret(f: &std::path::Path) -> Result<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode =
+            std::fs::metadata(f).with_context(|| format!("read {}", f.display()))?.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(BadUsage(format!(
+                "--peer-secret-file {}: others than its owner may read it (mode {:o}); make it 0600",
+                f.display(),
+                mode & 0o777
+            ))
+            .into());
+        }
+    }
+    let s = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
+    if s.trim().len() < 32 {
+        return Err(BadUsage(format!(
+            "--peer-secret-file {}: the secret is shorter than 32 characters. Make one with: \
+             (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > {})",
+            f.display(),
+            f.display()
+        ))
+        .into());
+    }
+    Ok(s.trim().to_string())
 }
 
 /// One `--relay-domain`: a DNS name of letters, digits, dashes and dots, lower-cased.
@@ -1294,6 +1357,25 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 44: the mesh's secret is refused from a file others may read, or when short; its
+    /// value is never in the error.
+    #[test]
+    fn the_peer_secret_file_is_owner_only_and_long_enough() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("peer-secret");
+        let secret = "0123456789abcdef0123456789abcdef";
+        std::fs::write(&f, format!("{secret}\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_peer_secret(&f).unwrap_err().to_string();
+        assert!(e.contains("0600") && e.contains("644") && !e.contains(secret), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_peer_secret(&f).unwrap(), secret);
+        std::fs::write(&f, "tiny-q7").unwrap();
+        let e = read_peer_secret(&f).unwrap_err().to_string();
+        assert!(e.contains("32 characters") && !e.contains("tiny-q7"), "{e}");
+    }
 
     /// Issue 29, item 6: `serve` took any 32 characters, `aaaa…` included.
     #[test]

@@ -17,7 +17,8 @@
 //! - past [`RelayConfig::max_streams_per_rental`] streams, or past
 //!   [`gpum_protocol::tunnel::MAX_TENANT_STREAMS`] on the node's tunnel (all its rentals
 //!   together; yamux ends the whole connection at one stream past its limit, issue 43 item 4),
-//!   503; a node whose agent has no tunnel, 502; an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
+//!   503; a node whose agent has no tunnel, 502 (in a relay mesh, a node whose tunnel another
+//!   replica holds is reached through it: [`mesh`]); an agent that refuses the stream (its rule, `gpum_agent::tunnel`), 502 with its reason;
 //! - else `200`, and bytes flow both ways.
 //!
 //! The relay only ever routes a rental's stream into the tunnel of the node the rental was
@@ -64,6 +65,7 @@ use crate::rentals::{Unreachable, reachable};
 use crate::throttle::{Door, Throttle};
 
 pub mod http;
+pub mod mesh;
 
 /// How long opening a stream and the agent's answer may take.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,6 +167,8 @@ pub struct Relay {
     /// One permit per open tunnel: an upgraded connection leaves its door's connection cap
     /// behind, so it holds one of these instead (issue 43, item 3).
     tunnels: Arc<tokio::sync::Semaphore>,
+    /// The relay mesh, when `serve --peer-secret-file` configures one ([`mesh`]).
+    mesh: std::sync::OnceLock<Arc<mesh::Mesh>>,
 }
 
 /// A tunnel's place under [`RelayConfig::max_tunnels`], held until [`Relay::attach`] returns.
@@ -179,7 +183,14 @@ impl Relay {
             streams: Mutex::default(),
             generation: AtomicU64::new(0),
             tunnels,
+            mesh: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Joins the relay mesh: tunnels attached here are recorded as their nodes' homes, and a
+    /// tenant's stream to a node whose tunnel is elsewhere is forwarded ([`mesh`]).
+    pub fn set_mesh(&self, m: Arc<mesh::Mesh>) {
+        let _ = self.mesh.set(m);
     }
 
     /// A place for one more tunnel, or `None` at [`RelayConfig::max_tunnels`]: asked for
@@ -212,6 +223,9 @@ impl Relay {
             .unwrap_or_else(|e| e.into_inner())
             .insert(node_id.clone(), Link { generation, open: tx, ended: ended.clone() });
         tracing::info!(node = %node_id, "tunnel attached");
+        if let Some(m) = self.mesh.get() {
+            m.home(&node_id).await;
+        }
         let mut waiting: std::collections::VecDeque<OpenRequest> = Default::default();
         let drive = poll_fn(|cx| {
             loop {
@@ -264,11 +278,18 @@ impl Relay {
         };
         // Ending the node also closes its link's channel: whichever the select saw first.
         let end = if ended.is_cancelled() { NODE_ENDED } else { end };
-        {
+        let was_current = {
             let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
-            if links.get(&node_id).is_some_and(|l| l.generation == generation) {
+            let current = links.get(&node_id).is_some_and(|l| l.generation == generation);
+            if current {
                 links.remove(&node_id);
             }
+            current
+        };
+        if let Some(m) = self.mesh.get()
+            && was_current
+        {
+            m.left(&node_id).await;
         }
         // A connection that answers no ping is dead: it is dropped, which ends its streams at
         // once (a close would wait for it in vain); so is one whose node was deleted or whose
@@ -628,14 +649,41 @@ pub(crate) fn slot(relay: &Arc<Relay>, id: &str, node_id: &str) -> Result<Slot, 
 }
 
 /// The stream to rental `id`'s `port` in its node's tunnel, the agent's yes read (502
-/// otherwise).
+/// otherwise): the tunnel here, or, in a mesh, the one another replica holds ([`mesh`]).
 pub(crate) async fn open_in(
     relay: &Relay,
     node_id: &str,
     id: &str,
     port: u16,
 ) -> Result<AgentStream, Refused> {
+    if let Some(m) = relay.mesh.get()
+        && !relay.has_tunnel(node_id)
+    {
+        return m.forward(node_id, id, port).await;
+    }
     open_stream(relay, node_id, id, port).await.map_err(|(st, why)| Refused::Answer(st, why))
+}
+
+/// A slot and a stream in the tunnel held here, never forwarded: for a peer's request
+/// ([`mesh`]), as [`mesh::PeerReply`] when refused.
+async fn open_local(
+    relay: &Arc<Relay>,
+    node_id: &str,
+    id: &str,
+    port: u16,
+) -> Result<(AgentStream, Slot), mesh::PeerReply> {
+    let refused = |status: StatusCode, why: String| mesh::PeerReply {
+        ok: false,
+        status: status.as_u16(),
+        reason: Some(why),
+    };
+    let slot = match slot(relay, id, node_id) {
+        Ok(s) => s,
+        Err(Refused::Answer(st, why)) => return Err(refused(st, why)),
+        Err(Refused::Credential) => return Err(refused(StatusCode::FORBIDDEN, String::new())),
+    };
+    let agent = open_stream(relay, node_id, id, port).await.map_err(|(st, why)| refused(st, why))?;
+    Ok((agent, slot))
 }
 
 /// A slot for one more stream of rental `id` ([`slot`]), then the stream ([`open_in`]).
@@ -700,7 +748,9 @@ async fn connect(
     Response::new(Body::empty())
 }
 
-pub(crate) type AgentStream = BufReader<tokio_util::compat::Compat<yamux::Stream>>;
+/// A stream to a rental's port: in a tunnel held here, or through the replica that holds it.
+pub(crate) type AgentStream =
+    BufReader<tokio_util::either::Either<tokio_util::compat::Compat<yamux::Stream>, TcpStream>>;
 
 /// Opens a stream to rental `id`'s port in its node's tunnel and reads the agent's answer.
 async fn open_stream(
@@ -713,7 +763,8 @@ async fn open_stream(
         || (StatusCode::BAD_GATEWAY, "the rental's server has no tunnel to the platform now".to_string());
     let stream = relay.open(node_id).await.ok_or_else(no_tunnel)?;
     // The line's buffer stays with the stream: small, so that idle streams are.
-    let mut s = BufReader::with_capacity(limits::MAX_TUNNEL_LINE, stream.compat());
+    let mut s =
+        BufReader::with_capacity(limits::MAX_TUNNEL_LINE, tokio_util::either::Either::Left(stream.compat()));
     let mut line = serde_json::to_vec(&TunnelOpen { rental: id.to_string(), port }).expect("plain JSON");
     line.push(b'\n');
     let talk = async {

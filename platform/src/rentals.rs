@@ -404,11 +404,43 @@ pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Re
     if !credential.starts_with(TUNNEL_CREDENTIAL_PREFIX) || store::hash_secret(credential) != hash {
         return Err(Unreachable::WrongCredential);
     }
+    live_row(now, node_id, &spec_json, listed, ends_at, state)
+}
+
+/// Whether rental `id` runs now: its node and ports, without a credential. For the replica that
+/// holds a node's tunnel and is asked by another replica (`relay::mesh`), which checked the
+/// tenant's credential itself; an unknown rental is [`Unreachable::Ended`].
+pub fn live(conn: &Conn, now: u64, id: &str) -> Result<Reachable, Unreachable> {
+    type Row = (String, String, bool, i64, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached("SELECT node_id, spec_json, listed, ends_at, state FROM rentals WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .optional()
+        })
+        .map_err(|e| {
+            tracing::warn!(error = %e, "relay: could not look a rental up");
+            Unreachable::Ended
+        })?;
+    let Some((node_id, spec_json, listed, ends_at, state)) = row else {
+        return Err(Unreachable::Ended);
+    };
+    live_row(now, node_id, &spec_json, listed, ends_at, state)
+}
+
+fn live_row(
+    now: u64,
+    node_id: String,
+    spec_json: &str,
+    listed: bool,
+    ends_at: i64,
+    state: Option<String>,
+) -> Result<Reachable, Unreachable> {
     let ended = matches!(state.as_deref(), Some("gone" | "failed" | "exited" | "stopping"));
     if !listed || ends_at <= now as i64 || ended {
         return Err(Unreachable::Ended);
     }
-    let spec: RentalSpec = serde_json::from_str(&spec_json).map_err(|_| Unreachable::Ended)?;
+    let spec: RentalSpec = serde_json::from_str(spec_json).map_err(|_| Unreachable::Ended)?;
     Ok(Reachable { node_id, ports: spec.ports })
 }
 

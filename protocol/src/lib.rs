@@ -1169,6 +1169,40 @@ pub struct TunnelReply {
     pub reason: Option<String>,
 }
 
+/// The first line of a peer connection between two replicas of the platform (the relay mesh,
+/// issue 44; `gpum-platform`'s `relay::mesh` speaks both ends): a tenant's stream to `rental`'s
+/// `port` on `node`, forwarded to the replica that holds the node's tunnel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerOpen {
+    pub rental: String,
+    pub port: u16,
+    pub node: String,
+    /// Unix seconds.
+    pub at: u64,
+    /// Random, used once.
+    pub nonce: String,
+    /// Hex HMAC-SHA256, keyed with the mesh's secret, of [`PeerOpen::signed`].
+    pub mac: String,
+}
+
+impl PeerOpen {
+    /// What [`PeerOpen::mac`] proves: every field but the proof.
+    pub fn signed(&self) -> String {
+        format!("gpum-peer-1\n{}\n{}\n{}\n{}\n{}", self.rental, self.port, self.node, self.at, self.nonce)
+    }
+}
+
+/// The answer line of the replica that holds the tunnel: the agent's yes (bytes flow both ways
+/// after it), or the status its own door would give and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReply {
+    pub ok: bool,
+    #[serde(default)]
+    pub status: u16,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 /// `PUT /api/v1/admin/rental-registries`: `host` or `host:port` each; `None` goes back to the
 /// defaults (`docker.io`, `nvcr.io`, `ghcr.io`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,7 +35,7 @@ fn image() -> String {
 }
 
 /// Registers a node with `code` (GPU `uuid`), has it pass its check, and prices it.
-async fn rentable(p: &TestPlatform, code: String, uuid: &str) -> RegisterResponse {
+pub(crate) async fn rentable(p: &TestPlatform, code: String, uuid: &str) -> RegisterResponse {
     let c = p.http_client();
     // The tunnel suites' machine (memory, cores, two GPUs), with GPUs of its own.
     let mut inventory = gpum_tests::tunnel::inventory();
@@ -69,9 +69,13 @@ async fn rentable(p: &TestPlatform, code: String, uuid: &str) -> RegisterRespons
     reg
 }
 
+/// The port at which a [`TunnelEnd`] answers HTTP requests (every other port echoes).
+pub(crate) const HTTP_PORT: u16 = 8080;
+
 /// The node's end of its tunnel, held by the test: answers every stream's first line with
-/// `{"ok":true}` (a ping with `pong`) and echoes what follows. Dropped, it ends.
-struct TunnelEnd(tokio::task::JoinHandle<()>);
+/// `{"ok":true}` (a ping with `pong`), then echoes what follows, or on [`HTTP_PORT`] answers
+/// each request `200` with the rental's id as the body. Dropped, it ends.
+pub(crate) struct TunnelEnd(tokio::task::JoinHandle<()>);
 
 impl Drop for TunnelEnd {
     fn drop(&mut self) {
@@ -82,8 +86,16 @@ impl Drop for TunnelEnd {
 impl TunnelEnd {
     /// Opens node `token`'s tunnel at platform `p`.
     async fn open(p: &TestPlatform, token: &str) -> TunnelEnd {
+        TunnelEnd::open_at(p.port(), token).await
+    }
+
+    /// Opens node `token`'s tunnel at the platform's API on loopback port `api` (plain HTTP).
+    pub(crate) async fn open_at(api: u16, token: &str) -> TunnelEnd {
         use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
-        let mut io = tokio::net::TcpStream::connect(("127.0.0.1", p.port())).await.unwrap();
+        let mut io = tokio::net::TcpStream::connect(("127.0.0.1", api)).await.unwrap();
+        // Small frames (a stream's first line, its answer) go out at once, not after Nagle's
+        // wait for an acknowledgement.
+        io.set_nodelay(true).unwrap();
         let head = format!(
             "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: {}\r\n\r\n",
             gpum_protocol::PATH_TUNNEL,
@@ -118,6 +130,32 @@ impl TunnelEnd {
                     }
                     if s.write_all(b"{\"ok\":true}\n").await.is_err() || s.flush().await.is_err() {
                         return;
+                    }
+                    let open: gpum_protocol::TunnelOpen = match serde_json::from_str(&first) {
+                        Ok(o) => o,
+                        Err(_) => return,
+                    };
+                    if open.port == HTTP_PORT {
+                        // Each request head answered with the rental's id (GETs: no body).
+                        let mut line = String::new();
+                        loop {
+                            line.clear();
+                            match s.read_line(&mut line).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(_) if line == "\r\n" => {
+                                    let body = open.rental.as_bytes();
+                                    let head =
+                                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                                    if s.write_all(head.as_bytes()).await.is_err()
+                                        || s.write_all(body).await.is_err()
+                                        || s.flush().await.is_err()
+                                    {
+                                        return;
+                                    }
+                                }
+                                Ok(_) => {}
+                            }
+                        }
                     }
                     let mut buf = [0u8; 4096];
                     loop {

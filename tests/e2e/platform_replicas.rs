@@ -8,6 +8,7 @@ use gpum_platform::store::{self, Scope};
 use gpum_platform::testdb::TestDb;
 use gpum_protocol::{ErrorCode, HeartbeatResponse, PATH_REGISTER, RegisterRequest, RegisterResponse};
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
+use gpum_tests::tunnel::{Rental, connect, create_rental_with_ports, free_port};
 use reqwest::StatusCode;
 
 use super::{Api, beat, inventory};
@@ -153,4 +154,193 @@ async fn replicas_share_the_throttles_counts() {
         statuses.push(r.status().as_u16());
     }
     assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429, 429]);
+}
+
+/// A TCP balancer in front of `backends` (loopback ports): each connection goes to the next
+/// one in turn; one that refuses is skipped, as a balancer's health check would. Its port, and
+/// the task that ends it.
+async fn round_robin(backends: Vec<u16>) -> (u16, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let mut next = 0usize;
+        loop {
+            let Ok((mut down, _)) = l.accept().await else { continue };
+            let (start, backends) = (next, backends.clone());
+            next += 1;
+            tokio::spawn(async move {
+                for k in 0..backends.len() {
+                    let to = backends[(start + k) % backends.len()];
+                    if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                        let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, task)
+}
+
+/// A `CONNECT` to `r`'s port 7000 at the relay on loopback port `relay`, proved by an echo:
+/// the status, and the stream when it echoed.
+fn echoed(relay: u16, r: &Rental) -> (u16, Option<std::net::TcpStream>) {
+    use std::io::{Read, Write};
+    let (status, s) = connect(relay, &r.id, 7000, &r.id, &r.credential);
+    let Some(mut s) = s else { return (status, None) };
+    let mut back = [0u8; 6];
+    let ok = s.write_all(b"hello\n").is_ok() && s.read_exact(&mut back).is_ok() && &back == b"hello\n";
+    (status, ok.then_some(s))
+}
+
+/// Whether an open stream still echoes.
+fn still_echoes(s: &mut std::net::TcpStream) -> bool {
+    use std::io::{Read, Write};
+    let mut back = [0u8; 5];
+    s.write_all(b"again").is_ok() && s.read_exact(&mut back).is_ok() && &back == b"again"
+}
+
+/// Issue 44, item 3: a tenant reaches a rental through any replica. Two replicas in a relay
+/// mesh behind round-robin fronts (the API, the `CONNECT` door, the HTTP door), node 1's tunnel
+/// on replica A and node 2's on B: 100 of 100 `CONNECT`s and 100 of 100 HTTP-door requests to
+/// node 1's rental reach it, half of them through B, which forwards them to A. A peer request
+/// without the mesh's secret is refused; a replica without the mesh answers 502 for the rental
+/// (the behaviour before the mesh, fail closed). A is killed: node 1's agent
+/// dials again through the front, lands on B, and new connections work again within
+/// [`REDIAL_BOUND`], while a stream to node 2's rental held by B goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (tests/setup-deps.sh)"]
+async fn a_tenant_reaches_a_rental_through_either_replica_and_a_survivor_takes_the_tunnel() {
+    use super::effects::{HTTP_PORT, TunnelEnd, rentable};
+    /// How soon after the agent's new tunnel a tenant's new connection works again.
+    const REDIAL_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+    const DOMAIN: &str = "relay.test";
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("peer-secret");
+    gpum_tests::platform::write_private(&secret, b"0123456789abcdef0123456789abcdef-mesh");
+    let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
+    let opts = |[relay, door, peer]: [u16; 3]| PlatformOpts {
+        extra_args: [
+            "--relay-listen".into(),
+            format!("127.0.0.1:{relay}"),
+            "--relay-http-listen".into(),
+            format!("127.0.0.1:{door}"),
+            "--relay-domain".into(),
+            DOMAIN.into(),
+            "--peer-listen".into(),
+            format!("127.0.0.1:{peer}"),
+            "--peer-addr".into(),
+            format!("127.0.0.1:{peer}"),
+            "--peer-secret-file".into(),
+            secret.display().to_string(),
+        ]
+        .to_vec(),
+        ..PlatformOpts::insecure_http()
+    };
+    let mut a = TestPlatform::start_on(opts(ports[0]), Arc::new(TestDb::on(Engine::Postgres)));
+    let b = a.replica_with(opts(ports[1]));
+    let lone_relay = free_port();
+    let lone = a.replica_with(PlatformOpts {
+        extra_args: vec!["--relay-listen".into(), format!("127.0.0.1:{lone_relay}")],
+        ..PlatformOpts::insecure_http()
+    });
+    let (api, _api_task) = round_robin(vec![a.port(), b.port()]).await;
+    let (relay, _relay_task) = round_robin(vec![ports[0][0], ports[1][0]]).await;
+    let (door, _door_task) = round_robin(vec![ports[0][1], ports[1][1]]).await;
+
+    let n1 = rentable(&a, a.join_code(), "GPU-m4400001-0000-4000-8000-00000000000").await;
+    let n2 = rentable(&a, a.join_code(), "GPU-m4400002-0000-4000-8000-00000000000").await;
+    let _t1 = TunnelEnd::open_at(a.port(), &n1.node_token).await;
+    let _t2 = TunnelEnd::open_at(b.port(), &n2.node_token).await;
+    let image = format!("nvcr.io/nvidia/pytorch@sha256:{}", "ab".repeat(32));
+    let r1 = create_rental_with_ports(&a, &n1.node_id, &image, &[7000, HTTP_PORT], "true");
+    let r2 = create_rental_with_ports(&a, &n2.node_id, &image, &[7000], "true");
+    let logs = || format!("replica A:\n{}\nreplica B:\n{}", a.log(), b.log());
+
+    // Through the front, to node 1's rental: every CONNECT.
+    let (rc, r1c) = (relay, r1.clone());
+    let statuses = tokio::task::spawn_blocking(move || {
+        (0..100)
+            .map(|_| {
+                let (status, s) = echoed(rc, &r1c);
+                (s.is_some(), status)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let reached = statuses.iter().filter(|(ok, _)| *ok).count();
+    assert_eq!(reached, 100, "{statuses:?}\n{}", logs());
+    // And every HTTP-door request, each on a new connection.
+    let host = format!("{}-{HTTP_PORT}.{DOMAIN}", r1.id.strip_prefix("rent-").unwrap());
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .resolve(&host, ([127, 0, 0, 1], door).into())
+        .build()
+        .unwrap();
+    let mut answered = 0;
+    for _ in 0..100 {
+        let r = c.get(format!("http://{host}:{door}/")).basic_auth(&r1.id, Some(&r1.credential)).send().await;
+        if let Ok(r) = r
+            && r.status() == StatusCode::OK
+            && r.text().await.unwrap_or_default() == r1.id
+        {
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 100, "{}", logs());
+    // A peer request without the mesh's secret is refused by the replica that holds the tunnel.
+    let forged = gpum_protocol::PeerOpen {
+        rental: r1.id.clone(),
+        port: 7000,
+        node: n1.node_id.clone(),
+        at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+        nonce: "00".repeat(16),
+        mac: "ab".repeat(32),
+    };
+    let peer_a = ports[0][2];
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", peer_a)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let mut line = serde_json::to_vec(&forged).unwrap();
+        line.push(b'\n');
+        s.write_all(&line).unwrap();
+        let mut back = String::new();
+        std::io::BufReader::new(s).read_line(&mut back).unwrap();
+        serde_json::from_str::<gpum_protocol::PeerReply>(&back).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!answer.ok && answer.status == 403, "{answer:?}");
+    // Without the mesh, the replica that does not hold the tunnel cannot reach it.
+    let r1c = r1.clone();
+    let alone = tokio::task::spawn_blocking(move || echoed(lone_relay, &r1c).0).await.unwrap();
+    assert_eq!(alone, 502, "a replica outside the mesh");
+    drop(lone);
+
+    // A stream to node 2's rental, held by B end to end.
+    let r2c = r2.clone();
+    let mut kept =
+        tokio::task::spawn_blocking(move || echoed(ports[1][0], &r2c).1).await.unwrap().expect("r2");
+    // A, which holds node 1's tunnel, is killed; node 1's agent dials again through the front.
+    a.stop();
+    let _t1 = TunnelEnd::open_at(api, &n1.node_token).await;
+    let (rc, r1c) = (relay, r1.clone());
+    let back = tokio::task::spawn_blocking(move || {
+        let start = std::time::Instant::now();
+        while start.elapsed() < REDIAL_BOUND {
+            if echoed(rc, &r1c).1.is_some() {
+                return (0..20).filter(|_| echoed(rc, &r1c).1.is_some()).count();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        0
+    })
+    .await
+    .unwrap();
+    assert_eq!(back, 20, "new connections after the redial\n{}", b.log());
+    let kept_on = tokio::task::spawn_blocking(move || still_echoes(&mut kept)).await.unwrap();
+    assert!(kept_on, "the stream B held end to end went on");
 }

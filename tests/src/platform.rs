@@ -440,7 +440,7 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(b)
 }
 
-fn write_private(path: &Path, data: &[u8]) {
+pub fn write_private(path: &Path, data: &[u8]) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f =

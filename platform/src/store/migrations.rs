@@ -241,6 +241,19 @@ CREATE INDEX nodes_live_by_registration ON nodes(registered_at, id) WHERE delete
 CREATE INDEX nodes_owner_by_registration ON nodes(owner_id, registered_at, id) WHERE deleted_at IS NULL;
 CREATE INDEX owners_by_creation ON owners(created_at, email);
 "#,
+    // 16: the relay mesh (issue 44, item 3): live replicas and which one holds each node's tunnel.
+    r#"
+CREATE TABLE replicas (
+    id         TEXT PRIMARY KEY,
+    peer_addr  TEXT NOT NULL,
+    seen_at    INTEGER NOT NULL
+);
+CREATE TABLE tunnel_homes (
+    node_id     TEXT PRIMARY KEY,
+    replica_id  TEXT NOT NULL,
+    since       INTEGER NOT NULL
+);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -463,6 +476,21 @@ CREATE INDEX throttle_last ON throttle(last_failure);
 CREATE INDEX nodes_live_by_registration ON nodes(registered_at, id) WHERE deleted_at IS NULL;
 CREATE INDEX nodes_owner_by_registration ON nodes(owner_id, registered_at, id) WHERE deleted_at IS NULL;
 CREATE INDEX owners_by_creation ON owners(created_at, email);
+"#,
+    ),
+    (
+        16,
+        r#"
+CREATE TABLE replicas (
+    id         TEXT PRIMARY KEY,
+    peer_addr  TEXT NOT NULL,
+    seen_at    BIGINT NOT NULL
+);
+CREATE TABLE tunnel_homes (
+    node_id     TEXT PRIMARY KEY,
+    replica_id  TEXT NOT NULL,
+    since       BIGINT NOT NULL
+);
 "#,
     ),
 ];
