@@ -377,11 +377,21 @@ async fn tunnel_http_door_keeps_the_relays_limits() {
     // nothing waits off (hyper reads up to a few hundred KiB at once); unpaced, it takes a
     // fraction of a second. On the same kept-alive connection, under the same slot, although
     // httpd closes its side after each answer.
-    let t = Instant::now();
-    let r = get("/big").await.unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.bytes().await.unwrap().len(), BIG);
-    let took = t.elapsed();
+    // A connection of the wait above that the relay has answered and is closing may still hold
+    // the rental's only stream for a moment (it is given back when that connection ends): a 503
+    // then is waited out, as the wait above waits out the servers' start.
+    let waited = Instant::now();
+    let took = loop {
+        let t = Instant::now();
+        let r = get("/big").await.unwrap();
+        if r.status() == 503 && waited.elapsed() < LONG {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        }
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.bytes().await.unwrap().len(), BIG);
+        break t.elapsed();
+    };
     assert!(took >= Duration::from_millis(1200), "the rate was not applied: {took:?}");
     // Its connection closed, its slot is free again.
     drop(c);
