@@ -22,7 +22,8 @@
 
 use std::net::IpAddr;
 
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, RawQuery, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
@@ -30,7 +31,7 @@ use serde::Deserialize;
 
 use super::i18n::{Msg, fill};
 use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
-use super::{Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, form, page, session};
+use super::{CsrfForm, Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, page, session};
 use crate::accounts::{self, AccountError, ApiKeyRow, TotpConfirm};
 use crate::throttle::{self, Door};
 
@@ -333,10 +334,30 @@ pub(super) async fn accept(State(web): St, r: Req, Path(token): Path<String>, re
 // ---------------------------------------------------------------------------------------------
 // The account page
 
-/// The guard of the account pages: a signed-in owner (the operator has no account here).
-fn owner_of(web: &Web, r: &Req) -> Result<String, Response> {
-    super::signed_in(web, r)?;
-    r.owner().map(str::to_owned).ok_or_else(|| Redirect::to("/dashboard").into_response())
+/// The guard of the account pages: a signed-in owner (the operator has no account here, and is
+/// sent to the servers). Refused as [`super::SignedIn`] first.
+pub(super) struct Owner {
+    r: Req,
+    /// The owner's id.
+    id: String,
+}
+
+impl std::ops::Deref for Owner {
+    type Target = Req;
+    fn deref(&self) -> &Req {
+        &self.r
+    }
+}
+
+impl FromRequestParts<std::sync::Arc<Web>> for Owner {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, web: &std::sync::Arc<Web>) -> Result<Self, Response> {
+        let Ok(r) = Req::from_request_parts(parts, web).await;
+        super::signed_in(web, &r)?;
+        let id = r.owner().map(str::to_owned).ok_or_else(|| Redirect::to("/dashboard").into_response())?;
+        Ok(Owner { r, id })
+    }
 }
 
 /// The password and code fields of a form that changes the account (ids prefixed by `form`).
@@ -459,27 +480,20 @@ async fn show_account(web: &Web, r: &Req, owner: String, error: Option<AccountEr
     }
 }
 
-pub(super) async fn account(State(web): St, r: Req) -> Response {
-    match owner_of(&web, &r) {
-        Ok(owner) => show_account(&web, &r, owner, None).await,
-        Err(resp) => resp,
-    }
+pub(super) async fn account(State(web): St, r: Owner) -> Response {
+    show_account(&web, &r, r.id.clone(), None).await
 }
 
 #[derive(Deserialize)]
-struct KeyForm {
+pub(super) struct KeyForm {
     label: String,
 }
 
-pub(super) async fn create_key(State(web): St, r: Req, req: Request) -> Response {
-    let owner = match owner_of(&web, &r) {
-        Ok(o) => o,
-        Err(resp) => return resp,
-    };
-    let f: KeyForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+pub(super) async fn create_key(
+    State(web): St,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<KeyForm, Owner>,
+) -> Response {
+    let owner = r.id.clone();
     let (now, o) = (web.app.clock.now(), owner.clone());
     match web.app.db.call(move |c| accounts::create_api_key(c, now, &o, &f.label)).await {
         Ok((_, key)) => {
@@ -508,14 +522,12 @@ pub(super) async fn create_key(State(web): St, r: Req, req: Request) -> Response
     }
 }
 
-pub(super) async fn revoke_key(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    let owner = match owner_of(&web, &r) {
-        Ok(o) => o,
-        Err(resp) => return resp,
-    };
-    if let Err(resp) = form::<Empty>(&web, &r, req).await {
-        return resp;
-    }
+pub(super) async fn revoke_key(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, .. }: CsrfForm<Empty, Owner>,
+) -> Response {
+    let owner = r.id.clone();
     let now = web.app.clock.now();
     match web.app.db.call(move |c| accounts::revoke_api_key(c, now, &owner, &id)).await {
         Ok(()) => Redirect::to("/dashboard/account").into_response(),
@@ -561,13 +573,13 @@ fn recovery_page(ctx: &Ctx, codes: &[String]) -> Markup {
     )
 }
 
-/// The session's id (behind [`owner_of`], there is one).
+/// The session's id (behind [`Owner`], there is one).
 fn session_id(r: &Req) -> String {
     r.session.as_ref().map(|(id, _)| id.clone()).unwrap_or_default()
 }
 
 #[derive(Deserialize)]
-struct CredentialsForm {
+pub(super) struct CredentialsForm {
     #[serde(default)]
     password: String,
     #[serde(default)]
@@ -576,11 +588,9 @@ struct CredentialsForm {
 
 /// A form that changes the account, with its credentials checked: `Ok` is the owner, `Err`
 /// the answer to give instead.
-async fn checked_change(web: &Web, r: &Req, req: Request) -> Result<String, Response> {
-    let owner = owner_of(web, r)?;
-    let client = throttle::client_key(&req);
-    let f: CredentialsForm = form(web, r, req).await?;
-    match check_credentials(web, client, &owner, &f.password, &f.code).await {
+async fn checked_change(web: &Web, f: &CsrfForm<CredentialsForm, Owner>) -> Result<String, Response> {
+    let (r, owner) = (&f.signed.r, f.signed.id.clone());
+    match check_credentials(web, f.client, &owner, &f.form.password, &f.form.code).await {
         Ok(Ok(())) => Ok(owner),
         Ok(Err(e)) => Err(show_account(web, r, owner, Some(e)).await),
         Err(e) => Err(api_error(r, e)),
@@ -589,8 +599,9 @@ async fn checked_change(web: &Web, r: &Req, req: Request) -> Result<String, Resp
 
 /// The first step: with the password (and, to change the key, a current code), a fresh secret,
 /// kept with this session and shown with a form that confirms it with a code.
-pub(super) async fn totp_start(State(web): St, r: Req, req: Request) -> Response {
-    let owner = match checked_change(&web, &r, req).await {
+pub(super) async fn totp_start(State(web): St, f: CsrfForm<CredentialsForm, Owner>) -> Response {
+    let r = &f.signed;
+    let owner = match checked_change(&web, &f).await {
         Ok(o) => o,
         Err(resp) => return resp,
     };
@@ -604,22 +615,17 @@ pub(super) async fn totp_start(State(web): St, r: Req, req: Request) -> Response
 }
 
 #[derive(Deserialize)]
-struct CodeForm {
+pub(super) struct CodeForm {
     code: String,
 }
 
 /// The second step: a code of the key this session was given turns it on; the recovery codes
 /// are shown once.
-pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Response {
-    let owner = match owner_of(&web, &r) {
-        Ok(o) => o,
-        Err(resp) => return resp,
-    };
-    let client = throttle::client_key(&req);
-    let f: CodeForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+pub(super) async fn totp_confirm(
+    State(web): St,
+    CsrfForm { signed: r, form: f, client }: CsrfForm<CodeForm, Owner>,
+) -> Response {
+    let owner = r.id.clone();
     if let Err(wait) = web.throttle.check(Door::AccountPage, client, Some(&owner)).await {
         return show_account(&web, &r, owner, Some(AccountError::TooMany(throttle::retry_after(wait)))).await;
     }
@@ -643,8 +649,9 @@ pub(super) async fn totp_confirm(State(web): St, r: Req, req: Request) -> Respon
 
 /// Turning the second factor off takes the password and a current code (or a recovery code),
 /// so a session left open is not enough.
-pub(super) async fn totp_off(State(web): St, r: Req, req: Request) -> Response {
-    let owner = match checked_change(&web, &r, req).await {
+pub(super) async fn totp_off(State(web): St, f: CsrfForm<CredentialsForm, Owner>) -> Response {
+    let r = &f.signed;
+    let owner = match checked_change(&web, &f).await {
         Ok(o) => o,
         Err(resp) => return resp,
     };
@@ -663,7 +670,12 @@ pub(super) async fn recovery_codes(State(web): St, r: Req, req: Request) -> Resp
     if !r.session.as_ref().is_some_and(|(_, s)| s.totp) {
         return Redirect::to("/dashboard/account").into_response();
     }
-    let owner = match checked_change(&web, &r, req).await {
+    // Only then the guard and the form, in this order as before (a second look at the session).
+    let f = match CsrfForm::<CredentialsForm, Owner>::from_request(req, &web).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let owner = match checked_change(&web, &f).await {
         Ok(o) => o,
         Err(resp) => return resp,
     };

@@ -302,6 +302,55 @@ fn signed_in(web: &Web, r: &Req) -> Result<(), Response> {
     Ok(())
 }
 
+/// A signed-in request (the extractor of every signed-in page): refused as [`signed_in`] says
+/// (disabled, or off to the sign-in form) before the handler runs.
+struct SignedIn(Req);
+
+impl std::ops::Deref for SignedIn {
+    type Target = Req;
+    fn deref(&self) -> &Req {
+        &self.0
+    }
+}
+
+impl FromRequestParts<Arc<Web>> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, web: &Arc<Web>) -> Result<Self, Response> {
+        let Ok(r) = Req::from_request_parts(parts, web).await;
+        signed_in(web, &r)?;
+        Ok(SignedIn(r))
+    }
+}
+
+/// A POSTed form whose `csrf` field matched the session's token (the extractor of every
+/// signed-in form), behind the guard `G` ([`SignedIn`], or [`account::Owner`]): the guard
+/// refuses first, then the body is read within the body timeout and limit, then a missing or
+/// wrong token, or a form that does not parse, is answered with the stale-form page (403).
+/// The sign-in forms (no session yet) have their own ([`sign_in_form`]).
+struct CsrfForm<T, G = SignedIn> {
+    signed: G,
+    form: T,
+    /// The client's address as the throttle counts it.
+    client: std::net::IpAddr,
+}
+
+impl<T, G> axum::extract::FromRequest<Arc<Web>> for CsrfForm<T, G>
+where
+    T: DeserializeOwned,
+    G: FromRequestParts<Arc<Web>, Rejection = Response> + std::ops::Deref<Target = Req> + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, web: &Arc<Web>) -> Result<Self, Response> {
+        let client = throttle::client_key(&req);
+        let (mut parts, body) = req.into_parts();
+        let signed = G::from_request_parts(&mut parts, web).await?;
+        let form = form(web, &signed, Request::from_parts(parts, body)).await?;
+        Ok(CsrfForm { signed, form, client })
+    }
+}
+
 fn api_error(r: &Req, e: ApiError) -> Response {
     if e.code == gpum_protocol::ErrorCode::NotFound {
         return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
@@ -318,10 +367,10 @@ fn form_key(bytes: &[u8]) -> Option<String> {
     serde_urlencoded::from_bytes::<Csrf>(bytes).ok().map(|c| c.csrf)
 }
 
-/// A POSTed form: read within the body timeout and limit, parsed, and its `csrf` field checked
-/// against the session's token. `Err` is the answer to give instead.
+/// A POSTed form of a signed-in request ([`CsrfForm`]): read within the body timeout and limit,
+/// parsed, and its `csrf` field checked against the session's token. `Err` is the answer to
+/// give instead.
 async fn form<T: DeserializeOwned>(web: &Web, r: &Req, req: Request) -> Result<T, Response> {
-    signed_in(web, r)?;
     let bytes = read_body(req, web.app.cfg.body_timeout).await.map_err(IntoResponse::into_response)?;
     let stale = || page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
     let Some(csrf) = form_key(&bytes) else { return Err(stale()) };
@@ -441,10 +490,7 @@ async fn start_session(web: &Web, r: &Req, owner: Option<String>) -> Response {
 #[derive(Deserialize)]
 struct Empty {}
 
-async fn logout(State(web): St, r: Req, req: Request) -> Response {
-    if let Err(resp) = form::<Empty>(&web, &r, req).await {
-        return resp;
-    }
+async fn logout(State(web): St, CsrfForm { signed: r, .. }: CsrfForm<Empty>) -> Response {
     if let Some((id, _)) = &r.session {
         let i = id.clone();
         if let Err(e) = web.app.db.call(move |c| accounts::end_session(c, &i)).await {
@@ -473,10 +519,7 @@ async fn nodes(
 /// The servers page. Its one notice, "server X was deleted", is what this session did, kept with
 /// the session and taken once (issue 43): nothing in the address is printed, so a link cannot
 /// make the owner's own page say something the platform did not do.
-async fn servers(State(web): St, r: Req, RawQuery(q): RawQuery) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn servers(State(web): St, r: SignedIn, RawQuery(q): RawQuery) -> Response {
     // A page of servers at a time (issue 44): `?after=` is the cursor the "next" link carries.
     // A cursor the platform did not give (a hand-edited or mangled link) leads to the first page.
     let want = match crate::server::page_query(q.as_deref(), false) {
@@ -536,10 +579,7 @@ async fn node_with_history(
         .await
 }
 
-async fn server(State(web): St, r: Req, Path(id): Path<String>) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn server(State(web): St, r: SignedIn, Path(id): Path<String>) -> Response {
     match node_with_history(&web, &r, &id).await {
         Ok((n, h, now)) => {
             page(StatusCode::OK, pages::server(&r.ctx, &n, &h, now, None, check_image(&web).await))
@@ -553,11 +593,11 @@ struct CommandForm {
     kind: String,
 }
 
-async fn command(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    let f: CommandForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+async fn command(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<CommandForm>,
+) -> Response {
     let kind = CommandKind::parse(&f.kind).map(CommandKind::as_str).unwrap_or("").to_owned();
     let now = web.app.clock.now();
     let i = id.clone();
@@ -583,11 +623,11 @@ struct SettingsForm {
 
 /// The settings form: an empty name gives the host name back, an empty price takes the server
 /// off rent. A refused value shows the page again (400) with why, and changes nothing.
-async fn settings(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    let f: SettingsForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+async fn settings(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<SettingsForm>,
+) -> Response {
     let price = match f.price.trim() {
         "" => Ok(None),
         p => pages::parse_price(p).map(Some).ok_or(store::SettingsError::Price),
@@ -627,11 +667,11 @@ struct PauseForm {
     paused: bool,
 }
 
-async fn pause(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    let f: PauseForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+async fn pause(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<PauseForm>,
+) -> Response {
     let upd = UpdateNodeRequest { paused: Some(f.paused), ..Default::default() };
     let (i, scope) = (id.clone(), r.scope());
     match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
@@ -640,20 +680,18 @@ async fn pause(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> 
     }
 }
 
-async fn rotate_form(State(web): St, r: Req, Path(id): Path<String>) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn rotate_form(State(web): St, r: SignedIn, Path(id): Path<String>) -> Response {
     match one_node(&web, &r, &id).await {
         Ok((n, _)) => page(StatusCode::OK, pages::confirm_rotate(&r.ctx, &n.id)),
         Err(e) => api_error(&r, e),
     }
 }
 
-async fn rotate(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    if let Err(resp) = form::<Empty>(&web, &r, req).await {
-        return resp;
-    }
+async fn rotate(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, .. }: CsrfForm<Empty>,
+) -> Response {
     let now = web.app.clock.now();
     let (i, scope) = (id.clone(), r.scope());
     match web.app.db.call(move |c| store::rotate_token(c, now, &i, &scope)).await {
@@ -662,20 +700,18 @@ async fn rotate(State(web): St, r: Req, Path(id): Path<String>, req: Request) ->
     }
 }
 
-async fn delete_form(State(web): St, r: Req, Path(id): Path<String>) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn delete_form(State(web): St, r: SignedIn, Path(id): Path<String>) -> Response {
     match one_node(&web, &r, &id).await {
         Ok((n, _)) => page(StatusCode::OK, pages::confirm_delete(&r.ctx, &n.id)),
         Err(e) => api_error(&r, e),
     }
 }
 
-async fn delete(State(web): St, r: Req, Path(id): Path<String>, req: Request) -> Response {
-    if let Err(resp) = form::<Empty>(&web, &r, req).await {
-        return resp;
-    }
+async fn delete(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, .. }: CsrfForm<Empty>,
+) -> Response {
     let now = web.app.clock.now();
     let (i, scope) = (id.clone(), r.scope());
     let sid = r.session.as_ref().map(|(s, _)| s.clone()).unwrap_or_default();
@@ -716,10 +752,7 @@ async fn dist(web: &Web) -> pages::Dist {
     if lacks.is_empty() { pages::Dist::Served } else { pages::Dist::Lacks(lacks) }
 }
 
-async fn add_form(State(web): St, r: Req) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn add_form(State(web): St, r: SignedIn) -> Response {
     let (now, scope) = (web.app.clock.now(), r.scope());
     match web.app.db.call(move |c| store::open_join_codes(c, now, &scope)).await {
         Ok(open) => page(StatusCode::OK, pages::add(&r.ctx, &dist(&web).await, &open, now)),
@@ -734,11 +767,7 @@ struct AddForm {
 
 /// Creates a code and answers 303 to its page, leaving the code in the one-time flash
 /// ([`Flashes`]): a reload of that page makes no second code and shows this one no more.
-async fn create_code(State(web): St, r: Req, req: Request) -> Response {
-    let f: AddForm = match form(&web, &r, req).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+async fn create_code(State(web): St, CsrfForm { signed: r, form: f, .. }: CsrfForm<AddForm>) -> Response {
     if !TTL_CHOICES.contains(&f.ttl) {
         return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
     }
@@ -762,10 +791,7 @@ async fn create_code(State(web): St, r: Req, req: Request) -> Response {
 /// Where a join code stands: the live status at the top, then the code and its command if this
 /// is the GET right after its POST ([`Flashes`]), else why they are not shown. The code is named
 /// by its hash (what the database holds), so the code itself never appears in a URL.
-async fn join_state(State(web): St, r: Req, Path(hash): Path<String>) -> Response {
-    if let Err(resp) = signed_in(&web, &r) {
-        return resp;
-    }
+async fn join_state(State(web): St, r: SignedIn, Path(hash): Path<String>) -> Response {
     if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
         return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
     }
@@ -1155,5 +1181,112 @@ mod tests {
         assert!(
             text(call(&app, "GET", "/dashboard", "__Host-gpum_lang=ru", "").await).await.contains("выключен")
         );
+    }
+
+    /// Issue 44, item 5: the cabinet's handlers take their guard from extractors ([`SignedIn`],
+    /// [`account::Owner`], [`CsrfForm`]); each signed-in route answers as it did with the
+    /// preambles: the dashboard off (403, the disabled page), no session (to the sign-in form),
+    /// the operator on an owner's page (to the servers), and a form without the session's token
+    /// (403, the stale-form page), which changes nothing. The second factor's recovery codes look
+    /// at the session's second factor first, as before.
+    #[tokio::test]
+    async fn every_signed_in_route_is_refused_as_before() {
+        const GETS: [&str; 7] = [
+            "/dashboard",
+            "/dashboard/account",
+            "/dashboard/add",
+            "/dashboard/join/abc",
+            "/dashboard/servers/node-x",
+            "/dashboard/servers/node-x/rotate-token",
+            "/dashboard/servers/node-x/delete",
+        ];
+        const SERVER_POSTS: [&str; 7] = [
+            "/dashboard/logout",
+            "/dashboard/add",
+            "/dashboard/servers/node-x/command",
+            "/dashboard/servers/node-x/settings",
+            "/dashboard/servers/node-x/pause",
+            "/dashboard/servers/node-x/rotate-token",
+            "/dashboard/servers/node-x/delete",
+        ];
+        const ACCOUNT_POSTS: [&str; 5] = [
+            "/dashboard/account/keys",
+            "/dashboard/account/keys/key-x/revoke",
+            "/dashboard/account/totp",
+            "/dashboard/account/totp/confirm",
+            "/dashboard/account/totp/off",
+        ];
+        const RECOVERY: &str = "/dashboard/account/recovery";
+        let posts = || SERVER_POSTS.iter().chain(&ACCOUNT_POSTS);
+        let to = |r: &Response| r.headers()[header::LOCATION].to_str().unwrap().to_owned();
+        let body = "csrf=wrong&kind=restart&name=n&price=1&min_rental=60&paused=true&ttl=3600&label=k&password=p&code=1";
+
+        // The dashboard off.
+        let dir = tempfile::tempdir().unwrap();
+        let off = app(dir.path(), false);
+        for p in GETS {
+            let r = call(&off, "GET", p, "", "").await;
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "GET {p}");
+            assert!(text(r).await.contains("id=\"disabled\""), "GET {p}");
+        }
+        for p in posts() {
+            let r = call(&off, "POST", p, "", body).await;
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "POST {p}");
+            assert!(text(r).await.contains("id=\"disabled\""), "POST {p}");
+        }
+        let r = call(&off, "POST", RECOVERY, "", body).await;
+        assert_eq!((r.status(), to(&r)), (StatusCode::SEE_OTHER, "/dashboard/account".into()));
+
+        // No session, or one the platform does not know.
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path(), true);
+        for cookie in ["", &format!("{SESSION_COOKIE}={}", "ab".repeat(32))] {
+            for (m, p) in GETS.iter().map(|p| ("GET", p)).chain(posts().map(|p| ("POST", p))) {
+                let r = call(&app, m, p, cookie, body).await;
+                assert_eq!(
+                    (r.status(), to(&r)),
+                    (StatusCode::SEE_OTHER, "/dashboard/login".into()),
+                    "{m} {p}"
+                );
+            }
+            let r = call(&app, "POST", RECOVERY, cookie, body).await;
+            assert_eq!((r.status(), to(&r)), (StatusCode::SEE_OTHER, "/dashboard/account".into()));
+        }
+
+        // The operator: a wrong token or none is a stale form; an owner's pages send them to the
+        // servers, before the token is looked at.
+        let (sid, csrf) = sign_in(&app).await;
+        let cookie = format!("{SESSION_COOKIE}={sid}");
+        for p in SERVER_POSTS {
+            for b in [body.to_owned(), body.replace("csrf=wrong&", ""), format!("csrf={}", &csrf[..63])] {
+                let r = call(&app, "POST", p, &cookie, &b).await;
+                assert_eq!(r.status(), StatusCode::FORBIDDEN, "POST {p} {b}");
+                assert!(text(r).await.contains("id=\"stale\""), "POST {p}");
+            }
+        }
+        for p in ACCOUNT_POSTS.iter().chain(&["/dashboard/account"]) {
+            let m = if *p == "/dashboard/account" { "GET" } else { "POST" };
+            let r = call(&app, m, p, &cookie, body).await;
+            assert_eq!((r.status(), to(&r)), (StatusCode::SEE_OTHER, "/dashboard".into()), "{m} {p}");
+        }
+        let r = call(&app, "POST", RECOVERY, &cookie, body).await;
+        assert_eq!((r.status(), to(&r)), (StatusCode::SEE_OTHER, "/dashboard/account".into()));
+        // The stale forms changed nothing: the session is still signed in.
+        let r = call(&app, "GET", "/dashboard", &cookie, "").await;
+        assert_eq!(r.status(), StatusCode::OK);
+
+        // An owner: the account's forms without the token are stale forms too.
+        let conn = store::open(&dir.path().join("p.db")).unwrap();
+        let now = Clock::system().now();
+        let (owner, _, _) = accounts::invite(&conn, now, "owner@example.com").unwrap();
+        let osid = accounts::create_session(&conn, now, Some(&owner.id)).unwrap();
+        let cookie = format!("{SESSION_COOKIE}={osid}");
+        for p in ACCOUNT_POSTS {
+            let r = call(&app, "POST", p, &cookie, body).await;
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "POST {p}");
+            assert!(text(r).await.contains("id=\"stale\""), "POST {p}");
+        }
+        let r = call(&app, "GET", "/dashboard/account", &cookie, "").await;
+        assert_eq!(r.status(), StatusCode::OK);
     }
 }

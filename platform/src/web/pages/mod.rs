@@ -1,0 +1,331 @@
+//! The dashboard's pages, as maud templates: checked at compile time, and every value escaped
+//! (maud escapes `&<>"` in text and attributes, and always quotes attributes). Nothing here uses
+//! `PreEscaped`: a node's inventory is written by whoever holds a join code, so no text from the
+//! database may ever become markup.
+//!
+//! A region marked `data-live="URL"` is refreshed by `dashboard.js` every 2 s from that URL (a
+//! GET of a page holding the same region); forms stay outside those regions so a refresh never
+//! replaces a button under the owner's pointer. Above each region, `#live-status` says when it
+//! was last updated, or that the connection or the session is lost (its texts in `data-`
+//! attributes, from the message table); the region carries what the rest of the page follows
+//! (`data-online`: the command buttons; `data-open`: the join code's install command).
+
+use gpum_common::Lang;
+use gpum_protocol::{
+    CommandKind, CommandStatus, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeSummary, RentableState,
+    SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS, VerificationState,
+};
+use maud::{DOCTYPE, Markup, html};
+
+use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
+use crate::store::{OpenCode, SettingsError};
+
+mod add;
+mod confirm;
+mod events;
+mod figures;
+mod join;
+mod notices;
+mod server;
+mod servers;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub(crate) use add::copyable;
+use add::no_install_command;
+pub use add::{Dist, add, commands};
+pub use confirm::{command_refused, confirm_delete, confirm_rotate, rotated};
+use events::{command_name, command_outcome, event_log};
+use figures::{figures, history_chart, memory};
+pub use join::{JoinState, Shown, join_page, join_status};
+pub(crate) use notices::totp_reset_notice;
+pub use notices::{LoginError, disabled, not_found, open_codes_limit, operator_login, stale};
+pub use server::{History, RENTALS_SHOWN, server};
+pub use servers::{PageAt, servers};
+
+/// What every page needs: the language, the path (for the language switch) and, when signed
+/// in, the session's CSRF token (for every form).
+pub struct Ctx {
+    pub lang: Lang,
+    pub path: String,
+    /// The session's form key; `Some` when signed in.
+    pub csrf: Option<String>,
+    /// The signed-in owner's e-mail; `None` for the operator or no session.
+    pub account: Option<String>,
+}
+
+impl Ctx {
+    pub(crate) fn t(&self, m: Msg) -> &'static str {
+        t(m, self.lang)
+    }
+}
+
+/// The longest text from a node shown in a table cell; the server's page shows it whole.
+const CELL_MAX_CHARS: usize = 64;
+
+fn cut(s: &str) -> String {
+    if s.chars().count() <= CELL_MAX_CHARS {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(CELL_MAX_CHARS).collect::<String>())
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM` (UTC).
+pub(crate) fn utc(ts: u64) -> String {
+    let days = (ts / 86_400) as i64;
+    let secs = ts % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+/// Unix seconds as the time of day `HH:MM:SS` (UTC).
+pub fn hms(ts: u64) -> String {
+    let secs = ts % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// The line above a live region: when it was last updated, or that the connection or the
+/// session is lost. `dashboard.js` rewrites it after each refresh from the texts in its `data-`
+/// attributes (rendered here, in the page's language), with the time the fresh region carries
+/// in `data-at`.
+fn live_status(ctx: &Ctx, now: u64) -> Markup {
+    html! {
+        p #live-status.live-status data-state="updated"
+            data-updated=(ctx.t(Msg::LiveUpdated)) data-lost=(ctx.t(Msg::LiveLost))
+            data-signed-out=(ctx.t(Msg::LiveSignedOut)) data-sign-in=(ctx.t(Msg::SignInAgain))
+            data-login="/dashboard/login" role="status" {
+            (fill(ctx.t(Msg::LiveUpdated), &[("time", &hms(now))]))
+        }
+    }
+}
+
+fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
+    let Some(last) = last else { return ctx.t(Msg::NeverSeen).to_owned() };
+    let d = now.saturating_sub(last);
+    let (m, n) = match d {
+        0..60 => (Msg::SecondsAgo, d),
+        60..3600 => (Msg::MinutesAgo, d / 60),
+        3600..86_400 => (Msg::HoursAgo, d / 3600),
+        _ => (Msg::DaysAgo, d / 86_400),
+    };
+    fill(ctx.t(m), &[("n", &n.to_string())])
+}
+
+/// A price in minor units as the owner writes it: `12.50`.
+pub fn price_text(minor: u64) -> String {
+    format!("{}.{:02}", minor / 100, minor % 100)
+}
+
+/// A price the owner typed (`12`, `12.5`, `12,50`) in minor units; `None` if it is not a number
+/// with at most two decimals. The range is the store's to check.
+pub fn parse_price(s: &str) -> Option<u64> {
+    let s = s.trim().replace(',', ".");
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || int.len() > 12 || frac.len() > 2 || !digits(int) || !digits(frac) {
+        return None;
+    }
+    let frac =
+        if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * if frac.len() == 1 { 10 } else { 1 } };
+    int.parse::<u64>().ok()?.checked_mul(100)?.checked_add(frac)
+}
+
+/// The price as the lists show it, or "not for rent yet".
+fn price_label(ctx: &Ctx, n: &NodeSummary) -> String {
+    match n.price_per_gpu_hour {
+        Some(p) => fill(ctx.t(Msg::PricePerGpuHour), &[("price", &price_text(p))]),
+        None => ctx.t(Msg::NotForRent).to_owned(),
+    }
+}
+
+pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
+    ctx.t(match e {
+        SettingsError::NameLength => Msg::ErrNameLength,
+        SettingsError::NameControl => Msg::ErrNameControl,
+        SettingsError::Price => Msg::ErrPrice,
+        SettingsError::MinRental => Msg::ErrMinRental,
+    })
+}
+
+/// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`, the memory in the language's units.
+fn gpu_summary(ctx: &Ctx, n: &NodeSummary, max: Option<usize>) -> Vec<String> {
+    let mut groups: Vec<(&str, u64, usize)> = Vec::new();
+    for g in &n.inventory.public.gpus {
+        match groups.iter_mut().find(|(m, v, _)| *m == g.model && *v == g.vram_mib) {
+            Some(e) => e.2 += 1,
+            None => groups.push((&g.model, g.vram_mib, 1)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(m, v, c)| {
+            let m = if max.is_some() { cut(m) } else { m.to_owned() };
+            format!("{c} × {m} ({})", memory(ctx, v))
+        })
+        .collect()
+}
+
+fn verification_label(ctx: &Ctx, n: &NodeSummary) -> String {
+    let mut s = verification(n.verification, ctx.lang).to_owned();
+    if n.verification == VerificationState::Failed
+        && let Some(r) = n.last_probe_reason
+    {
+        s.push_str(": ");
+        s.push_str(probe_failure(r, ctx.lang));
+    }
+    s
+}
+
+/// A machine with no GPU or no driver never looks healthy: its check is not shown green.
+fn verification_class(n: &NodeSummary) -> &'static str {
+    match n.verification {
+        VerificationState::Verified if crate::rentable::no_gpu(n) => "bad",
+        VerificationState::Verified => "ok",
+        VerificationState::AwaitingCheck => "wait",
+        VerificationState::Failed => "bad",
+    }
+}
+
+/// The state cell's classes: green only when online with a working GPU.
+fn state_class(n: &NodeSummary) -> &'static str {
+    match (n.online, crate::rentable::no_gpu(n)) {
+        (true, false) => "online",
+        (true, true) => "online nogpu",
+        (false, _) => "offline",
+    }
+}
+
+fn rentable_class(s: RentableState) -> &'static str {
+    match s {
+        RentableState::Rentable => "ok",
+        RentableState::OwnerDisabled
+        | RentableState::Offline
+        | RentableState::Quarantined
+        | RentableState::NoGpu
+        | RentableState::CheckFailed => "bad",
+        RentableState::AwaitingOperator
+        | RentableState::AwaitingCheck
+        | RentableState::NoPrice
+        | RentableState::Paused => "wait",
+    }
+}
+
+/// The verdict in words: rentable, or exactly why not.
+fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
+    let r = &n.rentable;
+    match r.state {
+        RentableState::OwnerDisabled => {
+            fill(ctx.t(Msg::RentOwnerDisabled), &[("at", &utc(r.since.unwrap_or(0)))])
+        }
+        RentableState::Offline => match r.since {
+            Some(at) => fill(ctx.t(Msg::RentOfflineSince), &[("at", &utc(at))]),
+            None => ctx.t(Msg::RentOfflineNever).to_owned(),
+        },
+        RentableState::Quarantined => {
+            let why = n.quarantine.as_ref().map(|q| cut(&q.reason)).unwrap_or_default();
+            fill(ctx.t(Msg::RentQuarantined), &[("at", &utc(r.since.unwrap_or(0))), ("why", &why)])
+        }
+        RentableState::NoGpu => {
+            let why = n
+                .health
+                .as_ref()
+                .and_then(|h| nvml_problem(h.nvml, ctx.lang))
+                .unwrap_or_else(|| ctx.t(Msg::NoGpuListed));
+            format!("{}: {why}", ctx.t(Msg::RentNoGpu))
+        }
+        RentableState::CheckFailed => match n.last_probe_reason {
+            Some(f) => format!("{}: {}", ctx.t(Msg::RentCheckFailed), probe_failure(f, ctx.lang)),
+            None => ctx.t(Msg::RentCheckFailed).to_owned(),
+        },
+        RentableState::AwaitingOperator => ctx.t(Msg::RentAwaitingOperator).to_owned(),
+        RentableState::AwaitingCheck => ctx.t(Msg::RentAwaitingCheck).to_owned(),
+        RentableState::NoPrice => ctx.t(Msg::RentNoPrice).to_owned(),
+        RentableState::Paused => ctx.t(Msg::RentPaused).to_owned(),
+        RentableState::Rentable => ctx.t(Msg::RentYes).to_owned(),
+    }
+}
+
+/// The verdict, and for a failed check the command that fixes it, copyable.
+fn rentable_verdict(ctx: &Ctx, n: &NodeSummary) -> Markup {
+    let fix = match n.rentable.state {
+        RentableState::CheckFailed => n.last_probe_reason.and_then(probe_fix),
+        _ => None,
+    };
+    html! {
+        span.verdict.(rentable_class(n.rentable.state)) data-state=(n.rentable.state.as_str()) {
+            (rentable_text(ctx, n))
+        }
+        @if let Some(fix) = fix {
+            div.fix {
+                p.help { (ctx.t(Msg::RentFix)) }
+                (copyable(ctx, &format!("fix-{}", n.id), fix))
+            }
+        }
+    }
+}
+
+pub(crate) fn csrf_field(ctx: &Ctx) -> Markup {
+    html! { input type="hidden" name="csrf" value=(ctx.csrf.as_deref().unwrap_or("")); }
+}
+
+/// A mark saying who sees a field: tenants, or only the owner (as the seed separates them).
+fn seen_by(ctx: &Ctx, public: bool) -> Markup {
+    if public {
+        html! { span.mark.pub title=(ctx.t(Msg::TenantsSee)) { "◆ " (ctx.t(Msg::TenantsSee)) } }
+    } else {
+        html! { span.mark.own title=(ctx.t(Msg::OnlyYouSee)) { "◇ " (ctx.t(Msg::OnlyYouSee)) } }
+    }
+}
+
+pub fn layout(ctx: &Ctx, title: &str, body: Markup) -> Markup {
+    let other = match ctx.lang {
+        Lang::Ru => "en",
+        Lang::En => "ru",
+    };
+    html! {
+        (DOCTYPE)
+        html lang=(match ctx.lang { Lang::Ru => "ru", Lang::En => "en" }) {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · " (ctx.t(Msg::Title)) }
+                link rel="stylesheet" href="/dashboard/static/dashboard.css";
+                script src="/dashboard/static/dashboard.js" defer {}
+            }
+            body {
+                header {
+                    a.brand href="/dashboard" { (ctx.t(Msg::Title)) }
+                    nav {
+                        @if ctx.csrf.is_some() {
+                            a #nav-servers href="/dashboard" { (ctx.t(Msg::NavServers)) }
+                            a #nav-add href="/dashboard/add" { (ctx.t(Msg::NavAdd)) }
+                        }
+                        @if let Some(email) = &ctx.account {
+                            a #nav-account href="/dashboard/account" title=(email) { (ctx.t(Msg::NavAccount)) }
+                        } @else if ctx.csrf.is_some() {
+                            span #nav-operator { (ctx.t(Msg::NavOperator)) }
+                        }
+                        a #lang-switch href={ (ctx.path) "?lang=" (other) } { (ctx.t(Msg::LangSwitch)) }
+                        @if ctx.csrf.is_some() {
+                            form.inline method="post" action="/dashboard/logout" {
+                                (csrf_field(ctx))
+                                button #sign-out type="submit" { (ctx.t(Msg::SignOut)) }
+                            }
+                        }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! One server's page: its details, figures, history, rentals and command buttons (the live region).
+
+use super::*;
+
+fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
+    html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
+}
+
+/// What a server's page shows of its past: the samples of the last day (oldest first) and the
+/// newest events (newest first), as `store::node_samples` and `store::node_events` give them.
+#[derive(Default)]
+pub struct History {
+    pub samples: Vec<MetricsSample>,
+    pub events: Vec<NodeEvent>,
+    /// The server's rentals, newest first (`rentals::list`).
+    pub rentals: Vec<gpum_protocol::RentalSummary>,
+}
+
+/// The server's page; `error` is why the settings form was refused, shown above it;
+/// `check_image` whether the platform's operator has chosen a check image (without one, no
+/// recheck runs a check).
+pub fn server(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    history: &History,
+    now: u64,
+    error: Option<SettingsError>,
+    check_image: bool,
+) -> Markup {
+    let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
+    let base = format!("/dashboard/servers/{}", n.id);
+    // The host name is the default: the field stays empty (with it as the hint) until the owner
+    // names the server.
+    let named = n.name != n.inventory.private.hostname;
+    layout(
+        ctx,
+        &title,
+        html! {
+            (live_status(ctx, now))
+            (server_live(ctx, n, history, now, check_image))
+            h2 { (ctx.t(Msg::SettingsTitle)) }
+            @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
+            form #settings method="post" action={ (base) "/settings" } {
+                (csrf_field(ctx))
+                label for="name" { (ctx.t(Msg::ServerName)) " " (seen_by(ctx, false)) }
+                input #name type="text" name="name" maxlength="64" value=(if named { n.name.as_str() } else { "" })
+                    placeholder=(cut(&n.inventory.private.hostname));
+                p.help { (ctx.t(Msg::ServerNameHelp)) }
+                label for="price" { (ctx.t(Msg::PriceLabel)) " " (seen_by(ctx, true)) }
+                input #price type="text" name="price" inputmode="decimal"
+                    value=(n.price_per_gpu_hour.map(price_text).unwrap_or_default());
+                p.help { (ctx.t(Msg::PriceHelp)) }
+                label for="min-rental" { (ctx.t(Msg::MinRentalLabel)) " " (seen_by(ctx, true)) }
+                input #min-rental type="number" name="min_rental" min="1" max="10080" required
+                    value=(n.min_rental_minutes);
+                button #save type="submit" { (ctx.t(Msg::Save)) }
+            }
+            form.inline #pause-form method="post" action={ (base) "/pause" } {
+                (csrf_field(ctx))
+                @if n.paused {
+                    input type="hidden" name="paused" value="false";
+                    button #resume type="submit" { (ctx.t(Msg::Resume)) }
+                } @else {
+                    input type="hidden" name="paused" value="true";
+                    button #pause type="submit" { (ctx.t(Msg::Pause)) }
+                }
+                " " span.help { (ctx.t(Msg::PauseHelp)) }
+            }
+            div.actions {
+                // A command reaches the agent only at its heartbeat: on an offline server the
+                // buttons are disabled, with why (and the POST is refused, `web::command`); the
+                // live refresh keeps them so (`dashboard.js`, from the region's `data-online`).
+                p.help #commands-offline hidden[n.online] { (ctx.t(Msg::CommandsOffline)) }
+                form.inline method="post" action={ (base) "/command" } {
+                    (csrf_field(ctx))
+                    input type="hidden" name="kind" value="recheck";
+                    button #recheck type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Recheck)) }
+                }
+                form.inline method="post" action={ (base) "/command" } {
+                    (csrf_field(ctx))
+                    input type="hidden" name="kind" value="restart";
+                    button #restart type="submit" data-needs-online disabled[!n.online] { (ctx.t(Msg::Restart)) }
+                }
+                a.button #rotate href={ (base) "/rotate-token" } { (ctx.t(Msg::RotateToken)) }
+                a.button.danger #delete href={ (base) "/delete" } { (ctx.t(Msg::Delete)) }
+            }
+        },
+    )
+}
+
+fn opt(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("—")
+}
+
+fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_image: bool) -> Markup {
+    let inv = &n.inventory;
+    let p = &inv.private;
+    let gpus = gpu_summary(ctx, n, None).join(", ");
+    // Saturating: the platform refuses out-of-range numbers (`Inventory::check_ranges`), but a
+    // database written before it did may still hold two GPUs of `u64::MAX` MiB.
+    let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
+    html! {
+        div #server data-live={ "/dashboard/servers/" (n.id) } data-at=(hms(now))
+            data-online=(if n.online { "true" } else { "false" }) {
+            table.facts {
+                tr {
+                    th { (ctx.t(Msg::ColRentable)) }
+                    td.value #rentable { (rentable_verdict(ctx, n)) }
+                    td { (seen_by(ctx, false)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ColState)) }
+                    td.value #state.(state_class(n)) {
+                        (ctx.t(if n.online { Msg::Online } else { Msg::Offline }))
+                        " · " (ago(ctx, n.last_heartbeat_at, now))
+                    }
+                    td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ColVerification)) }
+                    td.value #verification.(verification_class(n)) { (verification_label(ctx, n)) }
+                    td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ColPrice)) }
+                    td.value #price-shown {
+                        (price_label(ctx, n)) " · "
+                        (fill(ctx.t(Msg::MinRentalValue), &[("n", &n.min_rental_minutes.to_string())]))
+                        @if n.paused { " · " span #paused { (ctx.t(Msg::PausedByYou)) } }
+                    }
+                    td { (seen_by(ctx, true)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::ServerName)) }
+                    td.value #server-name { (n.name) }
+                    td { (seen_by(ctx, false)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::NodeId)) }
+                    td.value #node-id { (n.id) }
+                    td { (seen_by(ctx, false)) }
+                }
+            }
+            (figures(ctx, n))
+            (history_chart(ctx, &history.samples, now))
+            h2 { (ctx.t(Msg::Inventory)) }
+            table.facts #inventory {
+                (row(ctx, Msg::GpuModel, true, &gpus))
+                (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
+                (row(ctx, Msg::GpuMemory, true, &memory(ctx, vram)))
+                (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
+                (row(ctx, Msg::Ram, true, &memory(ctx, inv.public.ram_mib)))
+                (row(ctx, Msg::Disk, true, &fill(ctx.t(Msg::Gib), &[("n", &inv.public.disk_gib.to_string())])))
+                (row(ctx, Msg::RentalDiskLimit, true, ctx.t(match inv.public.rental_disk_limit {
+                    Some(true) => Msg::DiskLimitOn,
+                    Some(false) => Msg::DiskLimitOff,
+                    None => Msg::DiskLimitUnknown,
+                })))
+                tr { th { (ctx.t(Msg::Hostname)) } td.value #hostname { (p.hostname) } td { (seen_by(ctx, false)) } }
+                tr {
+                    th { (ctx.t(Msg::GpuUuids)) }
+                    td.value #gpu-uuids { @for u in &p.gpu_uuids { (u) br; } }
+                    td { (seen_by(ctx, false)) }
+                }
+                (row(ctx, Msg::Os, false, &p.os))
+                (row(ctx, Msg::Kernel, false, &p.kernel))
+                (row(ctx, Msg::Driver, false, opt(&p.driver_version)))
+                (row(ctx, Msg::Cuda, false, opt(&p.cuda_version)))
+                (row(ctx, Msg::Docker, false, opt(&p.docker_version)))
+                (row(ctx, Msg::Toolkit, false, opt(&p.toolkit_version)))
+                (row(ctx, Msg::AgentVersion, false, &n.agent_version))
+                (row(ctx, Msg::Registered, false, &utc(n.registered_at)))
+            }
+            h2 { (ctx.t(Msg::LastProbe)) }
+            @match &n.last_probe_output {
+                Some(out) => { p { (ctx.t(Msg::ProbeOutput)) ":" } pre #probe-output { (out) } },
+                None => p #probe-output { (ctx.t(Msg::NoProbeYet)) },
+            }
+            h2 { (ctx.t(Msg::Commands)) }
+            @if n.commands.is_empty() {
+                p #no-commands { (ctx.t(Msg::NoCommands)) }
+            } @else {
+                table.cards #commands {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColWhen)) } th { (ctx.t(Msg::ColCommand)) } th { (ctx.t(Msg::ColResult)) }
+                    } }
+                    tbody {
+                        @for c in n.commands.iter().rev() {
+                            @let (class, result, text) = command_outcome(ctx, n, c, check_image);
+                            tr.command data-kind=(c.kind) {
+                                td data-label=(ctx.t(Msg::ColWhen)) { (utc(c.queued_at)) }
+                                td data-label=(ctx.t(Msg::ColCommand)) { (command_name(ctx, &c.kind)) }
+                                td.result.(class) data-label=(ctx.t(Msg::ColResult)) data-result=(result) { (text) }
+                            }
+                        }
+                    }
+                }
+            }
+            (rental_table(ctx, &history.rentals))
+            (event_log(ctx, &history.events))
+        }
+    }
+}
+
+/// A rental's state in words, and its class (red for a failure).
+fn rental_state(ctx: &Ctx, r: &gpum_protocol::RentalSummary) -> (&'static str, String) {
+    use gpum_protocol::RentalState::*;
+    let m = |k| ctx.t(k).to_owned();
+    match r.state {
+        Some(Pulling) => ("", m(Msg::RentalPulling)),
+        Some(Starting) => ("", m(Msg::RentalStarting)),
+        Some(Running) => ("", m(Msg::RentalRunning)),
+        Some(Exited) => match r.exit_code {
+            Some(code) => ("", format!("{} ({code})", ctx.t(Msg::RentalExitedState))),
+            None => ("", m(Msg::RentalExitedState)),
+        },
+        Some(Stopping) => ("", m(Msg::RentalStopping)),
+        Some(Gone) => ("", m(Msg::RentalGoneState)),
+        Some(Failed) => ("bad", m(Msg::RentalFailedState)),
+        None if r.listed => ("", m(Msg::RentalPending)),
+        None if r.stopped_at.is_some() => ("", m(Msg::RentalStoppedState)),
+        None => ("", m(Msg::RentalExpired)),
+    }
+}
+
+/// The rentals shown on a server's page.
+pub const RENTALS_SHOWN: usize = 20;
+
+/// The server's rentals, newest first: id, image, GPUs, state, until when (cards on a phone).
+/// The image is shown whole (its digest is what runs; at most 400 characters, and cells wrap).
+fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
+    html! {
+        section #rentals {
+            h2 { (ctx.t(Msg::RentalsTitle)) }
+            @if rentals.is_empty() {
+                p #no-rentals { (ctx.t(Msg::NoRentals)) }
+            } @else {
+                table.cards #rental-list {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColRental)) } th { (ctx.t(Msg::ColImage)) }
+                        th { (ctx.t(Msg::ColRentalGpus)) } th { (ctx.t(Msg::ColRentalState)) }
+                        th { (ctx.t(Msg::ColUntil)) }
+                    } }
+                    tbody {
+                        @for r in rentals.iter().take(RENTALS_SHOWN) {
+                            @let (class, state) = rental_state(ctx, r);
+                            tr.rental data-id=(r.spec.id) {
+                                td.id data-label=(ctx.t(Msg::ColRental)) { (r.spec.id) }
+                                td.image data-label=(ctx.t(Msg::ColImage)) { (r.spec.image) }
+                                td.gpus data-label=(ctx.t(Msg::ColRentalGpus)) {
+                                    @for g in &r.spec.gpu_uuids { (g) br; }
+                                }
+                                td.state.(class) data-label=(ctx.t(Msg::ColRentalState)) { (state) }
+                                td.until data-label=(ctx.t(Msg::ColUntil)) { (utc(r.spec.ends_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
