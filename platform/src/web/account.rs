@@ -606,9 +606,9 @@ pub(super) async fn totp_start(State(web): St, f: CsrfForm<CredentialsForm, Owne
         Err(resp) => return resp,
     };
     let secret = accounts::new_totp_secret();
-    let (now, sid, s) = (web.app.clock.now(), session_id(&r), secret.clone());
+    let (now, sid, s) = (web.app.clock.now(), session_id(r), secret.clone());
     if let Err(e) = web.app.db.call(move |c| accounts::start_totp_change(c, now, &sid, &s)).await {
-        return api_error(&r, e);
+        return api_error(r, e);
     }
     tracing::info!(owner = %owner, "dashboard: an owner was given a new second factor's key to confirm");
     page(StatusCode::OK, totp_setup(&r.ctx, &secret, false))
@@ -661,7 +661,7 @@ pub(super) async fn totp_off(State(web): St, f: CsrfForm<CredentialsForm, Owner>
             tracing::info!(owner = %owner, "dashboard: an owner turned off the second factor");
             Redirect::to("/dashboard/account").into_response()
         }
-        Err(e) => api_error(&r, e),
+        Err(e) => api_error(r, e),
     }
 }
 
