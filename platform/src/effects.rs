@@ -21,7 +21,7 @@
 //! hands out an old id again.
 //!
 //! Invariant: the faces never call the relay; an operation's effects are decided by the pure
-//! functions in [`rules`].
+//! functions in [`rules`] (`gpum_platform_core::effects`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,70 +34,33 @@ use crate::params;
 use crate::relay::Relay;
 use crate::sql::{Conn, Engine};
 
-/// Something live that a change of state ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
-    /// Close rental `rental_id`'s open streams (it was stopped or ended).
-    EndRental { rental_id: String },
-    /// Drop node `node_id`'s tunnel (deleted, or its token replaced).
-    EndNode { node_id: String },
-}
+/// What a change of state ends, and which effects each operation has: rules of the core.
+pub use gpum_platform_core::effects::{Effect, rules};
 
 /// The one mapping between an [`Effect`] and its row (`kind`, `subject`).
-impl Effect {
-    const END_RENTAL: &'static str = "end_rental";
-    const END_NODE: &'static str = "end_node";
+const END_RENTAL: &str = "end_rental";
+const END_NODE: &str = "end_node";
 
-    fn to_row(&self) -> (&'static str, &str) {
-        match self {
-            Effect::EndRental { rental_id } => (Self::END_RENTAL, rental_id),
-            Effect::EndNode { node_id } => (Self::END_NODE, node_id),
-        }
-    }
-
-    fn from_row(kind: &str, subject: String) -> Option<Effect> {
-        match kind {
-            Self::END_RENTAL => Some(Effect::EndRental { rental_id: subject }),
-            Self::END_NODE => Some(Effect::EndNode { node_id: subject }),
-            _ => None,
-        }
-    }
-
-    /// Carries the effect out on this replica's relay (a no-op where it holds nothing of it).
-    pub fn apply(&self, relay: &Relay) {
-        match self {
-            Effect::EndRental { rental_id } => relay.end_rental(rental_id),
-            Effect::EndNode { node_id } => relay.end_node(node_id),
-        }
+fn to_row(e: &Effect) -> (&'static str, &str) {
+    match e {
+        Effect::EndRental { rental_id } => (END_RENTAL, rental_id),
+        Effect::EndNode { node_id } => (END_NODE, node_id),
     }
 }
 
-/// Which effects each operation produces: pure, no database.
-pub mod rules {
-    use super::Effect;
-
-    /// A rental stopped: its streams close, if the stop changed anything.
-    pub fn rental_stopped(rental_id: &str, changed: bool) -> Vec<Effect> {
-        if changed { vec![Effect::EndRental { rental_id: rental_id.to_owned() }] } else { vec![] }
+fn from_row(kind: &str, subject: String) -> Option<Effect> {
+    match kind {
+        END_RENTAL => Some(Effect::EndRental { rental_id: subject }),
+        END_NODE => Some(Effect::EndNode { node_id: subject }),
+        _ => None,
     }
+}
 
-    /// Rentals that ended together (their node deleted, their owner disabled): each one's
-    /// streams close.
-    pub fn rentals_ended(rental_ids: &[String]) -> Vec<Effect> {
-        rental_ids.iter().map(|id| Effect::EndRental { rental_id: id.clone() }).collect()
-    }
-
-    /// A node deleted: its tunnel goes, and the streams of the rentals that ended with it.
-    pub fn node_deleted(node_id: &str, ended_rentals: &[String]) -> Vec<Effect> {
-        let mut v = vec![Effect::EndNode { node_id: node_id.to_owned() }];
-        v.extend(rentals_ended(ended_rentals));
-        v
-    }
-
-    /// A node's token replaced: the tunnel its old token opened goes (the new token's holder
-    /// opens its own).
-    pub fn token_replaced(node_id: &str) -> Vec<Effect> {
-        vec![Effect::EndNode { node_id: node_id.to_owned() }]
+/// Carries `effect` out on this replica's relay (a no-op where it holds nothing of it).
+pub fn apply(effect: &Effect, relay: &Relay) {
+    match effect {
+        Effect::EndRental { rental_id } => relay.end_rental(rental_id),
+        Effect::EndNode { node_id } => relay.end_node(node_id),
     }
 }
 
@@ -136,7 +99,7 @@ pub fn record(conn: &Conn, now: u64, effects: &[Effect]) -> Result<(), ApiError>
             .query_row(params![ORDER_LOCK], |_| Ok(()))?;
     }
     for e in effects {
-        let (kind, subject) = e.to_row();
+        let (kind, subject) = to_row(e);
         conn.prepare_cached("INSERT INTO effects (at, kind, subject) VALUES (?1, ?2, ?3)")?
             .execute(params![now as i64, kind, subject])?;
     }
@@ -162,7 +125,7 @@ pub fn after(conn: &Conn, cursor: i64) -> Result<Vec<(i64, Effect)>, ApiError> {
         .collect::<Result<_, _>>()?;
     Ok(rows
         .into_iter()
-        .filter_map(|(id, kind, subject)| match Effect::from_row(&kind, subject) {
+        .filter_map(|(id, kind, subject)| match from_row(&kind, subject) {
             Some(e) => Some((id, e)),
             None => {
                 tracing::warn!(id, kind = %kind, "effects: an unknown kind, skipped");
@@ -219,7 +182,7 @@ pub async fn applier(
                     let more = batch.len() >= 1000;
                     for (id, e) in batch {
                         tracing::info!(effect = ?e, "effects: applying");
-                        e.apply(&relay);
+                        apply(&e, &relay);
                         cursor = cursor.max(id);
                     }
                     if !more {
@@ -308,29 +271,6 @@ mod tests {
     use super::*;
     use crate::testdb::TestDb;
 
-    #[test]
-    fn the_rules_say_what_each_operation_ends() {
-        assert_eq!(
-            rules::rental_stopped("rent-1", true),
-            vec![Effect::EndRental { rental_id: "rent-1".into() }]
-        );
-        assert_eq!(
-            rules::rental_stopped("rent-1", false),
-            vec![],
-            "a stop that changed nothing ends nothing"
-        );
-        assert_eq!(
-            rules::node_deleted("node-1", &["rent-1".into(), "rent-2".into()]),
-            vec![
-                Effect::EndNode { node_id: "node-1".into() },
-                Effect::EndRental { rental_id: "rent-1".into() },
-                Effect::EndRental { rental_id: "rent-2".into() },
-            ]
-        );
-        assert_eq!(rules::token_replaced("node-1"), vec![Effect::EndNode { node_id: "node-1".into() }]);
-        assert_eq!(rules::rentals_ended(&[]), vec![]);
-    }
-
     /// The invariant, checked as a tidy test: no face, and no operation, calls the relay.
     #[test]
     fn only_the_applier_calls_the_relay() {
@@ -360,10 +300,10 @@ mod tests {
         for e in
             [Effect::EndRental { rental_id: "rent-1".into() }, Effect::EndNode { node_id: "node-1".into() }]
         {
-            let (kind, subject) = e.to_row();
-            assert_eq!(Effect::from_row(kind, subject.to_owned()), Some(e));
+            let (kind, subject) = to_row(&e);
+            assert_eq!(from_row(kind, subject.to_owned()), Some(e));
         }
-        assert_eq!(Effect::from_row("end_everything", "x".into()), None);
+        assert_eq!(from_row("end_everything", "x".into()), None);
     }
 
     /// Recorded effects come back after a cursor in order; pruning keeps the newest, so the

@@ -20,6 +20,10 @@
 //!   replicas through the database.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
+//!
+//! The rules themselves (a rental's placement, the rentable verdict, the effects' and the
+//! throttle's rules) are pure functions in `gpum-platform-core`; this crate reads, calls them
+//! and writes.
 #![allow(clippy::disallowed_methods)]
 
 pub mod accounts;
@@ -33,7 +37,8 @@ pub mod listen;
 pub mod migrate;
 pub mod pgurl;
 pub mod relay;
-pub mod rentable;
+/// The rentable verdict, a rule of the core (`gpum-platform-core`).
+pub use gpum_platform_core::rentable;
 pub mod rentals;
 pub mod schema;
 pub mod server;

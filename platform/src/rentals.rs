@@ -5,7 +5,8 @@
 //! - **Everything is checked before anything is written** ([`create`]): the image is pinned by
 //!   digest and from a registry the platform accepts ([`pinned_registry`]), the node is rentable
 //!   by the one rule of [`crate::rentable::verdict`], the GPUs are the node's and held by no other
-//!   rental, the numbers fit the node, the environment cannot choose GPUs.
+//!   rental, the numbers fit the node (the core's `placement::place` decides), the environment
+//!   cannot choose GPUs.
 //! - **Two rentals never share a GPU.** A GPU is held by a rental while the platform lists it,
 //!   and after that until its agent reports it `gone` or `failed` (a rental the agent never
 //!   reported holds nothing once it is no longer listed: no container was ever made for it).
@@ -23,9 +24,8 @@
 use crate::params;
 use crate::sql::{Conn, Engine, OptionalExtension};
 use gpum_protocol::{
-    CreateRentalRequest, ErrorCode, NodeEventKind, NodeSummary, RentableState, RentalList, RentalReport,
-    RentalSpec, RentalState, RentalSummary, TUNNEL_CREDENTIAL_PREFIX, TunnelAccess, TunnelPort, limits,
-    tunnel_target,
+    CreateRentalRequest, ErrorCode, NodeEventKind, NodeSummary, RentalList, RentalReport, RentalSpec,
+    RentalState, RentalSummary, TUNNEL_CREDENTIAL_PREFIX, TunnelAccess, TunnelPort, limits, tunnel_target,
 };
 
 use crate::error::ApiError;
@@ -38,8 +38,9 @@ pub use gpum_protocol::registry::DEFAULT_REGISTRIES as DEFAULT_RENTAL_REGISTRIES
 use gpum_protocol::registry::valid_registry;
 /// The longest image reference accepted.
 pub const MAX_IMAGE_LEN: usize = gpum_protocol::image::MAX_REFERENCE_LEN;
-/// The longest rental: a year.
-pub const MAX_RENTAL_SECS: u64 = 366 * 86_400;
+/// The longest rental: a year (a rule of the core's placement).
+pub use gpum_platform_core::placement::MAX_RENTAL_SECS;
+use gpum_platform_core::placement::{self, Placement, Refusal};
 /// The least CPU and memory a rental may ask for.
 pub const MIN_CPU_MILLIS: u32 = 100;
 pub const MIN_MEMORY_MIB: u64 = 64;
@@ -235,81 +236,12 @@ pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<Rental
     }
     store::live_node(conn, &req.node_id, &Scope::All)?;
     let node = node(conn, now, &req.node_id)?;
-    if node.rentable.state != RentableState::Rentable {
-        // A quarantine's reason goes with it (what was left on which GPU).
-        let why = match (&node.rentable.state, &node.quarantine) {
-            (RentableState::Quarantined, Some(q)) => format!(": {}", q.reason),
-            _ => String::new(),
-        };
-        return Err(ApiError::new(
-            ErrorCode::NodeNotRentable,
-            format!("the server is not rentable: {}{why}", node.rentable.state.as_str()),
-        ));
-    }
-    let ends_at = match (req.ends_at, req.duration_secs) {
-        (Some(t), _) => t,
-        (_, Some(d)) => now.saturating_add(d),
-        _ => unreachable!("checked: exactly one"),
-    };
-    let min = u64::from(node.min_rental_minutes) * 60;
-    if ends_at < now.saturating_add(min) {
-        return Err(invalid(format!(
-            "ends_at: at least the server's minimum rental time away ({} minutes)",
-            node.min_rental_minutes
-        )));
-    }
-    if ends_at > now.saturating_add(MAX_RENTAL_SECS) {
-        return Err(invalid(format!("ends_at: at most {} days away", MAX_RENTAL_SECS / 86_400)));
-    }
-    let p = &node.inventory.public;
-    if u64::from(req.cpu_millis) > u64::from(p.cpu_cores) * 1000 {
-        return Err(invalid(format!("cpu_millis: at most the server's {} cores × 1000", p.cpu_cores)));
-    }
-    if req.memory_mib > p.ram_mib {
-        return Err(invalid(format!("memory_mib: at most the server's {} MiB", p.ram_mib)));
-    }
-    if req.disk_gib > p.disk_gib {
-        return Err(invalid(format!("disk_gib: at most the server's free {} GiB", p.disk_gib)));
-    }
     let listed: i64 = conn
         .prepare_cached("SELECT COUNT(*) FROM rentals WHERE node_id = ?1 AND listed = 1 AND ends_at > ?2")?
         .query_row(params![req.node_id, now as i64], |r| r.get(0))?;
-    if listed as usize >= limits::MAX_RENTALS_PER_NODE {
-        return Err(ApiError::new(
-            ErrorCode::NodeNotRentable,
-            format!("the server holds its limit of {} rentals", limits::MAX_RENTALS_PER_NODE),
-        ));
-    }
     let held = held_gpus(conn, &req.node_id, now)?;
-    let own = &node.inventory.private.gpu_uuids;
-    let gpu_uuids = match (&req.gpus, &req.gpu_uuids) {
-        (_, Some(uuids)) => {
-            if let Some(u) = uuids.iter().find(|u| !own.contains(u)) {
-                return Err(ApiError::new(
-                    ErrorCode::GpusUnavailable,
-                    format!("GPU {} is not one of this server's", truncate(u, 128)),
-                ));
-            }
-            if let Some(u) = uuids.iter().find(|u| held.contains(u)) {
-                return Err(ApiError::new(
-                    ErrorCode::GpusUnavailable,
-                    format!("GPU {u} is held by another rental"),
-                ));
-            }
-            uuids.clone()
-        }
-        (Some(n), None) => {
-            let free: Vec<String> = own.iter().filter(|u| !held.contains(u)).cloned().collect();
-            if free.len() < *n as usize {
-                return Err(ApiError::new(
-                    ErrorCode::GpusUnavailable,
-                    format!("the server has {} free GPUs of {}, {n} asked", free.len(), own.len()),
-                ));
-            }
-            free.into_iter().take(*n as usize).collect()
-        }
-        (None, None) => unreachable!("checked: exactly one"),
-    };
+    let Placement { gpu_uuids, ends_at } =
+        placement::place(&node, &held, listed.max(0) as usize, req, now).map_err(refused)?;
     let spec = RentalSpec {
         id: store::new_id("rent-"),
         image: req.image.clone(),
@@ -358,6 +290,36 @@ pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<Rental
             .collect(),
     });
     Ok(created)
+}
+
+/// The API's answer to each refusal of the core's [`placement::place`]: 400 `invalid_request`
+/// naming the field, 409 `node_not_rentable`, 409 `gpus_unavailable`.
+pub fn refused(r: Refusal) -> ApiError {
+    let not_rentable = |m: String| ApiError::new(ErrorCode::NodeNotRentable, m);
+    let unavailable = |m: String| ApiError::new(ErrorCode::GpusUnavailable, m);
+    match r {
+        Refusal::Malformed(m) => invalid(m),
+        Refusal::NotRentable { state, quarantine } => {
+            // A quarantine's reason goes with it (what was left on which GPU).
+            let why = quarantine.map(|q| format!(": {q}")).unwrap_or_default();
+            not_rentable(format!("the server is not rentable: {}{why}", state.as_str()))
+        }
+        Refusal::TooShort { min_rental_minutes } => invalid(format!(
+            "ends_at: at least the server's minimum rental time away ({min_rental_minutes} minutes)"
+        )),
+        Refusal::TooLong => invalid(format!("ends_at: at most {} days away", MAX_RENTAL_SECS / 86_400)),
+        Refusal::Cpu { cores } => invalid(format!("cpu_millis: at most the server's {cores} cores × 1000")),
+        Refusal::Memory { ram_mib } => invalid(format!("memory_mib: at most the server's {ram_mib} MiB")),
+        Refusal::Disk { disk_gib } => invalid(format!("disk_gib: at most the server's free {disk_gib} GiB")),
+        Refusal::Full { limit } => not_rentable(format!("the server holds its limit of {limit} rentals")),
+        Refusal::NotOwnGpu { uuid } => {
+            unavailable(format!("GPU {} is not one of this server's", truncate(&uuid, 128)))
+        }
+        Refusal::HeldGpu { uuid } => unavailable(format!("GPU {uuid} is held by another rental")),
+        Refusal::TooFewFree { free, total, asked } => {
+            unavailable(format!("the server has {free} free GPUs of {total}, {asked} asked"))
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -693,7 +655,7 @@ mod tests {
     use super::*;
     use gpum_protocol::{
         EnvVar, GpuPublic, Health, HeartbeatRequest, Inventory, NvmlState, ProbeReport, RegisterRequest,
-        UpdateNodeRequest, VerificationState,
+        RentableState, UpdateNodeRequest, VerificationState,
     };
 
     const H: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -772,6 +734,57 @@ mod tests {
     fn refused(c: &Conn, r: &CreateRentalRequest) -> (ErrorCode, String) {
         let e = create(c, T0, r).unwrap_err();
         (e.code, e.message)
+    }
+
+    /// Each refusal of the core's placement answers what `create` answered before the rules
+    /// moved there: the same code and the same message.
+    #[test]
+    fn each_refusal_answers_its_code_and_message() {
+        use ErrorCode::{GpusUnavailable as G, InvalidRequest as I, NodeNotRentable as N};
+        let long = "x".repeat(300);
+        let cases = [
+            (
+                Refusal::Malformed("ends_at, duration_secs: exactly one of them"),
+                I,
+                "ends_at, duration_secs: exactly one of them".to_string(),
+            ),
+            (
+                Refusal::NotRentable { state: RentableState::Paused, quarantine: None },
+                N,
+                "the server is not rentable: paused".into(),
+            ),
+            (
+                Refusal::NotRentable { state: RentableState::Quarantined, quarantine: Some("left".into()) },
+                N,
+                "the server is not rentable: quarantined: left".into(),
+            ),
+            (
+                Refusal::TooShort { min_rental_minutes: 60 },
+                I,
+                "ends_at: at least the server's minimum rental time away (60 minutes)".into(),
+            ),
+            (Refusal::TooLong, I, "ends_at: at most 366 days away".into()),
+            (Refusal::Cpu { cores: 8 }, I, "cpu_millis: at most the server's 8 cores × 1000".into()),
+            (Refusal::Memory { ram_mib: 512 }, I, "memory_mib: at most the server's 512 MiB".into()),
+            (Refusal::Disk { disk_gib: 5 }, I, "disk_gib: at most the server's free 5 GiB".into()),
+            (Refusal::Full { limit: 64 }, N, "the server holds its limit of 64 rentals".into()),
+            (Refusal::NotOwnGpu { uuid: "GPU-9".into() }, G, "GPU GPU-9 is not one of this server's".into()),
+            (
+                Refusal::NotOwnGpu { uuid: long.clone() },
+                G,
+                format!("GPU {} is not one of this server's", truncate(&long, 128)),
+            ),
+            (Refusal::HeldGpu { uuid: "GPU-1".into() }, G, "GPU GPU-1 is held by another rental".into()),
+            (
+                Refusal::TooFewFree { free: 1, total: 4, asked: 2 },
+                G,
+                "the server has 1 free GPUs of 4, 2 asked".into(),
+            ),
+        ];
+        for (r, code, message) in cases {
+            let e = super::refused(r.clone());
+            assert_eq!((e.code, e.message), (code, message), "{r:?}");
+        }
     }
 
     fn count(c: &Conn) -> i64 {

@@ -29,8 +29,9 @@
 //!   client may wait, the guesser gets nothing).
 //! - Each refusal is logged (the address, the door, the count, the block), never the token.
 //!
-//! The rules (what a count blocks, and for how long) are pure functions ([`backoff`],
-//! [`blocked_for`]); [`Throttle`] is the thin I/O around them.
+//! The rules (what a count blocks, and for how long) are pure functions in the core
+//! (`gpum_platform_core::throttle`: [`backoff`], [`blocked_for`]); [`Throttle`] is the thin I/O
+//! around them.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, UNIX_EPOCH};
@@ -47,62 +48,11 @@ use crate::error::ApiError;
 use crate::params;
 use crate::sql::{Conn, OptionalExtension};
 
-/// Wrong answers an address (or an account) may give at one door before it is slowed down.
-pub const FREE_FAILURES: u32 = 5;
-/// Wrong answers an IPv6 /48 may give at one door, all its /64s together.
-pub const WIDE_FREE_FAILURES: u32 = 64;
-/// The longest block of an address.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// The longest block of an account: the owner waits at most this long, whoever guesses.
-pub const ACCOUNT_MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How long a count is remembered after its last failure.
-pub const FORGET_AFTER: Duration = Duration::from_secs(3600);
-/// The most rows the table holds (each a few dozen bytes).
-pub const MAX_TRACKED: i64 = 65_536;
-
-/// Where a secret was presented. Each door counts on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
-    /// The admin API's bearer token.
-    AdminApi,
-    /// The operator's sign-in to the dashboard (the admin token in a form).
-    OperatorSignIn,
-    /// An owner's sign-in to the dashboard (e-mail, password, code).
-    SignIn,
-    /// A signed-in owner's password and code on the account page (issue 43), counted per
-    /// address and per account (the owner's id): a session is not the account.
-    AccountPage,
-    /// The owner API's keys.
-    OwnerApi,
-    /// The relay's tenant credentials (issue 34), both doors.
-    Relay,
-}
-
-impl Door {
-    /// For the log.
-    fn name(self) -> &'static str {
-        match self {
-            Door::AdminApi => "admin API",
-            Door::OperatorSignIn => "operator sign-in",
-            Door::SignIn => "dashboard sign-in",
-            Door::AccountPage => "account page",
-            Door::OwnerApi => "owner API",
-            Door::Relay => "tunnel relay",
-        }
-    }
-
-    /// As stored in `throttle.door`.
-    fn code(self) -> &'static str {
-        match self {
-            Door::AdminApi => "admin",
-            Door::OperatorSignIn => "operator",
-            Door::SignIn => "sign-in",
-            Door::AccountPage => "account",
-            Door::OwnerApi => "owner-api",
-            Door::Relay => "relay",
-        }
-    }
-}
+/// The rules (the constants, each door, what a count blocks and for how long) are the core's.
+pub use gpum_platform_core::throttle::{
+    ACCOUNT_MAX_BACKOFF, Counted, Door, FORGET_AFTER, FREE_FAILURES, MAX_BACKOFF, MAX_TRACKED, Rule,
+    WIDE_FREE_FAILURES, backoff, blocked_for, retry_after,
+};
 
 /// What a count is kept for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,20 +67,19 @@ enum Subject {
     Overflow,
 }
 
-/// How many failures a subject has free, and its longest block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
-    pub free: u32,
-    pub max: Duration,
-}
-
 impl Subject {
-    fn rule(&self) -> Rule {
+    /// What the rules count it as.
+    fn counted(&self) -> Counted {
         match self {
-            Subject::Address(_) | Subject::Overflow => Rule { free: FREE_FAILURES, max: MAX_BACKOFF },
-            Subject::Wide(_) => Rule { free: WIDE_FREE_FAILURES, max: MAX_BACKOFF },
-            Subject::Account(_) => Rule { free: FREE_FAILURES, max: ACCOUNT_MAX_BACKOFF },
+            Subject::Address(_) => Counted::Address,
+            Subject::Wide(_) => Counted::Wide,
+            Subject::Account(_) => Counted::Account,
+            Subject::Overflow => Counted::Overflow,
         }
+    }
+
+    fn rule(&self) -> Rule {
+        self.counted().rule()
     }
 
     /// The row's key: a hash, so the table holds no address and no e-mail.
@@ -154,7 +103,7 @@ impl Subject {
 
     /// Whether a success at its door clears it.
     fn cleared_by_success(&self) -> bool {
-        matches!(self, Subject::Address(_) | Subject::Account(_))
+        self.counted().cleared_by_success()
     }
 }
 
@@ -190,23 +139,6 @@ pub fn client_key<B>(req: &Request<B>) -> IpAddr {
         }
         v4 => v4,
     }
-}
-
-/// The block after `failures` failures under `rule`, or none while within its free ones.
-pub fn backoff(rule: Rule, failures: u32) -> Option<Duration> {
-    let over = failures.checked_sub(rule.free)?;
-    let secs = 1u64.checked_shl(over).unwrap_or(u64::MAX).min(rule.max.as_secs());
-    Some(Duration::from_secs(secs))
-}
-
-/// How much longer a count of `failures`, the last at `last_ms`, blocks at `now_ms` (Unix
-/// milliseconds); `None` when it does not (within the free ones, the block over, or forgotten).
-pub fn blocked_for(rule: Rule, failures: u32, last_ms: i64, now_ms: i64) -> Option<Duration> {
-    if now_ms.saturating_sub(last_ms) >= FORGET_AFTER.as_millis() as i64 {
-        return None;
-    }
-    let until = last_ms.saturating_add(backoff(rule, failures)?.as_millis() as i64);
-    (until > now_ms).then(|| Duration::from_millis((until - now_ms) as u64))
 }
 
 /// One count as stored.
@@ -411,11 +343,6 @@ impl Throttle {
     }
 }
 
-/// A wait in whole seconds, rounded up, at least 1: what `Retry-After` says.
-pub fn retry_after(wait: Duration) -> u64 {
-    wait.as_secs_f64().ceil().max(1.0) as u64
-}
-
 /// The APIs' `429 too_many_requests`, with `Retry-After`.
 pub fn too_many(wait: Duration) -> Response {
     let secs = retry_after(wait);
@@ -437,21 +364,14 @@ mod tests {
         s.parse().unwrap()
     }
 
-    const ADDR: Rule = Rule { free: FREE_FAILURES, max: MAX_BACKOFF };
-
+    /// Each subject takes its rule from the core; the rules themselves are tested there.
     #[test]
-    fn five_free_failures_then_a_doubling_block_forgotten_after_an_hour() {
-        assert_eq!(backoff(ADDR, FREE_FAILURES - 1), None);
-        assert_eq!(backoff(ADDR, FREE_FAILURES), Some(Duration::from_secs(1)));
-        assert_eq!(backoff(ADDR, FREE_FAILURES + 1), Some(Duration::from_secs(2)));
-        assert_eq!(backoff(ADDR, u32::MAX), Some(MAX_BACKOFF));
+    fn each_subject_counts_by_its_rule_and_a_429_says_when_to_retry() {
         let acct = Subject::Account("a@example.com".into()).rule();
         assert_eq!(backoff(acct, u32::MAX), Some(ACCOUNT_MAX_BACKOFF), "an account's delay is bounded");
-        assert_eq!(blocked_for(ADDR, 5, 1000, 1500), Some(Duration::from_millis(500)));
-        assert_eq!(blocked_for(ADDR, 5, 1000, 2000), None);
-        assert_eq!(blocked_for(ADDR, 4, 1000, 1000), None);
-        let hour = FORGET_AFTER.as_millis() as i64;
-        assert_eq!(blocked_for(ADDR, 100, 0, hour), None, "forgotten");
+        assert_eq!(Subject::Address(ip("192.0.2.1")).rule().free, FREE_FAILURES);
+        assert_eq!(Subject::Wide(Ipv6Addr::UNSPECIFIED).rule().free, WIDE_FREE_FAILURES);
+        assert!(!Subject::Overflow.cleared_by_success());
         let r = too_many(Duration::from_millis(200));
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");

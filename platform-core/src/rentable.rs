@@ -218,4 +218,51 @@ mod tests {
         let v = serde_json::to_value(V { state: RentableState::Offline, since: Some(7) }).unwrap();
         assert_eq!(v, serde_json::json!({"state": "offline", "since": 7}));
     }
+
+    proptest::proptest! {
+        /// Rentable exactly when no reason holds; a disabled owner comes before everything; the
+        /// time given is the owner's, the last heartbeat's or the quarantine's, and only theirs.
+        #[test]
+        fn rentable_exactly_when_no_reason_holds(
+            online: bool,
+            nvml_ok: bool,
+            has_gpu: bool,
+            verification in proptest::sample::select(VerificationState::ALL.to_vec()),
+            priced: bool,
+            paused: bool,
+            quarantined: bool,
+            image: bool,
+            disabled in proptest::option::of(0u64..1000),
+        ) {
+            let mut n = rentable();
+            n.online = online;
+            n.health.as_mut().unwrap().nvml = if nvml_ok { NvmlState::Ok } else { NvmlState::Error };
+            if !has_gpu {
+                n.inventory.public.gpus.clear();
+            }
+            n.verification = verification;
+            n.price_per_gpu_hour = priced.then_some(1);
+            n.paused = paused;
+            n.quarantine = quarantined.then(quarantine);
+            let owner = disabled.map_or(Owner::Enabled, |since| Owner::Disabled { since });
+            let v = verdict(&n, image, owner);
+            let clear = disabled.is_none()
+                && online
+                && !quarantined
+                && nvml_ok
+                && has_gpu
+                && verification == VerificationState::Verified
+                && priced
+                && !paused;
+            proptest::prop_assert_eq!(v.state == RentableState::Rentable, clear, "{:?}", v);
+            if let Some(since) = disabled {
+                proptest::prop_assert_eq!(v.clone(), V { state: RentableState::OwnerDisabled, since: Some(since) });
+            }
+            let timed = matches!(
+                v.state,
+                RentableState::OwnerDisabled | RentableState::Offline | RentableState::Quarantined
+            );
+            proptest::prop_assert!(timed || v.since.is_none());
+        }
+    }
 }

@@ -1,0 +1,20 @@
+//! The platform's core (issue 44, items 1 and 5): the rules that decide, as pure functions.
+//!
+//! `gpum-platform` reads the database, calls a function here with what it read and the time
+//! (`now` is always an argument), and writes what it answers. So every rule is tested in
+//! microseconds, with examples and properties, and no database (the agent's `core.rs` is the
+//! model).
+//!
+//! - [`placement`]: whether a rental is placed on a server, and on which GPUs.
+//! - [`rentable`]: rentable, or exactly why not.
+//! - [`effects`]: what each operation ends that lives outside the database (the relay's
+//!   tunnels and streams), as values.
+//! - [`throttle`]: what a count of wrong secrets blocks, and for how long.
+//!
+//! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
+//! (`tests/tidy.rs` checks it).
+
+pub mod effects;
+pub mod placement;
+pub mod rentable;
+pub mod throttle;
