@@ -35,6 +35,7 @@ pub mod pgurl;
 pub mod relay;
 pub mod rentable;
 pub mod rentals;
+pub mod rules;
 pub mod schema;
 pub mod server;
 pub mod sql;
