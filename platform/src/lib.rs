@@ -40,6 +40,7 @@ pub mod relay;
 /// The rentable verdict, a rule of the core (`gpum-platform-core`).
 pub use gpum_platform_core::rentable;
 pub mod rentals;
+pub mod rules;
 pub mod schema;
 pub mod server;
 pub mod sql;

@@ -29,7 +29,7 @@ use gpum_protocol::{
 };
 
 use crate::error::ApiError;
-use crate::store::{self, Scope, enum_parse, enum_str, invalid, record, truncate};
+use crate::store::{self, Scope, invalid, record, truncate};
 
 use gpum_protocol::image::{PinnedImage, RefError, canonical_registry};
 /// The registries rental images come from when the operator has set none: the agent's default
@@ -213,9 +213,12 @@ pub fn held_gpus(conn: &Conn, node_id: &str, now: u64) -> Result<Vec<String>, Ap
     let mut stmt = conn.prepare_cached(
         "SELECT spec_json FROM rentals WHERE node_id = ?1 AND (
              (listed = 1 AND ends_at > ?2)
-             OR (state IS NOT NULL AND state NOT IN ('gone', 'failed')))",
+             OR (state IS NOT NULL AND state NOT IN (?3, ?4)))",
     )?;
-    let specs = stmt.query_map(params![node_id, now as i64], |r| r.get::<_, String>(0))?;
+    let specs = stmt
+        .query_map(params![node_id, now as i64, RentalState::Gone, RentalState::Failed], |r| {
+            r.get::<_, String>(0)
+        })?;
     for s in specs {
         let spec: RentalSpec = serde_json::from_str(&s?)?;
         held.extend(spec.gpu_uuids);
@@ -345,7 +348,7 @@ pub enum Unreachable {
 /// credential is compared by its SHA-256 (hex, a fixed-length comparison of hashes).
 pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Reachable, Unreachable> {
     /// node_id, spec_json, tunnel_hash, listed, ends_at, state.
-    type Row = (String, String, Option<String>, bool, i64, Option<String>);
+    type Row = (String, String, Option<String>, bool, i64, Option<RentalState>);
     let row: Option<Row> = conn
         .prepare_cached(
             "SELECT node_id, spec_json, tunnel_hash, listed, ends_at, state FROM rentals WHERE id = ?1",
@@ -373,7 +376,7 @@ pub fn reachable(conn: &Conn, now: u64, id: &str, credential: &str) -> Result<Re
 /// holds a node's tunnel and is asked by another replica (`relay::mesh`), which checked the
 /// tenant's credential itself; an unknown rental is [`Unreachable::Ended`].
 pub fn live(conn: &Conn, now: u64, id: &str) -> Result<Reachable, Unreachable> {
-    type Row = (String, String, bool, i64, Option<String>);
+    type Row = (String, String, bool, i64, Option<RentalState>);
     let row: Option<Row> = conn
         .prepare_cached("SELECT node_id, spec_json, listed, ends_at, state FROM rentals WHERE id = ?1")
         .and_then(|mut st| {
@@ -396,9 +399,12 @@ fn live_row(
     spec_json: &str,
     listed: bool,
     ends_at: i64,
-    state: Option<String>,
+    state: Option<RentalState>,
 ) -> Result<Reachable, Unreachable> {
-    let ended = matches!(state.as_deref(), Some("gone" | "failed" | "exited" | "stopping"));
+    let ended = matches!(
+        state,
+        Some(RentalState::Gone | RentalState::Failed | RentalState::Exited | RentalState::Stopping)
+    );
     if !listed || ends_at <= now as i64 || ended {
         return Err(Unreachable::Ended);
     }
@@ -441,7 +447,7 @@ fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSumma
             created_at: r.get::<_, i64>(2)?.max(0) as u64,
             stopped_at: t(r.get(3)?),
             listed: r.get::<_, bool>(4)? && ends_at > now as i64,
-            state: r.get::<_, Option<String>>(6)?.and_then(|s| enum_parse::<RentalState>(&s)),
+            state: r.get(6)?,
             exit_code: r.get(7)?,
             reason: r.get(8)?,
             updated_at: t(r.get(9)?),
@@ -582,7 +588,7 @@ pub fn desired(conn: &Conn, now: u64, node_id: &str) -> Result<Vec<RentalSpec>, 
 }
 
 /// A rental's reported state, exit code and reason, and when it first ran.
-type ReportRow = (Option<String>, Option<i64>, Option<String>, Option<i64>);
+type ReportRow = (Option<RentalState>, Option<i64>, Option<String>, Option<i64>);
 
 /// Records the agent's reports, each for one of this node's own rentals only (another id is
 /// ignored), and only when it changes something; an event on each transition. A rental
@@ -604,20 +610,27 @@ pub fn record_reports(
             .query_row(params![rep.id, node_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
         let Some((old_state, old_code, old_reason, started_at)) = row else { continue };
-        let state = rep.state.as_str();
         let reason = rep.reason.as_deref().map(|r| truncate(r, MAX_REASON_LEN));
-        let same_state = old_state.as_deref() == Some(state);
+        let same_state = old_state == Some(rep.state);
         if same_state && old_code == rep.exit_code && (reason.is_none() || old_reason == reason) {
             continue;
         }
         let ends = matches!(rep.state, RentalState::Gone | RentalState::Failed);
         conn.prepare_cached(
             "UPDATE rentals SET state = ?1, exit_code = ?2, reason = COALESCE(?3, reason), updated_at = ?4,
-                 started_at = CASE WHEN ?1 = 'running' THEN COALESCE(started_at, ?4) ELSE started_at END,
+                 started_at = CASE WHEN ?7 THEN COALESCE(started_at, ?4) ELSE started_at END,
                  listed = CASE WHEN ?5 THEN 0 ELSE listed END
              WHERE id = ?6",
         )?
-        .execute(params![state, rep.exit_code, reason, now as i64, ends, rep.id])?;
+        .execute(params![
+            rep.state,
+            rep.exit_code,
+            reason,
+            now as i64,
+            ends,
+            rep.id,
+            rep.state == RentalState::Running
+        ])?;
         if same_state {
             continue;
         }
@@ -643,7 +656,7 @@ pub fn record_reports(
 /// The state a summary shows in words for the CLI: the agent's, else what the platform knows.
 pub fn state_word(s: &RentalSummary) -> String {
     match (s.state, s.listed, s.stopped_at) {
-        (Some(st), _, _) => enum_str(st),
+        (Some(st), _, _) => st.as_str().into(),
         (None, true, _) => "pending".into(),
         (None, false, Some(_)) => "stopped".into(),
         (None, false, None) => "expired".into(),

@@ -377,6 +377,47 @@ impl<T: FromValue> FromValue for Option<T> {
     }
 }
 
+/// A state that is stored as its word (`named_enum!`'s, the same as on the wire): bound and
+/// read as its type on both engines, so that no state crosses the database as a string literal
+/// (issue 44, item 5). A word read back that names no variant is an error ([`Error::Column`]),
+/// never a default.
+pub trait Stored: Sized + Copy + 'static {
+    /// The type's name, for the error that an unknown word is.
+    const NAME: &'static str;
+    /// Every variant, for the round-trip test.
+    const ALL: &'static [Self];
+    fn to_sql_word(&self) -> &'static str;
+    fn from_sql_word(word: &str) -> Option<Self>;
+}
+
+/// `stored!(Type, …)`: each `named_enum!` type as a [`Stored`] state, a parameter and a column.
+macro_rules! stored {
+    ($($t:ident),+ $(,)?) => {$(
+        impl Stored for gpum_protocol::$t {
+            const NAME: &'static str = stringify!($t);
+            const ALL: &'static [Self] = gpum_protocol::$t::ALL;
+            fn to_sql_word(&self) -> &'static str {
+                self.as_str()
+            }
+            fn from_sql_word(word: &str) -> Option<Self> {
+                gpum_protocol::$t::parse(word)
+            }
+        }
+        impl ToValue for gpum_protocol::$t {
+            fn to_value(&self) -> Value {
+                Value::Text(self.to_sql_word().to_owned())
+            }
+        }
+        impl FromValue for gpum_protocol::$t {
+            fn from_value(v: Value) -> std::result::Result<Self, String> {
+                let word = String::from_value(v)?;
+                Self::from_sql_word(&word).ok_or_else(|| format!("{word:?} is not a {}", Self::NAME))
+            }
+        }
+    )+};
+}
+stored!(VerificationState, ProbeFailure, CommandKind, RentableState, NodeEventKind, RentalState);
+
 /// A column's position (`r.get(0)`, as with rusqlite).
 pub trait RowIndex {
     fn index(self) -> usize;
@@ -901,5 +942,88 @@ mod tests {
         };
         assert!(matches!(e, Error::Refused(_)), "{e}");
         assert!(!e.to_string().contains("secret"));
+    }
+
+    /// Every state of every stored type goes in as its type and comes back the same, on the
+    /// engine `GPUM_TEST_DB` names; a word no variant has is an error, not a default.
+    #[test]
+    fn every_stored_state_round_trips_and_an_unknown_word_is_an_error() {
+        use gpum_protocol::{
+            CommandKind, NodeEventKind, ProbeFailure, RentableState, RentalState, VerificationState,
+        };
+        fn round_trip<T: Stored + ToValue + FromValue + PartialEq + std::fmt::Debug>(c: &Conn) {
+            c.execute_batch("DELETE FROM words").unwrap();
+            for (i, v) in T::ALL.iter().enumerate() {
+                c.execute("INSERT INTO words (n, w) VALUES (?1, ?2)", params![i as i64, v]).unwrap();
+                let back: T =
+                    c.query_row("SELECT w FROM words WHERE n = ?1", params![i as i64], |r| r.get(0)).unwrap();
+                assert_eq!(&back, v, "{}", T::NAME);
+                assert_eq!(T::from_sql_word(v.to_sql_word()), Some(*v));
+            }
+            let stored: i64 = c.query_row("SELECT COUNT(DISTINCT w) FROM words", [], |r| r.get(0)).unwrap();
+            assert_eq!(stored as usize, T::ALL.len(), "{}: two states share a word", T::NAME);
+            let none: Option<T> = c.query_row("SELECT NULL", [], |r| r.get(0)).unwrap();
+            assert_eq!(none, None);
+            c.execute("INSERT INTO words (n, w) VALUES (?1, ?2)", params![-1i64, "no_such_word"]).unwrap();
+            let unknown = c.query_row("SELECT w FROM words WHERE n = -1", [], |r| r.get::<_, T>(0));
+            assert!(
+                matches!(&unknown, Err(Error::Column(0, e)) if e.contains("no_such_word")),
+                "{unknown:?}"
+            );
+            let unknown = c.query_row("SELECT w FROM words WHERE n = -1", [], |r| r.get::<_, Option<T>>(0));
+            assert!(
+                matches!(unknown, Err(Error::Column(..))),
+                "{}: an unknown word read as a state",
+                T::NAME
+            );
+        }
+        let db = crate::testdb::TestDb::new();
+        let c = db.open();
+        c.execute_batch("CREATE TABLE words (n BIGINT NOT NULL, w TEXT NOT NULL)").unwrap();
+        round_trip::<VerificationState>(&c);
+        round_trip::<ProbeFailure>(&c);
+        round_trip::<CommandKind>(&c);
+        round_trip::<RentableState>(&c);
+        round_trip::<NodeEventKind>(&c);
+        round_trip::<RentalState>(&c);
+    }
+
+    /// The tidy rule of issue 44, item 5: in the store's and the rentals' code, no state's word
+    /// is written as a literal, in SQL (`'gone'`) or in Rust (`"gone"`); states cross the
+    /// database as their types ([`Stored`]). Schema defaults (`store/migrations.rs`) are the one
+    /// place a word is written out.
+    #[test]
+    fn states_cross_the_database_only_as_types() {
+        use gpum_protocol::{
+            CommandKind, NodeEventKind, ProbeFailure, RentableState, RentalState, VerificationState,
+        };
+        let words: Vec<&str> = [
+            VerificationState::ALL.iter().map(Stored::to_sql_word).collect::<Vec<_>>(),
+            ProbeFailure::ALL.iter().map(Stored::to_sql_word).collect(),
+            CommandKind::ALL.iter().map(Stored::to_sql_word).collect(),
+            RentableState::ALL.iter().map(Stored::to_sql_word).collect(),
+            NodeEventKind::ALL.iter().map(Stored::to_sql_word).collect(),
+            RentalState::ALL.iter().map(Stored::to_sql_word).collect(),
+        ]
+        .concat();
+        let sources = [
+            ("store/mod.rs", include_str!("store/mod.rs")),
+            ("store/enroll.rs", include_str!("store/enroll.rs")),
+            ("store/events.rs", include_str!("store/events.rs")),
+            ("store/heartbeat.rs", include_str!("store/heartbeat.rs")),
+            ("store/nodes.rs", include_str!("store/nodes.rs")),
+            ("store/owners.rs", include_str!("store/owners.rs")),
+            ("rentals.rs", include_str!("rentals.rs")),
+            ("accounts.rs", include_str!("accounts.rs")),
+        ];
+        for (name, src) in sources {
+            // The product code only: a file's tests may spell a word out to prove it.
+            let product = src.split("#[cfg(test)]\nmod tests").next().unwrap_or(src);
+            for w in &words {
+                for quoted in [format!("'{w}'"), format!("\"{w}\"")] {
+                    assert!(!product.contains(&quoted), "{name} writes the state {quoted} as a literal");
+                }
+            }
+        }
     }
 }

@@ -400,6 +400,14 @@ macro_rules! named_enum {
                     $($name::$variant => $text,)+
                 }
             }
+
+            /// The variant named `s` on the wire, if any ([`Self::as_str`]'s inverse).
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
         }
 
         impl std::fmt::Display for $name {
@@ -437,21 +445,23 @@ pub struct ProbeReport {
 /// The most probe output a heartbeat carries.
 pub const PROBE_OUTPUT_MAX: usize = 4096;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProbeFailure {
-    NoNvidiaRuntime,
-    DeviceRequestRefused,
-    NvidiaSmiFailed,
-    NvmlUnknownError,
-    DriverLibraryMismatch,
-    ImagePullFailed,
-    Timeout,
-    DockerUnavailable,
-    /// The probe image is not pinned by digest (`name@sha256:<64 hex>`); nothing was pulled.
-    ImageNotPinned,
-    /// The probe image's registry is not one the node accepts; nothing was pulled.
-    RegistryNotAccepted,
+named_enum! {
+    /// Why a GPU probe failed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ProbeFailure {
+        NoNvidiaRuntime = "no_nvidia_runtime",
+        DeviceRequestRefused = "device_request_refused",
+        NvidiaSmiFailed = "nvidia_smi_failed",
+        NvmlUnknownError = "nvml_unknown_error",
+        DriverLibraryMismatch = "driver_library_mismatch",
+        ImagePullFailed = "image_pull_failed",
+        Timeout = "timeout",
+        DockerUnavailable = "docker_unavailable",
+        /// The probe image is not pinned by digest (`name@sha256:<64 hex>`); nothing was pulled.
+        ImageNotPinned = "image_not_pinned",
+        /// The probe image's registry is not one the node accepts; nothing was pulled.
+        RegistryNotAccepted = "registry_not_accepted",
+    }
 }
 
 /// Why an agent removes a managed container: the platform does not know it. The dashboard shows
@@ -472,26 +482,14 @@ pub struct Command {
     pub kind: String,
 }
 
-/// The fixed list of commands an agent obeys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandKind {
-    /// Re-run the GPU probe.
-    Recheck,
-    /// Exit so that systemd starts the agent again.
-    Restart,
-}
-
-impl CommandKind {
-    pub const ALL: [CommandKind; 2] = [CommandKind::Recheck, CommandKind::Restart];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CommandKind::Recheck => "recheck",
-            CommandKind::Restart => "restart",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == s)
+named_enum! {
+    /// The fixed list of commands an agent obeys.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum CommandKind {
+        /// Re-run the GPU probe.
+        Recheck = "recheck",
+        /// Exit so that systemd starts the agent again.
+        Restart = "restart",
     }
 }
 

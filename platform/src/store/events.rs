@@ -18,7 +18,7 @@ pub(crate) fn record(
     .execute(params![
         node_id,
         at as i64,
-        kind.as_str(),
+        kind,
         truncate(subject, 256),
         truncate(detail, limits::MAX_TEXT_LEN)
     ])?;

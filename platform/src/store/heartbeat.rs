@@ -2,6 +2,7 @@
 //! commands and rentals it carries) built.
 
 use super::*;
+use crate::rules::heartbeat::{self as heartbeat_rules, BeatPlan, InventoryPlan, NodeFacts, Sent};
 
 /// Finds the live node a bearer token belongs to, or the revocation answer.
 pub(super) fn authenticate_node(conn: &Conn, token: &str) -> Result<String, ApiError> {
@@ -143,6 +144,8 @@ pub fn heartbeat(
     }
 }
 
+/// A heartbeat whose body was checked ([`PreparedBeat`]): the node's facts read (its row, once),
+/// the rules' plan made ([`crate::rules::heartbeat::decide`], pure), and the plan applied.
 pub fn heartbeat_prepared(
     conn: &Conn,
     now: u64,
@@ -150,12 +153,76 @@ pub fn heartbeat_prepared(
     prep: &PreparedBeat,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    // One lookup serves the common case (the probe image rides along, what the event log
-    // and the samples compare with, and whether any command waits); the slow path tells the
-    // revocation answers apart. It locks the node's row (on PostgreSQL; SQLite's transaction
-    // holds the whole database), so that two replicas answering one node at once take turns,
-    // and the second sees what the first wrote: one "online" event, not two.
-    let row: Option<BeatRow> = conn
+    let Some(BeatRow { id: node_id, facts, probe_image, known_json }) = read_facts(conn, &prep.token_hash)?
+    else {
+        // The slow path tells the revocation answers apart.
+        authenticate_hash(conn, &prep.token_hash)?;
+        return Err(ApiError::internal());
+    };
+    let node_id = node_id.as_str();
+    let sent = Sent {
+        inventory_hash: prep.inventory.as_ref().map(|(_, hash)| hash.as_str()),
+        quarantine_json: prep.quarantine_json.as_deref(),
+    };
+    let plan = heartbeat_rules::decide(&facts, req, sent, now);
+
+    if let (InventoryPlan::Store { changed }, Some(inv), Some((json, hash))) =
+        (plan.inventory, &req.inventory, &prep.inventory)
+    {
+        // The rule of registration: a GPU of another live node cannot be taken over. Nothing
+        // of this heartbeat is stored then (this is the first write).
+        check_gpus_free(conn, &inv.private.gpu_uuids, Some(node_id))?;
+        if changed {
+            hardware_changed(conn, now, node_id, json, hash)?;
+        }
+        conn.prepare_cached("UPDATE nodes SET inventory_json = ?1, inventory_hash = ?2 WHERE id = ?3")?
+            .execute(params![json, hash, node_id])?;
+        set_gpus(conn, node_id, &inv.private.gpu_uuids)?;
+    }
+    for e in &plan.events {
+        record(conn, node_id, e.at, e.kind, &e.subject, &e.detail)?;
+    }
+    write_node(conn, now, node_id, req, prep, &plan)?;
+    record_removals(conn, now, node_id, &req.removed_containers)?;
+    record_results(conn, now, node_id, &req.command_results)?;
+    let commands = if plan.deliver_commands { deliver_commands(conn, now, node_id)? } else { Vec::new() };
+
+    // Rentals (issue 33): the reports first (only this node's own), then what it should run:
+    // one indexed lookup, empty for a node with none; the node's row says whether it can have
+    // any, so most nodes skip the lookup.
+    if !req.rentals.is_empty() {
+        crate::rentals::record_reports(conn, now, node_id, &req.rentals)?;
+    }
+    let rentals = if plan.list_rentals { crate::rentals::desired(conn, now, node_id)? } else { Vec::new() };
+
+    let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
+    known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
+    Ok(HeartbeatResponse {
+        heartbeat_interval_secs,
+        commands,
+        known_containers,
+        probe_image,
+        send_inventory: plan.send_inventory(),
+        rentals,
+    })
+}
+
+/// The node's row as a heartbeat reads it, in its one lookup: the facts the rules take, and
+/// what the answer carries as it is.
+struct BeatRow {
+    id: String,
+    facts: NodeFacts,
+    probe_image: Option<String>,
+    known_json: String,
+}
+
+/// The live node of `token_hash`, read once. One lookup serves the common case (the probe image
+/// rides along, what the event log and the samples compare with, and whether any command
+/// waits). It locks the node's row (on PostgreSQL; SQLite's transaction holds the whole
+/// database), so that two replicas answering one node at once take turns, and the second sees
+/// what the first wrote: one online event, not two. `None` for a deleted or unknown node.
+fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError> {
+    let row = conn
         .prepare_cached(&conn.for_update(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
@@ -164,114 +231,51 @@ pub fn heartbeat_prepared(
                     EXISTS (SELECT 1 FROM commands WHERE node_id = nodes.id AND delivered_at IS NULL)
              FROM nodes WHERE token_hash = ?1",
         ))?
-        .query_row(params![prep.token_hash], |r| {
-            Ok(BeatRow {
+        .query_row(params![token_hash], |r| {
+            let deleted_at: Option<i64> = r.get(1)?;
+            let row = BeatRow {
                 id: r.get(0)?,
-                deleted_at: r.get(1)?,
-                inventory_hash: r.get(2)?,
                 known_json: r.get(3)?,
                 probe_image: r.get(4)?,
-                last_heartbeat_at: r.get(5)?,
-                last_sample_at: r.get(6)?,
-                verification: r.get(7)?,
-                probe_reason: r.get(8)?,
-                rentals_until: r.get(9)?,
-                quarantine_json: r.get(10)?,
-                commands_waiting: r.get(11)?,
-            })
+                facts: NodeFacts {
+                    inventory_hash: r.get(2)?,
+                    last_heartbeat_at: r.get(5)?,
+                    last_sample_at: r.get(6)?,
+                    verification: r.get(7)?,
+                    probe_reason: r.get(8)?,
+                    rentals_until: r.get(9)?,
+                    quarantine_json: r.get(10)?,
+                    commands_waiting: r.get(11)?,
+                },
+            };
+            Ok(deleted_at.is_none().then_some(row))
         })
         .optional()?;
-    let BeatRow {
-        id: node_id,
-        inventory_hash: stored_hash,
-        known_json,
-        probe_image,
-        last_heartbeat_at,
-        last_sample_at,
-        verification,
-        probe_reason,
-        rentals_until,
-        quarantine_json,
-        commands_waiting,
-        ..
-    } = match row {
-        Some(row) if row.deleted_at.is_none() => row,
-        _ => {
-            authenticate_hash(conn, &prep.token_hash)?;
-            return Err(ApiError::internal());
-        }
-    };
-    let node_id = node_id.as_str();
-    let mut send_inventory = false;
-    if let (Some(inv), Some((json, hash))) = (&req.inventory, &prep.inventory) {
-        // The rule of registration: a GPU of another live node cannot be taken over. Nothing
-        // of this heartbeat is stored then (this is the first write).
-        check_gpus_free(conn, &inv.private.gpu_uuids, Some(node_id))?;
-        // Only an inventory that differs from the one held is an event (an agent sends it again
-        // at each start).
-        if *hash != stored_hash {
-            hardware_changed(conn, now, node_id, json, hash)?;
-        }
-        conn.prepare_cached("UPDATE nodes SET inventory_json = ?1, inventory_hash = ?2 WHERE id = ?3")?
-            .execute(params![json, hash, node_id])?;
-        set_gpus(conn, node_id, &inv.private.gpu_uuids)?;
-    } else if req.inventory_hash != stored_hash {
-        send_inventory = true;
-    }
+    Ok(row.flatten())
+}
 
-    // Online after a gap: the gap is recorded when it ends, as "offline" at the last heartbeat
-    // before it (while it lasts, `node_events` derives it), so no timer has to watch the nodes
-    // and a beat writes an event only on this transition.
+/// The plan's writes to the node's own row: the check's verdict, the quarantine, the figures
+/// of this beat, and a sample of them when the plan keeps one.
+fn write_node(
+    conn: &Conn,
+    now: u64,
+    node_id: &str,
+    req: &HeartbeatRequest,
+    prep: &PreparedBeat,
+    plan: &BeatPlan,
+) -> Result<(), ApiError> {
     let now_i = now as i64;
-    match last_heartbeat_at {
-        None => record(conn, node_id, now, NodeEventKind::Online, "", "")?,
-        Some(last) if now_i >= last.saturating_add(OFFLINE_AFTER_SECS as i64) => {
-            record(conn, node_id, last.max(0) as u64, NodeEventKind::Offline, "", "")?;
-            record(conn, node_id, now, NodeEventKind::Online, "", "")?;
-        }
-        Some(_) => {}
-    }
-
-    if let Some(p) = &req.probe {
-        // The check's verdict is an event when it changes (a failure also when its reason does).
-        let reason = p.reason.map(enum_str);
-        let changed = enum_str(p.state) != verification
-            || (p.state == VerificationState::Failed && reason != probe_reason);
-        match p.state {
-            VerificationState::Verified if changed => {
-                record(conn, node_id, now, NodeEventKind::CheckPassed, "", "")?
-            }
-            VerificationState::Failed if changed => {
-                record(conn, node_id, now, NodeEventKind::CheckFailed, reason.as_deref().unwrap_or(""), "")?
-            }
-            _ => {}
-        }
+    if let Some(p) = &plan.probe {
         conn.prepare_cached(
             "UPDATE nodes SET verification = ?1, probe_output = ?2, probe_reason = ?3, probe_at = ?4
              WHERE id = ?5",
         )?
-        .execute(params![
-            enum_str(p.state),
-            truncate(&p.output, PROBE_OUTPUT_MAX),
-            p.reason.map(enum_str),
-            now as i64,
-            node_id
-        ])?;
+        .execute(params![p.state, p.output, p.reason, now_i, node_id])?;
     }
-
-    // The quarantine is written, and is an event, only when it changes (issue 33).
-    if prep.quarantine_json != quarantine_json {
-        match &req.quarantine {
-            Some(q) => record(conn, node_id, now, NodeEventKind::Quarantined, "", &q.reason)?,
-            None => record(conn, node_id, now, NodeEventKind::QuarantineLifted, "", "")?,
-        }
+    if plan.quarantine_changed {
         conn.prepare_cached("UPDATE nodes SET quarantine_json = ?1 WHERE id = ?2")?
             .execute(params![prep.quarantine_json, node_id])?;
     }
-
-    // At most one sample of the figures per interval, decided by the node's own row: most
-    // beats write none.
-    let sample = last_sample_at.is_none_or(|t| now_i >= t.saturating_add(SAMPLE_INTERVAL_SECS as i64));
     conn.prepare_cached(
         "UPDATE nodes SET last_heartbeat_at = ?1, last_seq = ?2, metrics_json = ?3, health_json = ?4, managed_json = ?5,
              last_sample_at = CASE WHEN ?7 THEN ?1 ELSE last_sample_at END
@@ -284,9 +288,9 @@ pub fn heartbeat_prepared(
         prep.health_json,
         prep.managed_json,
         node_id,
-        sample
+        plan.sample
     ])?;
-    if sample {
+    if plan.sample {
         conn.prepare_cached("INSERT INTO node_samples (node_id, at, metrics_json) VALUES (?1, ?2, ?3)")?
             .execute(params![node_id, now_i, prep.metrics_json])?;
         // A day of them, and never more than a day's worth (a clock moved back cannot pile
@@ -299,32 +303,45 @@ pub fn heartbeat_prepared(
         )?
         .execute(params![node_id, MAX_SAMPLES_PER_NODE as i64])?;
     }
+    Ok(())
+}
 
-    if !req.removed_containers.is_empty() {
-        for r in &req.removed_containers {
-            conn.prepare_cached(
-                "INSERT INTO container_removals (node_id, at, id, name, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                node_id,
-                now as i64,
-                truncate(&r.id, MAX_ID_LEN),
-                truncate(&r.name, 256),
-                truncate(&r.reason, 512)
-            ])?;
-        }
-        // The history is bounded per node: the oldest records go.
-        conn.prepare_cached(
-            "DELETE FROM container_removals WHERE node_id = ?1 AND rowid <= (
-                 SELECT rowid FROM container_removals WHERE node_id = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2)",
-        )?
-        .execute(params![node_id, limits::MAX_REMOVED_HISTORY_PER_NODE as i64])?;
+/// The containers the agent removed, kept as a history bounded per node.
+fn record_removals(
+    conn: &Conn,
+    now: u64,
+    node_id: &str,
+    removed: &[RemovedContainer],
+) -> Result<(), ApiError> {
+    if removed.is_empty() {
+        return Ok(());
     }
+    for r in removed {
+        conn.prepare_cached(
+            "INSERT INTO container_removals (node_id, at, id, name, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            node_id,
+            now as i64,
+            truncate(&r.id, MAX_ID_LEN),
+            truncate(&r.name, 256),
+            truncate(&r.reason, 512)
+        ])?;
+    }
+    // The history is bounded per node: the oldest records go.
+    conn.prepare_cached(
+        "DELETE FROM container_removals WHERE node_id = ?1 AND rowid <= (
+             SELECT rowid FROM container_removals WHERE node_id = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET ?2)",
+    )?
+    .execute(params![node_id, limits::MAX_REMOVED_HISTORY_PER_NODE as i64])?;
+    Ok(())
+}
 
-    // Results are recorded once, and only for this node's own commands.
-    for r in &req.command_results {
+/// Results are recorded once, and only for this node's own commands.
+fn record_results(conn: &Conn, now: u64, node_id: &str, results: &[CommandResult]) -> Result<(), ApiError> {
+    for r in results {
         let message = truncate(&r.message, limits::MAX_TEXT_LEN);
-        let kind: Option<String> = conn
+        let kind: Option<CommandKind> = conn
             .prepare_cached(
                 "UPDATE commands SET result_ok = ?1, result_message = ?2, completed_at = ?3
                  WHERE id = ?4 AND node_id = ?5 AND completed_at IS NULL RETURNING kind",
@@ -333,38 +350,36 @@ pub fn heartbeat_prepared(
             .optional()?;
         if let Some(kind) = kind {
             let k = if r.ok { NodeEventKind::CommandOk } else { NodeEventKind::CommandFailed };
-            record(conn, node_id, now, k, &kind, &message)?;
+            record(conn, node_id, now, k, kind.as_str(), &message)?;
         }
     }
+    Ok(())
+}
 
-    // Pending commands are delivered once, oldest first and at most
-    // `MAX_COMMANDS_PER_RESPONSE` per answer (the rest wait for the next heartbeat): the answer
-    // that carries them marks them delivered. A handshake (`seq == 0`, what `gpum-agent smoke`
-    // sends) gets none: a one-shot process that exits right after would otherwise swallow a
-    // command meant for the service.
-    let pending: Vec<gpum_protocol::Command> = if req.seq == 0 || !commands_waiting {
-        Vec::new()
-    } else {
-        conn.prepare_cached(
+/// Pending commands are delivered once, oldest first and at most `MAX_COMMANDS_PER_RESPONSE`
+/// per answer (the rest wait for the next heartbeat): the answer that carries them marks them
+/// delivered.
+fn deliver_commands(conn: &Conn, now: u64, node_id: &str) -> Result<Vec<gpum_protocol::Command>, ApiError> {
+    let pending: Vec<(String, CommandKind)> = conn
+        .prepare_cached(
             "SELECT id, kind FROM commands WHERE node_id = ?1 AND delivered_at IS NULL ORDER BY seq LIMIT ?2",
         )?
         .query_map(params![node_id, limits::MAX_COMMANDS_PER_RESPONSE as i64], |r| {
-            Ok(gpum_protocol::Command { id: r.get(0)?, kind: r.get(1)? })
+            Ok((r.get(0)?, r.get(1)?))
         })?
-        .collect::<Result<_, _>>()?
-    };
+        .collect::<Result<_, _>>()?;
     // Each is handed out by the UPDATE that marks it, only if still pending: two replicas
     // answering the same node at once (a retry sent to the other) cannot both deliver one. (On
     // PostgreSQL the node's row, updated above, already makes the second heartbeat wait for the
     // first's COMMIT; this does not depend on that order.)
     let mut commands = Vec::with_capacity(pending.len());
-    for c in pending {
+    for (id, kind) in pending {
         if conn
             .prepare_cached("UPDATE commands SET delivered_at = ?1 WHERE id = ?2 AND delivered_at IS NULL")?
-            .execute(params![now as i64, c.id])?
+            .execute(params![now as i64, id])?
             == 1
         {
-            commands.push(c);
+            commands.push(gpum_protocol::Command { id, kind: kind.as_str().to_owned() });
         }
     }
     if !commands.is_empty() {
@@ -376,46 +391,5 @@ pub fn heartbeat_prepared(
         )?
         .execute(params![node_id, COMMAND_HISTORY_PER_NODE as i64])?;
     }
-
-    // Rentals (issue 33): the reports first (only this node's own), then what it should run:
-    // one indexed lookup, empty for a node with none.
-    if !req.rentals.is_empty() {
-        crate::rentals::record_reports(conn, now, node_id, &req.rentals)?;
-    }
-    // The node's row says whether it can have any: most nodes skip the lookup.
-    let rentals = if rentals_until.is_some_and(|t| t > now as i64) {
-        crate::rentals::desired(conn, now, node_id)?
-    } else {
-        Vec::new()
-    };
-
-    let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;
-    known_containers.truncate(limits::MAX_KNOWN_CONTAINERS);
-    Ok(HeartbeatResponse {
-        heartbeat_interval_secs,
-        commands,
-        known_containers,
-        probe_image,
-        send_inventory,
-        rentals,
-    })
-}
-
-/// The node's row as a heartbeat reads it, in its one lookup.
-pub(super) struct BeatRow {
-    id: String,
-    deleted_at: Option<i64>,
-    inventory_hash: String,
-    known_json: String,
-    probe_image: Option<String>,
-    last_heartbeat_at: Option<i64>,
-    last_sample_at: Option<i64>,
-    verification: String,
-    probe_reason: Option<String>,
-    /// The latest end of the node's rentals (`rentals::create` raises it); none after it.
-    rentals_until: Option<i64>,
-    /// The quarantine as last reported (JSON), if any.
-    quarantine_json: Option<String>,
-    /// Some command of the node's is not delivered yet: most beats skip that lookup.
-    commands_waiting: bool,
+    Ok(commands)
 }

@@ -27,9 +27,9 @@ use gpum_protocol::{
     EnrollResponse, ErrorCode, Health, HeartbeatRequest, HeartbeatResponse, Inventory, JoinCodeCreated,
     MAX_EVENTS_PER_NODE, MAX_MIN_RENTAL_MINUTES, MAX_NODE_NAME_CHARS, MAX_PRICE_PER_GPU_HOUR,
     MAX_SAMPLES_PER_NODE, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeEvents, NodeList,
-    NodeMetrics, NodeSettings, NodeSummary, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure, Quarantine,
-    RegisterRequest, RegisterResponse, RemovedContainer, SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS,
-    TokenRotated, UpdateNodeRequest, VerificationState, limits,
+    NodeMetrics, NodeSettings, NodeSummary, OFFLINE_AFTER_SECS, Quarantine, RegisterRequest,
+    RegisterResponse, RemovedContainer, SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS, TokenRotated,
+    UpdateNodeRequest, limits,
 };
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -72,14 +72,6 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_owned()
-}
-
-pub(crate) fn enum_str<T: serde::Serialize>(v: T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-pub(crate) fn enum_parse<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
 }
 
 mod enroll;

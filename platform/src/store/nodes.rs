@@ -96,9 +96,9 @@ pub(super) fn node_summary(
         last_seq: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
         last_metrics: r.get::<_, Option<String>>(6)?.and_then(|m| serde_json::from_str::<Metrics>(&m).ok()),
         health: r.get::<_, Option<String>>(7)?.and_then(|h| serde_json::from_str::<Health>(&h).ok()),
-        verification: enum_parse::<VerificationState>(&r.get::<_, String>(8)?).unwrap_or_default(),
+        verification: r.get(8)?,
         last_probe_output: r.get(9)?,
-        last_probe_reason: r.get::<_, Option<String>>(10)?.and_then(|x| enum_parse::<ProbeFailure>(&x)),
+        last_probe_reason: r.get(10)?,
         managed_containers: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
         known_containers: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
         removed_containers: Vec::new(),
@@ -306,7 +306,7 @@ pub(super) fn command_history(conn: &Conn, node_id: &str) -> Result<Vec<CommandS
                     message: message.unwrap_or_default(),
                 }),
                 id,
-                kind: r.get(1)?,
+                kind: r.get::<_, CommandKind>(1)?.as_str().to_owned(),
                 queued_at: r.get::<_, i64>(2)? as u64,
                 delivered_at: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
                 completed_at: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
@@ -380,17 +380,18 @@ pub fn node_events(
         .prepare_cached(
             "SELECT at, kind, subject, detail, 0 AS src, rowid FROM node_events WHERE node_id = ?1
              UNION ALL
-             SELECT at, 'container_removed', name, reason, 1 AS src, rowid FROM container_removals
+             SELECT at, CAST(?3 AS TEXT), name, reason, 1 AS src, rowid FROM container_removals
              WHERE node_id = ?1
              ORDER BY at DESC, src DESC, rowid DESC LIMIT ?2",
         )?
-        .query_map(params![node_id, (limit - events.len()) as i64], |r| {
+        .query_map(params![node_id, (limit - events.len()) as i64, NodeEventKind::ContainerRemoved], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    // A kind this version does not know (written by a newer one) is left out.
+    // A kind this version does not know (written by a newer replica during a rolling upgrade)
+    // is left out, on purpose: the log is history, and one unknown line must not hide the rest.
     events.extend(rows.into_iter().filter_map(|(at, kind, subject, detail)| {
-        Some(NodeEvent { at: at.max(0) as u64, kind: enum_parse(&kind)?, subject, detail })
+        Some(NodeEvent { at: at.max(0) as u64, kind: NodeEventKind::parse(&kind)?, subject, detail })
     }));
     Ok(NodeEvents { events })
 }
@@ -584,7 +585,7 @@ pub fn queue_command(
     conn.prepare_cached(
         "INSERT INTO commands (id, node_id, kind, queued_at, seq) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![cmd_id, id, kind.as_str(), now as i64, seq])?;
+    .execute(params![cmd_id, id, kind, now as i64, seq])?;
     record(conn, id, now, NodeEventKind::CommandSent, kind.as_str(), "")?;
     Ok(CommandQueued { id: cmd_id })
 }

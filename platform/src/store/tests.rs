@@ -1,7 +1,7 @@
 //! The store's tests, on the engine `GPUM_TEST_DB` names (`crate::testdb`).
 
 use super::*;
-use gpum_protocol::ProbeReport;
+use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, ProbeReport, VerificationState};
 
 /// A fresh database on the engine of `GPUM_TEST_DB` (`crate::testdb`).
 fn db() -> (crate::testdb::TestDb, Conn) {

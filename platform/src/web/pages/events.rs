@@ -45,9 +45,9 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
             fill(ctx.t(Msg::EvHardwareChanged), &[("parts", &parts.join(", "))])
         }
         CheckPassed => ctx.t(Msg::EvCheckPassed).to_owned(),
-        CheckFailed => match serde_json::from_value(serde_json::Value::String(e.subject.clone())) {
-            Ok(reason) => format!("{}: {}", ctx.t(Msg::EvCheckFailed), probe_failure(reason, ctx.lang)),
-            Err(_) => ctx.t(Msg::EvCheckFailed).to_owned(),
+        CheckFailed => match gpum_protocol::ProbeFailure::parse(&e.subject) {
+            Some(reason) => format!("{}: {}", ctx.t(Msg::EvCheckFailed), probe_failure(reason, ctx.lang)),
+            None => ctx.t(Msg::EvCheckFailed).to_owned(),
         },
         CommandSent => fill(ctx.t(Msg::EvCommandSent), &[("cmd", &command_name(ctx, &e.subject))]),
         CommandOk => fill(ctx.t(Msg::EvCommandOk), &[("cmd", &command_name(ctx, &e.subject))]),
