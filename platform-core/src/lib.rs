@@ -5,6 +5,8 @@
 //! microseconds, with examples and properties, and no database (the agent's `core.rs` is the
 //! model).
 //!
+//! - [`heartbeat`]: what one heartbeat changes (inventory, events, probe, quarantine, sample,
+//!   commands, rentals), as a plan.
 //! - [`placement`]: whether a rental is placed on a server, and on which GPUs.
 //! - [`rentable`]: rentable, or exactly why not.
 //! - [`effects`]: what each operation ends that lives outside the database (the relay's
@@ -15,6 +17,7 @@
 //! (`tests/tidy.rs` checks it).
 
 pub mod effects;
+pub mod heartbeat;
 pub mod placement;
 pub mod rentable;
 pub mod throttle;

@@ -40,7 +40,10 @@ pub mod relay;
 /// The rentable verdict, a rule of the core (`gpum-platform-core`).
 pub use gpum_platform_core::rentable;
 pub mod rentals;
-pub mod rules;
+/// The platform's pure rules, from `gpum-platform-core` (issue 44, item 1).
+pub mod rules {
+    pub use gpum_platform_core::heartbeat;
+}
 pub mod schema;
 pub mod server;
 pub mod sql;
