@@ -59,12 +59,41 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// the tunnel and dials again: three pings.
 pub const SILENCE: Duration = Duration::from_secs(60);
 
+/// The receive window one stream of a bulk transfer should reach: the bandwidth-delay product
+/// of the paths a tunnel is built for (1 Gbit/s over 50 ms is 6.25 MB; 8 MiB covers it with
+/// room). yamux starts every stream at its 256 KiB ([`yamux::DEFAULT_CREDIT`]) and doubles a
+/// stream's window each time the sender used half of it within two round trips, so a stream's
+/// window grows only while the tenant's bytes really flow faster than the window allows, and
+/// it never shrinks while the stream lives (it is given back when the stream ends).
+///
+/// A window pinned at 256 KiB caps a stream at 256 KiB a round trip: 12.8 MB/s over 20 ms,
+/// 5 MB/s over 50 ms, whatever the link. That was the case before issue 45: the connection's
+/// window was exactly [`MAX_STREAMS`] × 256 KiB, and yamux lets a stream grow only into what
+/// the connection's window holds beyond that guaranteed minimum.
+pub const STREAM_WINDOW_TARGET: usize = 8 * 1024 * 1024;
+
+/// What the streams of one connection may grow by, all together, beyond their 256 KiB each:
+/// twice [`STREAM_WINDOW_TARGET`], because yamux grows a window by doubling (the step that
+/// reaches the target may overshoot it up to twice), or two streams at the target at once.
+/// Streams that want more share it: four bulk streams get 4 MiB more each.
+pub const STREAM_WINDOW_GROWTH: usize = 2 * STREAM_WINDOW_TARGET;
+
+/// The receive window of one tunnel connection, all streams together: each of [`MAX_STREAMS`]
+/// guaranteed yamux's 256 KiB, plus [`STREAM_WINDOW_GROWTH`]: 1024 × 256 KiB + 16 MiB = 272 MiB.
+/// It bounds what the peer may send that this end has not yet read, so it is the most one
+/// tunnel's streams can make this end hold: 272 MiB only if the peer fills every one of 1024
+/// streams and nobody reads them (the relay admits at most [`MAX_TENANT_STREAMS`] tenants'
+/// streams, and each of those is read as fast as its tenant reads it). A bulk stream the
+/// tenant reads promptly holds far less than its window.
+pub const CONNECTION_RECEIVE_WINDOW: usize =
+    MAX_STREAMS * yamux::DEFAULT_CREDIT as usize + STREAM_WINDOW_GROWTH;
+
 /// yamux's settings for both ends: at most [`MAX_STREAMS`] streams, each starting with yamux's
-/// 256 KiB window, which yamux grows while a stream's data flows (up to the connection-wide
-/// bound of 256 KiB per stream allowed), frames of at most [`SPLIT_SEND_SIZE`].
+/// 256 KiB window, which yamux grows towards the bandwidth-delay product while a stream's data
+/// flows, within [`CONNECTION_RECEIVE_WINDOW`]; frames of at most [`SPLIT_SEND_SIZE`].
 pub fn yamux_config() -> yamux::Config {
     let mut c = yamux::Config::default();
-    c.set_max_connection_receive_window(Some(MAX_STREAMS * yamux::DEFAULT_CREDIT as usize));
+    c.set_max_connection_receive_window(Some(CONNECTION_RECEIVE_WINDOW));
     c.set_max_num_streams(MAX_STREAMS);
     c.set_split_send_size(SPLIT_SEND_SIZE);
     c
@@ -214,6 +243,29 @@ mod tests {
         assert_eq!(b.capacity(), COPY_BUFFER_MAX, "half full: a transfer still flowing");
         b.adapt(10);
         assert_eq!(b.capacity(), COPY_BUFFER_MIN, "the flow stopped: back to small");
+    }
+
+    #[test]
+    fn tunnel_window_has_room_to_grow_past_the_bandwidth_delay_product() {
+        // yamux lets a stream's window grow only into what the connection's window holds beyond
+        // 256 KiB for every stream allowed (its `connection_limit` in flow_control.rs).
+        let credit = yamux::DEFAULT_CREDIT as usize;
+        let room = CONNECTION_RECEIVE_WINDOW - MAX_STREAMS * credit;
+        // One bulk stream can double from 256 KiB past the target (its last step may take up
+        // to twice the target): 1 Gbit/s over 50 ms needs 6.25 MB.
+        let bdp_1gbit_50ms = 1_000_000_000 / 8 * 50 / 1000;
+        assert!(STREAM_WINDOW_TARGET >= bdp_1gbit_50ms);
+        let mut window = credit;
+        while window < STREAM_WINDOW_TARGET {
+            window *= 2;
+            assert!(window - credit <= room, "a stream stops growing at {window} bytes");
+        }
+        // Two streams reach the target together.
+        assert!(2 * (STREAM_WINDOW_TARGET - credit) <= room);
+        // And the bound stays a bound: at most 16 MiB more than the guaranteed minimum.
+        assert!(room <= 16 * 1024 * 1024);
+        // yamux accepts the settings (it asserts the minimum on both setters).
+        let _ = yamux_config();
     }
 
     #[tokio::test]
