@@ -101,11 +101,14 @@ impl Drop for DelayLine {
     }
 }
 
+/// A chunk and when it was read; `None`: the end.
+type Stamped = Option<(Instant, Vec<u8>)>;
+
 /// One direction, `from` to `to`: a reader thread that stamps chunks, a writer thread that
 /// sends each when [`departure`] says. `None` in the queue: `from` ended (the writer then shuts
 /// `to`'s writing side down, after the chunks before it).
 fn direction(mut from: TcpStream, mut to: TcpStream, path: Path) {
-    let (tx, rx): (SyncSender<Option<(Instant, Vec<u8>)>>, Receiver<_>) = sync_channel(QUEUE_CHUNKS);
+    let (tx, rx): (SyncSender<Stamped>, Receiver<Stamped>) = sync_channel(QUEUE_CHUNKS);
     thread::spawn(move || {
         loop {
             let mut buf = vec![0u8; CHUNK];
