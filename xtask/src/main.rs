@@ -66,6 +66,13 @@ enum Cmd {
         /// postgres (a private PostgreSQL cluster, one and two replicas, against SQLite).
         #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "postgres"])]
         db: String,
+        /// The tunnel bench over a delayed path: this added round trip (ms) between the agent and
+        /// the relay, and between the reference client and the container (a user-space delay line).
+        #[arg(long)]
+        delay_ms: Option<u64>,
+        /// With `--delay-ms`: the delayed path's rate per direction and connection (Mbit/s).
+        #[arg(long, requires = "delay_ms")]
+        rate_mbit: Option<f64>,
     },
     /// Build the release into target/dist/: binaries, .debs, man pages, completions, signatures.
     Dist(dist::DistArgs),
@@ -93,7 +100,9 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test { no_setup, no_e2e, no_dist, args } => test(no_setup, no_e2e, no_dist, &args),
         Cmd::Dist(a) => dist::run(a),
-        Cmd::Bench { which, quick, json, db } => bench::run(&which, quick, json, &db),
+        Cmd::Bench { which, quick, json, db, delay_ms, rate_mbit } => {
+            bench::run(&which, quick, json, &db, bench::Delay { ms: delay_ms, rate_mbit })
+        }
         Cmd::ReleaseKey(a) => sign::release_key(a),
         Cmd::Sign(a) => sign::sign(a),
         Cmd::E2e { names, jobs } => e2e::run(&names, jobs),

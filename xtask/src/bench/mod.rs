@@ -5,6 +5,7 @@
 
 mod agent;
 pub mod cost;
+mod delay;
 mod dryrun;
 mod onenode;
 mod platform;
@@ -140,14 +141,25 @@ fn fmt(v: f64) -> String {
     }
 }
 
-pub fn run(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
+/// `--delay-ms` and `--rate-mbit`: the tunnel bench's delayed path (see `delay.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Delay {
+    pub ms: Option<u64>,
+    pub rate_mbit: Option<f64>,
+}
+
+pub fn run(which: &str, quick: bool, json: bool, db: &str, delay: Delay) -> Result<()> {
     // `GPUM_BENCH_UNOPTIMISED=1`: run from this build as it is (a reduced run on a machine too
     // busy to build the release one; its figures say so).
     if cfg!(debug_assertions) && std::env::var_os("GPUM_BENCH_UNOPTIMISED").is_none() {
-        return run_optimised(which, quick, json, db);
+        return run_optimised(which, quick, json, db, delay);
     }
     JSON.store(json, Ordering::Relaxed);
     platform::set_db(db)?;
+    if delay.ms.is_some() && which != "tunnel" {
+        bail!("--delay-ms is the tunnel bench's: cargo xtask bench tunnel --delay-ms N");
+    }
+    tunnel::set_delay(delay);
     let all = which == "all";
     let mut ran = false;
     let mut rows = Vec::new();
@@ -170,9 +182,11 @@ pub fn run(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
         return Ok(());
     }
     println!(
-        "\n== summary: cargo xtask bench {which}{}{} ==",
+        "\n== summary: cargo xtask bench {which}{}{}{}{} ==",
         if quick { " --quick" } else { "" },
-        if db == "sqlite" { String::new() } else { format!(" --db {db}") }
+        if db == "sqlite" { String::new() } else { format!(" --db {db}") },
+        delay.ms.map(|ms| format!(" --delay-ms {ms}")).unwrap_or_default(),
+        delay.rate_mbit.map(|m| format!(" --rate-mbit {m}")).unwrap_or_default()
     );
     let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     println!("{:<w$}  {:>16}  {:<22}  {:<34}  verdict", "name", "measured", "goal", "same-run reference");
@@ -192,7 +206,7 @@ pub fn run(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
 /// `cargo xtask` is a debug build; benches run from an optimised one. The harness shares the
 /// machine with what it measures (the platform bench's load generator, at 10,000 requests/s, took
 /// 0.9 of the 2 cores as a debug build and 0.5 optimised), so its own cost is kept small.
-fn run_optimised(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
+fn run_optimised(which: &str, quick: bool, json: bool, db: &str, delay: Delay) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let release = crate::util::release_build(&["--locked", "-p", "xtask", "--bin", "xtask"])?;
     let mut cmd = std::process::Command::new(release.join("xtask"));
@@ -204,6 +218,12 @@ fn run_optimised(which: &str, quick: bool, json: bool, db: &str) -> Result<()> {
         cmd.arg("--json");
     }
     cmd.arg("--db").arg(db);
+    if let Some(ms) = delay.ms {
+        cmd.arg("--delay-ms").arg(ms.to_string());
+    }
+    if let Some(m) = delay.rate_mbit {
+        cmd.arg("--rate-mbit").arg(m.to_string());
+    }
     let e = cmd.exec();
     bail!("run the optimised xtask: {e}")
 }

@@ -24,7 +24,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::symlink;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,6 +35,7 @@ use gpum_protocol::{
 };
 
 use super::cost::cli_json;
+use super::delay::{DelayLine, Path};
 use super::{Kill, Row, say, spawn_agent};
 use crate::util::{docker_answers, median};
 
@@ -46,6 +46,19 @@ const BUSYBOX: &str = "/bin/busybox";
 /// per rental (streams closed just before may still hold a slot for a moment).
 const IDLE_STREAMS: usize = 60;
 const LONG: Duration = Duration::from_secs(90);
+
+/// `--delay-ms` / `--rate-mbit`, set once by `bench::run`.
+static DELAY: std::sync::OnceLock<super::Delay> = std::sync::OnceLock::new();
+
+pub fn set_delay(d: super::Delay) {
+    let _ = DELAY.set(d);
+}
+
+/// The delayed path, if the bench was asked for one.
+fn delayed_path() -> Option<Path> {
+    let d = DELAY.get().copied().unwrap_or_default();
+    d.ms.map(|ms| Path { round_trip: Duration::from_millis(ms), rate_bits: d.rate_mbit.map(|m| m * 1e6) })
+}
 
 /// Removes the bench's containers (by its Docker scope label) when dropped.
 struct Containers(String);
@@ -141,12 +154,17 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
 
     let scope = format!("gpum.test.bench=t{}", std::process::id());
     let _containers = Containers(scope.clone());
+    // Over a delayed path the agent reaches the platform (its heartbeats and its tunnel) through
+    // a delay line.
+    let path = delayed_path();
+    let agent_line = path.map(|p| DelayLine::start(("127.0.0.1", api), p)).transpose()?;
+    let server_port = agent_line.as_ref().map_or(api, DelayLine::port);
     let state = dir.join("state");
     std::fs::create_dir_all(&state)?;
     std::fs::write(
         state.join("config.toml"),
         format!(
-            "server = 'http://127.0.0.1:{api}'\nnode_id = '{node_id}'\ntoken = '{token}'\n\
+            "server = 'http://127.0.0.1:{server_port}'\nnode_id = '{node_id}'\ntoken = '{token}'\n\
              test_docker_scope = '{scope}'\ntest_rentals_without_gpu_request = true\nrentals = true\n"
         ),
     )?;
@@ -164,8 +182,20 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     }
     let ip = container_ip(&format!("gpum-rental-{id}"))?;
     let tunnel = |port: u16| connect(relay, &id, &credential, port);
+    // The reference crosses the same delayed path: one delay line per port, in front of the
+    // container.
+    let lines = match path {
+        Some(p) => [7000u16, 7001, 7002]
+            .iter()
+            .map(|&port| Ok((port, DelayLine::start((ip.as_str(), port), p)?)))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
     let direct = |port: u16| -> Result<TcpStream> {
-        let s = TcpStream::connect((ip.as_str(), port))?;
+        let s = match lines.iter().find(|(p, _)| *p == port) {
+            Some((_, line)) => TcpStream::connect(("127.0.0.1", line.port()))?,
+            None => TcpStream::connect((ip.as_str(), port))?,
+        };
         s.set_nodelay(true)?;
         Ok(s)
     };
@@ -175,6 +205,15 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
             bail!("no tunnel within {LONG:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+
+    if let Some(p) = path {
+        let rows = delayed(p, quick, mib, &tunnel, &direct)?;
+        drop(agent_proc);
+        drop(platform_proc);
+        drop(agent_line);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(rows);
     }
 
     // Latency: one connection each way, rounds in alternating blocks.
@@ -257,6 +296,84 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     ])
 }
 
+/// Over a delayed path: the round trip, and 1 and 4 streams' throughput each way, through the
+/// tunnel and direct (the same path), alternating, 3 runs each (medians). Goal: 80 % of direct.
+fn delayed(
+    p: Path,
+    quick: bool,
+    mib: u64,
+    tunnel: &(dyn Fn(u16) -> Result<TcpStream> + Sync),
+    direct: &(dyn Fn(u16) -> Result<TcpStream> + Sync),
+) -> Result<Vec<Row>> {
+    let ms = p.round_trip.as_millis();
+    let rate = p.rate_bits.map(|b| format!(", {} Mbit/s", b / 1e6)).unwrap_or_default();
+    let (mut lt, mut ld) = (tunnel(7000)?, direct(7000)?);
+    let n = if quick { 20 } else { 100 };
+    round_trips(&mut lt, 5)?;
+    round_trips(&mut ld, 5)?;
+    let (mut rt, mut rd) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        rd.extend(round_trips(&mut ld, n / 2)?);
+        rt.extend(round_trips(&mut lt, n / 2)?);
+    }
+    drop((lt, ld));
+    let (med_t, med_d) = (median(&mut rt), median(&mut rd));
+    let bytes = mib * 1024 * 1024;
+    say!(
+        "command: cargo xtask bench tunnel{} --delay-ms {ms}{} (release builds; a delay line of {ms} ms \
+         round trip{rate} between the agent and the platform, and in front of the container for direct; \
+         {mib} MiB per stream)",
+        if quick { " --quick" } else { "" },
+        p.rate_bits.map(|b| format!(" --rate-mbit {}", b / 1e6)).unwrap_or_default()
+    );
+    say!("round trip (64 B line, median): tunnel {med_t:.3} ms, direct {med_d:.3} ms");
+    let mut rows = vec![
+        Row::at_most(&format!("tunnel {ms} ms: added median round trip"), med_t - med_d, "ms", 1.0, false)
+            .with_reference(format!("direct {med_d:.2} ms, tunnel {med_t:.2}")),
+    ];
+    for streams in [1usize, 4] {
+        let (mut down_t, mut down_d, mut up_t, mut up_d) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..3 {
+            down_d.push(parallel(streams, bytes, || download(direct(7001)?, bytes))?);
+            down_t.push(parallel(streams, bytes, || download(tunnel(7001)?, bytes))?);
+            up_d.push(parallel(streams, bytes, || upload(direct(7002)?, bytes))?);
+            up_t.push(parallel(streams, bytes, || upload(tunnel(7002)?, bytes))?);
+        }
+        let (down_t, down_d, up_t, up_d) =
+            (median(&mut down_t), median(&mut down_d), median(&mut up_t), median(&mut up_d));
+        for (way, t, d) in [("download", down_t, down_d), ("upload", up_t, up_d)] {
+            say!(
+                "{streams} stream(s), {way}: tunnel {t:.0} MB/s, direct {d:.0} MB/s ({:.0} %)",
+                t / d * 100.0
+            );
+            rows.push(
+                Row::at_least(
+                    &format!("tunnel {ms} ms{rate}: {streams} stream(s) {way}, share of direct"),
+                    t / d * 100.0,
+                    "%",
+                    80.0,
+                )
+                .with_reference(format!("direct {d:.0} MB/s, tunnel {t:.0}")),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// `streams` transfers of `bytes` each at once (each its own connection, made in its thread):
+/// their bytes together over the time until the last ends, in MB/s.
+fn parallel(streams: usize, bytes: u64, one: impl Fn() -> Result<f64> + Sync) -> Result<f64> {
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let all: Vec<_> = (0..streams).map(|_| s.spawn(&one)).collect();
+        for h in all {
+            h.join().map_err(|_| anyhow::anyhow!("a transfer panicked"))??;
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok((streams as u64 * bytes) as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
 fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -305,7 +422,7 @@ fn image() -> Result<String> {
 }
 
 /// A node over HTTP with a made-up inventory of one GPU, its check passed, priced: rentable.
-fn rentable_node(api: u16, platform: &Path, db: &Path) -> Result<(String, String)> {
+fn rentable_node(api: u16, platform: &std::path::Path, db: &std::path::Path) -> Result<(String, String)> {
     let code =
         cli_json(platform, db, &["join-code", "create"])?["code"].as_str().context("code")?.to_string();
     let mut inv = Inventory::default();
