@@ -32,7 +32,8 @@ pub struct Placement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// The request names neither or both of `ends_at` and `duration_secs`, or neither or both
-    /// of `gpus` and `gpu_uuids` (`check_request` refuses it first; here for a total function).
+    /// of `gpus` and `gpu_uuids`, or names a GPU twice (`check_request` refuses it first; here
+    /// so that the rule alone never gives a GPU twice).
     Malformed(&'static str),
     /// The server's verdict is not rentable; a quarantine's reason goes with it.
     NotRentable { state: RentableState, quarantine: Option<String> },
@@ -105,6 +106,9 @@ pub fn place(
             }
             if let Some(u) = uuids.iter().find(|u| held.contains(u)) {
                 return Err(Refusal::HeldGpu { uuid: u.clone() });
+            }
+            if uuids.iter().enumerate().any(|(i, u)| uuids[..i].contains(u)) {
+                return Err(Refusal::Malformed("gpu_uuids: each GPU once"));
             }
             uuids.clone()
         }
@@ -320,7 +324,10 @@ mod tests {
                     prop_assert!(req.duration_secs.unwrap() > MAX_RENTAL_SECS);
                 }
                 Err(Refusal::TooShort { .. }) => prop_assert!(req.duration_secs.unwrap() < 3600),
-                Err(Refusal::Malformed(m)) => prop_assert!(false, "a well-formed request: {}", m),
+                Err(Refusal::Malformed(m)) => {
+                    let twice = req.gpu_uuids.as_ref().is_some_and(|v| v.iter().enumerate().any(|(i, u)| v[..i].contains(u)));
+                    prop_assert!(twice, "a well-formed request: {}", m);
+                }
                 Err(_) => {}
             }
         }
