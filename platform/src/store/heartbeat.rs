@@ -341,7 +341,9 @@ fn record_removals(
 fn record_results(conn: &Conn, now: u64, node_id: &str, results: &[CommandResult]) -> Result<(), ApiError> {
     for r in results {
         let message = truncate(&r.message, limits::MAX_TEXT_LEN);
-        let kind: Option<CommandKind> = conn
+        // Read as the word stored: a replica of a newer release may have queued a kind this
+        // one does not know (the agent refuses it and says so; see `deliver_commands`).
+        let kind: Option<String> = conn
             .prepare_cached(
                 "UPDATE commands SET result_ok = ?1, result_message = ?2, completed_at = ?3
                  WHERE id = ?4 AND node_id = ?5 AND completed_at IS NULL RETURNING kind",
@@ -350,7 +352,7 @@ fn record_results(conn: &Conn, now: u64, node_id: &str, results: &[CommandResult
             .optional()?;
         if let Some(kind) = kind {
             let k = if r.ok { NodeEventKind::CommandOk } else { NodeEventKind::CommandFailed };
-            record(conn, node_id, now, k, kind.as_str(), &message)?;
+            record(conn, node_id, now, k, &kind, &message)?;
         }
     }
     Ok(())
@@ -360,7 +362,11 @@ fn record_results(conn: &Conn, now: u64, node_id: &str, results: &[CommandResult
 /// per answer (the rest wait for the next heartbeat): the answer that carries them marks them
 /// delivered.
 fn deliver_commands(conn: &Conn, now: u64, node_id: &str) -> Result<Vec<gpum_protocol::Command>, ApiError> {
-    let pending: Vec<(String, CommandKind)> = conn
+    // The kind goes out as the word stored, as the wire carries it: a command that a replica of
+    // a newer release queued is delivered, and the agent, which knows its own commands, refuses
+    // one it does not know and reports why (`gpum_protocol::Command`). Queuing takes a
+    // `CommandKind`, so this replica writes no unknown word itself.
+    let pending: Vec<(String, String)> = conn
         .prepare_cached(
             "SELECT id, kind FROM commands WHERE node_id = ?1 AND delivered_at IS NULL ORDER BY seq LIMIT ?2",
         )?
@@ -379,7 +385,7 @@ fn deliver_commands(conn: &Conn, now: u64, node_id: &str) -> Result<Vec<gpum_pro
             .execute(params![now as i64, id])?
             == 1
         {
-            commands.push(gpum_protocol::Command { id, kind: kind.as_str().to_owned() });
+            commands.push(gpum_protocol::Command { id, kind });
         }
     }
     if !commands.is_empty() {

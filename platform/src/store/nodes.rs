@@ -306,7 +306,8 @@ pub(super) fn command_history(conn: &Conn, node_id: &str) -> Result<Vec<CommandS
                     message: message.unwrap_or_default(),
                 }),
                 id,
-                kind: r.get::<_, CommandKind>(1)?.as_str().to_owned(),
+                // The word stored: a newer replica's kind is listed, not an error.
+                kind: r.get(1)?,
                 queued_at: r.get::<_, i64>(2)? as u64,
                 delivered_at: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
                 completed_at: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
