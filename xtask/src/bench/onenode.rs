@@ -165,7 +165,7 @@ fn measure(exe: &Path, dir: &Path, nodes: u64, requests: usize) -> Result<Median
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).http1_only().build()?;
         let page = client
             .get(format!("{url}/dashboard/servers/{}", s.node))
-            .header("Cookie", format!("gpum_session={}", s.session));
+            .header("Cookie", format!("{}={}", gpum_platform::web::SESSION_COOKIE, s.session));
         let api =
             client.get(format!("{url}{}/{}", gpum_protocol::PATH_OWNER_NODES, s.node)).bearer_auth(&s.key);
         let page = median_ms(page, requests, |b| b.contains(&s.node) && b.contains("<html")).await?;
