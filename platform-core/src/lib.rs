@@ -12,12 +12,16 @@
 //! - [`effects`]: what each operation ends that lives outside the database (the relay's
 //!   tunnels and streams), as values.
 //! - [`throttle`]: what a count of wrong secrets blocks, and for how long.
+//! - [`metering`]: a rental's runs from the agent's reports, and what it is charged; the
+//!   [`currency`] its amounts are in.
 //!
 //! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
 //! (`tests/tidy.rs` checks it).
 
+pub mod currency;
 pub mod effects;
 pub mod heartbeat;
+pub mod metering;
 pub mod placement;
 pub mod rentable;
 pub mod throttle;

@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::store::{self, Scope};
 
+mod earnings;
 mod serve;
 
 #[derive(Debug, Parser)]
@@ -69,6 +70,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RentalsCmd,
     },
+    /// What the rentals earned (issue 46): per owner, server, month and day, and per rental;
+    /// `--owner` for one owner's, `--csv` for the rentals as CSV.
+    Earnings(earnings::EarningsArgs),
     /// The registries rental images may come from.
     RentalRegistries {
         #[command(subcommand)]
@@ -458,6 +462,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Owners { cmd } => owners(cmd, now, json, &tx),
         Cmd::Nodes { cmd } => nodes(cmd, now, json, &tx),
         Cmd::Rentals { cmd } => rentals(cmd, now, json, &tx),
+        Cmd::Earnings(args) => earnings::run(&args, now, json, &tx),
         Cmd::RentalRegistries { cmd } => rental_registries(&cmd, json, &tx),
         Cmd::ProbeImage { cmd } => probe_image(cmd, json, &tx),
     }
@@ -649,7 +654,7 @@ fn migrate(from: &str, to: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-type Tx<'a> = dyn Fn(&dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
+pub(crate) type Tx<'a> = dyn Fn(&dyn Fn(&crate::sql::Conn) -> Result<serde_json::Value, ApiError>) -> Result<serde_json::Value>
     + 'a;
 
 /// `owners …`: each one transaction; the invitation link is printed once (the database keeps

@@ -4,7 +4,8 @@
 //! them. `--test-clock-file F` (hidden, only in builds with the `test-knobs` feature) makes the clock the system time plus a number
 //! of seconds read from `F` on every call; a missing or empty file means no offset. Tests write a
 //! larger number to move the platform into the future. The same clock stamps the `Date` header,
-//! so a test can also make the platform's clock look skewed to an agent.
+//! so a test can also make the platform's clock look skewed to an agent. A file holding `=T`
+//! stops the clock at Unix second `T` (issue 46: metering's sums, checked to the second).
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,8 +29,17 @@ impl Clock {
         std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<i64>().ok()).unwrap_or(0)
     }
 
+    /// The stopped time a test set (`=T` in the file), if any.
+    fn fixed_secs(&self) -> Option<u64> {
+        let path = self.offset_file.as_ref()?;
+        std::fs::read_to_string(path).ok()?.trim().strip_prefix('=')?.parse().ok()
+    }
+
     /// Now, as a `SystemTime`.
     pub fn now_system(&self) -> SystemTime {
+        if let Some(t) = self.fixed_secs() {
+            return UNIX_EPOCH + Duration::from_secs(t);
+        }
         let off = self.offset_secs();
         let base = SystemTime::now();
         if off >= 0 {
@@ -60,5 +70,7 @@ mod tests {
         assert!((3599..=3601).contains(&(after - before)), "{before} -> {after}");
         std::fs::write(&f, "garbage").unwrap();
         assert!(c.now() < after);
+        std::fs::write(&f, "=1800000000\n").unwrap();
+        assert_eq!(c.now(), 1_800_000_000);
     }
 }

@@ -264,8 +264,8 @@ pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<Rental
     let credential =
         (!spec.ports.is_empty()).then(|| format!("{TUNNEL_CREDENTIAL_PREFIX}{}", store::new_token()));
     conn.prepare_cached(
-        "INSERT INTO rentals (id, node_id, spec_json, created_at, ends_at, tunnel_hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO rentals (id, node_id, spec_json, created_at, ends_at, tunnel_hash, price_per_gpu_hour)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute(params![
         spec.id,
@@ -274,6 +274,9 @@ pub fn create(conn: &Conn, now: u64, req: &CreateRentalRequest) -> Result<Rental
         now as i64,
         ends_at as i64,
         credential.as_deref().map(store::hash_secret),
+        // Issue 46: the server's price now is the rental's for good; a later change of the
+        // server's price never reaches it. (Placement refused an unpriced server.)
+        node.price_per_gpu_hour.map(|p| p as i64),
     ])?;
     // The heartbeat looks rentals up only until the latest end (an upper bound: a stopped one
     // costs a lookup that finds nothing, never a missed rental).
@@ -420,8 +423,8 @@ fn node(conn: &Conn, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
 // ---------------------------------------------------------------------------------------------
 // Reading and stopping
 
-const COLUMNS: &str =
-    "node_id, spec_json, created_at, stopped_at, listed, ends_at, state, exit_code, reason, updated_at";
+const COLUMNS: &str = "node_id, spec_json, created_at, stopped_at, listed, ends_at, state, exit_code, reason, updated_at,
+     price_per_gpu_hour, (SELECT value FROM settings WHERE key = 'currency')";
 
 fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSummary, String)> {
     let spec_json: String = r.get(1)?;
@@ -452,6 +455,15 @@ fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSumma
             reason: r.get(8)?,
             updated_at: t(r.get(9)?),
             tunnel: None,
+            // Issue 46: fixed when it was created, in the platform's currency (RUB by default).
+            price: r.get::<_, Option<i64>>(10)?.map(|p| gpum_protocol::RentalPrice {
+                per_gpu_hour: p.max(0) as u64,
+                currency: r
+                    .get::<_, Option<String>>(11)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| gpum_platform_core::currency::DEFAULT.code.to_owned()),
+            }),
         },
         spec_json,
     ))

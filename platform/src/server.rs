@@ -84,6 +84,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/owner/nodes/{id}/metrics"),
     ("GET", "/api/v1/owner/rentals"),
     ("GET", "/api/v1/owner/rentals/{id}"),
+    ("GET", gpum_protocol::PATH_OWNER_EARNINGS),
+    ("GET", gpum_protocol::PATH_ADMIN_EARNINGS),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
 ];
@@ -129,6 +131,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}"), get(show_rental))
         .route(&format!("{PATH_ADMIN_RENTALS}/{{id}}/stop"), post(stop_rental))
         .route(PATH_ADMIN_OWNERS, post(invite_owner).get(list_owners))
+        .route(gpum_protocol::PATH_ADMIN_EARNINGS, get(earnings))
         .route(&format!("{PATH_ADMIN_OWNERS}/{{id}}"), axum::routing::patch(update_owner))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), admin_auth));
     // An owner's API: the same handlers, on their own servers only (the `Scope` their key
@@ -143,6 +146,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/metrics"), get(node_metrics))
         .route(PATH_OWNER_RENTALS, get(list_rentals))
         .route(&format!("{PATH_OWNER_RENTALS}/{{id}}"), get(show_rental))
+        .route(gpum_protocol::PATH_OWNER_EARNINGS, get(earnings))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), owner_auth));
     Router::new()
         .route(PATH_ENROLL, post(enroll))
@@ -672,6 +676,56 @@ async fn list_rentals(
             .await?,
     )
     .into_response())
+}
+
+/// Issue 46: the earnings of the rentals within the caller's scope, as JSON or
+/// (`?format=csv`) CSV; the operator may name one owner (`?owner=ID`).
+async fn earnings(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let mut owner: Option<String> = None;
+    let mut as_csv = false;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.as_deref().unwrap_or(""))
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the query is not valid"))?;
+    for (k, v) in pairs {
+        match (k.as_str(), v.as_str()) {
+            ("owner", _) if matches!(scope, Scope::All) => owner = Some(v),
+            ("format", "csv") => as_csv = true,
+            ("format", "json") => as_csv = false,
+            ("format", _) => {
+                return Err(ApiError::new(ErrorCode::InvalidRequest, "format: csv or json"));
+            }
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("unknown query parameter {k:?}"),
+                ));
+            }
+        }
+    }
+    let now = st.clock.now();
+    let e = st
+        .db
+        .call(move |c| {
+            let owner = match &owner {
+                Some(o) => Some(accounts::find_owner(c, o)?.id),
+                None => None,
+            };
+            store::earnings(c, now, &scope, owner.as_deref())
+        })
+        .await?;
+    if as_csv {
+        let mut r = store::earnings_csv(&e).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+        r.headers_mut().insert(
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment; filename=\"gpum-earnings.csv\""),
+        );
+        return Ok(r);
+    }
+    Ok(Json(e).into_response())
 }
 
 async fn show_rental(

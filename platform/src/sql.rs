@@ -1008,6 +1008,7 @@ mod tests {
         .concat();
         let sources = [
             ("store/mod.rs", include_str!("store/mod.rs")),
+            ("store/earnings.rs", include_str!("store/earnings.rs")),
             ("store/enroll.rs", include_str!("store/enroll.rs")),
             ("store/events.rs", include_str!("store/events.rs")),
             ("store/heartbeat.rs", include_str!("store/heartbeat.rs")),

@@ -9,12 +9,14 @@
 //! know instead of failing to parse the whole heartbeat answer.
 
 pub mod driver;
+pub mod earnings;
 pub mod image;
 pub mod joincode;
 pub mod registry;
 #[cfg(feature = "tunnel")]
 pub mod tunnel;
 
+pub use earnings::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -1127,6 +1129,10 @@ pub struct RentalSummary {
     /// platform keeps only the credential's SHA-256; it is never shown again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelAccess>,
+    /// Issue 46: its price, fixed when it was created (absent for one created before, on a
+    /// server that had none then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<RentalPrice>,
 }
 
 /// A rental's tenant access through the relay (issue 34).

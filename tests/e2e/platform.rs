@@ -32,6 +32,9 @@ mod rentals;
 // Issue 44, items 1 and 2: effects reach every replica's relay, from every face.
 #[path = "platform_effects.rs"]
 mod effects;
+// Issue 46: earnings, metered from what ran.
+#[path = "platform_earnings.rs"]
+mod earnings;
 // Issue 35: replicas on one PostgreSQL.
 #[path = "platform_replicas.rs"]
 mod replicas;

@@ -363,9 +363,22 @@ impl TestPlatform {
     /// Moves the platform's clock (server and CLI) forward by `secs` (backward if negative).
     pub fn advance_clock(&self, secs: i64) {
         let f = self.dir.path().join("clock");
-        let cur: i64 = std::fs::read_to_string(&f).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let (fixed, cur) = match text.trim().strip_prefix('=') {
+            Some(t) => ("=", t.parse::<i64>().unwrap_or(0)),
+            None => ("", text.trim().parse().unwrap_or(0)),
+        };
         let tmp = self.dir.path().join("clock.tmp");
-        std::fs::write(&tmp, format!("{}\n", cur + secs)).expect("write clock");
+        std::fs::write(&tmp, format!("{fixed}{}\n", cur + secs)).expect("write clock");
+        std::fs::rename(&tmp, &f).expect("rename clock");
+    }
+
+    /// Stops the platform's clock (server and CLI) at Unix second `t` (metering's sums, checked
+    /// to the second); [`TestPlatform::advance_clock`] then moves it from there.
+    pub fn set_clock(&self, t: u64) {
+        let f = self.dir.path().join("clock");
+        let tmp = self.dir.path().join("clock.tmp");
+        std::fs::write(&tmp, format!("={t}\n")).expect("write clock");
         std::fs::rename(&tmp, &f).expect("rename clock");
     }
 

@@ -144,6 +144,11 @@ pub(super) struct ServeArgs {
     /// Seconds a relay stream may carry no byte either way before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     relay_idle_timeout: u64,
+    /// The platform's currency (issue 46): an ISO 4217 code (RUB, USD, EUR…); every price and
+    /// amount is in its minor units. Unset: the one set before, else RUB. It cannot change
+    /// once a rental exists.
+    #[arg(long, value_name = "CODE", value_parser = currency_arg)]
+    currency: Option<String>,
     /// TEST ONLY (the `test-knobs` feature): ping each agent's tunnel every this many
     /// milliseconds, and drop it when the answer takes as long, instead of every 20 s within
     /// 15 s, so that an end-to-end test can cut the network and watch the tunnel come back.
@@ -249,6 +254,11 @@ fn admin_token_hash(file: Option<&Path>) -> Result<Option<[u8; 32]>> {
 
 /// The database's connections (`--db-connections`) and, on SQLite, the checkpointer's own.
 type Connections = (Vec<crate::sql::Conn>, Option<crate::sql::Conn>);
+
+/// `--currency`: a code the platform knows (`gpum_platform_core::currency`).
+fn currency_arg(s: &str) -> Result<String, String> {
+    gpum_platform_core::currency::Currency::parse(s).map(|c| c.code.to_owned())
+}
 
 fn open_database(target: &Target, db_connections: u16) -> Result<Connections> {
     let conn =
@@ -372,6 +382,10 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
         None => None,
     };
     let (conns, ckpt) = open_database(&target, db_connections)?;
+    if let Some(code) = &args.currency {
+        let c = store::set_currency(&conns[0], code).map_err(|e| anyhow::anyhow!("--currency: {e}"))?;
+        tracing::info!(currency = c.code, minor_units = c.minor_units, "currency");
+    }
     let doors = Doors::bind(&args)?;
     let peer_secret = match &args.peer_secret_file {
         None => None,

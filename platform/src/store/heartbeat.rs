@@ -193,6 +193,11 @@ pub fn heartbeat_prepared(
     if !req.rentals.is_empty() {
         crate::rentals::record_reports(conn, now, node_id, &req.rentals)?;
     }
+    // Metering (issue 46): the runs this beat opens and closes, for a node that has or had a
+    // rental (`rentals_until` is set by the first one); the others skip the lookup.
+    if !req.rentals.is_empty() || facts.rentals_until.is_some() {
+        super::earnings::meter(conn, now, node_id, facts.last_heartbeat_at, req.seq, &req.rentals)?;
+    }
     let rentals = if plan.list_rentals { crate::rentals::desired(conn, now, node_id)? } else { Vec::new() };
 
     let mut known_containers: Vec<String> = serde_json::from_str(&known_json)?;

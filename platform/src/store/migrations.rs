@@ -254,6 +254,21 @@ CREATE TABLE tunnel_homes (
     since       INTEGER NOT NULL
 );
 "#,
+    // 17: money (issue 46): a rental's price per GPU-hour, fixed when it is created (a rental
+    // made before takes its server's price now), and its runs: each span in which the agent
+    // reported it `running` (`store::earnings`), open while `ended_at` is NULL.
+    r#"
+ALTER TABLE rentals ADD COLUMN price_per_gpu_hour INTEGER;
+UPDATE rentals SET price_per_gpu_hour = (SELECT price_per_gpu_hour FROM nodes WHERE nodes.id = rentals.node_id);
+CREATE TABLE rental_runs (
+    rental_id   TEXT NOT NULL,
+    node_id     TEXT NOT NULL,
+    started_at  INTEGER NOT NULL,
+    ended_at    INTEGER
+);
+CREATE INDEX rental_runs_rental ON rental_runs(rental_id, started_at);
+CREATE INDEX rental_runs_open ON rental_runs(node_id) WHERE ended_at IS NULL;
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -491,6 +506,21 @@ CREATE TABLE tunnel_homes (
     replica_id  TEXT NOT NULL,
     since       BIGINT NOT NULL
 );
+"#,
+    ),
+    (
+        17,
+        r#"
+ALTER TABLE rentals ADD COLUMN price_per_gpu_hour BIGINT;
+UPDATE rentals SET price_per_gpu_hour = (SELECT price_per_gpu_hour FROM nodes WHERE nodes.id = rentals.node_id);
+CREATE TABLE rental_runs (
+    rental_id   TEXT NOT NULL,
+    node_id     TEXT NOT NULL,
+    started_at  BIGINT NOT NULL,
+    ended_at    BIGINT
+);
+CREATE INDEX rental_runs_rental ON rental_runs(rental_id, started_at);
+CREATE INDEX rental_runs_open ON rental_runs(node_id) WHERE ended_at IS NULL;
 "#,
     ),
 ];

@@ -74,6 +74,7 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
+mod earnings;
 mod enroll;
 mod events;
 mod heartbeat;
@@ -83,6 +84,7 @@ mod owners;
 #[cfg(test)]
 mod tests;
 
+pub use earnings::{csv as earnings_csv, currency, earnings, image_name, iso_utc, set_currency};
 pub use enroll::*;
 pub(crate) use events::*;
 pub use heartbeat::*;

@@ -536,7 +536,9 @@ pub fn delete_node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<(),
     )?
     .execute(params![now as i64, id])?;
     conn.prepare_cached("DELETE FROM node_gpus WHERE node_id = ?1")?.execute(params![id])?;
-    // Its rentals end (no heartbeat will carry them again); their records stay for the operator.
+    // Its rentals end (no heartbeat will carry them again); their records stay for the operator,
+    // and their runs end at its last heartbeat (issue 46).
+    super::earnings::close_node_runs(conn, id)?;
     let ended = crate::rentals::end_for_node(conn, now, id, "node deleted")?;
     // Its tunnel and those rentals' streams end on every replica.
     crate::effects::record(conn, now, &crate::effects::rules::node_deleted(id, &ended))?;

@@ -124,6 +124,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/account/totp/off", axum::routing::post(account::totp_off))
         .route("/dashboard/account/recovery", axum::routing::post(account::recovery_codes))
         .route("/dashboard/add", get(add_form).post(create_code))
+        .route("/dashboard/earnings", get(earnings))
+        .route("/dashboard/earnings.csv", get(earnings_csv))
         .route("/dashboard/join/{hash}", get(join_state))
         .route("/dashboard/servers/{id}", get(server))
         .route("/dashboard/servers/{id}/command", axum::routing::post(command))
@@ -538,6 +540,35 @@ async fn servers(State(web): St, r: SignedIn, RawQuery(q): RawQuery) -> Response
             let at = pages::PageAt { after: after.as_deref(), next: list.next.as_deref() };
             page(StatusCode::OK, pages::servers(&r.ctx, &list.nodes, at, now, deleted.as_deref(), reset_at))
         }
+        Err(e) => api_error(&r, e),
+    }
+}
+
+/// Issue 46: the earnings of the session's servers (the operator's: every server's).
+async fn read_earnings(web: &Web, r: &Req) -> Result<gpum_protocol::Earnings, ApiError> {
+    let now = web.app.clock.now();
+    let scope = r.scope();
+    web.app.db.call(move |c| store::earnings(c, now, &scope, None)).await
+}
+
+async fn earnings(State(web): St, r: SignedIn) -> Response {
+    match read_earnings(&web, &r).await {
+        Ok(e) => page(StatusCode::OK, pages::earnings(&r.ctx, &e)),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+/// The same as CSV (the owner API's `?format=csv`), as a download.
+async fn earnings_csv(State(web): St, r: SignedIn) -> Response {
+    match read_earnings(&web, &r).await {
+        Ok(e) => (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                (header::CONTENT_DISPOSITION, "attachment; filename=\"gpum-earnings.csv\""),
+            ],
+            store::earnings_csv(&e),
+        )
+            .into_response(),
         Err(e) => api_error(&r, e),
     }
 }

@@ -22,6 +22,7 @@ use crate::store::{OpenCode, SettingsError};
 
 mod add;
 mod confirm;
+mod earnings;
 mod events;
 mod figures;
 mod join;
@@ -34,6 +35,7 @@ pub(crate) mod tests;
 pub(crate) use add::copyable;
 use add::no_install_command;
 pub use add::{Dist, add, commands};
+pub use earnings::earnings;
 pub use confirm::{command_refused, confirm_delete, confirm_rotate, rotated};
 use events::{command_name, command_outcome, event_log};
 use figures::{figures, history_chart, memory};
@@ -309,6 +311,7 @@ pub fn layout(ctx: &Ctx, title: &str, body: Markup) -> Markup {
                         @if ctx.csrf.is_some() {
                             a #nav-servers href="/dashboard" { (ctx.t(Msg::NavServers)) }
                             a #nav-add href="/dashboard/add" { (ctx.t(Msg::NavAdd)) }
+                            a #nav-earnings href="/dashboard/earnings" { (ctx.t(Msg::NavEarnings)) }
                         }
                         @if let Some(email) = &ctx.account {
                             a #nav-account href="/dashboard/account" title=(email) { (ctx.t(Msg::NavAccount)) }

@@ -102,6 +102,7 @@ fn rental(
         reason: reason.map(String::from),
         updated_at: None,
         tunnel: None,
+        price: None,
     }
 }
 
