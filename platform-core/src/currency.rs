@@ -108,7 +108,9 @@ mod tests {
         for w in TABLE.windows(2) {
             assert!(w[0].0 < w[1].0, "{:?}", w);
         }
-        assert!(TABLE.iter().all(|(c, m)| c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()) && *m <= 3));
+        assert!(
+            TABLE.iter().all(|(c, m)| c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()) && *m <= 3)
+        );
         assert_eq!(DEFAULT, Currency::parse("RUB").unwrap());
     }
 

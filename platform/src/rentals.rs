@@ -423,7 +423,8 @@ fn node(conn: &Conn, now: u64, id: &str) -> Result<NodeSummary, ApiError> {
 // ---------------------------------------------------------------------------------------------
 // Reading and stopping
 
-const COLUMNS: &str = "node_id, spec_json, created_at, stopped_at, listed, ends_at, state, exit_code, reason, updated_at,
+const COLUMNS: &str =
+    "node_id, spec_json, created_at, stopped_at, listed, ends_at, state, exit_code, reason, updated_at,
      price_per_gpu_hour, (SELECT value FROM settings WHERE key = 'currency')";
 
 fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSummary, String)> {

@@ -42,6 +42,9 @@ mod owners;
 // Issue 32: screenshots of every page and state, full height, in both languages and on a phone.
 #[path = "dashboard_screens.rs"]
 mod screens;
+// Issue 46: the earnings page.
+#[path = "dashboard_earnings.rs"]
+mod earnings;
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LIVE: Duration = Duration::from_secs(30);

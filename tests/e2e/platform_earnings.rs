@@ -5,13 +5,13 @@
 //! through the owner API (JSON and CSV), the admin API and the CLI, on SQLite and (with
 //! `GPUM_TEST_DB=postgres`) PostgreSQL.
 
+use gpum_platform::web::{LANG_COOKIE, SESSION_COOKIE};
 use gpum_protocol::{
     CreateRentalRequest, Earnings, GpuPublic, Health, HeartbeatRequest, HeartbeatResponse, Inventory,
     NvmlState, PATH_ADMIN_EARNINGS, PATH_ADMIN_RENTALS, PATH_OWNER_EARNINGS, ProbeReport, RegisterRequest,
     RegisterResponse, RentalReport, RentalState, RentalSummary, VerificationState, path_admin_rental,
     path_admin_rental_stop,
 };
-use gpum_platform::web::{LANG_COOKIE, SESSION_COOKIE};
 use gpum_tests::owner::OwnerSession;
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::StatusCode;
@@ -164,7 +164,10 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
                     },
                 ));
                 if t <= 160 {
-                    reps.push(report(&id(&r3), if t < 160 { RentalState::Pulling } else { RentalState::Failed }));
+                    reps.push(report(
+                        &id(&r3),
+                        if t < 160 { RentalState::Pulling } else { RentalState::Failed },
+                    ));
                 }
             }
             let _: HeartbeatResponse = api.heartbeat(&a.node_token, &beat(seq, "a", reps)).await.ok();
@@ -195,10 +198,12 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
     let (r2, r3, r4) = (r2.unwrap(), r3.unwrap(), r4.unwrap());
     assert_eq!(r2.price.as_ref().map(|x| x.per_gpu_hour), Some(20_000), "the price at its creation");
     // R1 keeps the price it was created with.
-    let shown: RentalSummary =
-        api.send(api.c.get(format!("{}{}", p.url(), path_admin_rental(&r1.spec.id))).bearer_auth(p.admin_token()))
-            .await
-            .ok();
+    let shown: RentalSummary = api
+        .send(
+            api.c.get(format!("{}{}", p.url(), path_admin_rental(&r1.spec.id))).bearer_auth(p.admin_token()),
+        )
+        .await
+        .ok();
     assert_eq!(shown.price.map(|x| x.per_gpu_hour), Some(15_000));
     // B's deletion closed its run at its last heartbeat.
     let r4_runs: Vec<(i64, Option<i64>)> = p.with_db(|c| {
@@ -249,7 +254,9 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
     let mut lines_csv = csv.split("\r\n");
     assert_eq!(
         lines_csv.next(),
-        Some("rental,server_id,server,image,gpus,created_at,state,gpu_hours,price_per_gpu_hour,amount,currency")
+        Some(
+            "rental,server_id,server,image,gpus,created_at,state,gpu_hours,price_per_gpu_hour,amount,currency"
+        )
     );
     let r2_line = csv.split("\r\n").find(|l| l.starts_with(&r2.spec.id)).expect(&csv);
     assert_eq!(
@@ -268,10 +275,7 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
         let r = p
             .http_client()
             .get(format!("{}/dashboard/earnings", p.url()))
-            .header(
-                "cookie",
-                format!("{SESSION_COOKIE}={}; {LANG_COOKIE}={lang}", ann.session),
-            )
+            .header("cookie", format!("{SESSION_COOKIE}={}; {LANG_COOKIE}={lang}", ann.session))
             .send()
             .await
             .unwrap();
@@ -288,7 +292,8 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
     assert_eq!((page.status, page.body.as_str()), (StatusCode::OK, csv.as_str()));
 
     // The operator: the same for Ann, and a line per owner.
-    let (status, text) = get(&p, &format!("{PATH_ADMIN_EARNINGS}?owner=ann@example.com"), p.admin_token()).await;
+    let (status, text) =
+        get(&p, &format!("{PATH_ADMIN_EARNINGS}?owner=ann@example.com"), p.admin_token()).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let for_ann: Earnings = serde_json::from_str(&text).unwrap();
     assert_eq!(for_ann.total, e.total);

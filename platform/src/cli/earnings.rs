@@ -55,7 +55,10 @@ pub(super) fn human(e: &Earnings) -> String {
         if lines.is_empty() {
             return;
         }
-        s.push_str(&format!("\n\n{:<24} {:<28} {:>7} {:>12} {:>18}", title, "", "RENTALS", "GPU-HOURS", "AMOUNT"));
+        s.push_str(&format!(
+            "\n\n{:<24} {:<28} {:>7} {:>12} {:>18}",
+            title, "", "RENTALS", "GPU-HOURS", "AMOUNT"
+        ));
         for l in lines {
             s.push_str(&format!(
                 "\n{:<24} {:<28} {:>7} {:>12} {:>18}",

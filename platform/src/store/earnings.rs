@@ -14,8 +14,7 @@ use super::*;
 use gpum_platform_core::currency::{self, Currency};
 use gpum_platform_core::metering::{self, Beat, Charge, Charged, Run, RunChange};
 use gpum_protocol::{
-    CurrencyInfo, Earnings, EarningsLine, EarningsSum, RentalReport, RentalSpec, RentalState,
-    RentalSummary,
+    CurrencyInfo, Earnings, EarningsLine, EarningsSum, RentalReport, RentalSpec, RentalState, RentalSummary,
 };
 
 /// The platform's currency: the operator's setting, else [`currency::DEFAULT`] (RUB).
@@ -199,8 +198,9 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
 
     let mut charges: Vec<Charge> = Vec::with_capacity(rows.len());
     let mut out_rentals = Vec::with_capacity(rows.len());
-    let mut runs_stmt =
-        conn.prepare_cached("SELECT started_at, ended_at FROM rental_runs WHERE rental_id = ?1 ORDER BY started_at")?;
+    let mut runs_stmt = conn.prepare_cached(
+        "SELECT started_at, ended_at FROM rental_runs WHERE rental_id = ?1 ORDER BY started_at",
+    )?;
     for row in &rows {
         let runs: Vec<Run> = runs_stmt
             .query_map(params![row.id], |r| Ok(Run { start: r.get(0)?, end: r.get(1)? }))?
@@ -220,7 +220,9 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
             created_at: row.created_at.max(0) as u64,
             // A rental whose server was deleted ended then, whatever its agent said last.
             state: match row.summary.state {
-                Some(RentalState::Gone | RentalState::Failed) | None => crate::rentals::state_word(&row.summary),
+                Some(RentalState::Gone | RentalState::Failed) | None => {
+                    crate::rentals::state_word(&row.summary)
+                }
                 Some(_) if row.node_deleted => "stopped".to_owned(),
                 Some(_) => crate::rentals::state_word(&row.summary),
             },
@@ -233,13 +235,18 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
     let charged: Vec<Charged<'_>> =
         rows.iter().zip(&charges).map(|(r, c)| Charged { server: &r.node_id, charge: c }).collect();
     let summary = metering::summarize(&charged);
-    let sum = |s: &metering::Sum| EarningsSum { rentals: s.rentals, gpu_seconds: s.gpu_seconds, amount: s.amount };
+    let sum =
+        |s: &metering::Sum| EarningsSum { rentals: s.rentals, gpu_seconds: s.gpu_seconds, amount: s.amount };
     let servers = summary
         .servers
         .iter()
         .map(|(node, s)| EarningsLine {
             key: node.clone(),
-            label: rows.iter().find(|r| &r.node_id == node).map(|r| r.server_name.clone()).unwrap_or_default(),
+            label: rows
+                .iter()
+                .find(|r| &r.node_id == node)
+                .map(|r| r.server_name.clone())
+                .unwrap_or_default(),
             sum: sum(s),
         })
         .collect();

@@ -53,9 +53,16 @@ pub fn gpu_hours(lang: Lang, gpu_seconds: u64) -> String {
     }
 }
 
-fn lines_table(ctx: &Ctx, id: &str, head: Msg, lines: &[EarningsLine], cur: &CurrencyInfo, link: bool) -> Markup {
+fn lines_table(
+    ctx: &Ctx,
+    id: &str,
+    head: Msg,
+    lines: &[EarningsLine],
+    cur: &CurrencyInfo,
+    link: bool,
+) -> Markup {
     html! {
-        table.earnings id=(id) {
+        table.cards.earnings id=(id) {
             thead { tr {
                 th { (ctx.t(head)) }
                 th.num { (ctx.t(Msg::EarningsRentals)) }
@@ -65,16 +72,16 @@ fn lines_table(ctx: &Ctx, id: &str, head: Msg, lines: &[EarningsLine], cur: &Cur
             tbody {
                 @for l in lines {
                     tr {
-                        td {
+                        td data-label=(ctx.t(head)) {
                             @if link {
                                 a href={ "/dashboard/servers/" (l.key) } {
                                     @if l.label.is_empty() { (l.key) } @else { (cut(&l.label)) }
                                 }
                             } @else { (l.key) }
                         }
-                        td.num { (l.sum.rentals) }
-                        td.num { (gpu_hours(ctx.lang, l.sum.gpu_seconds)) }
-                        td.num { (money(ctx.lang, l.sum.amount, cur)) }
+                        td.num data-label=(ctx.t(Msg::EarningsRentals)) { (l.sum.rentals) }
+                        td.num data-label=(ctx.t(Msg::EarningsGpuHours)) { (gpu_hours(ctx.lang, l.sum.gpu_seconds)) }
+                        td.num data-label=(ctx.t(Msg::EarningsAmount)) { (money(ctx.lang, l.sum.amount, cur)) }
                     }
                 }
             }
@@ -108,7 +115,7 @@ pub fn earnings(ctx: &Ctx, e: &Earnings) -> Markup {
                 h2 { (ctx.t(Msg::EarningsByDay)) }
                 (lines_table(ctx, "earnings-days", Msg::EarningsDay, &e.days, cur, false))
                 h2 { (ctx.t(Msg::EarningsByRental)) }
-                table.earnings #earnings-rentals {
+                table.cards.earnings #earnings-rentals {
                     thead { tr {
                         th { (ctx.t(Msg::EarningsRental)) }
                         th { (ctx.t(Msg::EarningsServer)) }
@@ -121,18 +128,18 @@ pub fn earnings(ctx: &Ctx, e: &Earnings) -> Markup {
                     tbody {
                         @for r in &e.rentals {
                             tr id={ "earning-" (r.id) } {
-                                td { span.mono { (r.id) } br; small { (cut(&r.image)) " · " (utc(r.created_at)) " UTC" } }
-                                td { a href={ "/dashboard/servers/" (r.node_id) } {
+                                td data-label=(ctx.t(Msg::EarningsRental)) { code { (r.id) } br; small { (cut(&r.image)) " · " (utc(r.created_at)) " UTC" } }
+                                td data-label=(ctx.t(Msg::EarningsServer)) { a href={ "/dashboard/servers/" (r.node_id) } {
                                     @if r.server_name.is_empty() { (r.node_id) } @else { (cut(&r.server_name)) }
                                 } }
-                                td { (r.state) }
-                                td.num { (r.gpus) }
-                                td.num { (gpu_hours(ctx.lang, r.gpu_seconds)) }
-                                td.num { @match r.price_per_gpu_hour {
+                                td data-label=(ctx.t(Msg::EarningsState)) { (r.state) }
+                                td.num data-label=(ctx.t(Msg::EarningsGpus)) { (r.gpus) }
+                                td.num data-label=(ctx.t(Msg::EarningsGpuHours)) { (gpu_hours(ctx.lang, r.gpu_seconds)) }
+                                td.num data-label=(ctx.t(Msg::EarningsPrice)) { @match r.price_per_gpu_hour {
                                     Some(p) => { (money(ctx.lang, p, cur)) }
                                     None => { "—" }
                                 } }
-                                td.num { (money(ctx.lang, r.amount, cur)) }
+                                td.num data-label=(ctx.t(Msg::EarningsAmount)) { (money(ctx.lang, r.amount, cur)) }
                             }
                         }
                     }

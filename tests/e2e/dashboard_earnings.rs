@@ -1,0 +1,141 @@
+//! Issue 46: the cabinet's earnings page in Chromium, at 1280 and 360 px, in both languages:
+//! an owner's server metered over heartbeats (the platform's clock stopped, so every second is
+//! known), the totals written as the language writes money, nothing wider than the window.
+//! Shot into `docs/screenshots/` (`earnings.{lang}.png`, `earnings.phone.{lang}.png`) with
+//! `GPUM_WRITE_SCREENSHOTS=1`.
+
+use gpum_protocol::{
+    CreateRentalRequest, PATH_ADMIN_RENTALS, PATH_REGISTER, ProbeReport, RegisterRequest, RegisterResponse,
+    RentalReport, RentalState, RentalSummary, VerificationState,
+};
+use gpum_tests::browser::Browser;
+use gpum_tests::platform::{PlatformOpts, TestPlatform};
+
+use super::{beat_with, figures, misfits, sample_inventory, shoot, type_into};
+
+const PASSWORD: &str = "a long enough password";
+/// 2026-12-06 23:50:00 UTC.
+const T0: u64 = 1_796_601_000;
+const H: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+async fn rent(p: &TestPlatform, node: &str) -> RentalSummary {
+    let req = CreateRentalRequest {
+        node_id: node.into(),
+        image: format!("nvcr.io/nvidia/pytorch@sha256:{H}"),
+        gpus: Some(1),
+        cpu_millis: 4000,
+        memory_mib: 16_384,
+        disk_gib: 50,
+        shm_mib: 1024,
+        duration_secs: Some(6 * 3600),
+        ..Default::default()
+    };
+    let r = p
+        .http_client()
+        .post(format!("{}{PATH_ADMIN_RENTALS}", p.url()))
+        .bearer_auth(p.admin_token())
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json().await.unwrap()
+}
+
+/// R1 runs T0+20..1200 (1180 s: 4916.67 → 4917), R2 T0+30..600 (570 s: 2375), one GPU each at
+/// 150.00: 7292 in all, over two days (midnight is T0+600).
+#[ignore = "needs chromium and chromedriver"]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
+    let keep = std::env::var("GPUM_WRITE_SCREENSHOTS").as_deref() == Ok("1");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir =
+        if keep { gpum_tests::workspace_root().join("docs/screenshots") } else { tmp.path().to_path_buf() };
+    std::fs::create_dir_all(&dir).unwrap();
+    for (lang, total, r2_amount) in
+        [("ru", "72,92\u{a0}₽", "23,75\u{a0}₽"), ("en", "RUB\u{a0}72.92", "RUB\u{a0}23.75")]
+    {
+        let p = TestPlatform::start(PlatformOpts {
+            extra_args: vec!["--currency".into(), "RUB".into()],
+            ..PlatformOpts::insecure_http()
+        });
+        p.set_clock(T0);
+        let email = format!("owner-{lang}@example.com");
+        let link = p.invite_owner(&email);
+        let b = Browser::start("the_earnings_page", lang).await;
+        b.client.set_window_size(1280, 800).await.unwrap();
+        b.goto(&link).await;
+        b.wait_for("#set-password").await;
+        type_into(&b, "#password", PASSWORD).await;
+        type_into(&b, "#again", PASSWORD).await;
+        b.click("#set-password").await;
+        b.wait_for("#no-servers").await;
+
+        // Before any rental: the page says so.
+        b.click("#nav-earnings").await;
+        b.wait_for("#no-earnings").await;
+
+        let inv = sample_inventory("rack-1", &["GPU-a1", "GPU-a2"]);
+        let req = RegisterRequest {
+            join_code: p.owner_join_code(&email),
+            agent_version: "0.1.0".into(),
+            inventory: inv.clone(),
+            install_id: None,
+        };
+        let reg: RegisterResponse = p
+            .http_client()
+            .post(format!("{}{PATH_REGISTER}", p.url()))
+            .json(&req)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        beat_with(&p, &reg.node_token, 1, &inv, figures(10), |r| {
+            r.probe = Some(ProbeReport {
+                state: VerificationState::Verified,
+                reason: None,
+                output: "ok".into(),
+                finished_at: 1,
+                image: "img".into(),
+            })
+        })
+        .await;
+        assert!(p.cli(["nodes", "set", &reg.node_id, "--price", "150.00"]).status.success());
+        let r1 = rent(&p, &reg.node_id).await;
+        let r2 = rent(&p, &reg.node_id).await;
+        for (i, t) in (10..=1200u64).step_by(10).enumerate() {
+            p.set_clock(T0 + t);
+            let rep = |id: &str, state| RentalReport { id: id.into(), state, exit_code: None, reason: None };
+            let s1 = if t < 20 { RentalState::Pulling } else { RentalState::Running };
+            let s2 = match t {
+                ..30 => RentalState::Pulling,
+                30..600 => RentalState::Running,
+                _ => RentalState::Exited,
+            };
+            let reports = vec![rep(&r1.spec.id, s1), rep(&r2.spec.id, s2)];
+            beat_with(&p, &reg.node_token, 2 + i as u64, &inv, figures(90), |r| r.rentals = reports).await;
+        }
+
+        b.goto(&format!("{}/dashboard/earnings", p.url())).await;
+        b.wait_for("#earnings-rentals").await;
+        let t = b.text("#earnings-total").await;
+        assert!(t.contains(total), "{lang}: {t}");
+        let row = b.text(&format!("#earning-{}", r2.spec.id)).await;
+        assert!(row.contains(r2_amount), "{lang}: {row}");
+        assert_eq!(b.text("#earnings-days tbody tr:nth-child(1) td:nth-child(1)").await, "2026-12-06");
+        assert_eq!(b.text("#earnings-days tbody tr:nth-child(2) td:nth-child(1)").await, "2026-12-07");
+        let bad = misfits(&b).await;
+        assert!(bad.is_empty(), "earnings at 1280 px: {bad:?}");
+        shoot(&b, &dir, &format!("earnings.{lang}")).await;
+
+        b.client.set_window_size(360, 800).await.unwrap();
+        b.goto(&format!("{}/dashboard/earnings", p.url())).await;
+        b.wait_for("#earnings-rentals").await;
+        let bad = misfits(&b).await;
+        assert!(bad.is_empty(), "earnings at 360 px: {bad:?}");
+        shoot(&b, &dir, &format!("earnings.phone.{lang}")).await;
+        b.close().await;
+    }
+}
