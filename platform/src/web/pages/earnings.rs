@@ -89,6 +89,27 @@ fn lines_table(
     }
 }
 
+/// A rental's state (the API's word) in the owner's language, as the server's page says it.
+fn state_words(ctx: &Ctx, word: &str) -> String {
+    use gpum_protocol::RentalState::*;
+    let m = match gpum_protocol::RentalState::parse(word) {
+        Some(Pulling) => Msg::RentalPulling,
+        Some(Starting) => Msg::RentalStarting,
+        Some(Running) => Msg::RentalRunning,
+        Some(Exited) => Msg::RentalExitedState,
+        Some(Stopping) => Msg::RentalStopping,
+        Some(Gone) => Msg::RentalGoneState,
+        Some(Failed) => Msg::RentalFailedState,
+        None => match word {
+            "pending" => Msg::RentalPending,
+            "stopped" => Msg::RentalStoppedState,
+            "expired" => Msg::RentalExpired,
+            other => return other.to_owned(),
+        },
+    };
+    ctx.t(m).to_owned()
+}
+
 /// The page.
 pub fn earnings(ctx: &Ctx, e: &Earnings) -> Markup {
     let cur = &e.currency;
@@ -132,7 +153,7 @@ pub fn earnings(ctx: &Ctx, e: &Earnings) -> Markup {
                                 td data-label=(ctx.t(Msg::EarningsServer)) { a href={ "/dashboard/servers/" (r.node_id) } {
                                     @if r.server_name.is_empty() { (r.node_id) } @else { (cut(&r.server_name)) }
                                 } }
-                                td data-label=(ctx.t(Msg::EarningsState)) { (r.state) }
+                                td data-label=(ctx.t(Msg::EarningsState)) { (state_words(ctx, &r.state)) }
                                 td.num data-label=(ctx.t(Msg::EarningsGpus)) { (r.gpus) }
                                 td.num data-label=(ctx.t(Msg::EarningsGpuHours)) { (gpu_hours(ctx.lang, r.gpu_seconds)) }
                                 td.num data-label=(ctx.t(Msg::EarningsPrice)) { @match r.price_per_gpu_hour {
