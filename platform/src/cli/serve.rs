@@ -255,9 +255,19 @@ fn admin_token_hash(file: Option<&Path>) -> Result<Option<[u8; 32]>> {
 /// The database's connections (`--db-connections`) and, on SQLite, the checkpointer's own.
 type Connections = (Vec<crate::sql::Conn>, Option<crate::sql::Conn>);
 
-/// `--currency`: a code the platform knows (`gpum_platform_core::currency`).
+/// `--currency`: a code the platform knows (`gpum_platform_core::currency`), with two decimal
+/// places for now: the owners' price fields (the page's, `nodes set --price`) are typed and shown
+/// as `12.50`, so a currency with 0 or 3 would be mis-scaled. Amounts themselves are exact in any.
 fn currency_arg(s: &str) -> Result<String, String> {
-    gpum_platform_core::currency::Currency::parse(s).map(|c| c.code.to_owned())
+    let c = gpum_platform_core::currency::Currency::parse(s)?;
+    if c.minor_units != 2 {
+        return Err(format!(
+            "{} has {} decimal places; the owners' prices are typed with two (12.50), so the platform's \
+             currency must have two for now (RUB, USD, EUR…)",
+            c.code, c.minor_units
+        ));
+    }
+    Ok(c.code.to_owned())
 }
 
 fn open_database(target: &Target, db_connections: u16) -> Result<Connections> {
