@@ -198,13 +198,21 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
 
     let mut charges: Vec<Charge> = Vec::with_capacity(rows.len());
     let mut out_rentals = Vec::with_capacity(rows.len());
-    let mut runs_stmt = conn.prepare_cached(
-        "SELECT started_at, ended_at FROM rental_runs WHERE rental_id = ?1 ORDER BY started_at",
-    )?;
+    // Every run of these rentals in one lookup (not one per rental).
+    let mut runs_of: std::collections::HashMap<String, Vec<Run>> = std::collections::HashMap::new();
+    let all_runs: Vec<(String, Run)> = conn
+        .prepare_cached(
+            "SELECT rr.rental_id, rr.started_at, rr.ended_at
+             FROM nodes n JOIN rentals r ON r.node_id = n.id JOIN rental_runs rr ON rr.rental_id = r.id
+             WHERE (CAST(?1 AS TEXT) IS NULL OR n.owner_id = ?1)",
+        )?
+        .query_map(params![owner], |r| Ok((r.get(0)?, Run { start: r.get(1)?, end: r.get(2)? })))?
+        .collect::<Result<_, _>>()?;
+    for (rental, run) in all_runs {
+        runs_of.entry(rental).or_default().push(run);
+    }
     for row in &rows {
-        let runs: Vec<Run> = runs_stmt
-            .query_map(params![row.id], |r| Ok(Run { start: r.get(0)?, end: r.get(1)? }))?
-            .collect::<Result<_, _>>()?;
+        let runs = runs_of.remove(&row.id).unwrap_or_default();
         // An open run counts up to the node's last heartbeat (never past now).
         let open_end = row.last_beat.unwrap_or(0).min(now as i64);
         let spans: Vec<(i64, i64)> = runs.iter().map(|r| r.span(open_end)).collect();
