@@ -372,6 +372,50 @@ pub fn iso_utc(t: i64) -> String {
 mod tests {
     use super::*;
 
+    /// Migration 17: a rental made before prices were fixed on rentals takes its server's price
+    /// at the upgrade (and one on an unpriced server none); it has no runs, so it is charged
+    /// nothing, and the currency is RUB until the operator sets one.
+    #[test]
+    fn rentals_made_before_take_their_servers_price_at_the_upgrade() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("p.db");
+        {
+            let c = rusqlite::Connection::open(&p).unwrap();
+            for (i, m) in MIGRATIONS.iter().enumerate().take(16) {
+                c.execute_batch(&format!("BEGIN; {m}; PRAGMA user_version = {}; COMMIT;", i + 1)).unwrap();
+            }
+            let spec = |id: &str| {
+                serde_json::to_string(&RentalSpec {
+                    id: id.into(),
+                    gpu_uuids: vec!["GPU-1".into()],
+                    ..empty_spec()
+                })
+                .unwrap()
+            };
+            c.execute_batch(
+                "INSERT INTO nodes (id, token_hash, registered_at, price_per_gpu_hour) VALUES ('n1', 'h1', 1, 1250);
+                 INSERT INTO nodes (id, token_hash, registered_at) VALUES ('n2', 'h2', 1);",
+            )
+            .unwrap();
+            for (id, node) in [("r1", "n1"), ("r2", "n2")] {
+                c.execute(
+                    "INSERT INTO rentals (id, node_id, spec_json, created_at, ends_at) VALUES (?1, ?2, ?3, 10, 20)",
+                    rusqlite::params![id, node, spec(id)],
+                )
+                .unwrap();
+            }
+        }
+        let c = open(&p).unwrap();
+        let e = earnings(&c, 100, &Scope::All, None).unwrap();
+        let prices: Vec<(&str, Option<u64>, u64)> =
+            e.rentals.iter().map(|r| (r.id.as_str(), r.price_per_gpu_hour, r.amount)).collect();
+        assert_eq!(prices, [("r2", None, 0), ("r1", Some(1250), 0)]);
+        assert_eq!(e.currency, CurrencyInfo { code: "RUB".into(), minor_units: 2 });
+        // Rentals exist: the currency cannot change any more; the same one is kept.
+        assert!(set_currency(&c, "USD").unwrap_err().contains("cannot become USD"));
+        assert_eq!(set_currency(&c, "RUB").unwrap().code, "RUB");
+    }
+
     #[test]
     fn csv_quotes_and_defuses_formulas() {
         assert_eq!(csv_field("plain"), "plain");
