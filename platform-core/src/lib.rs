@@ -12,12 +12,17 @@
 //! - [`effects`]: what each operation ends that lives outside the database (the relay's
 //!   tunnels and streams), as values.
 //! - [`throttle`]: what a count of wrong secrets blocks, and for how long.
+//! - [`occupancy`]: a server's GPUs rented, idle and not rentable (issue 46).
+//! - [`reliability`]: the share of the last 30 days a server was online with its GPUs in
+//!   order, from its heartbeat history (issue 46).
 //!
 //! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
 //! (`tests/tidy.rs` checks it).
 
 pub mod effects;
 pub mod heartbeat;
+pub mod occupancy;
 pub mod placement;
+pub mod reliability;
 pub mod rentable;
 pub mod throttle;

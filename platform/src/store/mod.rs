@@ -80,6 +80,7 @@ mod heartbeat;
 mod migrations;
 mod nodes;
 mod owners;
+mod reliability;
 #[cfg(test)]
 mod tests;
 

@@ -188,6 +188,10 @@ const QUOTED: &[&str] = &[
     "--admin-token-file",
     "--dist",
     "--dry-run",
+    // Issue 46: an encoding's and a character's names, and the agent's own file.
+    "UTF-8",
+    "U+202E",
+    "gpus.json",
     "docs/operator-guide.md",
     "libnvidia-ml",
     "nvidia-smi",
