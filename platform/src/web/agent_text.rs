@@ -113,7 +113,7 @@ mod tests {
             ("the agent's GPU ledger (gpus.json) could not be read", "gpus.json"),
             (
                 "GPU check after rental rent-1 failed: GPU-aa: 2 processes left (pid 10, 11); GPU-bb does not answer (Unknown Error)",
-                "после аренды rent-1: GPU-aa: осталось процессов: 2 (номера 10, 11); GPU-bb не отвечает (Unknown Error)",
+                "после аренды rent-1 не пройдена: GPU-aa: осталось процессов: 2 (номера 10, 11); GPU-bb не отвечает (Unknown Error)",
             ),
             ("self-test before rental r2 failed: GPU-cc: 1 process left (pid 7)", "перед арендой r2"),
             (
