@@ -143,6 +143,9 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/servers", get(|| async { Redirect::to("/dashboard") }))
         .route("/dashboard/join", get(|| async { Redirect::to("/dashboard/add") }))
         .route("/dashboard/{*rest}", axum::routing::any(trouble::unknown_page))
+        // Set here, before the platform's JSON one reaches these routes (it fills in only the
+        // fallbacks a route has not got).
+        .method_not_allowed_fallback(trouble::not_a_form)
         .layer(middleware::from_fn_with_state(web.clone(), trouble::cabinet_pages))
         .layer(middleware::from_fn(security_headers))
         .with_state(web)

@@ -77,6 +77,13 @@ pub(super) async fn unknown_page(r: Req) -> Response {
     page(StatusCode::NOT_FOUND, pages::trouble(&r.ctx, &Trouble::NoSuchPage))
 }
 
+/// A method the address does not take (a GET of a form's address: a reload after sending it):
+/// what it is, and the way back to its page.
+pub(super) async fn not_a_form(r: Req) -> Response {
+    let back = parent(&r.ctx.path);
+    page(StatusCode::METHOD_NOT_ALLOWED, pages::trouble(&r.ctx, &Trouble::NotAForm { back }))
+}
+
 /// A form refused with why (400): nothing was changed.
 pub(super) fn bad_form(ctx: &Ctx, why: BadForm) -> Response {
     page(StatusCode::BAD_REQUEST, pages::bad_form(ctx, &why))
