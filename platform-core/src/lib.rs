@@ -14,6 +14,9 @@
 //! - [`throttle`]: what a count of wrong secrets blocks, and for how long.
 //! - [`metering`]: a rental's runs from the agent's reports, and what it is charged; the
 //!   [`currency`] its amounts are in.
+//! - [`occupancy`]: a server's GPUs rented, idle and not rentable (issue 46).
+//! - [`reliability`]: the share of the last 30 days a server was online with its GPUs in
+//!   order, from its heartbeat history (issue 46).
 //!
 //! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
 //! (`tests/tidy.rs` checks it).
@@ -22,6 +25,8 @@ pub mod currency;
 pub mod effects;
 pub mod heartbeat;
 pub mod metering;
+pub mod occupancy;
 pub mod placement;
+pub mod reliability;
 pub mod rentable;
 pub mod throttle;

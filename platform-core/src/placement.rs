@@ -162,6 +162,8 @@ mod tests {
             min_rental_minutes: 60,
             paused: false,
             rentable: Rentable { state: RentableState::Rentable, since: None },
+            reliability: None,
+            occupancy: Default::default(),
             owner: None,
             quarantine: None,
         };

@@ -79,6 +79,8 @@ mod tests {
             min_rental_minutes: 60,
             paused: false,
             rentable: Default::default(),
+            reliability: None,
+            occupancy: Default::default(),
             owner: None,
             quarantine: None,
         };

@@ -700,7 +700,11 @@ pub struct ApiKeyRow {
 pub fn create_api_key(conn: &Conn, now: u64, owner: &str, label: &str) -> Result<(String, String), ApiError> {
     let label = label.trim();
     let n = label.chars().count();
-    if n == 0 || n > MAX_KEY_LABEL_CHARS || label.chars().any(char::is_control) {
+    // No control character, and no bidirectional control (issue 46), as a server's name.
+    if n == 0
+        || n > MAX_KEY_LABEL_CHARS
+        || label.chars().any(|c| c.is_control() || crate::store::is_bidi_control(c))
+    {
         return Err(AccountError::KeyLabel.into());
     }
     let live: i64 = conn

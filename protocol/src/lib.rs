@@ -677,6 +677,13 @@ pub struct NodeSummary {
     /// Rentable, or the one reason why not (computed by the platform on every read).
     #[serde(default)]
     pub rentable: Rentable,
+    /// The share of the last 30 days it was online with its GPUs in order (issue 46);
+    /// `None` in the first second after it registered.
+    #[serde(default)]
+    pub reliability: Option<Reliability>,
+    /// Its GPUs rented, idle and not rentable (issue 46).
+    #[serde(default)]
+    pub occupancy: Occupancy,
     /// The e-mail of the owner whose server it is; `None` for the operator's own (registered
     /// with a join code that belongs to no owner).
     #[serde(default)]
@@ -722,6 +729,28 @@ pub struct Rentable {
     pub state: RentableState,
     /// Unix seconds: for `offline`, the last heartbeat (`None`: never seen); else `None`.
     pub since: Option<u64>,
+}
+
+/// A server's reliability (issue 46): the share of the last 30 days (or since it registered,
+/// when younger) it was online with its GPUs in order (its check not failed, not quarantined),
+/// from its heartbeat history. What tenants are told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reliability {
+    /// The share in tenths of a percent, rounded down: 0 to 1000.
+    pub permille: u16,
+    /// Seconds of the window it was online with its GPUs in order.
+    pub up_secs: u64,
+    /// The window's length in seconds: 30 days, or since it registered.
+    pub window_secs: u64,
+}
+
+/// A server's GPUs at a glance (issue 46): each counted once, as rented (held by a rental),
+/// idle (free on a rentable server) or not rentable (free on a server that is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Occupancy {
+    pub rented: u32,
+    pub idle: u32,
+    pub not_rentable: u32,
 }
 
 /// The minimum rental time of a server whose owner has not set one.

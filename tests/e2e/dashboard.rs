@@ -45,6 +45,9 @@ mod screens;
 // Issue 46: the earnings page.
 #[path = "dashboard_earnings.rs"]
 mod earnings;
+// Issue 46: pages that never mislead.
+#[path = "dashboard_pages.rs"]
+mod pages;
 
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LIVE: Duration = Duration::from_secs(30);
@@ -469,7 +472,9 @@ async fn state_changes_need_a_post_with_the_sessions_form_key() {
         assert!(r.status() == 303 || r.status() == 405, "{route}: {}", r.status());
     }
     b.goto(&format!("{}/dashboard/servers/{id}/command", p.url())).await;
-    assert!(b.body_text().await.contains("method_not_allowed"));
+    // Issue 46: a page of the cabinet that says the address takes a form, never the API's JSON.
+    assert!(b.has("[data-trouble='not-a-form']").await, "{}", b.body_text().await);
+    assert!(!b.body_text().await.contains("method_not_allowed"));
     assert!(p.node(&id).unwrap().commands.is_empty());
     // The same forms with the right key work, from the page (once the server is online: an
     // offline one is refused commands).
@@ -2077,12 +2082,14 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
     };
     beat_with(&p, &tok, 2, &inv, figures(0), |r| r.rentals = vec![report]).await;
     let until = p.cli_json(&["rentals", "show", &running])["spec"]["ends_at"].as_u64().unwrap();
+    let created = p.cli_json(&["rentals", "show", &running])["created_at"].as_u64().unwrap();
+    let stopped_at = p.cli_json(&["rentals", "show", &stopped])["stopped_at"].as_u64().unwrap();
 
     struct Case {
         lang: &'static str,
         accept: &'static str,
         heading: &'static str,
-        labels: [&'static str; 5],
+        labels: [&'static str; 6],
         states: [&'static str; 2],
         events: [&'static str; 3],
     }
@@ -2091,7 +2098,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             lang: "en",
             accept: "en-US,en",
             heading: "Rentals",
-            labels: ["Rental", "Image", "GPUs", "State", "Until (UTC)"],
+            labels: ["Rental", "Image", "GPUs", "State", "Start (UTC)", "End (UTC)"],
             states: ["stopped", "running"],
             events: ["rental {s} stopped", "rental {r} started", "rental {s} created"],
         },
@@ -2099,7 +2106,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             lang: "ru",
             accept: "ru-RU,ru",
             heading: "Аренды",
-            labels: ["Аренда", "Образ", "Видеокарты", "Состояние", "До (UTC)"],
+            labels: ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало (UTC)", "Конец (UTC)"],
             states: ["остановлена", "работает"],
             events: ["аренда {s} остановлена", "аренда {r} запущена", "создана аренда {s}"],
         },
@@ -2121,6 +2128,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
                        gpus: t('#rental-list td.gpus'), \
                        images: t('#rental-list td.image'), \
                        until: t('#rental-list td.until'), \
+                       starts: t('#rental-list td.start'), \
                        cards: getComputedStyle(document.querySelector('#rental-list td')).display, \
                        events: t('#event-log tr.event td.what') }")
                 .await;
@@ -2134,6 +2142,9 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             assert_eq!(read["images"], serde_json::json!([image, image]), "{at}");
             let t = read["until"][1].as_str().unwrap();
             assert_eq!(t, p_utc(until), "{at}");
+            // Issue 46: when each started, and when the stopped one ended (not its end time).
+            assert_eq!(read["starts"][1].as_str().unwrap(), p_utc(created), "{at}");
+            assert_eq!(read["until"][0].as_str().unwrap(), p_utc(stopped_at), "{at}");
             // A card per rental on a phone: the cells stack.
             let display = read["cards"].as_str().unwrap();
             assert_eq!(display == "block", width == 360, "{at}: cells display {display}");

@@ -81,6 +81,7 @@ mod heartbeat;
 mod migrations;
 mod nodes;
 mod owners;
+mod reliability;
 #[cfg(test)]
 mod tests;
 

@@ -104,6 +104,8 @@ pub(super) fn node_summary(
         removed_containers: Vec::new(),
         commands: Vec::new(),
         rentable: Default::default(),
+        reliability: None,
+        occupancy: Default::default(),
         owner: r.get(18)?,
         quarantine: r.get::<_, Option<String>>(19)?.and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
     };
@@ -116,10 +118,18 @@ pub(super) fn completed(
     conn: &Conn,
     (mut n, owner): (NodeSummary, crate::rentable::Owner),
     check_image_chosen: bool,
+    now: u64,
 ) -> Result<NodeSummary, ApiError> {
     n.removed_containers = removals(conn, &n.id)?;
     n.commands = command_history(conn, &n.id)?;
     n.rentable = crate::rentable::verdict(&n, check_image_chosen, owner);
+    n.reliability = super::reliability::of(conn, &n, now)?;
+    let held = crate::rentals::held_gpus(conn, &n.id, now)?;
+    n.occupancy = gpum_platform_core::occupancy::occupancy(
+        &n.inventory.private.gpu_uuids,
+        &held,
+        n.rentable.state == gpum_protocol::RentableState::Rentable,
+    );
     Ok(n)
 }
 
@@ -135,7 +145,7 @@ pub fn node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<NodeSummar
         .query_row(params![id, scope.owner()], |r| node_summary(r, now))
         .optional()?
         .ok_or_else(|| ApiError::not_found("node"))?;
-    completed(conn, row, probe_image(conn)?.is_some())
+    completed(conn, row, probe_image(conn)?.is_some(), now)
 }
 
 /// How many nodes a page holds unless `?limit=` says otherwise.
@@ -253,7 +263,7 @@ pub fn list_nodes_page(conn: &Conn, now: u64, scope: &Scope, page: &Page) -> Res
     let check_image_chosen = probe_image(conn)?.is_some();
     let nodes = rows
         .into_iter()
-        .map(|row| completed(conn, row, check_image_chosen))
+        .map(|row| completed(conn, row, check_image_chosen, now))
         .collect::<Result<Vec<_>, _>>()?;
     let next = match nodes.last() {
         Some(last) if more => Some(Cursor::of(last).encode()),
@@ -364,19 +374,22 @@ pub fn node_events(
 ) -> Result<NodeEvents, ApiError> {
     owned(conn, node_id, scope)?;
     let (last_beat, deleted) = node_row(conn, node_id)?;
+    // Offline now: `offline` at the last heartbeat, in its place by time (issue 46: listed
+    // first whatever its time, it stood above the token replacement that caused it).
+    let offline = match last_beat {
+        Some(last)
+            if !deleted && now as i64 >= last.saturating_add(OFFLINE_AFTER_SECS as i64) && limit > 0 =>
+        {
+            Some(NodeEvent {
+                at: last.max(0) as u64,
+                kind: NodeEventKind::Offline,
+                subject: String::new(),
+                detail: String::new(),
+            })
+        }
+        _ => None,
+    };
     let mut events = Vec::new();
-    if let Some(last) = last_beat
-        && !deleted
-        && now as i64 >= last.saturating_add(OFFLINE_AFTER_SECS as i64)
-        && limit > 0
-    {
-        events.push(NodeEvent {
-            at: last.max(0) as u64,
-            kind: NodeEventKind::Offline,
-            subject: String::new(),
-            detail: String::new(),
-        });
-    }
     let rows = conn
         .prepare_cached(
             "SELECT at, kind, subject, detail, 0 AS src, rowid FROM node_events WHERE node_id = ?1
@@ -385,7 +398,7 @@ pub fn node_events(
              WHERE node_id = ?1
              ORDER BY at DESC, src DESC, rowid DESC LIMIT ?2",
         )?
-        .query_map(params![node_id, (limit - events.len()) as i64, NodeEventKind::ContainerRemoved], |r| {
+        .query_map(params![node_id, limit as i64, NodeEventKind::ContainerRemoved], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -394,6 +407,13 @@ pub fn node_events(
     events.extend(rows.into_iter().filter_map(|(at, kind, subject, detail)| {
         Some(NodeEvent { at: at.max(0) as u64, kind: NodeEventKind::parse(&kind)?, subject, detail })
     }));
+    // Under every later event, above those of the last heartbeat's second and before (that
+    // heartbeat recorded them).
+    if let Some(o) = offline {
+        let i = events.iter().position(|e| e.at <= o.at).unwrap_or(events.len());
+        events.insert(i, o);
+        events.truncate(limit);
+    }
     Ok(NodeEvents { events })
 }
 
@@ -405,6 +425,9 @@ pub enum SettingsError {
     NameLength,
     /// A control character (a newline, an escape...).
     NameControl,
+    /// A bidirectional control (U+202E and the like, [`is_bidi_control`]), which makes the
+    /// name read otherwise than it is written (issue 46).
+    NameBidi,
     /// Zero, or over [`MAX_PRICE_PER_GPU_HOUR`].
     Price,
     /// Outside `1..=`[`MAX_MIN_RENTAL_MINUTES`].
@@ -416,6 +439,11 @@ impl SettingsError {
         match self {
             SettingsError::NameLength => format!("name must be 1 to {MAX_NODE_NAME_CHARS} characters"),
             SettingsError::NameControl => "name must not contain control characters".to_owned(),
+            SettingsError::NameBidi => {
+                "name must not contain bidirectional controls (U+061C, U+200E, U+200F, U+202A to U+202E, \
+                 U+2066 to U+2069)"
+                    .to_owned()
+            }
             SettingsError::Price => format!(
                 "price_per_gpu_hour must be 1 to {MAX_PRICE_PER_GPU_HOUR} minor units, or null (not for rent)"
             ),
@@ -432,12 +460,22 @@ impl From<SettingsError> for ApiError {
     }
 }
 
+/// A Unicode bidirectional control (the marks, embeddings, overrides and isolates, and the Arabic
+/// letter mark): text holding one reads otherwise than it is written ("Trojan Source"), so no
+/// name may hold one.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// A server name as stored: trimmed, 1 to [`MAX_NODE_NAME_CHARS`] characters, no control
 /// character.
 pub fn check_name(name: &str) -> Result<String, SettingsError> {
     let name = name.trim();
     if name.chars().any(char::is_control) {
         return Err(SettingsError::NameControl);
+    }
+    if name.chars().any(is_bidi_control) {
+        return Err(SettingsError::NameBidi);
     }
     let n = name.chars().count();
     if n == 0 || n > MAX_NODE_NAME_CHARS {

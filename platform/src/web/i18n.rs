@@ -353,7 +353,7 @@ gpum_common::texts! {
         RotateConfirm => ("Заменить токен", "Replace the token"),
         RotatedTitle => ("Новый токен сервера {node}", "The new token of server {node}"),
         RotatedOnce => (
-            "Токен показан один раз: платформа хранит только его хэш. Не сохраняйте его нигде, \
+            "Токен показан один раз: платформа хранит только его хеш. Не сохраняйте его нигде, \
              кроме машины.",
             "The token is shown once: the platform keeps only its hash. Keep it nowhere but on \
              the machine.",
@@ -430,6 +430,113 @@ gpum_common::texts! {
         ),
         Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
         NotFound => ("Такого сервера нет.", "No such server."),
+        // Issue 46: what is no page of the cabinet, and a form refused with why.
+        NotFoundTitle => ("Не найдено", "Not found"),
+        NoSuchPage => ("Такой страницы в личном кабинете нет.", "The dashboard has no such page."),
+        BackToPage => ("Вернуться в личный кабинет", "Back to the dashboard"),
+        NotAFormTitle => ("По этому адресу отправляют форму", "This address takes a form"),
+        NotAFormHelp => (
+            "Сюда приходит форма, а не открывается страница: так бывает, если обновить страницу \
+             после отправки формы. Ничего не изменено.",
+            "A form is sent here; it is not a page to open (a reload after sending a form leads \
+             here). Nothing was changed.",
+        ),
+        TooLargeTitle => ("Форма слишком большая", "The form is too large"),
+        TooLargeHelp => (
+            "Форма больше {n} байт, и платформа её не приняла. Ничего не изменено.",
+            "The form is over {n} bytes, and the platform did not take it. Nothing was changed.",
+        ),
+        TooSlowTitle => ("Форма не дошла вовремя", "The form took too long"),
+        TooSlowHelp => (
+            "Форма шла слишком долго, и платформа перестала её ждать. Ничего не изменено: \
+             отправьте её ещё раз.",
+            "The form took too long to arrive, and the platform stopped waiting. Nothing was \
+             changed: send it again.",
+        ),
+        TooManyTitle => ("Слишком много запросов", "Too many requests"),
+        TooManyHelp => ("Подождите немного и повторите.", "Wait a little and try again."),
+        RefusedTitle => ("Запрос не принят", "The request was refused"),
+        RefusedHelp => ("Платформа не приняла запрос. Ничего не изменено.", "The platform refused the request. Nothing was changed."),
+        InternalTitle => ("Сбой платформы", "The platform failed"),
+        InternalHelp => (
+            "Платформа не смогла выполнить запрос. Повторите его; если сбой не проходит, сообщите \
+             оператору платформы.",
+            "The platform could not carry out the request. Try again; if it keeps failing, tell \
+             the platform's operator.",
+        ),
+        BadFormTitle => ("Форма не принята", "The form was refused"),
+        BadFormMissing => (
+            "В форме нет поля «{field}». Ничего не изменено.",
+            "The form lacks the field “{field}”. Nothing was changed.",
+        ),
+        BadFormValue => (
+            "Поле «{field}» не может быть «{value}». Ничего не изменено.",
+            "The field “{field}” cannot be “{value}”. Nothing was changed.",
+        ),
+        BadFormNotUtf8 => (
+            "Поле «{field}» не в кодировке UTF-8, а платформа принимает только её. Ничего не изменено.",
+            "The field “{field}” is not UTF-8, the only encoding the platform takes. Nothing was changed.",
+        ),
+        BadFormUnreadable => ("Форму не удалось прочитать. Ничего не изменено.", "The form could not be read. Nothing was changed."),
+        UnknownCommand => (
+            "Команды «{kind}» нет: сервер понимает только «Повторить проверку» и «Перезапустить \
+             агент». Ничего не отправлено.",
+            "There is no command “{kind}”: a server takes only “Check again” and “Restart the \
+             agent”. Nothing was sent.",
+        ),
+        // The agent's own sentences (`web::agent_text`), with their values.
+        AgNoProbeImage => (
+            "образ для проверки не выбран: проверка ждёт, пока оператор платформы его выберет",
+            "no check image is set: the check waits until the platform's operator chooses one",
+        ),
+        AgProbeDue => (
+            "проверка уже назначена: она начнётся, как только позволит ограничение частоты",
+            "a check is due already: it runs as soon as the rate limit allows",
+        ),
+        AgRestarting => ("перезапускается", "restarting"),
+        AgProbeStarted => ("проверка запущена", "the check started"),
+        AgUnknownCommand => ("агент не знает команды «{kind}» и не выполнил её", "the agent does not know the command “{kind}” and refused it"),
+        AgRefusedQuarantined => ("отказано: сервер на карантине: {why}", "refused: the server is quarantined: {why}"),
+        AgRefused => ("отказано: {why}", "refused: {why}"),
+        AgLedgerUnreadable => (
+            "агент не смог прочитать свой учёт видеокарт (gpus.json)",
+            "the agent could not read its record of the GPUs (gpus.json)",
+        ),
+        AgAfterRental => (
+            "проверка видеокарт после аренды {rental} не пройдена: {why}",
+            "the GPU check after rental {rental} failed: {why}",
+        ),
+        AgSelfTest => (
+            "самопроверка перед арендой {rental} не пройдена: {why}",
+            "the self-test before rental {rental} failed: {why}",
+        ),
+        AgSelfTestProbe => (
+            "самопроверка перед арендой {rental} не пройдена: проверка на {gpus} — {what}",
+            "the self-test before rental {rental} failed: the check on {gpus}: {what}",
+        ),
+        AgGpuBusy => ("{gpu}: осталось процессов: {n} (номера {pids})", "{gpu}: {n} processes left (pid {pids})"),
+        AgGpuNoAnswer => ("{gpu} не отвечает ({why})", "{gpu} does not answer ({why})"),
+        AgCheckUnfinished => ("проверка видеокарт не завершилась ({why})", "the GPU check did not finish ({why})"),
+        NoGpuCell => ("нет видеокарт", "no GPU"),
+        ColReliability => ("Надёжность", "Reliability"),
+        ColOccupancy => ("Занятость видеокарт", "GPUs in use"),
+        OccRented => ("сдано: {n}", "rented: {n}"),
+        OccIdle => ("свободно: {n}", "idle: {n}"),
+        OccNotRentable => ("не сдаётся: {n}", "not rentable: {n}"),
+        ColStart => ("Начало (UTC)", "Start (UTC)"),
+        ReliabilityLast30 => ("{pct} % за последние 30 дней", "{pct}% over the last 30 days"),
+        ReliabilitySince => ("{pct} % с подключения {at} (UTC)", "{pct}% since it was connected on {at} (UTC)"),
+        ReliabilityNone => ("ещё не посчитана", "not computed yet"),
+        ReliabilityHelp => (
+            "Доля времени, когда сервер был онлайн и его видеокарты были в порядке (проверка не \
+             провалена, нет карантина). Пауза и цена не в счёт. Это число видят арендаторы.",
+            "The share of the time the server was online with its GPUs in order (its check not \
+             failed, not quarantined). A pause and the price do not count. Tenants see this figure.",
+        ),
+        ErrNameBidi => (
+            "В названии не должно быть символов, меняющих направление текста (U+202E и подобных).",
+            "The name must not contain characters that change the text's direction (U+202E and the like).",
+        ),
         // Rentable, or exactly why not ([`crate::rentable::verdict`]).
         ColRentable => ("Сдаётся?", "Rentable?"),
         RentYes => ("сдаётся", "rentable"),
@@ -553,7 +660,7 @@ gpum_common::texts! {
         ColImage => ("Образ", "Image"),
         ColRentalGpus => ("Видеокарты", "GPUs"),
         ColRentalState => ("Состояние", "State"),
-        ColUntil => ("До (UTC)", "Until (UTC)"),
+        ColUntil => ("Конец (UTC)", "End (UTC)"),
         RentalPending => ("ждёт агента", "waiting for the agent"),
         RentalPulling => ("загружается образ", "pulling the image"),
         RentalStarting => ("запускается", "starting"),
@@ -637,7 +744,7 @@ gpum_common::texts! {
         CodeWaiting => ("ждёт машину", "waiting for a machine"),
         OpenCodePage => ("Открыть", "Open"),
         CodeShownOnce => (
-            "Код показан один раз и на платформе не хранится (только его хэш). Если вы его потеряли, \
+            "Код показан один раз и на платформе не хранится (только его хеш). Если вы его потеряли, \
              создайте новый код.",
             "The code was shown once and is not stored on the platform (only its hash). If you lost \
              it, create a new code.",

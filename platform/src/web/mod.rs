@@ -35,9 +35,11 @@
 #![allow(clippy::result_large_err)]
 
 mod account;
+mod agent_text;
 mod i18n;
 pub(crate) mod pages;
 pub(crate) mod session;
+mod trouble;
 
 use std::sync::Arc;
 
@@ -135,6 +137,18 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/servers/{id}/delete", get(delete_form).post(delete))
         .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript", JS) }))
         .route("/dashboard/static/dashboard.css", get(|| async { asset("text/css", CSS) }))
+        // Issue 46: every path under `/dashboard` is a page of the cabinet. The addresses an
+        // owner may type lead to the page they mean; any other is "no such page", and an error
+        // from anywhere below (a GET of a form's address, an oversized form, a refusal of the
+        // API's) is a page in the owner's language ([`trouble::cabinet_pages`]).
+        .route("/dashboard/", get(|| async { Redirect::to("/dashboard") }))
+        .route("/dashboard/servers", get(|| async { Redirect::to("/dashboard") }))
+        .route("/dashboard/join", get(|| async { Redirect::to("/dashboard/add") }))
+        .route("/dashboard/{*rest}", axum::routing::any(trouble::unknown_page))
+        // Set here, before the platform's JSON one reaches these routes (it fills in only the
+        // fallbacks a route has not got).
+        .method_not_allowed_fallback(trouble::not_a_form)
+        .layer(middleware::from_fn_with_state(web.clone(), trouble::cabinet_pages))
         .layer(middleware::from_fn(security_headers))
         .with_state(web)
 }
@@ -380,7 +394,7 @@ async fn form<T: DeserializeOwned>(web: &Web, r: &Req, req: Request) -> Result<T
     if want.is_empty() || !ct_eq(&csrf, want) {
         return Err(stale());
     }
-    serde_urlencoded::from_bytes(&bytes).map_err(|_| stale())
+    trouble::parse_form(&r.ctx, &bytes)
 }
 
 /// A `__Host-` cookie's header: `Secure`, `Path=/`, no `Domain`, never read by scripts, never
@@ -472,7 +486,7 @@ async fn sign_in_form<T: DeserializeOwned>(
     if login_cookie.is_empty() || !ct_eq(&csrf, &login_cookie) {
         return Err(stale());
     }
-    serde_urlencoded::from_bytes(&bytes).map(|f| (client, f)).map_err(|_| stale())
+    trouble::parse_form(&r.ctx, &bytes).map(|f| (client, f))
 }
 
 /// Starts a session (`owner`: `None` for the operator) and sends the browser to the servers.
@@ -629,7 +643,12 @@ async fn command(
     Path(id): Path<String>,
     CsrfForm { signed: r, form: f, .. }: CsrfForm<CommandForm>,
 ) -> Response {
-    let kind = CommandKind::parse(&f.kind).map(CommandKind::as_str).unwrap_or("").to_owned();
+    // A kind the platform has no command for is refused here, by the value that was sent (the
+    // store would only see it emptied).
+    let Some(kind) = CommandKind::parse(&f.kind) else {
+        return trouble::bad_form(&r.ctx, pages::BadForm::UnknownCommand(f.kind));
+    };
+    let kind = kind.as_str().to_owned();
     let now = web.app.clock.now();
     let i = id.clone();
     let scope = r.scope();
@@ -659,12 +678,18 @@ async fn settings(
     Path(id): Path<String>,
     CsrfForm { signed: r, form: f, .. }: CsrfForm<SettingsForm>,
 ) -> Response {
+    let typed = |error| pages::Refused {
+        error,
+        name: f.name.clone(),
+        price: f.price.clone(),
+        min_rental: f.min_rental.clone(),
+    };
     let price = match f.price.trim() {
         "" => Ok(None),
         p => pages::parse_price(p).map(Some).ok_or(store::SettingsError::Price),
     };
     let min = f.min_rental.trim().parse::<u32>().map_err(|_| store::SettingsError::MinRental);
-    let name = if f.name.trim().is_empty() { None } else { Some(f.name) };
+    let name = if f.name.trim().is_empty() { None } else { Some(f.name.clone()) };
     let upd = price.and_then(|price| {
         let u = UpdateNodeRequest {
             name: Some(name),
@@ -677,10 +702,11 @@ async fn settings(
     let upd = match upd {
         Ok(u) => u,
         Err(e) => {
+            let refused = typed(e);
             return match node_with_history(&web, &r, &id).await {
                 Ok((n, h, now)) => page(
                     StatusCode::BAD_REQUEST,
-                    pages::server(&r.ctx, &n, &h, now, Some(e), check_image(&web).await),
+                    pages::server(&r.ctx, &n, &h, now, Some(&refused), check_image(&web).await),
                 ),
                 Err(e) => api_error(&r, e),
             };
@@ -695,7 +721,8 @@ async fn settings(
 
 #[derive(Deserialize)]
 struct PauseForm {
-    paused: bool,
+    /// `true` or `false`; anything else is refused with why (400), not as a stale form.
+    paused: String,
 }
 
 async fn pause(
@@ -703,7 +730,12 @@ async fn pause(
     Path(id): Path<String>,
     CsrfForm { signed: r, form: f, .. }: CsrfForm<PauseForm>,
 ) -> Response {
-    let upd = UpdateNodeRequest { paused: Some(f.paused), ..Default::default() };
+    let paused = match f.paused.as_str() {
+        "true" => true,
+        "false" => false,
+        _ => return trouble::bad_form(&r.ctx, pages::BadForm::Value { field: "paused", value: f.paused }),
+    };
+    let upd = UpdateNodeRequest { paused: Some(paused), ..Default::default() };
     let (i, scope) = (id.clone(), r.scope());
     match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
         Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
@@ -793,18 +825,19 @@ async fn add_form(State(web): St, r: SignedIn) -> Response {
 
 #[derive(Deserialize)]
 struct AddForm {
-    ttl: u64,
+    /// One of [`TTL_CHOICES`]; anything else is refused with why (400).
+    ttl: String,
 }
 
 /// Creates a code and answers 303 to its page, leaving the code in the one-time flash
 /// ([`Flashes`]): a reload of that page makes no second code and shows this one no more.
 async fn create_code(State(web): St, CsrfForm { signed: r, form: f, .. }: CsrfForm<AddForm>) -> Response {
-    if !TTL_CHOICES.contains(&f.ttl) {
-        return page(StatusCode::FORBIDDEN, pages::stale(&r.ctx));
-    }
+    let Some(ttl) = f.ttl.parse::<u64>().ok().filter(|t| TTL_CHOICES.contains(t)) else {
+        return trouble::bad_form(&r.ctx, pages::BadForm::Value { field: "ttl", value: f.ttl });
+    };
     let now = web.app.clock.now();
     let scope = r.scope();
-    let created = match web.app.db.call(move |c| store::create_join_code(c, now, f.ttl, &scope)).await {
+    let created = match web.app.db.call(move |c| store::create_join_code(c, now, ttl, &scope)).await {
         Ok(c) => c,
         Err(e) if e.code == gpum_protocol::ErrorCode::OwnerLimitReached => {
             let max = web.app.db.call(store::owner_limits).await.map_or(0, |l| l.open_codes);
@@ -1062,7 +1095,11 @@ mod tests {
         let r = call(&app, "POST", "/dashboard/add", &cookie, "ttl=3600").await;
         assert_eq!(r.status(), StatusCode::FORBIDDEN, "no form key");
         let r = call(&app, "POST", "/dashboard/add", &cookie, &format!("ttl=5&csrf={csrf}")).await;
-        assert_eq!(r.status(), StatusCode::FORBIDDEN, "a lifetime the form does not offer");
+        assert_eq!(
+            r.status(),
+            StatusCode::BAD_REQUEST,
+            "a lifetime the form does not offer, with why (issue 46)"
+        );
         let page = create(&app, &cookie, &csrf).await;
         assert!(page.contains("{ echo gpum_code=GPUM-"));
         assert!(page.contains("; curl -fsSL https://gpum.example/install.sh; } | sudo bash -s --"));

@@ -97,8 +97,52 @@ pub(super) fn no_install_command(ctx: &Ctx, dist: &Dist) -> Option<Markup> {
 pub(crate) fn copyable(ctx: &Ctx, id: &str, text: &str) -> Markup {
     html! {
         div.copyable {
-            pre { code #(id) { (text) } }
+            pre { code #(id) { (with_flags(text)) } }
             button.copy type="button" data-copy=(id) data-done=(ctx.t(Msg::Copied)) { (ctx.t(Msg::Copy)) }
         }
+    }
+}
+
+/// `text` with each command-line option (`--dry-run`, `--admin-token-file`) in a `span.opt`
+/// that never breaks inside (issue 46: "--dry-|run"); the text itself is unchanged (a copy
+/// button copies the same characters).
+pub(crate) fn with_flags(text: &str) -> Markup {
+    let mut parts: Vec<(bool, &str)> = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        // An option starts a word: `--` at the start or after a space or an opening bracket.
+        let starts = i == 0 || rest[..i].ends_with([' ', '(', '\n']);
+        let len =
+            rest[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(rest.len() - i);
+        if starts && len > 2 {
+            parts.push((false, &rest[..i]));
+            parts.push((true, &rest[i..i + len]));
+        } else {
+            parts.push((false, &rest[..i + len.max(2)]));
+        }
+        rest = &rest[i + len.max(2)..];
+    }
+    parts.push((false, rest));
+    html! { @for (opt, p) in parts { @if opt { span.opt { (p) } } @else { (p) } } }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    #[test]
+    fn options_are_kept_whole_and_the_text_unchanged() {
+        let m =
+            with_flags("curl -fsSL x | sudo bash -s -- --dry-run (--admin-token-file) a--b").into_string();
+        assert_eq!(
+            m,
+            "curl -fsSL x | sudo bash -s -- <span class=\"opt\">--dry-run</span> \
+             (<span class=\"opt\">--admin-token-file</span>) a--b"
+        );
+        assert_eq!(
+            with_flags("Только проверка (--dry-run)").into_string(),
+            "Только проверка (<span class=\"opt\">--dry-run</span>)"
+        );
+        assert_eq!(with_flags("").into_string(), "");
     }
 }

@@ -22,7 +22,9 @@ fn event_text(ctx: &Ctx, e: &NodeEvent) -> (String, Option<String>) {
         gpum_protocol::REMOVAL_REASON_UNKNOWN if e.kind == NodeEventKind::ContainerRemoved => {
             Some(ctx.t(Msg::RemovalUnknown).to_owned())
         }
-        d => Some(d.to_owned()),
+        // The agent's text (a command's result, a quarantine's reason), in the owner's language
+        // where the platform knows it.
+        d => Some(agent_text(d, ctx.lang)),
     };
     let text = match e.kind {
         Registered => ctx.t(Msg::EvRegistered).to_owned(),
@@ -139,7 +141,7 @@ pub(super) fn command_outcome(
         let mut t = w(Msg::CommandFailed);
         if !r.message.is_empty() {
             t.push_str(": ");
-            t.push_str(&r.message);
+            t.push_str(&agent_text(&r.message, ctx.lang));
         }
         return ("bad", "failed", t);
     }

@@ -29,11 +29,11 @@ fn shown_code(ctx: &Ctx, shown: Shown<'_>) -> Markup {
                     } @else {
                         p { (ctx.t(Msg::InstallHelp)) }
                         (copyable(ctx, "cmd-install", &install))
-                        h3 { (ctx.t(Msg::DryRunCommand)) }
-                        p { (ctx.t(Msg::DryRunHelp)) }
+                        h3 { (with_flags(ctx.t(Msg::DryRunCommand))) }
+                        p { (with_flags(ctx.t(Msg::DryRunHelp))) }
                         (copyable(ctx, "cmd-dry-run", &dry))
                         h3 { (ctx.t(Msg::NoexecCommand)) }
-                        p { (ctx.t(Msg::NoexecHelp)) }
+                        p { (with_flags(ctx.t(Msg::NoexecHelp))) }
                         (copyable(ctx, "cmd-noexec", &noexec))
                     }
                 }

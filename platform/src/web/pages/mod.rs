@@ -17,6 +17,7 @@ use gpum_protocol::{
 };
 use maud::{DOCTYPE, Markup, html};
 
+use super::agent_text::agent_text;
 use super::i18n::{Msg, fill, nvml_problem, probe_failure, probe_fix, t, verification};
 use crate::store::{OpenCode, SettingsError};
 
@@ -31,10 +32,11 @@ mod server;
 mod servers;
 #[cfg(test)]
 pub(crate) mod tests;
+mod trouble;
 
-pub(crate) use add::copyable;
 use add::no_install_command;
 pub use add::{Dist, add, commands};
+pub(crate) use add::{copyable, with_flags};
 pub use confirm::{command_refused, confirm_delete, confirm_rotate, rotated};
 pub use earnings::earnings;
 use events::{command_name, command_outcome, event_log};
@@ -42,8 +44,9 @@ use figures::{figures, history_chart, memory};
 pub use join::{JoinState, Shown, join_page, join_status};
 pub(crate) use notices::totp_reset_notice;
 pub use notices::{LoginError, disabled, not_found, open_codes_limit, operator_login, stale};
-pub use server::{History, RENTALS_SHOWN, server};
+pub use server::{History, RENTALS_SHOWN, Refused, server};
 pub use servers::{PageAt, servers};
+pub use trouble::{BadForm, Trouble, bad_form, trouble};
 
 /// What every page needs: the language, the path (for the language switch) and, when signed
 /// in, the session's CSRF token (for every form).
@@ -154,6 +157,7 @@ pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
     ctx.t(match e {
         SettingsError::NameLength => Msg::ErrNameLength,
         SettingsError::NameControl => Msg::ErrNameControl,
+        SettingsError::NameBidi => Msg::ErrNameBidi,
         SettingsError::Price => Msg::ErrPrice,
         SettingsError::MinRental => Msg::ErrMinRental,
     })
@@ -234,7 +238,8 @@ fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
             None => ctx.t(Msg::RentOfflineNever).to_owned(),
         },
         RentableState::Quarantined => {
-            let why = n.quarantine.as_ref().map(|q| cut(&q.reason)).unwrap_or_default();
+            let why =
+                n.quarantine.as_ref().map(|q| cut(&agent_text(&q.reason, ctx.lang))).unwrap_or_default();
             fill(ctx.t(Msg::RentQuarantined), &[("at", &utc(r.since.unwrap_or(0))), ("why", &why)])
         }
         RentableState::NoGpu => {

@@ -4,7 +4,7 @@
 use super::*;
 
 pub fn disabled(ctx: &Ctx) -> Markup {
-    layout(ctx, ctx.t(Msg::Title), html! { p #disabled { (ctx.t(Msg::Disabled)) } })
+    layout(ctx, ctx.t(Msg::Title), html! { p #disabled { (with_flags(ctx.t(Msg::Disabled))) } })
 }
 
 /// Why the sign-in form is shown again.
@@ -62,7 +62,7 @@ pub fn stale(ctx: &Ctx) -> Markup {
 pub fn not_found(ctx: &Ctx) -> Markup {
     layout(
         ctx,
-        ctx.t(Msg::NotFound),
+        ctx.t(Msg::NotFoundTitle),
         html! { p #not-found { (ctx.t(Msg::NotFound)) } p { a href="/dashboard" { (ctx.t(Msg::Back)) } } },
     )
 }

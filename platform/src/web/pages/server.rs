@@ -16,15 +16,36 @@ pub struct History {
     pub rentals: Vec<gpum_protocol::RentalSummary>,
 }
 
-/// The server's page; `error` is why the settings form was refused, shown above it;
-/// `check_image` whether the platform's operator has chosen a check image (without one, no
-/// recheck runs a check).
+/// A settings form refused (issue 46): why, and what the owner typed, shown again as typed
+/// (never the stored values beside an error about them).
+pub struct Refused {
+    pub error: SettingsError,
+    pub name: String,
+    pub price: String,
+    pub min_rental: String,
+}
+
+impl Refused {
+    /// The field the error is about, by its element's id.
+    fn field(&self) -> &'static str {
+        match self.error {
+            SettingsError::NameLength | SettingsError::NameControl | SettingsError::NameBidi => "name",
+            SettingsError::Price => "price",
+            SettingsError::MinRental => "min-rental",
+        }
+    }
+}
+
+/// The server's page; `refused` is a settings form refused: its error is shown at the field it
+/// is about, which has the focus (so the page opens there, `dashboard.js` scrolls to it too), and
+/// the fields hold what was typed; `check_image` whether the platform's operator has chosen a
+/// check image (without one, no recheck runs a check).
 pub fn server(
     ctx: &Ctx,
     n: &NodeSummary,
     history: &History,
     now: u64,
-    error: Option<SettingsError>,
+    refused: Option<&Refused>,
     check_image: bool,
 ) -> Markup {
     let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
@@ -32,6 +53,20 @@ pub fn server(
     // The host name is the default: the field stays empty (with it as the hint) until the owner
     // names the server.
     let named = n.name != n.inventory.private.hostname;
+    let stored_price = n.price_per_gpu_hour.map(price_text).unwrap_or_default();
+    let stored_min = n.min_rental_minutes.to_string();
+    let (name, price, min_rental) = match refused {
+        Some(r) => (r.name.as_str(), r.price.as_str(), r.min_rental.as_str()),
+        None => (if named { n.name.as_str() } else { "" }, stored_price.as_str(), stored_min.as_str()),
+    };
+    let bad = refused.map(Refused::field);
+    let error = |field: &str| {
+        html! {
+            @if let Some(r) = refused.filter(|_| bad == Some(field)) {
+                p.error #settings-error role="alert" { (settings_error(ctx, r.error)) }
+            }
+        }
+    };
     layout(
         ctx,
         &title,
@@ -39,20 +74,24 @@ pub fn server(
             (live_status(ctx, now))
             (server_live(ctx, n, history, now, check_image))
             h2 { (ctx.t(Msg::SettingsTitle)) }
-            @if let Some(e) = error { p.error #settings-error { (settings_error(ctx, e)) } }
             form #settings method="post" action={ (base) "/settings" } {
                 (csrf_field(ctx))
                 label for="name" { (ctx.t(Msg::ServerName)) " " (seen_by(ctx, false)) }
-                input #name type="text" name="name" maxlength="64" value=(if named { n.name.as_str() } else { "" })
-                    placeholder=(cut(&n.inventory.private.hostname));
+                (error("name"))
+                input #name type="text" name="name" maxlength="64" value=(name)
+                    placeholder=(cut(&n.inventory.private.hostname))
+                    autofocus[bad == Some("name")] aria-invalid=[(bad == Some("name")).then_some("true")];
                 p.help { (ctx.t(Msg::ServerNameHelp)) }
                 label for="price" { (ctx.t(Msg::PriceLabel)) " " (seen_by(ctx, true)) }
-                input #price type="text" name="price" inputmode="decimal"
-                    value=(n.price_per_gpu_hour.map(price_text).unwrap_or_default());
+                (error("price"))
+                input #price type="text" name="price" inputmode="decimal" value=(price)
+                    autofocus[bad == Some("price")] aria-invalid=[(bad == Some("price")).then_some("true")];
                 p.help { (ctx.t(Msg::PriceHelp)) }
                 label for="min-rental" { (ctx.t(Msg::MinRentalLabel)) " " (seen_by(ctx, true)) }
-                input #min-rental type="number" name="min_rental" min="1" max="10080" required
-                    value=(n.min_rental_minutes);
+                (error("min-rental"))
+                input #min-rental type="number" name="min_rental" min="1" max="10080" required value=(min_rental)
+                    autofocus[bad == Some("min-rental")]
+                    aria-invalid=[(bad == Some("min-rental")).then_some("true")];
                 button #save type="submit" { (ctx.t(Msg::Save)) }
             }
             form.inline #pause-form method="post" action={ (base) "/pause" } {
@@ -116,6 +155,11 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
                     }
                     td { (seen_by(ctx, true)) }
                 }
+                tr #reliability-row {
+                    th { (ctx.t(Msg::ColReliability)) }
+                    td.value #reliability { (reliability_text(ctx, n)) p.help #reliability-help { (ctx.t(Msg::ReliabilityHelp)) } }
+                    td { (seen_by(ctx, true)) }
+                }
                 tr {
                     th { (ctx.t(Msg::ColVerification)) }
                     td.value #verification.(verification_class(n)) { (verification_label(ctx, n)) }
@@ -147,6 +191,11 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
             table.facts #inventory {
                 (row(ctx, Msg::GpuModel, true, &gpus))
                 (row(ctx, Msg::GpuCount, true, &inv.public.gpus.len().to_string()))
+                tr #occupancy-row {
+                    th { (ctx.t(Msg::ColOccupancy)) }
+                    td.value { (super::servers::occupancy(ctx, n)) }
+                    td { (seen_by(ctx, false)) }
+                }
                 (row(ctx, Msg::GpuMemory, true, &memory(ctx, vram)))
                 (row(ctx, Msg::Cpu, true, &format!("{} ({})", inv.public.cpu_model, inv.public.cpu_cores)))
                 (row(ctx, Msg::Ram, true, &memory(ctx, inv.public.ram_mib)))
@@ -239,7 +288,7 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
                     thead { tr {
                         th { (ctx.t(Msg::ColRental)) } th { (ctx.t(Msg::ColImage)) }
                         th { (ctx.t(Msg::ColRentalGpus)) } th { (ctx.t(Msg::ColRentalState)) }
-                        th { (ctx.t(Msg::ColUntil)) }
+                        th { (ctx.t(Msg::ColStart)) } th { (ctx.t(Msg::ColUntil)) }
                     } }
                     tbody {
                         @for r in rentals.iter().take(RENTALS_SHOWN) {
@@ -251,7 +300,8 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
                                     @for g in &r.spec.gpu_uuids { (g) br; }
                                 }
                                 td.state.(class) data-label=(ctx.t(Msg::ColRentalState)) { (state) }
-                                td.until data-label=(ctx.t(Msg::ColUntil)) { (utc(r.spec.ends_at)) }
+                                td.start data-label=(ctx.t(Msg::ColStart)) { (utc(r.created_at)) }
+                                td.until data-label=(ctx.t(Msg::ColUntil)) { (utc(rental_end(r))) }
                             }
                         }
                     }
@@ -259,4 +309,33 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
             }
         }
     }
+}
+
+/// A server's reliability in words (issue 46): the share, and over which window.
+pub(super) fn reliability_text(ctx: &Ctx, n: &NodeSummary) -> String {
+    let Some(r) = n.reliability else { return ctx.t(Msg::ReliabilityNone).to_owned() };
+    let pct = format!("{}.{}", r.permille / 10, r.permille % 10);
+    let pct = match ctx.lang {
+        Lang::Ru => pct.replace('.', ","),
+        Lang::En => pct,
+    };
+    if r.window_secs >= gpum_platform_core::reliability::WINDOW_SECS {
+        fill(ctx.t(Msg::ReliabilityLast30), &[("pct", &pct)])
+    } else {
+        fill(ctx.t(Msg::ReliabilitySince), &[("pct", &pct), ("at", &utc(n.registered_at))])
+    }
+}
+
+/// When a rental ends (issue 46): a current one at its end time; a past one when it ended (the
+/// operator stopped it, or the agent last reported it), never later than its end time.
+fn rental_end(r: &gpum_protocol::RentalSummary) -> u64 {
+    use gpum_protocol::RentalState::*;
+    if r.listed {
+        return r.spec.ends_at;
+    }
+    let ended = match r.state {
+        Some(Gone | Failed | Exited) => r.stopped_at.or(r.updated_at),
+        _ => r.stopped_at,
+    };
+    ended.map_or(r.spec.ends_at, |at| at.min(r.spec.ends_at))
 }

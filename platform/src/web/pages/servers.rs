@@ -92,13 +92,37 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], at: PageAt<'_>, now: u64) -> 
                                     data-label=(ctx.t(Msg::ColPrice)) {
                                     (price_label(ctx, n))
                                 }
-                                td.gpus data-label=(ctx.t(Msg::ColGpus)) { @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; } }
+                                td.gpus data-label=(ctx.t(Msg::ColGpus)) {
+                                    @for g in gpu_summary(ctx, n, Some(CELL_MAX_CHARS)) { (g) br; }
+                                    // Issue 46: never a blank cell.
+                                    @if n.inventory.public.gpus.is_empty() { span.no-gpu.wait { (ctx.t(Msg::NoGpuCell)) } }
+                                    (occupancy(ctx, n))
+                                }
                                 td.agent data-label=(ctx.t(Msg::ColAgent)) { (cut(&n.agent_version)) }
                                 td.seen data-label=(ctx.t(Msg::ColLastSeen)) { (ago(ctx, n.last_heartbeat_at, now)) }
                             }
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A server's GPUs at a glance (issue 46): rented, idle, not rentable; only the counts that
+/// are not zero.
+pub(super) fn occupancy(ctx: &Ctx, n: &NodeSummary) -> Markup {
+    let o = n.occupancy;
+    let parts = [
+        (o.rented, Msg::OccRented, "occ-rented"),
+        (o.idle, Msg::OccIdle, "occ-idle ok"),
+        (o.not_rentable, Msg::OccNotRentable, "occ-not-rentable wait"),
+    ];
+    html! {
+        span.occupancy data-rented=(o.rented) data-idle=(o.idle) data-not-rentable=(o.not_rentable) {
+            @for (i, (count, m, class)) in parts.iter().filter(|p| p.0 > 0).enumerate() {
+                @if i > 0 { " · " }
+                span class=(class) { (fill(ctx.t(*m), &[("n", &count.to_string())])) }
             }
         }
     }

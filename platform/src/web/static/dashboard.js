@@ -9,6 +9,13 @@
 // come from the page itself (data- attributes rendered in the page's language): none is here.
 "use strict";
 
+// A form refused with why (issue 46): the page opens at the error, beside the field it is
+// about (which has the focus), not at the top.
+document.addEventListener("DOMContentLoaded", function () {
+  const e = document.getElementById("settings-error");
+  if (e) e.scrollIntoView({ block: "center" });
+});
+
 document.addEventListener("click", function (e) {
   const b = e.target.closest("button[data-copy]");
   if (!b) return;

@@ -138,8 +138,8 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         ..Default::default()
     };
     for (lang, want) in [
-        (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "Until (UTC)"]),
-        (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "До (UTC)"]),
+        (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "End (UTC)"]),
+        (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "Конец (UTC)"]),
     ] {
         let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
         let s = server(&ctx, &n, &h, 6, None, true).into_string();
@@ -155,7 +155,8 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
     // Each cell is labelled for the phone's cards.
     let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
     let s = server(&ctx, &n, &h, 6, None, true).into_string();
-    for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "До (UTC)"] {
+    for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало (UTC)", "Конец (UTC)"]
+    {
         assert!(s.contains(&format!("data-label=\"{label}\"")), "{label}");
     }
 }
@@ -300,6 +301,8 @@ fn node(id: &str) -> NodeSummary {
         min_rental_minutes: 60,
         paused: false,
         rentable: Default::default(),
+        reliability: None,
+        occupancy: Default::default(),
         owner: None,
         quarantine: None,
     }
@@ -339,11 +342,18 @@ fn node_text_is_escaped_everywhere() {
         rentals: vec![rental(evil, Some(gpum_protocol::RentalState::Failed), Some(evil))],
     };
     n.last_metrics = Some(Metrics::default());
+    // A refused form shows what was typed again: escaped too.
+    let refused = Refused {
+        error: SettingsError::NameControl,
+        name: evil.into(),
+        price: evil.into(),
+        min_rental: evil.into(),
+    };
     for lang in [Lang::Ru, Lang::En] {
         let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
         for page in [
             servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, Some(evil), None),
-            server(&ctx, &n, &history, 6, Some(SettingsError::NameControl), true),
+            server(&ctx, &n, &history, 6, Some(&refused), true),
             join_page(&ctx, "h", join_status(&ctx, JoinState::Node(&n)), false, Shown::Closed, 6),
             confirm_delete(&ctx, evil),
         ] {
