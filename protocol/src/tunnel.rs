@@ -112,7 +112,8 @@ pub fn buffered<T: tokio::io::AsyncRead + tokio::io::AsyncWrite>(io: T) -> LazyB
 /// small write and let go of once a flush has written it out. yamux flushes after every frame
 /// and reads until `Pending`, so a connected tunnel with no traffic holds no buffer (before: a
 /// `tokio::io::BufStream` of 129 KiB, zeroed and so resident, per connected node at the relay
-/// and in the agent). Neither buffer is zeroed: reads go into its spare capacity.
+/// and in the agent). The write buffer is not zeroed (writes extend it); the read buffer is,
+/// before each fill (safe code reads only into initialized bytes).
 pub struct LazyBuffered<T> {
     inner: T,
     /// Read bytes not yet handed out: `rbuf[rpos..]`.

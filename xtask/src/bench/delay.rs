@@ -8,9 +8,11 @@
 //!
 //! **Bounded.** Each direction of a connection holds at most [`QUEUE_CHUNKS`] chunks of at most
 //! [`CHUNK`] bytes (8 MiB): when they are all waiting, the reader stops reading and TCP pushes
-//! back on the sender, as a router's full queue would (without dropping). That caps a direction
-//! at 8 MiB per half round trip (1.6 GB/s at 10 ms one way, 670 MB/s at 25 ms), for the tunnel and
-//! the reference alike. With `--rate-mbit`, a direction leaves at most that many bits per second
+//! back on the sender, as a router's full queue would (without dropping). A chunk stays queued for
+//! the one-way delay, so that caps a connection's direction at about 8 MiB per one-way delay (840
+//! MB/s at 10 ms one way, a 20 ms round trip; 335 MB/s at 25 ms), fewer when reads return
+//! smaller chunks, for the tunnel and the reference alike. The cap is per connection: 4 direct
+//! streams are 4 connections through the line, the tunnel's 4 streams share the agent's one. With `--rate-mbit`, a direction leaves at most that many bits per second
 //! (a serialised link: a chunk leaves when the one before it has), on each connection.
 
 use std::io::{Read, Write};

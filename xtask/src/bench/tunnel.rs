@@ -14,12 +14,17 @@
 //! and **direct** (a TCP connection from this machine straight to the container's address on
 //! `gpum-rentals`: the same server and the same bytes, with no relay, tunnel or agent).
 //!
-//! Reported: download and upload throughput of one stream (MB/s, the median of 3 runs each way;
-//! goal: at least 50 % of direct), the median round trip of a 64-byte line through the echo
+//! Reported: download and upload throughput of 1 and of 4 streams at once (MB/s, the median of 3
+//! runs each way; goal: at least 50 % of direct), the platform's and the agent's CPU (utime +
+//! stime) per GB through the tunnel, the median round trip of a 64-byte line through the echo
 //! server (goal: at most 1 ms added to direct), and the memory of an idle stream: the growth of
 //! the platform's and the agent's RSS with 60 idle streams open (just under the per-rental cap of
 //! 64), divided by 60. Everything runs on one machine, so the client, the relay, the agent and the container
 //! share its cores: on 2 cores the tunnel's figures are pessimistic.
+//!
+//! `GPUM_BENCH_PLATFORM_BIN` and `GPUM_BENCH_AGENT_BIN` name other binaries to measure instead
+//! of the release builds: the dist's static platform (musl, `release-small`) and the measured
+//! agent (`release-small` with `test-knobs`) are the shipped build.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -78,16 +83,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     }
     let mib: u64 = if quick { 64 } else { 256 };
     let rounds = if quick { 400 } else { 2000 };
-    let release = crate::util::release_build(&[
-        "--locked",
-        "-p",
-        "gpum-platform",
-        "-p",
-        "gpum-agent",
-        "--features",
-        "gpum-agent/test-knobs",
-    ])?;
-    let (platform, agent) = (release.join("gpum-platform"), release.join("gpum-agent"));
+    let (platform, agent, builds) = binaries()?;
     let image = image()?;
 
     let dir = std::env::temp_dir().join(format!("gpum-bench-tunnel-{}", std::process::id()));
@@ -208,7 +204,7 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     }
 
     if let Some(p) = path {
-        let rows = delayed(p, quick, mib, &tunnel, &direct)?;
+        let rows = delayed(p, quick, mib, &builds, &tunnel, &direct)?;
         drop(agent_proc);
         drop(platform_proc);
         drop(agent_line);
@@ -228,17 +224,32 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     drop((lt, ld));
     let (med_t, med_d) = (median(&mut rt), median(&mut rd));
 
-    // Throughput: 3 runs each way, alternating.
+    // Throughput: 1 and 4 streams (each its own connection, `mib` MiB each), 3 runs each way,
+    // alternating; the platform's and the agent's CPU (utime + stime) over the tunnel's
+    // transfers, per GB the tunnel moved.
     let bytes = mib * 1024 * 1024;
-    let (mut down_t, mut down_d, mut up_t, mut up_d) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..3 {
-        down_d.push(download(direct(7001)?, bytes)?);
-        down_t.push(download(tunnel(7001)?, bytes)?);
-        up_d.push(upload(direct(7002)?, bytes)?);
-        up_t.push(upload(tunnel(7002)?, bytes)?);
+    let (mut cpu_p, mut cpu_a, mut moved) = (0.0, 0.0, 0u64);
+    let mut through = |streams: usize, port: u16, way: fn(TcpStream, u64) -> Result<f64>| -> Result<f64> {
+        let (p0, a0) = (cpu_secs(platform_pid), cpu_secs(agent_pid));
+        let r = parallel(streams, bytes, || way(tunnel(port)?, bytes))?;
+        cpu_p += cpu_secs(platform_pid) - p0;
+        cpu_a += cpu_secs(agent_pid) - a0;
+        moved += streams as u64 * bytes;
+        Ok(r)
+    };
+    let mut shares = Vec::new();
+    for streams in [1usize, 4] {
+        let (mut down_t, mut down_d, mut up_t, mut up_d) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..3 {
+            down_d.push(parallel(streams, bytes, || download(direct(7001)?, bytes))?);
+            down_t.push(through(streams, 7001, download)?);
+            up_d.push(parallel(streams, bytes, || upload(direct(7002)?, bytes))?);
+            up_t.push(through(streams, 7002, upload)?);
+        }
+        shares.push((streams, "download", median(&mut down_t), median(&mut down_d)));
+        shares.push((streams, "upload", median(&mut up_t), median(&mut up_d)));
     }
-    let (down_t, down_d, up_t, up_d) =
-        (median(&mut down_t), median(&mut down_d), median(&mut up_t), median(&mut up_d));
+    let gb = moved as f64 / 1e9;
 
     // Memory per idle stream: RSS before and with IDLE_STREAMS streams open, each one echoed
     // once (so the agent's side is connected), after a few opened and closed to warm up.
@@ -265,16 +276,23 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
     let _ = std::fs::remove_dir_all(&dir);
 
     say!(
-        "command: cargo xtask bench tunnel{} (release builds; the relay on loopback, plain; the rental \
-         on the real engine at {ip}; {mib} MiB per transfer, {rounds} round trips)",
+        "command: cargo xtask bench tunnel{} ({builds}; the relay on loopback, plain; the rental on the \
+         real engine at {ip}; {mib} MiB per stream and transfer, {rounds} round trips)",
         if quick { " --quick" } else { "" }
     );
     say!(
         "round trip (64 B line, median): tunnel {med_t:.3} ms, direct {med_d:.3} ms, added {:.3} ms",
         med_t - med_d
     );
-    say!("download: tunnel {down_t:.0} MB/s, direct {down_d:.0} MB/s ({:.0} %)", down_t / down_d * 100.0);
-    say!("upload:   tunnel {up_t:.0} MB/s, direct {up_d:.0} MB/s ({:.0} %)", up_t / up_d * 100.0);
+    for (streams, way, t, d) in &shares {
+        say!("{streams} stream(s), {way}: tunnel {t:.0} MB/s, direct {d:.0} MB/s ({:.0} %)", t / d * 100.0);
+    }
+    say!(
+        "CPU over the tunnel's transfers ({gb:.1} GB): platform {cpu_p:.2} s, agent {cpu_a:.2} s, \
+         {:.2} and {:.2} s per GB",
+        cpu_p / gb,
+        cpu_a / gb
+    );
     say!(
         "idle streams: {IDLE_STREAMS} open: platform RSS {:.1} -> {:.1} MiB, agent RSS {:.1} -> {:.1} MiB",
         p0 as f64 / 1024.0,
@@ -282,18 +300,75 @@ pub fn run(quick: bool) -> Result<Vec<Row>> {
         a0 as f64 / 1024.0,
         a1 as f64 / 1024.0
     );
-    Ok(vec![
-        Row::at_least("tunnel: download, share of direct", down_t / down_d * 100.0, "%", 50.0)
-            .with_reference(format!("direct {down_d:.0} MB/s, tunnel {down_t:.0}")),
-        Row::at_least("tunnel: upload, share of direct", up_t / up_d * 100.0, "%", 50.0)
-            .with_reference(format!("direct {up_d:.0} MB/s, tunnel {up_t:.0}")),
+    let mut rows: Vec<Row> = shares
+        .iter()
+        .map(|(streams, way, t, d)| {
+            Row::at_least(
+                &format!("tunnel: {streams} stream(s) {way}, share of direct"),
+                t / d * 100.0,
+                "%",
+                50.0,
+            )
+            .with_reference(format!("direct {d:.0} MB/s, tunnel {t:.0}"))
+        })
+        .collect();
+    rows.extend([
+        Row::info("tunnel: platform CPU per GB through the tunnel", cpu_p / gb, "s")
+            .with_reference(format!("{cpu_p:.2} s over {gb:.1} GB")),
+        Row::info("tunnel: agent CPU per GB through the tunnel", cpu_a / gb, "s")
+            .with_reference(format!("{cpu_a:.2} s over {gb:.1} GB")),
         Row::at_most("tunnel: added median round trip", med_t - med_d, "ms", 1.0, false)
             .with_reference(format!("direct {med_d:.3} ms, tunnel {med_t:.3}")),
         Row::info("tunnel: platform RSS per idle stream", per_p, "KiB")
             .with_reference(format!("{IDLE_STREAMS} streams over {:.1} MiB", p0 as f64 / 1024.0)),
         Row::info("tunnel: agent RSS per idle stream", per_a, "KiB")
             .with_reference(format!("{IDLE_STREAMS} streams over {:.1} MiB", a0 as f64 / 1024.0)),
-    ])
+    ]);
+    Ok(rows)
+}
+
+/// The platform and the agent to measure, and words for the command line: the binaries named
+/// by `GPUM_BENCH_PLATFORM_BIN` and `GPUM_BENCH_AGENT_BIN` (for example the dist's static
+/// platform and the measured agent, `dist::build_measured_agent`), else release builds (the
+/// agent with `test-knobs`, for the Docker test scope and a rental without the GPU request).
+fn binaries() -> Result<(std::path::PathBuf, std::path::PathBuf, String)> {
+    let given = |v: &str| std::env::var_os(v).map(std::path::PathBuf::from);
+    let (p, a) = (given("GPUM_BENCH_PLATFORM_BIN"), given("GPUM_BENCH_AGENT_BIN"));
+    let words = |p: &Option<std::path::PathBuf>, a: &Option<std::path::PathBuf>| match (p, a) {
+        (None, None) => "release builds".to_owned(),
+        _ => format!(
+            "platform {}, agent {}",
+            p.as_ref().map_or("release".into(), |p| p.display().to_string()),
+            a.as_ref().map_or("release".into(), |a| a.display().to_string())
+        ),
+    };
+    let w = words(&p, &a);
+    if let (Some(p), Some(a)) = (&p, &a) {
+        return Ok((p.clone(), a.clone(), w));
+    }
+    let release = crate::util::release_build(&[
+        "--locked",
+        "-p",
+        "gpum-platform",
+        "-p",
+        "gpum-agent",
+        "--features",
+        "gpum-agent/test-knobs",
+    ])?;
+    Ok((
+        p.unwrap_or_else(|| release.join("gpum-platform")),
+        a.unwrap_or_else(|| release.join("gpum-agent")),
+        w,
+    ))
+}
+
+/// utime + stime of a process and its exited threads, in seconds (clock ticks at 100 Hz).
+fn cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (t(11) + t(12)) / 100.0
 }
 
 /// Over a delayed path: the round trip, and 1 and 4 streams' throughput each way, through the
@@ -302,6 +377,7 @@ fn delayed(
     p: Path,
     quick: bool,
     mib: u64,
+    builds: &str,
     tunnel: &(dyn Fn(u16) -> Result<TcpStream> + Sync),
     direct: &(dyn Fn(u16) -> Result<TcpStream> + Sync),
 ) -> Result<Vec<Row>> {
@@ -320,7 +396,7 @@ fn delayed(
     let (med_t, med_d) = (median(&mut rt), median(&mut rd));
     let bytes = mib * 1024 * 1024;
     say!(
-        "command: cargo xtask bench tunnel{} --delay-ms {ms}{} (release builds; a delay line of {ms} ms \
+        "command: cargo xtask bench tunnel{} --delay-ms {ms}{} ({builds}; a delay line of {ms} ms \
          round trip{rate} between the agent and the platform, and in front of the container for direct; \
          {mib} MiB per stream)",
         if quick { " --quick" } else { "" },
