@@ -459,8 +459,9 @@ async fn admin_secrets_are_not_stored_by_caches() {
 }
 
 /// Item 13: every route, given a bad path parameter (not UTF-8 once decoded), a bad query or a
-/// bad body, answers every 400 (and every other error outside the dashboard's own pages) as the
-/// protocol's JSON error. Before the fix, axum's rejections were `text/plain`.
+/// bad body, answers every 400 (and every other error) outside the dashboard as the protocol's
+/// JSON error. Before the fix, axum's rejections were `text/plain`. Under `/dashboard` every
+/// error is a cabinet page in the owner's language instead (issue 46), never `text/plain`.
 #[tokio::test]
 async fn every_400_is_the_protocols_json_error() {
     let p = TestPlatform::start(PlatformOpts::insecure_http());
@@ -526,8 +527,17 @@ async fn every_400_is_the_protocols_json_error() {
         if a.status == StatusCode::BAD_REQUEST {
             seen_400 += 1;
         }
-        let dashboard_page = path.starts_with("/dashboard") && a.content_type.starts_with("text/html");
-        if a.status.is_client_error() && !(dashboard_page && a.status != StatusCode::BAD_REQUEST) {
+        if path.starts_with("/dashboard") {
+            if a.status.is_client_error() {
+                assert!(
+                    a.content_type.starts_with("text/html") && a.body.contains("gpum dashboard"),
+                    "{m} {path}: {} {} {}",
+                    a.status,
+                    a.content_type,
+                    a.body
+                );
+            }
+        } else if a.status.is_client_error() {
             a.error();
         }
         assert!(!a.status.is_server_error(), "{m} {path}: {} {}", a.status, a.body);
