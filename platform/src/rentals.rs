@@ -434,20 +434,7 @@ fn summary(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<(RentalSumma
     Ok((
         RentalSummary {
             node_id: r.get(0)?,
-            spec: RentalSpec {
-                id: String::new(),
-                image: String::new(),
-                gpu_uuids: Vec::new(),
-                cpu_millis: 0,
-                memory_mib: 0,
-                disk_gib: 0,
-                shm_mib: 0,
-                env: Vec::new(),
-                command: Vec::new(),
-                ends_at: 0,
-                ports: Vec::new(),
-                driver_capabilities: Vec::new(),
-            },
+            spec: RentalSpec::default(),
             created_at: r.get::<_, i64>(2)?.max(0) as u64,
             stopped_at: t(r.get(3)?),
             listed: r.get::<_, bool>(4)? && ends_at > now as i64,

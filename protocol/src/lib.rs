@@ -1016,7 +1016,7 @@ pub struct NodeEvents {
 /// A rental as the platform wants it on a node: one container of the tenant's image on exactly
 /// these GPUs, with hard limits, until `ends_at`. The agent decides nothing about it but how to
 /// run it safely (docs/protocol.md, "Rentals").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RentalSpec {
     /// `rent-` and 16 hex digits.
     pub id: String,

@@ -179,7 +179,7 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
                 price: r.get::<_, Option<i64>>(7)?.map(|p| p.max(0) as u64),
                 summary: RentalSummary {
                     node_id: String::new(),
-                    spec: empty_spec(),
+                    spec: RentalSpec::default(),
                     created_at: 0,
                     stopped_at: t(r.get(8)?),
                     listed: r.get::<_, bool>(9)? && ends_at > now as i64,
@@ -302,23 +302,6 @@ pub fn earnings(conn: &Conn, now: u64, scope: &Scope, owner: Option<&str>) -> Re
     })
 }
 
-fn empty_spec() -> RentalSpec {
-    RentalSpec {
-        id: String::new(),
-        image: String::new(),
-        gpu_uuids: Vec::new(),
-        cpu_millis: 0,
-        memory_mib: 0,
-        disk_gib: 0,
-        shm_mib: 0,
-        env: Vec::new(),
-        command: Vec::new(),
-        ends_at: 0,
-        ports: Vec::new(),
-        driver_capabilities: Vec::new(),
-    }
-}
-
 /// An image reference without its digest (`nvcr.io/nvidia/pytorch@sha256:…` →
 /// `nvcr.io/nvidia/pytorch`).
 pub fn image_name(reference: &str) -> String {
@@ -388,7 +371,7 @@ mod tests {
                 serde_json::to_string(&RentalSpec {
                     id: id.into(),
                     gpu_uuids: vec!["GPU-1".into()],
-                    ..empty_spec()
+                    ..RentalSpec::default()
                 })
                 .unwrap()
             };
