@@ -430,6 +430,10 @@ gpum_common::texts! {
         ),
         Deleted => ("Сервер {node} удалён.", "Server {node} was deleted."),
         NotFound => ("Такого сервера нет.", "No such server."),
+        NoSuchJoinCode => (
+            "Такого кода подключения нет. Создайте новый код.",
+            "No such join code. Create a new code.",
+        ),
         // Issue 46: what is no page of the cabinet, and a form refused with why.
         NotFoundTitle => ("Не найдено", "Not found"),
         NoSuchPage => ("Такой страницы в личном кабинете нет.", "The dashboard has no such page."),

@@ -856,13 +856,14 @@ async fn create_code(State(web): St, CsrfForm { signed: r, form: f, .. }: CsrfFo
 /// is the GET right after its POST ([`Flashes`]), else why they are not shown. The code is named
 /// by its hash (what the database holds), so the code itself never appears in a URL.
 async fn join_state(State(web): St, r: SignedIn, Path(hash): Path<String>) -> Response {
+    let no_such_code = || page(StatusCode::NOT_FOUND, pages::not_found_as(&r.ctx, i18n::Msg::NoSuchJoinCode));
     if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx));
+        return no_such_code();
     }
     let (h, scope) = (hash.clone(), r.scope());
     let used = match web.app.db.call(move |c| store::join_code_use(c, &h, &scope)).await {
         Ok(Some(u)) => u,
-        Ok(None) => return page(StatusCode::NOT_FOUND, pages::not_found(&r.ctx)),
+        Ok(None) => return no_such_code(),
         Err(e) => return api_error(&r, e),
     };
     let now = web.app.clock.now();
@@ -1198,6 +1199,21 @@ mod tests {
             let add = text(call(&app, "GET", "/dashboard/add", &cookie, "").await).await;
             assert!(add.contains(&format!("href=\"/dashboard/join/{hash}\"")), "{add}");
             assert!(!add.contains(code));
+        }
+        // A join page that does not exist (a malformed address, or no such code) names the
+        // join code, not a server (issue 46), in the owner's language.
+        for (lang, says) in [
+            ("en", "No such join code. Create a new code."),
+            ("ru", "Такого кода подключения нет. Создайте новый код."),
+        ] {
+            let cookie = format!("{SESSION_COOKIE}={sid}; {LANG_COOKIE}={lang}");
+            for to in ["/dashboard/join/abc".to_owned(), format!("/dashboard/join/{}", "0".repeat(64))] {
+                let r = call(&app, "GET", &to, &cookie, "").await;
+                assert_eq!(r.status(), StatusCode::NOT_FOUND, "{to}");
+                let body = text(r).await;
+                let said = body.split("id=\"not-found\">").nth(1).and_then(|b| b.split('<').next());
+                assert_eq!(said, Some(says), "{to}: {body}");
+            }
         }
         // A fresh code not fetched within a minute is gone from memory.
         let cookie = format!("{SESSION_COOKIE}={sid}");

@@ -43,7 +43,7 @@ use events::{command_name, command_outcome, event_log};
 use figures::{figures, history_chart, memory};
 pub use join::{JoinState, Shown, join_page, join_status};
 pub(crate) use notices::totp_reset_notice;
-pub use notices::{LoginError, disabled, not_found, open_codes_limit, operator_login, stale};
+pub use notices::{LoginError, disabled, not_found, not_found_as, open_codes_limit, operator_login, stale};
 pub use server::{History, RENTALS_SHOWN, Refused, server};
 pub use servers::{PageAt, servers};
 pub use trouble::{BadForm, Trouble, bad_form, trouble};

@@ -60,10 +60,15 @@ pub fn stale(ctx: &Ctx) -> Markup {
 }
 
 pub fn not_found(ctx: &Ctx) -> Markup {
+    not_found_as(ctx, Msg::NotFound)
+}
+
+/// The same page, naming what is not there (a join code's page names the code, not a server).
+pub fn not_found_as(ctx: &Ctx, what: Msg) -> Markup {
     layout(
         ctx,
         ctx.t(Msg::NotFoundTitle),
-        html! { p #not-found { (ctx.t(Msg::NotFound)) } p { a href="/dashboard" { (ctx.t(Msg::Back)) } } },
+        html! { p #not-found { (ctx.t(what)) } p { a href="/dashboard" { (ctx.t(Msg::Back)) } } },
     )
 }
 
