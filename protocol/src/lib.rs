@@ -628,7 +628,9 @@ pub struct JoinCodeCreated {
     pub expires_at: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// `Default` is an empty summary for fixtures; it has a `min_rental_minutes` of 0, where a decoded
+// one without the field has 60.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeSummary {
     pub id: String,
     pub online: bool,
