@@ -417,8 +417,12 @@ pub enum GpuUse {
     Free,
     /// It answers, and these processes (compute and graphics, by host pid) run on it.
     Busy(Vec<u32>),
-    /// It does not answer (not found, lost, or NVML itself failed); NVML's words.
+    /// It does not answer (lost, or NVML itself failed); NVML's words.
     NoAnswer(String),
+    /// NVML knows no GPU by this UUID on this machine (`NVML_ERROR_NOT_FOUND`; a GPU fallen off
+    /// the bus answers `GPU_IS_LOST`, a [`GpuUse::NoAnswer`]): not one of this machine's GPUs,
+    /// as a container of another installation on the same Docker engine can hold (issue 46).
+    NotHere,
 }
 
 /// Asks NVML (the library `lib`, loaded for this call only, so that it reports what is true
@@ -449,6 +453,7 @@ pub fn gpu_use(lib: &str, uuids: &[String]) -> Vec<(String, GpuUse)> {
                     p.dedup();
                     GpuUse::Busy(p)
                 }
+                Err(NvmlError::NotFound) => GpuUse::NotHere,
                 Err(e) => GpuUse::NoAnswer(e.to_string()),
             };
             (u.clone(), state)

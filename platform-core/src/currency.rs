@@ -67,6 +67,36 @@ impl Currency {
         format!("{}.{:0w$}", minor / scale, minor % scale, w = usize::from(self.minor_units))
     }
 
+    /// An amount as an owner types it (`12`, `12.5`, `12,50`), in minor units: digits, then at
+    /// most this currency's decimal places after a point or a comma (none for a currency without
+    /// a minor unit); no sign, no grouping, at most 12 digits before the point. `None`: not such
+    /// an amount. The range is the caller's to check.
+    pub fn parse_amount(&self, s: &str) -> Option<u64> {
+        let s = s.trim();
+        let (int, frac) = match s.split_once(['.', ',']) {
+            Some((i, f)) => (i, Some(f)),
+            None => (s, None),
+        };
+        let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+        let places = usize::from(self.minor_units);
+        let frac = match frac {
+            None => "",
+            // `12.` is 12, as typed.
+            Some(f) if f.len() <= places && digits(f) => f,
+            Some(_) => return None,
+        };
+        if int.is_empty() || int.len() > 12 || !digits(int) {
+            return None;
+        }
+        let scale = 10u64.pow(u32::from(self.minor_units));
+        let frac_minor = if frac.is_empty() {
+            0
+        } else {
+            frac.parse::<u64>().ok()? * 10u64.pow((places - frac.len()) as u32)
+        };
+        int.parse::<u64>().ok()?.checked_mul(scale)?.checked_add(frac_minor)
+    }
+
     /// The whole part and the fraction's digits of `minor` (no fraction for a currency with no
     /// minor unit), each grouped by the caller's rules.
     pub fn split(&self, minor: u64) -> (u64, Option<String>) {
@@ -127,5 +157,32 @@ mod tests {
         assert_eq!(group(1000, ","), "1,000");
         assert_eq!(group(0, ","), "0");
         assert_eq!(group(u64::MAX, ","), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn amounts_as_typed_in_each_currencys_places() {
+        let rub = Currency::parse("RUB").unwrap();
+        for (typed, minor) in
+            [("12", 1200), ("12.5", 1250), ("12,50", 1250), (" 0.07 ", 7), ("1000000", 100_000_000)]
+        {
+            assert_eq!(rub.parse_amount(typed), Some(minor), "{typed}");
+        }
+        for bad in ["", ".5", "1.234", "-1", "1e3", "12.5.0", "１２", "9999999999999", "1.a", "1 000", "1.-5"]
+        {
+            assert_eq!(rub.parse_amount(bad), None, "{bad}");
+        }
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(jpy.parse_amount("1500"), Some(1500));
+        assert_eq!(jpy.parse_amount("1500.5"), None, "yen have no minor unit");
+        let kwd = Currency::parse("KWD").unwrap();
+        assert_eq!(kwd.parse_amount("1.5"), Some(1500));
+        assert_eq!(kwd.parse_amount("1,234"), Some(1234));
+        assert_eq!(kwd.parse_amount("1.2345"), None);
+        // What is written reads back as the same amount, in every currency.
+        for c in TABLE.iter().map(|&(code, _)| Currency::parse(code).unwrap()) {
+            for minor in [0, 1, 7, 1250, 123_456_789] {
+                assert_eq!(c.parse_amount(&c.plain(minor)), Some(minor), "{} {minor}", c.code);
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gpum_common::text::{Escaped, escape_controls};
+use gpum_platform_core::currency::Currency;
 use gpum_protocol::{CommandKind, NodeList, UpdateNodeRequest};
 
 use crate::accounts;
@@ -179,9 +180,10 @@ struct SetArgs {
     /// Give the server its host name back as its name.
     #[arg(long)]
     host_name: bool,
-    /// The price per GPU-hour in the platform's currency, as typed on the page (`12.50`).
-    #[arg(long, conflicts_with = "no_price", value_parser = parse_price)]
-    price: Option<u64>,
+    /// The price per GPU-hour in the platform's currency, as typed on the page (`12.50`; in a
+    /// currency without a minor unit, whole units).
+    #[arg(long, conflicts_with = "no_price")]
+    price: Option<String>,
     /// Take the server off rent ("not for rent yet").
     #[arg(long)]
     no_price: bool,
@@ -196,22 +198,27 @@ struct SetArgs {
     resume: bool,
 }
 
-fn parse_price(s: &str) -> Result<u64, String> {
-    crate::web::pages::parse_price(s).ok_or_else(|| format!("{s:?} is not a price such as 12.50"))
+fn parse_price(s: &str, c: Currency) -> Result<u64, String> {
+    crate::web::pages::parse_price(s, c).ok_or_else(|| {
+        let example = crate::web::pages::price_text(1250, c);
+        format!("--price {s:?} is not a price in {} such as {example}", c.code)
+    })
 }
 
 impl SetArgs {
-    fn request(&self) -> UpdateNodeRequest {
-        UpdateNodeRequest {
+    /// The update, with the price read in the platform's currency `c`.
+    fn request(&self, c: Currency) -> Result<UpdateNodeRequest, String> {
+        let price = self.price.as_deref().map(|p| parse_price(p, c)).transpose()?;
+        Ok(UpdateNodeRequest {
             name: if self.host_name { Some(None) } else { self.name.clone().map(Some) },
-            price_per_gpu_hour: if self.no_price { Some(None) } else { self.price.map(Some) },
+            price_per_gpu_hour: if self.no_price { Some(None) } else { price.map(Some) },
             min_rental_minutes: self.min_rental,
             paused: match (self.pause, self.resume) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),
                 _ => None,
             },
-        }
+        })
     }
 }
 
@@ -514,7 +521,7 @@ fn nodes(cmd: NodesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
             if json {
                 println!("{v}");
             } else {
-                println!("{}", human_nodes(&list, now));
+                println!("{}", human_nodes(&list, now, currency(tx)?));
             }
         }
         NodesCmd::Delete { id } => {
@@ -561,9 +568,10 @@ fn nodes(cmd: NodesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
             }
         }
         NodesCmd::Set(args) => {
-            let req = args.request();
+            let cur = currency(tx)?;
+            let req = args.request(cur).map_err(anyhow::Error::msg)?;
             let v = tx(&|c| Ok(serde_json::to_value(store::update_node(c, &args.id, &req, &Scope::All)?)?))?;
-            out(json, &v, node_set_line(&args.id, &v));
+            out(json, &v, node_set_line(&args.id, &v, cur));
         }
         NodesCmd::KnownContainers { id, container_ids } => {
             let v = tx(&|c| {
@@ -576,11 +584,17 @@ fn nodes(cmd: NodesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The platform's currency (`serve --currency`), read in its own transaction.
+fn currency(tx: &Tx<'_>) -> Result<Currency> {
+    let code = tx(&|c| Ok(serde_json::json!(store::currency(c)?.code)))?;
+    Currency::parse(code.as_str().unwrap_or_default()).map_err(anyhow::Error::msg)
+}
+
 /// `nodes set`'s human line: the node's name, price, shortest rental and pause.
-fn node_set_line(id: &str, v: &serde_json::Value) -> String {
+fn node_set_line(id: &str, v: &serde_json::Value, c: Currency) -> String {
     let price = v["price_per_gpu_hour"].as_u64().map_or_else(
         || "not for rent yet".to_owned(),
-        |p| format!("{} per GPU-hour", crate::web::pages::price_text(p)),
+        |p| format!("{} {} per GPU-hour", c.code, crate::web::pages::price_text(p, c)),
     );
     let paused = if v["paused"].as_bool() == Some(true) { ", paused" } else { "" };
     format!(
@@ -808,10 +822,17 @@ fn human_rentals(list: &[gpum_protocol::RentalSummary]) -> String {
 /// control characters escaped, so that no node can clear the operator's screen or forge lines.
 /// The node list for a terminal: with each server's price (per GPU-hour, `-` when none) and
 /// its rentable verdict (`rentable`, or the first reason why not, as `rentable.state` names it).
-fn human_nodes(list: &NodeList, now: u64) -> String {
+fn human_nodes(list: &NodeList, now: u64, c: Currency) -> String {
     let mut s = format!(
-        "{:<22} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} GPUS",
-        "ID", "STATE", "VERIFICATION", "RENTABLE", "PRICE", "AGENT", "LAST SEEN"
+        "{:<22} {:<24} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} GPUS",
+        "ID",
+        "OWNER",
+        "STATE",
+        "VERIFICATION",
+        "RENTABLE",
+        format!("PRICE {}", c.code),
+        "AGENT",
+        "LAST SEEN"
     );
     for n in &list.nodes {
         let state = if n.online { "online" } else { "offline" };
@@ -820,11 +841,14 @@ fn human_nodes(list: &NodeList, now: u64) -> String {
             .last_heartbeat_at
             .map(|t| format!("{}s ago", now.saturating_sub(t)))
             .unwrap_or_else(|| "never".into());
-        let price = n.price_per_gpu_hour.map_or_else(|| "-".to_owned(), crate::web::pages::price_text);
+        let price =
+            n.price_per_gpu_hour.map_or_else(|| "-".to_owned(), |p| crate::web::pages::price_text(p, c));
         let gpus: Vec<&str> = n.inventory.public.gpus.iter().map(|g| g.model.as_str()).collect();
         s.push_str(&format!(
-            "\n{:<22} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} {}",
+            "\n{:<22} {:<24} {:<8} {:<15} {:<17} {:<9} {:<10} {:<10} {}",
             Escaped(&n.id),
+            // The operator's own server (its join code named no owner) is in no owner's cabinet.
+            Escaped(n.owner.as_deref().unwrap_or("(operator)")),
             state,
             verif,
             n.rentable.state.as_str(),
@@ -888,17 +912,30 @@ mod tests {
             n
         };
         let priced = node("node-a", Some(1250), RentableState::Rentable);
-        let unpriced = node("node-b", None, RentableState::NoPrice);
-        let text = human_nodes(&NodeList { nodes: vec![priced, unpriced], next: None }, 0);
+        let mut unpriced = node("node-b", None, RentableState::NoPrice);
+        unpriced.owner = Some("ann@example.org".into());
+        let text = human_nodes(
+            &NodeList { nodes: vec![priced, unpriced], next: None },
+            0,
+            Currency::parse("USD").unwrap(),
+        );
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("RENTABLE") && lines[0].contains("PRICE"), "{text}");
-        let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-        assert_eq!(
-            cols(lines[1])[..5],
-            ["node-a", "offline", "awaiting_check", "rentable", "12.50"],
+        assert!(
+            lines[0].contains("RENTABLE") && lines[0].contains("PRICE USD") && lines[0].contains("OWNER"),
             "{text}"
         );
-        assert_eq!(cols(lines[2])[..5], ["node-b", "offline", "awaiting_check", "no_price", "-"], "{text}");
+        let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        // The owner's e-mail, or the operator's own server (in no owner's cabinet).
+        assert_eq!(
+            cols(lines[1])[..6],
+            ["node-a", "(operator)", "offline", "awaiting_check", "rentable", "12.50"],
+            "{text}"
+        );
+        assert_eq!(
+            cols(lines[2])[..6],
+            ["node-b", "ann@example.org", "offline", "awaiting_check", "no_price", "-"],
+            "{text}"
+        );
     }
 
     /// Issue 29, item 6: `serve` took any 32 characters, `aaaa…` included.

@@ -99,6 +99,9 @@ pub struct Config {
     pub public_url: String,
     /// The longest a request body may take to arrive.
     pub body_timeout: Duration,
+    /// The platform's currency (`serve --currency`, read once at start: it cannot change once
+    /// a rental exists), named on every price the pages show and parsed in its decimal places.
+    pub currency: gpum_platform_core::currency::Currency,
 }
 
 pub struct AppState {
@@ -913,6 +916,7 @@ mod tests {
                 dist: None,
                 public_url: "http://127.0.0.1:1".into(),
                 body_timeout: Duration::from_secs(30),
+                currency: gpum_platform_core::currency::DEFAULT,
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
             throttle: Arc::new(Throttle::new(db, Clock::system())),

@@ -574,22 +574,23 @@ async fn name_price_minimum_time_and_pause_in_both_languages_with_hostile_names_
             accept: "en-US,en",
             name: "<script>window.__pwned=1</script>\"onmouseover=\"x'",
             price_typed: "12.5",
-            price_shown: "12.50 per GPU-hour",
+            // The platform's currency named on the price (issue 46).
+            price_shown: "RUB\u{a0}12.50 per GPU-hour",
             not_for_rent: "not for rent yet",
             paused: "paused by you",
             min_shown: "rented for 90 min at least",
-            bad_price: "The price must be a number above zero",
+            bad_price: "The price in RUB must be a number above zero, at most 1000000, such as 12.50",
         },
         Case {
             lang: "ru",
             accept: "ru-RU,ru;q=0.9",
             name: "<img src=x onerror=window.__pwned=2>«Стойка 3»",
             price_typed: "12,50",
-            price_shown: "12.50 за час работы видеокарты",
+            price_shown: "12,50\u{a0}₽ за час работы видеокарты",
             not_for_rent: "пока не сдаётся",
             paused: "приостановлен вами",
             min_shown: "аренда от 90 мин",
-            bad_price: "Цена — число больше нуля",
+            bad_price: "Цена в ₽ — число больше нуля, не больше 1000000, например 12.50",
         },
     ];
     for c in cases {

@@ -255,15 +255,20 @@ async fn the_agents_text_in_the_owners_language() {
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     let cmd = p.node(&id).unwrap().commands[0].id.clone();
     beat(&p, &node.node_token, 2, &inv, |_| {}).await;
-    let reason = "GPU check after rental rent-7 failed: GPU-q1: 2 processes left (pid 10, 11)";
+    // GPU-x9 is not the server's: a container of another installation on the same engine held
+    // it (issue 46); the page names each GPU and says what can work for it.
+    let reason = "GPU check after rental rent-7 failed: GPU-q1: 2 processes left (pid 10, 11); GPU-x9 does not answer (Not found)";
     beat(&p, &node.node_token, 3, &inv, |hb| {
         hb.command_results = vec![CommandResult {
             id: cmd,
             ok: true,
             message: "no probe image is set; the check waits for one".into(),
         }];
-        hb.quarantine =
-            Some(Quarantine { reason: reason.into(), since: 1, gpu_uuids: vec!["GPU-q1".into()] });
+        hb.quarantine = Some(Quarantine {
+            reason: reason.into(),
+            since: 1,
+            gpu_uuids: vec!["GPU-q1".into(), "GPU-x9".into()],
+        });
     })
     .await;
     let (sid, csrf) = operator_session(&p).await;
@@ -273,6 +278,8 @@ async fn the_agents_text_in_the_owners_language() {
             [
                 "проверка видеокарт после аренды rent-7 не пройдена: GPU-q1: осталось процессов: 2 (номера 10, 11)",
                 "образ для проверки не выбран",
+                "видеокарта 0 (NVIDIA A100 80GB PCIe, GPU-q1): на ней остались процессы; завершите их",
+                "GPU-x9 — не из видеокарт этого сервера",
             ],
         ),
         (
@@ -280,6 +287,8 @@ async fn the_agents_text_in_the_owners_language() {
             [
                 "the GPU check after rental rent-7 failed: GPU-q1: 2 processes left (pid 10, 11)",
                 "no check image is set",
+                "GPU 0 (NVIDIA A100 80GB PCIe, GPU-q1): processes were left on it; end them",
+                "GPU-x9 is not one of this server",
             ],
         ),
     ] {
@@ -406,8 +415,18 @@ async fn a_refused_setting_opens_at_its_error_and_keeps_what_was_typed() {
         (n.name, n.price_per_gpu_hour, n.min_rental_minutes)
     };
     for (lang, accept, bad_price, no_gpu) in [
-        ("ru", "ru-RU,ru;q=0.9", "Цена — число больше нуля", "нет видеокарт"),
-        ("en", "en-US,en", "The price must be a number above zero", "no GPU"),
+        (
+            "ru",
+            "ru-RU,ru;q=0.9",
+            "Цена в ₽ — число больше нуля, не больше 1000000, например 12.50",
+            "нет видеокарт",
+        ),
+        (
+            "en",
+            "en-US,en",
+            "The price in RUB must be a number above zero, at most 1000000, such as 12.50",
+            "no GPU",
+        ),
     ] {
         let b = Browser::start(&format!("refused_setting_{lang}"), accept).await;
         super::sign_in(&b, &p).await;

@@ -326,8 +326,33 @@ async fn earnings_are_metered_from_what_ran_and_add_up_to_the_hand_computed_sums
     let out = p.cli(["serve", "--listen", "127.0.0.1:0", "--insecure-http", "--currency", "rub"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ISO 4217"), "{:?}", out);
-    // Yen have no minor unit: a price typed as 12.50 would be mis-scaled, so not yet.
-    let out = p.cli(["serve", "--listen", "127.0.0.1:0", "--insecure-http", "--currency", "JPY"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("JPY has 0 decimal places"), "{:?}", out);
+}
+
+/// A currency without a minor unit (issue 46): yen are typed and shown whole, on the operator's
+/// CLI and named beside the price; a price with decimals is refused with the currency's example.
+#[tokio::test]
+async fn a_currency_without_a_minor_unit_is_typed_whole() {
+    let p = TestPlatform::start(PlatformOpts {
+        extra_args: vec!["--currency".into(), "JPY".into()],
+        ..PlatformOpts::insecure_http()
+    });
+    let api = Api::new(&p);
+    let req = RegisterRequest {
+        join_code: p.join_code(),
+        agent_version: "0.1.0".into(),
+        inventory: inventory("yen"),
+        install_id: None,
+    };
+    let reg: RegisterResponse = api.post(gpum_protocol::PATH_REGISTER, None, &req).await.ok();
+    let v = p.cli_json(&["nodes", "set", &reg.node_id, "--price", "1500"]);
+    assert_eq!(v["price_per_gpu_hour"], 1500);
+    let out = p.cli(["nodes", "set", &reg.node_id, "--price", "15.5"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a price in JPY such as 1250"), "{err}");
+    let list = p.cli(["nodes", "list"]);
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(list.contains("PRICE JPY") && list.contains(" 1500 "), "{list}");
+    let line = p.cli(["nodes", "set", &reg.node_id, "--price", "2000"]);
+    assert!(String::from_utf8_lossy(&line.stdout).contains("JPY 2000 per GPU-hour"), "{line:?}");
 }

@@ -62,9 +62,20 @@ pub fn check_verdict(found: &[(String, GpuUse)]) -> Result<(), String> {
                 Some(format!("{uuid}: {n} process{s} left (pid {}{more})", shown.join(", ")))
             }
             GpuUse::NoAnswer(why) => Some(format!("{uuid} does not answer ({why})")),
+            // Not this machine's GPU: nothing of it to wait for or quarantine ([`not_here`]).
+            GpuUse::NotHere => None,
         })
         .collect();
     if bad.is_empty() { Ok(()) } else { Err(cut(&bad.join("; "))) }
+}
+
+/// The GPUs of `found` that NVML finds on no device of this machine. A container of another
+/// gpum installation on the same Docker engine (another owner's, or a deleted node's) can hold
+/// GPUs that are not this machine's: such a GPU is no rental's here and no check of this
+/// machine can ever pass on it, so it neither quarantines the node nor keeps a quarantine
+/// (issue 46: a quarantine over a GPU the machine does not have could never be lifted). Pure.
+pub fn not_here(found: &[(String, GpuUse)]) -> Vec<String> {
+    found.iter().filter(|(_, u)| *u == GpuUse::NotHere).map(|(uuid, _)| uuid.clone()).collect()
 }
 
 fn cut(s: &str) -> String {
@@ -255,9 +266,10 @@ impl Guard {
         let _ = self.save(&copy);
     }
 
-    /// Asks NVML about `uuids` until they are free and answering or the tries run out.
-    async fn settle(&self, uuids: &[String]) -> Result<(), String> {
-        let mut last = Ok(());
+    /// Asks NVML about `uuids` until they are free and answering or the tries run out. `Ok`
+    /// holds those NVML finds on no device of this machine ([`not_here`]).
+    async fn settle(&self, uuids: &[String]) -> Result<Vec<String>, String> {
+        let mut last = Ok(Vec::new());
         for i in 0..self.tries {
             if i > 0 {
                 tokio::time::sleep(self.pause).await;
@@ -266,7 +278,7 @@ impl Guard {
             let found = tokio::task::spawn_blocking(move || q.query(&u))
                 .await
                 .map_err(|e| format!("the GPU check did not finish ({e})"))?;
-            last = check_verdict(&found);
+            last = check_verdict(&found).map(|()| not_here(&found));
             if last.is_ok() {
                 return last;
             }
@@ -286,8 +298,11 @@ impl Guard {
             return Ok(());
         }
         match self.settle(uuids).await {
-            Ok(()) => {
-                tracing::info!(rental, gpus = ?uuids, "GPU check after the teardown passed: the GPUs are free and answering");
+            Ok(elsewhere) => {
+                if !elsewhere.is_empty() {
+                    tracing::warn!(rental, gpus = ?elsewhere, "the container held GPUs that are not this machine's (another installation's container on the same engine?): not checked");
+                }
+                tracing::info!(rental, gpus = ?uuids, "GPU check after the teardown passed: this machine's GPUs are free and answering");
                 Ok(())
             }
             Err(why) => {
@@ -311,10 +326,18 @@ impl Guard {
         }
         if !changing.is_empty() {
             tracing::info!(rental = %s.id, gpus = ?changing, "GPUs change hands: the self-test runs first");
-            if let Err(why) = self.settle(&changing).await {
-                let reason = format!("self-test before rental {} failed: {why}", s.id);
-                self.set_quarantine(&reason, &changing);
-                return Err(format!("refused: {reason}"));
+            match self.settle(&changing).await {
+                Err(why) => {
+                    let reason = format!("self-test before rental {} failed: {why}", s.id);
+                    self.set_quarantine(&reason, &changing);
+                    return Err(format!("refused: {reason}"));
+                }
+                // Nothing wrong with this machine's GPUs, so no quarantine: the rental names
+                // GPUs it does not have.
+                Ok(elsewhere) if !elsewhere.is_empty() => {
+                    return Err(format!("refused: not GPUs of this machine: {}", elsewhere.join(", ")));
+                }
+                Ok(_) => {}
             }
             let image = self.probe_image.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let Some(image) = image else {
@@ -367,7 +390,10 @@ impl Guard {
             return false;
         }
         match self.settle(&q.gpu_uuids).await {
-            Ok(()) => {
+            Ok(elsewhere) => {
+                if !elsewhere.is_empty() {
+                    tracing::warn!(gpus = ?elsewhere, "the quarantine names GPUs that are not this machine's: nothing of them to wait for");
+                }
                 let mut l = self.lock();
                 // Unchanged meanwhile (a new failure stays).
                 if l.quarantine.as_ref() != Some(&q) {
@@ -541,6 +567,52 @@ mod tests {
         let why = g.after_teardown("rent-a", &["GPU-1".into(), "GPU-2".into()]).await.unwrap_err();
         assert!(why.ends_with("GPU-2 does not answer (GPU is lost)"), "{why}");
         assert_eq!(g.quarantine().unwrap().gpu_uuids, vec!["GPU-1".to_string(), "GPU-2".to_string()]);
+    }
+
+    /// Issue 46: a container of another installation on the same engine held a GPU this
+    /// machine does not have. Its teardown checks this machine's GPUs only, and a quarantine
+    /// an older agent set over such a GPU is lifted by a recheck instead of lasting for ever.
+    #[tokio::test]
+    async fn a_gpu_that_is_not_this_machines_neither_quarantines_nor_keeps_a_quarantine() {
+        let host = FakeHost::new();
+        let fake = Arc::new(Fake::default());
+        fake.set("GPU-other", vec![GpuUse::NotHere]);
+        let g = guard(&host, fake.clone());
+        assert_eq!(g.after_teardown("rent-x", &["GPU-1".into(), "GPU-other".into()]).await, Ok(()));
+        assert_eq!(g.quarantine(), None);
+        // This machine's GPU still busy: the quarantine names it alone.
+        fake.set("GPU-1", vec![GpuUse::Busy(vec![5])]);
+        let why = g.after_teardown("rent-x", &["GPU-1".into(), "GPU-other".into()]).await.unwrap_err();
+        assert_eq!(why, "GPU check after rental rent-x failed: GPU-1: 1 process left (pid 5)");
+
+        // The quarantine an older agent wrote, over the other machine's GPU only.
+        fake.set("GPU-1", vec![GpuUse::Free]);
+        let old = GpuLedger {
+            holders: BTreeMap::new(),
+            quarantine: Some(Quarantine {
+                reason: "GPU check after rental rent-x failed: GPU-other does not answer (Not found)".into(),
+                since: 1,
+                gpu_uuids: vec!["GPU-other".into()],
+            }),
+        };
+        old.save(&host, Path::new("/var/lib/gpum-agent")).unwrap();
+        let g = guard(&host, fake.clone());
+        assert!(g.quarantine().is_some());
+        assert!(!g.recheck(VerificationState::Failed).await, "a probe that failed lifts nothing");
+        assert!(g.recheck(VerificationState::Verified).await);
+        assert_eq!(g.quarantine(), None);
+
+        // A rental on a GPU that is not here is refused, and nothing is quarantined.
+        let not_a_socket = tempfile::NamedTempFile::new().unwrap();
+        let d = Docker::connect(Some(not_a_socket.path())).unwrap();
+        assert_eq!(g.before_start(&d, &spec("rent-y", &["GPU-1", "GPU-other"])).await, Ok(()));
+        let why = g.before_start(&d, &spec("rent-z", &["GPU-1", "GPU-other"])).await.unwrap_err();
+        assert_eq!(why, "refused: not GPUs of this machine: GPU-other");
+        assert_eq!(g.quarantine(), None);
+        assert_eq!(
+            not_here(&[("a".into(), GpuUse::Free), ("b".into(), GpuUse::NotHere)]),
+            vec!["b".to_string()]
+        );
     }
 
     fn spec(id: &str, gpus: &[&str]) -> RentalSpec {

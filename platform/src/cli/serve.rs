@@ -255,19 +255,11 @@ fn admin_token_hash(file: Option<&Path>) -> Result<Option<[u8; 32]>> {
 /// The database's connections (`--db-connections`) and, on SQLite, the checkpointer's own.
 type Connections = (Vec<crate::sql::Conn>, Option<crate::sql::Conn>);
 
-/// `--currency`: a code the platform knows (`gpum_platform_core::currency`), with two decimal
-/// places for now: the owners' price fields (the page's, `nodes set --price`) are typed and shown
-/// as `12.50`, so a currency with 0 or 3 would be mis-scaled. Amounts themselves are exact in any.
+/// `--currency`: a code the platform knows (`gpum_platform_core::currency`), with whatever
+/// decimal places it has: the owners' prices are typed and shown in them (`12.50`, `1250` yen,
+/// `1.250` dinars).
 fn currency_arg(s: &str) -> Result<String, String> {
-    let c = gpum_platform_core::currency::Currency::parse(s)?;
-    if c.minor_units != 2 {
-        return Err(format!(
-            "{} has {} decimal places; the owners' prices are typed with two (12.50), so the platform's \
-             currency must have two for now (RUB, USD, EUR…)",
-            c.code, c.minor_units
-        ));
-    }
-    Ok(c.code.to_owned())
+    Ok(gpum_platform_core::currency::Currency::parse(s)?.code.to_owned())
 }
 
 fn open_database(target: &Target, db_connections: u16) -> Result<Connections> {
@@ -396,6 +388,8 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
         let c = store::set_currency(&conns[0], code).map_err(|e| anyhow::anyhow!("--currency: {e}"))?;
         tracing::info!(currency = c.code, minor_units = c.minor_units, "currency");
     }
+    // Read once: it cannot change once a rental exists (`store::set_currency`).
+    let currency = store::currency(&conns[0]).map_err(|e| anyhow::anyhow!("the currency: {}", e.message))?;
     let doors = Doors::bind(&args)?;
     let peer_secret = match &args.peer_secret_file {
         None => None,
@@ -432,6 +426,7 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
             dist: args.dist.clone(),
             public_url,
             body_timeout: Duration::from_secs(args.body_timeout),
+            currency,
         },
         relay,
         throttle,

@@ -706,6 +706,7 @@ mod tests {
             path: "/dashboard/account".into(),
             csrf: Some("к".into()),
             account: Some(evil.into()),
+            currency: gpum_platform_core::currency::DEFAULT,
         };
         let keys = [ApiKeyRow { id: "к".into(), label: evil.into(), created_at: 1, last_used_at: None }];
         let pages = [

@@ -93,9 +93,123 @@ fn gpu_why(one: &str, lang: Lang) -> String {
     one.to_owned()
 }
 
+/// What is wrong with one GPU of a quarantine, as the agent's reason says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuTrouble {
+    /// Processes were left on it.
+    Busy,
+    /// It did not answer NVML.
+    NoAnswer,
+    /// Something else (the self-test's probe failed on it, the check did not finish).
+    Other,
+    /// It is not one of this server's GPUs (its inventory does not list it): no check on
+    /// this machine can pass on it; a recheck lifts the quarantine (agent/src/docker/gpucheck.rs
+    /// `not_here`).
+    NotHere,
+}
+
+/// One GPU a quarantine names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedGpu<'a> {
+    pub uuid: &'a str,
+    /// Its index and model in the server's inventory; `None`: not one of its GPUs.
+    pub at: Option<(usize, &'a str)>,
+    pub trouble: GpuTrouble,
+}
+
+/// Each GPU a quarantine names (by UUID), where the server's inventory lists it and what is
+/// wrong with it. Pure.
+pub fn quarantine_gpus<'a>(
+    q: &'a gpum_protocol::Quarantine,
+    inv: &'a gpum_protocol::Inventory,
+) -> Vec<QuarantinedGpu<'a>> {
+    q.gpu_uuids
+        .iter()
+        .map(|uuid| {
+            let i = inv.private.gpu_uuids.iter().position(|u| u == uuid);
+            let at = i.map(|i| (i, inv.public.gpus.get(i).map_or("", |g| g.model.as_str())));
+            let trouble = if at.is_none() {
+                GpuTrouble::NotHere
+            } else if q.reason.contains(&format!("{uuid}: ")) && q.reason.contains(" left (pid ") {
+                GpuTrouble::Busy
+            } else if q.reason.contains(&format!("{uuid} does not answer")) {
+                GpuTrouble::NoAnswer
+            } else {
+                GpuTrouble::Other
+            };
+            QuarantinedGpu { uuid, at, trouble }
+        })
+        .collect()
+}
+
+/// The quarantine's advice, one line per GPU, naming it and saying what can work.
+pub fn quarantine_advice(
+    q: &gpum_protocol::Quarantine,
+    inv: &gpum_protocol::Inventory,
+    lang: Lang,
+) -> Vec<String> {
+    quarantine_gpus(q, inv)
+        .into_iter()
+        .map(|QuarantinedGpu { uuid, at, trouble }| {
+            let gpu = match at {
+                Some((i, model)) => fill(
+                    t(Msg::QuarGpuNamed, lang),
+                    &[("i", &i.to_string()), ("model", model), ("uuid", uuid)],
+                ),
+                None => uuid.to_owned(),
+            };
+            let m = match trouble {
+                GpuTrouble::Busy => Msg::QuarBusy,
+                GpuTrouble::NoAnswer => Msg::QuarNoAnswer,
+                GpuTrouble::Other => Msg::QuarOther,
+                GpuTrouble::NotHere => Msg::QuarNotHere,
+            };
+            fill(t(m, lang), &[("gpu", &gpu)])
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quarantine_names_each_gpu_and_what_can_work() {
+        let mut inv = gpum_protocol::Inventory::default();
+        inv.private.gpu_uuids = vec!["GPU-aa".into(), "GPU-bb".into()];
+        inv.public.gpus = vec![
+            gpum_protocol::GpuPublic { model: "NVIDIA H100".into(), vram_mib: 1 },
+            gpum_protocol::GpuPublic { model: "NVIDIA A100".into(), vram_mib: 1 },
+        ];
+        let q = gpum_protocol::Quarantine {
+            reason: "GPU check after rental r failed: GPU-aa: 2 processes left (pid 1, 2); GPU-bb does not answer (Unknown Error); GPU-zz does not answer (Not found)".into(),
+            since: 1,
+            gpu_uuids: vec!["GPU-aa".into(), "GPU-bb".into(), "GPU-zz".into()],
+        };
+        let got: Vec<_> = quarantine_gpus(&q, &inv).into_iter().map(|g| (g.uuid, g.at, g.trouble)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("GPU-aa", Some((0, "NVIDIA H100")), GpuTrouble::Busy),
+                ("GPU-bb", Some((1, "NVIDIA A100")), GpuTrouble::NoAnswer),
+                ("GPU-zz", None, GpuTrouble::NotHere),
+            ]
+        );
+        for lang in [Lang::Ru, Lang::En] {
+            let a = quarantine_advice(&q, &inv, lang);
+            assert_eq!(a.len(), 3);
+            assert!(
+                a[0].contains("0") && a[0].contains("NVIDIA H100") && a[0].contains("nvidia-smi"),
+                "{a:?}"
+            );
+            assert!(a[1].contains("NVIDIA A100") && a[1].contains("GPU-bb"), "{a:?}");
+            assert!(a[2].contains("GPU-zz"), "{a:?}");
+            assert_ne!(a[0], a[1]);
+            assert_ne!(a[1], a[2]);
+        }
+        assert!(quarantine_advice(&q, &inv, Lang::Ru)[2].contains("не из видеокарт этого сервера"));
+        assert!(quarantine_advice(&q, &inv, Lang::En)[2].contains("not one of this server's GPUs"));
+    }
 
     /// Every sentence the agent writes today, as agent/src/core.rs and gpucheck.rs write them,
     /// in Russian with its values kept; an unknown one as it came.

@@ -404,8 +404,8 @@ gpum_common::texts! {
         ),
         PriceLabel => ("Цена за час работы одной видеокарты", "Price per GPU-hour"),
         PriceHelp => (
-            "В валюте платформы, например 1.50. Пустое поле — сервер пока не сдаётся.",
-            "In the platform's currency, e.g. 1.50. Empty: not for rent yet.",
+            "В валюте платформы ({currency}), например {example}. Пустое поле — сервер пока не сдаётся.",
+            "In the platform's currency ({currency}), e.g. {example}. Empty: not for rent yet.",
         ),
         MinRentalLabel => ("Минимальное время аренды, минут", "Minimum rental time, minutes"),
         Save => ("Сохранить", "Save"),
@@ -421,8 +421,8 @@ gpum_common::texts! {
             "The name must not contain control characters (line breaks, tabs).",
         ),
         ErrPrice => (
-            "Цена — число больше нуля, не больше 1000000, с двумя знаками после точки самое большее.",
-            "The price must be a number above zero, at most 1000000, with at most two decimals.",
+            "Цена в {currency} — число больше нуля, не больше {max}, например {example}.",
+            "The price in {currency} must be a number above zero, at most {max}, such as {example}.",
         ),
         ErrMinRental => (
             "Минимальное время аренды — от 1 до 10080 минут (неделя).",
@@ -520,6 +520,30 @@ gpum_common::texts! {
         ),
         AgGpuBusy => ("{gpu}: осталось процессов: {n} (номера {pids})", "{gpu}: {n} processes left (pid {pids})"),
         AgGpuNoAnswer => ("{gpu} не отвечает ({why})", "{gpu} does not answer ({why})"),
+        QuarGpuNamed => ("видеокарта {i} ({model}, {uuid})", "GPU {i} ({model}, {uuid})"),
+        QuarBusy => (
+            "{gpu}: на ней остались процессы; завершите их (их показывает nvidia-smi) и запросите \
+             повторную проверку",
+            "{gpu}: processes were left on it; end them (nvidia-smi lists them), then ask for a recheck",
+        ),
+        QuarNoAnswer => (
+            "{gpu} не отвечает: посмотрите её состояние в nvidia-smi; может понадобиться сброс \
+             видеокарты или перезагрузка машины; затем запросите повторную проверку",
+            "{gpu} does not answer: look at it with nvidia-smi; it may need a reset or \
+             the machine a reboot; then ask for a recheck",
+        ),
+        QuarOther => (
+            "{gpu}: когда она свободна и отвечает (nvidia-smi), запросите повторную проверку",
+            "{gpu}: once it is free and answers (nvidia-smi), ask for a recheck",
+        ),
+        QuarNotHere => (
+            "{gpu} — не из видеокарт этого сервера (её держал контейнер другой установки gpum в том \
+             же Docker): здесь её проверка пройти не может; запросите повторную проверку — агент \
+             снимет карантин, когда видеокарты этой машины свободны",
+            "{gpu} is not one of this server's GPUs (a container of another gpum installation on the \
+             same Docker held it): no check here can pass on it; ask for a recheck: the agent lifts \
+             the quarantine once this machine's GPUs are free",
+        ),
         AgCheckUnfinished => ("проверка видеокарт не завершилась ({why})", "the GPU check did not finish ({why})"),
         NoGpuCell => ("нет видеокарт", "no GPU"),
         ColReliability => ("Надёжность", "Reliability"),

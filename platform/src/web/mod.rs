@@ -289,7 +289,8 @@ impl FromRequestParts<Arc<Web>> for Req {
         };
         let csrf = session.as_ref().map(|(_, s)| s.csrf.clone());
         let account = session.as_ref().and_then(|(_, s)| s.email.clone());
-        Ok(Req { ctx: Ctx { lang, path: parts.uri.path().to_owned(), csrf, account }, session })
+        let currency = web.app.cfg.currency;
+        Ok(Req { ctx: Ctx { lang, path: parts.uri.path().to_owned(), csrf, account, currency }, session })
     }
 }
 
@@ -686,7 +687,7 @@ async fn settings(
     };
     let price = match f.price.trim() {
         "" => Ok(None),
-        p => pages::parse_price(p).map(Some).ok_or(store::SettingsError::Price),
+        p => pages::parse_price(p, web.app.cfg.currency).map(Some).ok_or(store::SettingsError::Price),
     };
     let min = f.min_rental.trim().parse::<u32>().map_err(|_| store::SettingsError::MinRental);
     let name = if f.name.trim().is_empty() { None } else { Some(f.name.clone()) };
@@ -929,6 +930,7 @@ mod tests {
                 dist,
                 public_url: "https://gpum.example".into(),
                 body_timeout: Duration::from_secs(5),
+                currency: gpum_platform_core::currency::DEFAULT,
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
             throttle: Arc::new(Throttle::new(db, Clock::system())),

@@ -3,7 +3,7 @@
 //! "RUB 1,234.50"), and the same as CSV.
 
 use super::*;
-use gpum_platform_core::currency::group;
+use gpum_platform_core::currency::{Currency, group};
 use gpum_protocol::{CurrencyInfo, Earnings, EarningsLine};
 
 /// No-break space: a number and its unit, or the groups of a number, never part at a line end.
@@ -15,19 +15,33 @@ const NBSP: &str = "\u{a0}";
 pub fn money(lang: Lang, minor: u64, cur: &CurrencyInfo) -> String {
     let c = gpum_platform_core::currency::Currency::parse(&cur.code)
         .unwrap_or(gpum_platform_core::currency::DEFAULT);
+    money_in(lang, minor, c)
+}
+
+/// The currency as the owner's language names it beside a number: its sign in Russian
+/// (`₽`, `$`, or the code for one without a sign in use), its code in English.
+pub fn currency_name(lang: Lang, c: Currency) -> &'static str {
+    match lang {
+        Lang::En => c.code,
+        Lang::Ru => match c.code {
+            "RUB" => "₽",
+            "USD" => "$",
+            "EUR" => "€",
+            "GBP" => "£",
+            "CNY" | "JPY" => "¥",
+            "KZT" => "₸",
+            "BYN" => "Br",
+            code => code,
+        },
+    }
+}
+
+/// [`money`] in currency `c`.
+pub fn money_in(lang: Lang, minor: u64, c: Currency) -> String {
     let (whole, frac) = c.split(minor);
     match lang {
         Lang::Ru => {
-            let sign = match c.code {
-                "RUB" => "₽",
-                "USD" => "$",
-                "EUR" => "€",
-                "GBP" => "£",
-                "CNY" | "JPY" => "¥",
-                "KZT" => "₸",
-                "BYN" => "Br",
-                code => code,
-            };
+            let sign = currency_name(lang, c);
             let n = group(whole, NBSP);
             match frac {
                 Some(f) => format!("{n},{f}{NBSP}{sign}"),

@@ -11,6 +11,7 @@
 //! (`data-online`: the command buttons; `data-open`: the join code's install command).
 
 use gpum_common::Lang;
+pub use gpum_platform_core::currency::Currency;
 use gpum_protocol::{
     CommandKind, CommandStatus, Metrics, MetricsSample, NodeEvent, NodeEventKind, NodeSummary, RentableState,
     SAMPLE_INTERVAL_SECS, SAMPLE_WINDOW_SECS, VerificationState,
@@ -57,6 +58,8 @@ pub struct Ctx {
     pub csrf: Option<String>,
     /// The signed-in owner's e-mail; `None` for the operator or no session.
     pub account: Option<String>,
+    /// The platform's currency, named on every price (issue 46).
+    pub currency: Currency,
 }
 
 impl Ctx {
@@ -117,41 +120,50 @@ fn ago(ctx: &Ctx, last: Option<u64>, now: u64) -> String {
     fill(ctx.t(m), &[("n", &n.to_string())])
 }
 
-/// A price in minor units as the owner writes it: `12.50`.
-pub fn price_text(minor: u64) -> String {
-    format!("{}.{:02}", minor / 100, minor % 100)
+/// A price in minor units as the owner types it: `12.50` in a currency of two decimal places,
+/// `1250` in one without a minor unit.
+pub fn price_text(minor: u64, c: Currency) -> String {
+    c.plain(minor)
 }
 
-/// A price the owner typed (`12`, `12.5`, `12,50`) in minor units; `None` if it is not a number
-/// with at most two decimals. The range is the store's to check.
-pub fn parse_price(s: &str) -> Option<u64> {
-    let s = s.trim().replace(',', ".");
-    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
-    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
-    if int.is_empty() || int.len() > 12 || frac.len() > 2 || !digits(int) || !digits(frac) {
-        return None;
-    }
-    let frac =
-        if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * if frac.len() == 1 { 10 } else { 1 } };
-    int.parse::<u64>().ok()?.checked_mul(100)?.checked_add(frac)
+/// A price the owner typed (`12`, `12.5`, `12,50`) in minor units of `c`; `None` if it is not a
+/// number with at most `c`'s decimal places. The range is the store's to check.
+pub fn parse_price(s: &str, c: Currency) -> Option<u64> {
+    c.parse_amount(s)
 }
 
 /// The price as the lists show it, or "not for rent yet".
 fn price_label(ctx: &Ctx, n: &NodeSummary) -> String {
     match n.price_per_gpu_hour {
-        Some(p) => fill(ctx.t(Msg::PricePerGpuHour), &[("price", &price_text(p))]),
+        Some(p) => {
+            fill(ctx.t(Msg::PricePerGpuHour), &[("price", &earnings::money_in(ctx.lang, p, ctx.currency))])
+        }
         None => ctx.t(Msg::NotForRent).to_owned(),
     }
 }
 
-pub fn settings_error(ctx: &Ctx, e: SettingsError) -> &'static str {
-    ctx.t(match e {
+pub fn settings_error(ctx: &Ctx, e: SettingsError) -> String {
+    let m = match e {
         SettingsError::NameLength => Msg::ErrNameLength,
         SettingsError::NameControl => Msg::ErrNameControl,
         SettingsError::NameBidi => Msg::ErrNameBidi,
-        SettingsError::Price => Msg::ErrPrice,
+        SettingsError::Price => {
+            let c = ctx.currency;
+            let max = price_text(gpum_protocol::MAX_PRICE_PER_GPU_HOUR, c);
+            let max =
+                max.strip_suffix(&format!(".{}", "0".repeat(usize::from(c.minor_units)))).unwrap_or(&max);
+            return fill(
+                ctx.t(Msg::ErrPrice),
+                &[
+                    ("max", max),
+                    ("currency", earnings::currency_name(ctx.lang, c)),
+                    ("example", &price_text(1250, c)),
+                ],
+            );
+        }
         SettingsError::MinRental => Msg::ErrMinRental,
-    })
+    };
+    ctx.t(m).to_owned()
 }
 
 /// GPUs grouped by model: `2 × NVIDIA A100 (80 GiB)`, the memory in the language's units.

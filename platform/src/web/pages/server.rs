@@ -53,7 +53,7 @@ pub fn server(
     // The host name is the default: the field stays empty (with it as the hint) until the owner
     // names the server.
     let named = n.name != n.inventory.private.hostname;
-    let stored_price = n.price_per_gpu_hour.map(price_text).unwrap_or_default();
+    let stored_price = n.price_per_gpu_hour.map(|p| price_text(p, ctx.currency)).unwrap_or_default();
     let stored_min = n.min_rental_minutes.to_string();
     let (name, price, min_rental) = match refused {
         Some(r) => (r.name.as_str(), r.price.as_str(), r.min_rental.as_str()),
@@ -86,7 +86,9 @@ pub fn server(
                 (error("price"))
                 input #price type="text" name="price" inputmode="decimal" value=(price)
                     autofocus[bad == Some("price")] aria-invalid=[(bad == Some("price")).then_some("true")];
-                p.help { (ctx.t(Msg::PriceHelp)) }
+                p.help {
+                    (fill(ctx.t(Msg::PriceHelp), &[("currency", earnings::currency_name(ctx.lang, ctx.currency)), ("example", &price_text(150, ctx.currency))]))
+                }
                 label for="min-rental" { (ctx.t(Msg::MinRentalLabel)) " " (seen_by(ctx, true)) }
                 (error("min-rental"))
                 input #min-rental type="number" name="min_rental" min="1" max="10080" required value=(min_rental)
@@ -144,7 +146,15 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
             table.facts {
                 tr {
                     th { (ctx.t(Msg::ColRentable)) }
-                    td.value #rentable { (rentable_verdict(ctx, n)) }
+                    td.value #rentable {
+                        (rentable_verdict(ctx, n))
+                        @if let (RentableState::Quarantined, Some(q)) = (n.rentable.state, &n.quarantine) {
+                            @let advice = crate::web::agent_text::quarantine_advice(q, inv, ctx.lang);
+                            @if !advice.is_empty() {
+                                ul.fix #quarantine-advice { @for a in &advice { li { (a) } } }
+                            }
+                        }
+                    }
                     td { (seen_by(ctx, false)) }
                 }
                 tr {

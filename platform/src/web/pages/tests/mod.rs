@@ -7,22 +7,42 @@ pub(crate) use wording::{english_in, prose};
 
 #[test]
 fn prices_as_typed_and_shown() {
+    let rub = gpum_platform_core::currency::DEFAULT;
     for (typed, minor) in
         [("12", 1200), ("12.5", 1250), ("12,50", 1250), (" 0.07 ", 7), ("1000000", 100_000_000)]
     {
-        assert_eq!(parse_price(typed), Some(minor), "{typed}");
+        assert_eq!(parse_price(typed, rub), Some(minor), "{typed}");
     }
     for bad in ["", ".5", "1.234", "-1", "1e3", "12.5.0", "１２", "9999999999999", "1.a"] {
-        assert_eq!(parse_price(bad), None, "{bad}");
+        assert_eq!(parse_price(bad, rub), None, "{bad}");
     }
-    assert_eq!(price_text(1250), "12.50");
-    assert_eq!(price_text(7), "0.07");
-    let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+    assert_eq!(price_text(1250, rub), "12.50");
+    assert_eq!(price_text(7, rub), "0.07");
+    // A currency without a minor unit: whole yen typed and shown.
+    let jpy = Currency::parse("JPY").unwrap();
+    assert_eq!((parse_price("1500", jpy), parse_price("15.5", jpy)), (Some(1500), None));
+    assert_eq!(price_text(1500, jpy), "1500");
+    let ctx = Ctx {
+        lang: Lang::Ru,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let mut n = node("node-1");
     n.price_per_gpu_hour = Some(1250);
     n.paused = true;
     let s = servers(&ctx, &[n.clone()], PageAt::default(), 6, None, None).into_string();
-    assert!(s.contains("12.50 за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
+    assert!(s.contains("12,50\u{a0}₽ за час работы видеокарты") && s.contains("приостановлен вами"), "{s}");
+    let en = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None, currency: rub };
+    let s = servers(&en, &[n.clone()], PageAt::default(), 6, None, None).into_string();
+    assert!(s.contains("RUB\u{a0}12.50 per GPU-hour"), "{s}");
+    let page = server(&en, &n, &History::default(), 6, None, true).into_string();
+    assert!(
+        page.contains("In the platform&#39;s currency (RUB), e.g. 1.50")
+            || page.contains("In the platform's currency (RUB), e.g. 1.50"),
+        "{page}"
+    );
     n.price_per_gpu_hour = None;
     assert!(server(&ctx, &n, &History::default(), 6, None, true).into_string().contains("пока не сдаётся"));
 }
@@ -39,7 +59,13 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
     assert_eq!(n.rentable.state, RentableState::NoGpu);
     for lang in [Lang::Ru, Lang::En] {
-        let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+        let ctx = Ctx {
+            lang,
+            path: "/".into(),
+            csrf: None,
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
         for page in [
             servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, None, None),
             server(&ctx, &n, &History::default(), 6, None, true),
@@ -53,13 +79,25 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.verification = VerificationState::Failed;
     n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
     n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
-    let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
+    let ctx = Ctx {
+        lang: Lang::En,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
     assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
     assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
     assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
     n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
-    let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+    let ru = Ctx {
+        lang: Lang::Ru,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     assert!(
         server(&ru, &n, &History::default(), 6, None, true)
             .into_string()
@@ -118,7 +156,13 @@ fn the_server_page_says_whether_a_rentals_disk_can_be_limited() {
     ] {
         n.inventory.public.rental_disk_limit = limit;
         for (lang, want) in [(Lang::En, en), (Lang::Ru, ru)] {
-            let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+            let ctx = Ctx {
+                lang,
+                path: "/".into(),
+                csrf: None,
+                account: None,
+                currency: gpum_platform_core::currency::DEFAULT,
+            };
             let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
             assert!(s.contains(&maud::html! { (want) }.into_string()), "{lang:?} {limit:?}: {want} in {s}");
         }
@@ -141,7 +185,13 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "End (UTC)"]),
         (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "Конец (UTC)"]),
     ] {
-        let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+        let ctx = Ctx {
+            lang,
+            path: "/".into(),
+            csrf: None,
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
         let s = server(&ctx, &n, &h, 6, None, true).into_string();
         for w in want {
             assert!(s.contains(w), "{lang:?}: {w} in {s}");
@@ -153,7 +203,13 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         assert!(empty.contains("id=\"no-rentals\""), "{empty}");
     }
     // Each cell is labelled for the phone's cards.
-    let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+    let ctx = Ctx {
+        lang: Lang::Ru,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let s = server(&ctx, &n, &h, 6, None, true).into_string();
     for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало (UTC)", "Конец (UTC)"]
     {
@@ -178,8 +234,20 @@ fn commands_are_judged_by_what_followed_them() {
     let mut n = node("node-1");
     n.last_heartbeat_at = Some(20);
     n.health = Some(gpum_protocol::Health { nvml: gpum_protocol::NvmlState::Ok, ..Default::default() });
-    let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
-    let ru = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+    let ctx = Ctx {
+        lang: Lang::En,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
+    let ru = Ctx {
+        lang: Lang::Ru,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let judge = |n: &NodeSummary, cmd: &CommandStatus| {
         let image = n.rentable.state != RentableState::AwaitingOperator;
         let (class, result, en) = command_outcome(&ctx, n, cmd, image);
@@ -254,7 +322,13 @@ fn a_server_page_survives_numbers_at_their_extremes() {
     n.inventory.public.ram_mib = u64::MAX;
     n.inventory.public.disk_gib = u64::MAX;
     n.inventory.public.cpu_cores = u32::MAX;
-    let ctx = Ctx { lang: Lang::En, path: "/".into(), csrf: None, account: None };
+    let ctx = Ctx {
+        lang: Lang::En,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     assert!(server(&ctx, &n, &History::default(), u64::MAX, None, true).into_string().contains("2 × G"));
     assert!(servers(&ctx, &[n], PageAt::default(), 0, None, None).into_string().contains("node-1"));
 }
@@ -262,7 +336,13 @@ fn a_server_page_survives_numbers_at_their_extremes() {
 #[test]
 fn the_servers_page_links_the_next_page_and_refreshes_its_own() {
     for lang in [Lang::Ru, Lang::En] {
-        let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+        let ctx = Ctx {
+            lang,
+            path: "/".into(),
+            csrf: None,
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
         let first =
             servers(&ctx, &[], PageAt { after: None, next: Some("MTA6bl9h") }, 6, None, None).into_string();
         assert!(first.contains(r#"href="/dashboard?after=MTA6bl9h""#), "{first}");
@@ -334,7 +414,13 @@ fn node_text_is_escaped_everywhere() {
         min_rental: evil.into(),
     };
     for lang in [Lang::Ru, Lang::En] {
-        let ctx = Ctx { lang, path: "/dashboard?<x>".into(), csrf: Some("\"><b>".into()), account: None };
+        let ctx = Ctx {
+            lang,
+            path: "/dashboard?<x>".into(),
+            csrf: Some("\"><b>".into()),
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
         for page in [
             servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, Some(evil), None),
             server(&ctx, &n, &history, 6, Some(&refused), true),

@@ -110,7 +110,13 @@ fn figures_chart_and_event_log_in_both_languages() {
         ),
     ];
     for (lang, figures, events) in cases {
-        let ctx = Ctx { lang, path: "/".into(), csrf: None, account: None };
+        let ctx = Ctx {
+            lang,
+            path: "/".into(),
+            csrf: None,
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
         let page = server(&ctx, &n, &h, now, None, true).into_string();
         // Text as a browser shows it: tags dropped, entities read.
         let text = |from: &str, to: &str| {
@@ -159,7 +165,13 @@ fn figures_chart_and_event_log_in_both_languages() {
         assert_eq!(page.matches("</polyline>").count(), 8, "closed, so nothing nests in them");
     }
     // With nothing yet: said so, no chart.
-    let ctx = Ctx { lang: Lang::Ru, path: "/".into(), csrf: None, account: None };
+    let ctx = Ctx {
+        lang: Lang::Ru,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let page = server(&ctx, &node("node-2"), &History::default(), now, None, true).into_string();
     for id in ["no-figures", "no-history", "no-events"] {
         assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
@@ -286,7 +298,13 @@ fn russian_reads_without_english_words() {
         }
     }
 
-    let ctx = Ctx { lang: Lang::Ru, path: "/dashboard".into(), csrf: Some("к".into()), account: None };
+    let ctx = Ctx {
+        lang: Lang::Ru,
+        path: "/dashboard".into(),
+        csrf: Some("к".into()),
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let mut n = node("узел-1");
     n.name = "стойка".into();
     n.agent_version = "1".into();
@@ -368,7 +386,13 @@ fn russian_reads_without_english_words() {
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
     // The check reads the pages' words: the same page in English has them.
-    let en = Ctx { lang: Lang::En, path: "/dashboard".into(), csrf: Some("к".into()), account: None };
+    let en = Ctx {
+        lang: Lang::En,
+        path: "/dashboard".into(),
+        csrf: Some("к".into()),
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
     let words = english_in(&prose(&server(&en, &n, &History::default(), 6, None, true).into_string()));
     for w in ["Hardware", "check", "again", "agent", "restart", "GiB", "MiB"] {
         assert!(words.iter().any(|x| x == w), "{w} in {words:?}");
