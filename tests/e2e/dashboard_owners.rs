@@ -98,6 +98,9 @@ async fn an_owner_joins_by_invitation_turns_on_totp_and_manages_api_keys_in_both
         b.wait_for("#totp-secret").await;
         let secret = b.text("#totp-secret").await;
         assert!(b.text("#totp-link").await.starts_with("otpauth://totp/gpum%3A"));
+        // The QR code is drawn (inline SVG under the page's CSP), large enough to scan.
+        let qr = b.js("const s = document.querySelector('#totp-qr svg'); return s ? s.getBoundingClientRect().width : 0").await;
+        assert!(qr.as_f64().unwrap_or(0.0) >= 150.0, "{qr}");
         fits(&b, "the second factor's page").await;
         type_into(&b, "#code", "000000").await;
         b.click("#totp-confirm-button").await;

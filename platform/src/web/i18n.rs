@@ -94,6 +94,10 @@ gpum_common::texts! {
         ),
         TotpKey => ("Ключ", "Key"),
         TotpLink => ("Ссылка для приложения", "Link for the app"),
+        TotpQr => (
+            "Отсканируйте этот код приложением-аутентификатором",
+            "Scan this code with your authenticator app",
+        ),
         TotpCode => ("Код из приложения", "Code from the app"),
         TotpConfirm => ("Подтвердить и включить", "Confirm and turn on"),
         TotpWrong => (
