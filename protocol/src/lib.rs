@@ -1403,6 +1403,43 @@ mod tests {
         assert_eq!(hash, inv.hash());
     }
 
+    /// Issue 46: `maintenance` is added, none renamed: a summary from an older platform (no
+    /// `maintenance`) reads with none, and the new state and window cross the wire as written.
+    #[test]
+    fn maintenance_is_added_on_the_wire() {
+        let mut old = serde_json::to_value(NodeSummary::default()).unwrap();
+        old.as_object_mut().unwrap().remove("maintenance");
+        let n: NodeSummary = serde_json::from_value(old).unwrap();
+        assert!(n.maintenance.is_empty());
+        let v = serde_json::to_value(Rentable { state: RentableState::Maintenance, since: Some(5) }).unwrap();
+        assert_eq!(v, serde_json::json!({"state": "maintenance", "since": 5}));
+        let w = MaintenanceWindow { id: "mw-1".into(), starts_at: 5, ends_at: 9, created_at: 1 };
+        let v = serde_json::to_value(&w).unwrap();
+        assert_eq!(v, serde_json::json!({"id": "mw-1", "starts_at": 5, "ends_at": 9, "created_at": 1}));
+        let words: Vec<&str> = RentableState::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            words,
+            [
+                "owner_disabled",
+                "offline",
+                "quarantined",
+                "no_gpu",
+                "check_failed",
+                "awaiting_operator",
+                "awaiting_check",
+                "no_price",
+                "maintenance",
+                "paused",
+                "rentable"
+            ],
+            "every earlier word kept"
+        );
+        assert!(
+            serde_json::from_str::<CreateMaintenanceRequest>(r#"{"starts_at":1,"ends_at":2,"x":3}"#).is_err(),
+            "a request's unknown field is refused"
+        );
+    }
+
     #[test]
     fn unknown_fields_are_ignored() {
         let r: HeartbeatResponse = serde_json::from_str(
