@@ -14,6 +14,7 @@
 //! - [`throttle`]: what a count of wrong secrets blocks, and for how long.
 //! - [`metering`]: a rental's runs from the agent's reports, and what it is charged; the
 //!   [`currency`] its amounts are in.
+//! - [`maintenance`]: the windows an owner plans, in which no rental is placed (issue 46).
 //! - [`occupancy`]: a server's GPUs rented, idle and not rentable (issue 46).
 //! - [`reliability`]: the share of the last 30 days a server was online with its GPUs in
 //!   order, from its heartbeat history (issue 46).
@@ -24,6 +25,7 @@
 pub mod currency;
 pub mod effects;
 pub mod heartbeat;
+pub mod maintenance;
 pub mod metering;
 pub mod occupancy;
 pub mod placement;

@@ -7,13 +7,15 @@
 //! bounds, the environment) is checked before, by `rentals::check_request`.
 //!
 //! The rules, in the order they are applied (the first refusal is the answer):
-//! the server is rentable (the one verdict of [`crate::rentable::verdict`]); the end is at least
-//! the server's minimum rental time away and at most [`MAX_RENTAL_SECS`]; CPU, memory and disk fit
+//! the server is rentable (the one verdict of [`crate::rentable::verdict`]; inside a maintenance
+//! window, the window is named); the end is at least the server's minimum rental time away and
+//! at most [`MAX_RENTAL_SECS`]; the rental overlaps none of the maintenance windows its owner
+//! planned (issue 46, [`crate::maintenance`]); CPU, memory and disk fit
 //! the server; it lists fewer than [`limits::MAX_RENTALS_PER_NODE`] rentals; the GPUs asked by
 //! UUID are the server's and held by no other rental, or the count asked is free (the first
 //! free ones in the inventory's order are taken). Two rentals never share a GPU.
 
-use gpum_protocol::{CreateRentalRequest, NodeSummary, RentableState, limits};
+use gpum_protocol::{CreateRentalRequest, MaintenanceWindow, NodeSummary, RentableState, limits};
 
 /// The longest rental: a year.
 pub const MAX_RENTAL_SECS: u64 = 366 * 86_400;
@@ -41,6 +43,9 @@ pub enum Refusal {
     TooShort { min_rental_minutes: u32 },
     /// The end is further than [`MAX_RENTAL_SECS`].
     TooLong,
+    /// The rental would overlap this maintenance window of the server's (issue 46): it is on
+    /// now, or starts before the rental's end.
+    Maintenance { window: MaintenanceWindow },
     /// More CPU than the server's cores.
     Cpu { cores: u32 },
     /// More memory than the server's.
@@ -66,6 +71,11 @@ pub fn place(
     ask: &CreateRentalRequest,
     now: u64,
 ) -> Result<Placement, Refusal> {
+    if node.rentable.state == RentableState::Maintenance
+        && let Some(w) = crate::maintenance::current(&node.maintenance, now)
+    {
+        return Err(Refusal::Maintenance { window: w.clone() });
+    }
     if node.rentable.state != RentableState::Rentable {
         let quarantine = match (node.rentable.state, &node.quarantine) {
             (RentableState::Quarantined, Some(q)) => Some(q.reason.clone()),
@@ -84,6 +94,9 @@ pub fn place(
     }
     if ends_at > now.saturating_add(MAX_RENTAL_SECS) {
         return Err(Refusal::TooLong);
+    }
+    if let Some(w) = crate::maintenance::overlapping(&node.maintenance, now, ends_at) {
+        return Err(Refusal::Maintenance { window: w.clone() });
     }
     let p = &node.inventory.public;
     if u64::from(ask.cpu_millis) > u64::from(p.cpu_cores) * 1000 {
@@ -251,6 +264,38 @@ mod tests {
         assert!(matches!(place(&n, &[], 0, &both, NOW), Err(Refusal::Malformed(_))));
     }
 
+    fn window(id: &str, starts_at: u64, ends_at: u64) -> MaintenanceWindow {
+        MaintenanceWindow { id: id.into(), starts_at, ends_at, created_at: 1 }
+    }
+
+    /// Issue 46: a rental that would overlap a window is refused naming it; one that ends at
+    /// its start is placed; inside a window the verdict's refusal names the window too.
+    #[test]
+    fn a_maintenance_window_is_never_overlapped() {
+        let mut n = server(1);
+        n.maintenance =
+            vec![window("mw-late", NOW + 9000, NOW + 9999), window("mw-1", NOW + 7200, NOW + 9000)];
+        let ends_before = CreateRentalRequest { duration_secs: Some(7200), ..ask(1) };
+        assert_eq!(place(&n, &[], 0, &ends_before, NOW).map(|p| p.ends_at), Ok(NOW + 7200));
+        let overlaps = CreateRentalRequest { duration_secs: Some(7201), ..ask(1) };
+        assert_eq!(
+            place(&n, &[], 0, &overlaps, NOW),
+            Err(Refusal::Maintenance { window: window("mw-1", NOW + 7200, NOW + 9000) })
+        );
+        let after = CreateRentalRequest { duration_secs: Some(3600), ..ask(1) };
+        assert!(place(&n, &[], 0, &after, NOW + 9999).is_ok(), "after the last window");
+        // Inside one: the store's verdict says `maintenance`, and the refusal names the window.
+        n.rentable = gpum_protocol::Rentable { state: RentableState::Maintenance, since: Some(NOW + 7200) };
+        assert_eq!(
+            place(&n, &[], 0, &after, NOW + 8000),
+            Err(Refusal::Maintenance { window: window("mw-1", NOW + 7200, NOW + 9000) })
+        );
+        // A too-short or too-long end is named first: the window is not the answer to fix.
+        let short = CreateRentalRequest { duration_secs: Some(60), ..ask(1) };
+        n.rentable.state = RentableState::Rentable;
+        assert_eq!(place(&n, &[], 0, &short, NOW + 7100), Err(Refusal::TooShort { min_rental_minutes: 60 }));
+    }
+
     /// A request: a count or UUIDs (some not the server's), a duration around the bounds, and
     /// CPU, memory and disk around the server's.
     fn request() -> impl Strategy<Value = CreateRentalRequest> {
@@ -319,6 +364,38 @@ mod tests {
             }
         }
 
+        /// Issue 46: whatever the windows and the request, no placement overlaps a window, and
+        /// a refusal for maintenance names a window that the rental would overlap.
+        #[test]
+        fn no_placement_ever_overlaps_a_maintenance_window(
+            windows in proptest::collection::vec((0u64..40_000, 1u64..20_000), 0..6),
+            req in request(),
+            now in 0u64..30_000,
+        ) {
+            let mut node = server(8);
+            node.maintenance = windows
+                .iter()
+                .enumerate()
+                .map(|(i, &(s, len))| window(&format!("mw-{i}"), NOW + s, NOW + s + len))
+                .collect();
+            let now = NOW + now;
+            if let Some(w) = crate::maintenance::current(&node.maintenance, now) {
+                node.rentable = gpum_protocol::Rentable { state: RentableState::Maintenance, since: Some(w.starts_at) };
+            }
+            match place(&node, &[], 0, &req, now) {
+                Ok(p) => {
+                    for w in &node.maintenance {
+                        prop_assert!(p.ends_at <= w.starts_at || w.ends_at <= now, "{:?} overlaps {:?}", (now, p.ends_at), w);
+                    }
+                }
+                Err(Refusal::Maintenance { window: w }) => {
+                    prop_assert!(node.maintenance.contains(&w));
+                    prop_assert!(w.ends_at > now, "a window that is over refuses nothing");
+                }
+                Err(_) => {}
+            }
+        }
+
         /// A server that is not rentable places nothing, whatever else holds.
         #[test]
         fn a_server_not_rentable_places_nothing(
@@ -329,6 +406,8 @@ mod tests {
             node.rentable.state = state;
             let r = place(&node, &[], 0, &req, NOW);
             if state != RentableState::Rentable {
+                // (A `maintenance` verdict without a window now is the store's clock and the
+                // core's disagreeing: still not rentable.)
                 prop_assert!(matches!(r, Err(Refusal::NotRentable { .. })), "{:?}", r);
             }
         }

@@ -17,10 +17,11 @@ pub enum Owner {
 /// The verdict on `n`, the first reason in this order: its owner disabled (since when), offline
 /// (since its last heartbeat), quarantined by its agent (since when; the reason is
 /// `n.quarantine`'s), no GPU or no driver, the GPU check failed, awaiting the operator's check
-/// image, awaiting the check, no price, paused by the owner; else rentable.
-/// `check_image_chosen`: the operator has set a probe image. A deleted server is not listed, so
-/// it has no verdict.
-pub fn verdict(n: &NodeSummary, check_image_chosen: bool, owner: Owner) -> Rentable {
+/// image, awaiting the check, no price, inside a maintenance window its owner planned (since its
+/// start; issue 46), paused by the owner; else rentable.
+/// `check_image_chosen`: the operator has set a probe image; `now` the time of the verdict. A
+/// deleted server is not listed, so it has no verdict.
+pub fn verdict(n: &NodeSummary, check_image_chosen: bool, owner: Owner, now: u64) -> Rentable {
     let state = if let Owner::Disabled { since } = owner {
         return Rentable { state: RentableState::OwnerDisabled, since: Some(since) };
     } else if !n.online {
@@ -35,6 +36,8 @@ pub fn verdict(n: &NodeSummary, check_image_chosen: bool, owner: Owner) -> Renta
         if check_image_chosen { RentableState::AwaitingCheck } else { RentableState::AwaitingOperator }
     } else if n.price_per_gpu_hour.is_none() {
         RentableState::NoPrice
+    } else if let Some(w) = crate::maintenance::current(&n.maintenance, now) {
+        return Rentable { state: RentableState::Maintenance, since: Some(w.starts_at) };
     } else if n.paused {
         RentableState::Paused
     } else {
@@ -81,23 +84,31 @@ mod tests {
         }
     }
 
+    /// The time of every verdict here.
+    const NOW: u64 = 200;
+
     fn state(n: &NodeSummary, image: bool) -> RentableState {
-        verdict(n, image, Owner::Enabled).state
+        verdict(n, image, Owner::Enabled, NOW).state
+    }
+
+    /// A window around [`NOW`].
+    fn window() -> gpum_protocol::MaintenanceWindow {
+        gpum_protocol::MaintenanceWindow { id: "mw-1".into(), starts_at: 150, ends_at: 250, created_at: 1 }
     }
 
     #[test]
     fn each_reason_alone() {
         use RentableState::*;
         let n = rentable();
-        assert_eq!(verdict(&n, true, Owner::Enabled), V { state: Rentable, since: None });
+        assert_eq!(verdict(&n, true, Owner::Enabled, NOW), V { state: Rentable, since: None });
         // The check image matters only while a check is awaited.
         assert_eq!(state(&n, false), Rentable);
 
         let mut off = rentable();
         off.online = false;
-        assert_eq!(verdict(&off, true, Owner::Enabled), V { state: Offline, since: Some(100) });
+        assert_eq!(verdict(&off, true, Owner::Enabled, NOW), V { state: Offline, since: Some(100) });
         off.last_heartbeat_at = None;
-        assert_eq!(verdict(&off, true, Owner::Enabled), V { state: Offline, since: None });
+        assert_eq!(verdict(&off, true, Owner::Enabled, NOW), V { state: Offline, since: None });
 
         for nvml in [
             NvmlState::LibraryMissing,
@@ -122,7 +133,7 @@ mod tests {
 
         let mut m = rentable();
         m.quarantine = Some(quarantine());
-        assert_eq!(verdict(&m, true, Owner::Enabled), V { state: Quarantined, since: Some(50) });
+        assert_eq!(verdict(&m, true, Owner::Enabled, NOW), V { state: Quarantined, since: Some(50) });
 
         let mut m = rentable();
         m.verification = VerificationState::AwaitingCheck;
@@ -137,9 +148,17 @@ mod tests {
         m.paused = true;
         assert_eq!(state(&m, true), Paused);
 
+        // Issue 46: inside a window its owner planned, since the window's start; before and
+        // after it, rentable.
+        let mut m = rentable();
+        m.maintenance = vec![window()];
+        assert_eq!(verdict(&m, true, Owner::Enabled, NOW), V { state: Maintenance, since: Some(150) });
+        assert_eq!(verdict(&m, true, Owner::Enabled, 149).state, Rentable);
+        assert_eq!(verdict(&m, true, Owner::Enabled, 250).state, Rentable);
+
         // Issue 43, item 13: a disabled owner's server said "rentable".
         assert_eq!(
-            verdict(&rentable(), true, Owner::Disabled { since: 70 }),
+            verdict(&rentable(), true, Owner::Disabled { since: 70 }, NOW),
             V { state: OwnerDisabled, since: Some(70) }
         );
     }
@@ -157,7 +176,8 @@ mod tests {
         n.price_per_gpu_hour = None;
         n.paused = true;
         n.quarantine = Some(quarantine());
-        let mut seen = vec![verdict(&n, false, Owner::Disabled { since: 1 }).state];
+        n.maintenance = vec![window()];
+        let mut seen = vec![verdict(&n, false, Owner::Disabled { since: 1 }, NOW).state];
         seen.push(state(&n, false));
         n.online = true;
         seen.push(state(&n, false));
@@ -174,6 +194,8 @@ mod tests {
         seen.push(state(&n, true));
         n.price_per_gpu_hour = Some(1);
         seen.push(state(&n, true));
+        n.maintenance.clear();
+        seen.push(state(&n, true));
         n.paused = false;
         seen.push(state(&n, true));
         assert_eq!(
@@ -188,6 +210,7 @@ mod tests {
                 AwaitingOperator,
                 AwaitingCheck,
                 NoPrice,
+                Maintenance,
                 Paused,
                 Rentable
             ]
@@ -218,6 +241,7 @@ mod tests {
             priced: bool,
             paused: bool,
             quarantined: bool,
+            in_window: bool,
             image: bool,
             disabled in proptest::option::of(0u64..1000),
         ) {
@@ -231,8 +255,10 @@ mod tests {
             n.price_per_gpu_hour = priced.then_some(1);
             n.paused = paused;
             n.quarantine = quarantined.then(quarantine);
+            // A window now, or one that ended at this very second (outside it).
+            n.maintenance = vec![if in_window { window() } else { gpum_protocol::MaintenanceWindow { ends_at: NOW, ..window() } }];
             let owner = disabled.map_or(Owner::Enabled, |since| Owner::Disabled { since });
-            let v = verdict(&n, image, owner);
+            let v = verdict(&n, image, owner, NOW);
             let clear = disabled.is_none()
                 && online
                 && !quarantined
@@ -240,6 +266,7 @@ mod tests {
                 && has_gpu
                 && verification == VerificationState::Verified
                 && priced
+                && !in_window
                 && !paused;
             proptest::prop_assert_eq!(v.state == RentableState::Rentable, clear, "{:?}", v);
             if let Some(since) = disabled {
@@ -247,7 +274,10 @@ mod tests {
             }
             let timed = matches!(
                 v.state,
-                RentableState::OwnerDisabled | RentableState::Offline | RentableState::Quarantined
+                RentableState::OwnerDisabled
+                    | RentableState::Offline
+                    | RentableState::Quarantined
+                    | RentableState::Maintenance
             );
             proptest::prop_assert!(timed || v.since.is_none());
         }

@@ -314,6 +314,14 @@ pub fn refused(r: Refusal) -> ApiError {
             "ends_at: at least the server's minimum rental time away ({min_rental_minutes} minutes)"
         )),
         Refusal::TooLong => invalid(format!("ends_at: at most {} days away", MAX_RENTAL_SECS / 86_400)),
+        // Issue 46: the window is named, and what would place the rental.
+        Refusal::Maintenance { window } => not_rentable(format!(
+            "the server has maintenance planned from {} to {} (window {}): a rental on it must end by {}",
+            store::iso_utc(window.starts_at as i64),
+            store::iso_utc(window.ends_at as i64),
+            window.id,
+            store::iso_utc(window.starts_at as i64),
+        )),
         Refusal::Cpu { cores } => invalid(format!("cpu_millis: at most the server's {cores} cores × 1000")),
         Refusal::Memory { ram_mib } => invalid(format!("memory_mib: at most the server's {ram_mib} MiB")),
         Refusal::Disk { disk_gib } => invalid(format!("disk_gib: at most the server's free {disk_gib} GiB")),
@@ -777,6 +785,20 @@ mod tests {
                 "ends_at: at least the server's minimum rental time away (60 minutes)".into(),
             ),
             (Refusal::TooLong, I, "ends_at: at most 366 days away".into()),
+            (
+                Refusal::Maintenance {
+                    window: gpum_protocol::MaintenanceWindow {
+                        id: "mw-1".into(),
+                        starts_at: 1_796_601_000,
+                        ends_at: 1_796_608_200,
+                        created_at: 1,
+                    },
+                },
+                N,
+                "the server has maintenance planned from 2026-12-06T23:50:00Z to 2026-12-07T01:50:00Z \
+                 (window mw-1): a rental on it must end by 2026-12-06T23:50:00Z"
+                    .into(),
+            ),
             (Refusal::Cpu { cores: 8 }, I, "cpu_millis: at most the server's 8 cores × 1000".into()),
             (Refusal::Memory { ram_mib: 512 }, I, "memory_mib: at most the server's 512 MiB".into()),
             (Refusal::Disk { disk_gib: 5 }, I, "disk_gib: at most the server's free 5 GiB".into()),

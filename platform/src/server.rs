@@ -19,16 +19,16 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, Stat
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gpum_protocol::{
-    CreateJoinCodeRequest, CreateRentalRequest, EnrollRequest, ErrorCode, HeartbeatRequest,
-    InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited, PATH_ADMIN_JOIN_CODES,
-    PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE, PATH_ADMIN_RENTAL_REGISTRIES,
-    PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH, PATH_OWNER_JOIN_CODES,
-    PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, PATH_TUNNEL, QueueCommandRequest, RegisterRequest,
-    RentalRegistries, SetKnownContainersRequest, SetProbeImageRequest, SetRentalRegistriesRequest,
-    UpdateNodeRequest, UpdateOwnerRequest,
+    CreateJoinCodeRequest, CreateMaintenanceRequest, CreateRentalRequest, EnrollRequest, ErrorCode,
+    HeartbeatRequest, InviteOwnerRequest, MAX_EVENTS_PER_NODE, NodeDeleted, OwnerInvited,
+    PATH_ADMIN_JOIN_CODES, PATH_ADMIN_NODES, PATH_ADMIN_OWNERS, PATH_ADMIN_PROBE_IMAGE,
+    PATH_ADMIN_RENTAL_REGISTRIES, PATH_ADMIN_RENTALS, PATH_ENROLL, PATH_HEARTBEAT, PATH_INSTALL_SH,
+    PATH_OWNER_JOIN_CODES, PATH_OWNER_NODES, PATH_OWNER_RENTALS, PATH_REGISTER, PATH_TUNNEL,
+    QueueCommandRequest, RegisterRequest, RentalRegistries, SetKnownContainersRequest, SetProbeImageRequest,
+    SetRentalRegistriesRequest, UpdateNodeRequest, UpdateOwnerRequest,
 };
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -62,6 +62,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/v1/admin/nodes/{id}/known-containers"),
     ("GET", "/api/v1/admin/nodes/{id}/events"),
     ("GET", "/api/v1/admin/nodes/{id}/metrics"),
+    ("GET", "/api/v1/admin/nodes/{id}/maintenance"),
+    ("POST", "/api/v1/admin/nodes/{id}/maintenance"),
+    ("DELETE", "/api/v1/admin/nodes/{id}/maintenance/{window}"),
     ("GET", PATH_ADMIN_PROBE_IMAGE),
     ("PUT", PATH_ADMIN_PROBE_IMAGE),
     ("GET", PATH_ADMIN_RENTAL_REGISTRIES),
@@ -82,6 +85,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/owner/nodes/{id}/rotate-token"),
     ("GET", "/api/v1/owner/nodes/{id}/events"),
     ("GET", "/api/v1/owner/nodes/{id}/metrics"),
+    ("GET", "/api/v1/owner/nodes/{id}/maintenance"),
+    ("POST", "/api/v1/owner/nodes/{id}/maintenance"),
+    ("DELETE", "/api/v1/owner/nodes/{id}/maintenance/{window}"),
     ("GET", "/api/v1/owner/rentals"),
     ("GET", "/api/v1/owner/rentals/{id}"),
     ("GET", gpum_protocol::PATH_OWNER_EARNINGS),
@@ -128,6 +134,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/known-containers"), put(set_known_containers))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/events"), get(node_events))
         .route(&format!("{PATH_ADMIN_NODES}/{{id}}/metrics"), get(node_metrics))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/maintenance"), get(list_maintenance).post(add_maintenance))
+        .route(&format!("{PATH_ADMIN_NODES}/{{id}}/maintenance/{{window}}"), delete(delete_maintenance))
         .route(PATH_ADMIN_PROBE_IMAGE, get(get_probe_image).put(set_probe_image))
         .route(PATH_ADMIN_RENTAL_REGISTRIES, get(get_rental_registries).put(set_rental_registries))
         .route(PATH_ADMIN_RENTALS, post(create_rental).get(list_rentals))
@@ -147,6 +155,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/rotate-token"), post(rotate_token))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/events"), get(node_events))
         .route(&format!("{PATH_OWNER_NODES}/{{id}}/metrics"), get(node_metrics))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/maintenance"), get(list_maintenance).post(add_maintenance))
+        .route(&format!("{PATH_OWNER_NODES}/{{id}}/maintenance/{{window}}"), delete(delete_maintenance))
         .route(PATH_OWNER_RENTALS, get(list_rentals))
         .route(&format!("{PATH_OWNER_RENTALS}/{{id}}"), get(show_rental))
         .route(gpum_protocol::PATH_OWNER_EARNINGS, get(earnings))
@@ -548,6 +558,45 @@ async fn delete_node(
     // Its tunnel and its rentals' streams end through the effects it records (`effects`).
     st.db.call(move |c| store::delete_node(c, now, &i, &scope)).await?;
     Ok(Json(NodeDeleted { deleted: id }).into_response())
+}
+
+/// The server's maintenance windows not over yet (issue 46).
+async fn list_maintenance(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::maintenance_windows(c, now, &id, &scope)).await?).into_response())
+}
+
+/// Plans a maintenance window: 201 with it, or the core's refusal (400, or 409 at the limit).
+async fn add_maintenance(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<CreateMaintenanceRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let w = st.db.call(move |c| store::add_maintenance(c, now, &id, &req, &scope)).await??;
+    Ok((StatusCode::CREATED, Json(w)).into_response())
+}
+
+/// Deletes a maintenance window: the windows left.
+async fn delete_maintenance(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    Path((id, window)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let left = st
+        .db
+        .call(move |c| {
+            store::delete_maintenance(c, &id, &window, &scope)?;
+            store::maintenance_windows(c, now, &id, &scope)
+        })
+        .await?;
+    Ok(Json(left).into_response())
 }
 
 /// The owner's settings of a server: name, price, minimum rental time, paused.

@@ -1012,6 +1012,7 @@ mod tests {
             ("store/enroll.rs", include_str!("store/enroll.rs")),
             ("store/events.rs", include_str!("store/events.rs")),
             ("store/heartbeat.rs", include_str!("store/heartbeat.rs")),
+            ("store/maintenance.rs", include_str!("store/maintenance.rs")),
             ("store/nodes.rs", include_str!("store/nodes.rs")),
             ("store/owners.rs", include_str!("store/owners.rs")),
             ("rentals.rs", include_str!("rentals.rs")),

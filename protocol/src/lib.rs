@@ -81,6 +81,18 @@ pub fn path_admin_node_metrics(id: &str) -> String {
     format!("{PATH_ADMIN_NODES}/{id}/metrics")
 }
 
+/// `/api/v1/admin/nodes/{id}/maintenance` (and the owner API's, under [`PATH_OWNER_NODES`]):
+/// GET lists the node's maintenance windows not yet over ([`MaintenanceWindows`]), POST plans
+/// one ([`CreateMaintenanceRequest`]; issue 46).
+pub fn path_admin_node_maintenance(id: &str) -> String {
+    format!("{PATH_ADMIN_NODES}/{id}/maintenance")
+}
+/// `/api/v1/owner/nodes/{id}/maintenance`: [`path_admin_node_maintenance`]'s, for the owner's own
+/// servers.
+pub fn path_owner_node_maintenance(id: &str) -> String {
+    format!("{PATH_OWNER_NODES}/{id}/maintenance")
+}
+
 /// `/api/v1/admin/rentals/{id}`: GET shows one rental ([`RentalSummary`]).
 pub fn path_admin_rental(id: &str) -> String {
     format!("{PATH_ADMIN_RENTALS}/{id}")
@@ -129,6 +141,10 @@ pub mod limits {
     /// after the first of each); past it the code answers `join_code_used`. An interrupted install
     /// is run again a few times, not thousands.
     pub const MAX_CODE_REPEATS: u32 = 32;
+    /// Maintenance windows not yet over that one server holds (issue 46).
+    pub const MAX_MAINTENANCE_WINDOWS_PER_NODE: usize = 32;
+    /// How far ahead a maintenance window may end: 366 days, the longest rental.
+    pub const MAX_MAINTENANCE_AHEAD_SECS: u64 = 366 * 86_400;
     /// Replaced tokens the platform remembers per node, the newest ones, so that their agents are
     /// told `token_replaced`; an older one gets `unauthorized`.
     pub const MAX_REPLACED_TOKENS_PER_NODE: usize = 16;
@@ -562,14 +578,16 @@ pub enum ErrorCode {
     /// agent only at its heartbeat).
     NodeOffline,
     /// 409: a rental for a server that cannot take one now (its owner disabled, offline, not
-    /// verified, paused, not for rent, or already holding its limit of rentals); the message names the server's
-    /// rentable state. Nothing was created.
+    /// verified, paused, not for rent, or already holding its limit of rentals), or that would
+    /// overlap a maintenance window its owner planned (issue 46; the message names the window);
+    /// the message names the server's rentable state. Nothing was created.
     NodeNotRentable,
     /// 409: the rental asks for more GPUs than the server has free, or for a GPU that is not the
     /// server's or that another live rental holds. Nothing was created.
     GpusUnavailable,
     /// 409: the owner holds the most open join codes or servers the operator allows
-    /// (`gpum-platform owners limits`); nothing was created, and a join code is not used up.
+    /// (`gpum-platform owners limits`), or a server holds its limit of maintenance windows
+    /// (issue 46); nothing was created, and a join code is not used up.
     OwnerLimitReached,
     /// 401: no token, or a token the platform never issued.
     Unauthorized,
@@ -694,6 +712,40 @@ pub struct NodeSummary {
     /// quarantined. Its reason is the `quarantined` verdict's.
     #[serde(default)]
     pub quarantine: Option<Quarantine>,
+    /// The maintenance windows its owner planned that are not over yet, earliest first (issue
+    /// 46): no rental is placed that would overlap one, and inside one the verdict is
+    /// `maintenance`. Absent from older platforms.
+    #[serde(default)]
+    pub maintenance: Vec<MaintenanceWindow>,
+}
+
+/// A maintenance window an owner planned for a server (issue 46): `[starts_at, ends_at)` in
+/// Unix seconds. No rental is placed that would overlap it; a rental placed before it was
+/// planned runs to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MaintenanceWindow {
+    pub id: String,
+    pub starts_at: u64,
+    pub ends_at: u64,
+    /// When it was planned (Unix seconds).
+    #[serde(default)]
+    pub created_at: u64,
+}
+
+/// The answer to `GET …/nodes/{id}/maintenance`: the windows not over yet, earliest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MaintenanceWindows {
+    pub windows: Vec<MaintenanceWindow>,
+}
+
+/// `POST …/nodes/{id}/maintenance`: plan a window `[starts_at, ends_at)` (Unix seconds). The end
+/// is after the start, in the future, and at most [`limits::MAX_MAINTENANCE_AHEAD_SECS`] away;
+/// a server holds at most [`limits::MAX_MAINTENANCE_WINDOWS_PER_NODE`] windows not yet over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMaintenanceRequest {
+    pub starts_at: u64,
+    pub ends_at: u64,
 }
 
 named_enum! {
@@ -719,6 +771,10 @@ named_enum! {
         AwaitingCheck = "awaiting_check",
         /// The owner has set no price.
         NoPrice = "no_price",
+        /// Inside a maintenance window its owner planned ([`NodeSummary::maintenance`]; issue
+        /// 46); `since` is the window's start. Added after the others: a client that does not
+        /// know the word should read it as "not rentable".
+        Maintenance = "maintenance",
         /// Paused by the owner.
         Paused = "paused",
         Rentable = "rentable",
@@ -729,7 +785,9 @@ named_enum! {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Rentable {
     pub state: RentableState,
-    /// Unix seconds: for `offline`, the last heartbeat (`None`: never seen); else `None`.
+    /// Unix seconds: for `offline`, the last heartbeat (`None`: never seen); for
+    /// `owner_disabled` and `quarantined`, since when; for `maintenance`, the window's start;
+    /// else `None`.
     pub since: Option<u64>,
 }
 
@@ -1343,6 +1401,43 @@ mod tests {
         let (json, hash) = inv.json_and_hash();
         assert_eq!(serde_json::from_str::<Inventory>(&json).unwrap(), inv);
         assert_eq!(hash, inv.hash());
+    }
+
+    /// Issue 46: `maintenance` is added, none renamed: a summary from an older platform (no
+    /// `maintenance`) reads with none, and the new state and window cross the wire as written.
+    #[test]
+    fn maintenance_is_added_on_the_wire() {
+        let mut old = serde_json::to_value(NodeSummary::default()).unwrap();
+        old.as_object_mut().unwrap().remove("maintenance");
+        let n: NodeSummary = serde_json::from_value(old).unwrap();
+        assert!(n.maintenance.is_empty());
+        let v = serde_json::to_value(Rentable { state: RentableState::Maintenance, since: Some(5) }).unwrap();
+        assert_eq!(v, serde_json::json!({"state": "maintenance", "since": 5}));
+        let w = MaintenanceWindow { id: "mw-1".into(), starts_at: 5, ends_at: 9, created_at: 1 };
+        let v = serde_json::to_value(&w).unwrap();
+        assert_eq!(v, serde_json::json!({"id": "mw-1", "starts_at": 5, "ends_at": 9, "created_at": 1}));
+        let words: Vec<&str> = RentableState::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            words,
+            [
+                "owner_disabled",
+                "offline",
+                "quarantined",
+                "no_gpu",
+                "check_failed",
+                "awaiting_operator",
+                "awaiting_check",
+                "no_price",
+                "maintenance",
+                "paused",
+                "rentable"
+            ],
+            "every earlier word kept"
+        );
+        assert!(
+            serde_json::from_str::<CreateMaintenanceRequest>(r#"{"starts_at":1,"ends_at":2,"x":3}"#).is_err(),
+            "a request's unknown field is refused"
+        );
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! known), the totals written as the language writes money, nothing wider than the window.
 //! Shot into `docs/screenshots/` (`earnings.{lang}.png`, `earnings.phone.{lang}.png`) with
 //! `GPUM_WRITE_SCREENSHOTS=1`.
+//!
+//! The same server's page then plans scheduled maintenance (issue 46): a window whose end is
+//! before its start is refused at the end's field, keeping what was typed; a good one is listed;
+//! inside it the verdict says so, at 1280 and 360 px (`maintenance.{lang}.png`,
+//! `maintenance.phone.{lang}.png`); deleted, none is left.
 
 use gpum_protocol::{
     CreateRentalRequest, PATH_ADMIN_RENTALS, PATH_REGISTER, ProbeReport, RegisterRequest, RegisterResponse,
@@ -139,6 +144,64 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
         let bad = misfits(&b).await;
         assert!(bad.is_empty(), "earnings at 360 px: {bad:?}");
         shoot(&b, &dir, &format!("earnings.phone.{lang}")).await;
+
+        // Issue 46: scheduled maintenance on the server's page (the clock is at 00:10 UTC).
+        b.client.set_window_size(1280, 800).await.unwrap();
+        let page = format!("{}/dashboard/servers/{}", p.url(), reg.node_id);
+        b.goto(&page).await;
+        b.wait_for("#no-maintenance").await;
+        let plan = |start: &'static str, end: &'static str| {
+            let b = &b;
+            async move {
+                // A `datetime-local` field takes its value as the form sends it, whatever the
+                // browser's way of showing it.
+                b.js(&format!(
+                    "document.getElementById('maint-start').value = '{start}';
+                     document.getElementById('maint-end').value = '{end}';"
+                ))
+                .await;
+                b.click("#maint-add").await;
+            }
+        };
+        plan("2026-12-07T02:00", "2026-12-07T00:30").await;
+        b.wait_for("#maintenance-error").await;
+        let (order, ru_order) = ("The end must be after the start.", "Конец должен быть позже начала.");
+        assert_eq!(b.text("#maintenance-error").await, if lang == "ru" { ru_order } else { order });
+        let focused = b.js("return [document.activeElement.id, document.getElementById('maint-start').value,                             document.getElementById('maint-end').value]").await;
+        assert_eq!(
+            focused,
+            serde_json::json!(["maint-end", "2026-12-07T02:00", "2026-12-07T00:30"]),
+            "{lang}"
+        );
+        plan("2026-12-07T00:30", "2026-12-07T02:00").await;
+        b.wait_for("#maintenance-list").await;
+        assert!(!b.has("#maintenance-error").await);
+        let row = b.text("#maintenance-list tbody tr").await;
+        assert!(row.contains("2026-12-07 00:30") && row.contains("2026-12-07 02:00"), "{lang}: {row}");
+
+        // Inside the window (its agent still beating), the verdict says so until when.
+        p.set_clock(T0 + 2460);
+        beat_with(&p, &reg.node_token, 500, &inv, figures(90), |_| {}).await;
+        b.goto(&page).await;
+        b.wait_for("#maintenance-list .now").await;
+        let verdict = b.text("#rentable").await;
+        let want = if lang == "ru" {
+            "обслуживание с 2026-12-07 00:30 до 2026-12-07 02:00"
+        } else {
+            "maintenance from 2026-12-07 00:30 to 2026-12-07 02:00"
+        };
+        assert!(verdict.contains(want), "{lang}: {verdict}");
+        let bad = misfits(&b).await;
+        assert!(bad.is_empty(), "maintenance at 1280 px: {bad:?}");
+        shoot(&b, &dir, &format!("maintenance.{lang}")).await;
+        b.client.set_window_size(360, 800).await.unwrap();
+        b.goto(&page).await;
+        b.wait_for("#maintenance-list").await;
+        let bad = misfits(&b).await;
+        assert!(bad.is_empty(), "maintenance at 360 px: {bad:?}");
+        shoot(&b, &dir, &format!("maintenance.phone.{lang}")).await;
+        b.click("#maintenance-list button[type=submit]").await;
+        b.wait_for("#no-maintenance").await;
         b.close().await;
     }
 }

@@ -140,7 +140,15 @@ async fn every_dashboard_path_is_a_cabinet_page_and_bad_forms_say_why() {
             );
         }
         // A reload of a form's address: what it is, and the way back to its page.
-        for route in ["settings", "pause", "command", "rotate-token", "delete"] {
+        for route in [
+            "settings",
+            "pause",
+            "command",
+            "rotate-token",
+            "delete",
+            "maintenance",
+            "maintenance/mw-x/delete",
+        ] {
             let path = format!("/dashboard/servers/{id}/{route}");
             let r = s.get(&p, &path).await;
             if route == "rotate-token" || route == "delete" {
@@ -176,6 +184,19 @@ async fn every_dashboard_path_is_a_cabinet_page_and_bad_forms_say_why() {
             assert!(page.contains(says) && page.contains("id=\"bad-form\""), "{body}: {page}");
             assert!(!page.contains("id=\"stale\""), "{body}");
         }
+        // Issue 46: a maintenance window that is no time is refused at its field, in the page's
+        // language, keeping what was typed; nothing is planned.
+        let form = b"starts=soon&ends=2030-01-01T00%3A00";
+        let page = cabinet_page(
+            s.post(&p, &format!("/dashboard/servers/{id}/maintenance"), form).await,
+            400,
+            "maint",
+        )
+        .await;
+        let says = if lang == "ru" { "ГГГГ-ММ-ДД ЧЧ:ММ" } else { "YYYY-MM-DD HH:MM" };
+        assert!(page.contains("id=\"maintenance-error\"") && page.contains(says), "{page}");
+        assert!(page.contains("value=\"soon\""), "{page}");
+        assert!(p.node(&id).unwrap().maintenance.is_empty());
         // A name that is not UTF-8 is refused, not stored as "�".
         let form = b"name=%FF%FEbox&price=&min_rental=60";
         let page =

@@ -33,6 +33,12 @@ const SERVER_PAGES: &[(&str, &str, Fields)] = &[
     ("POST", "/dashboard/servers/{id}/pause", &[("paused", "true")]),
     ("POST", "/dashboard/servers/{id}/rotate-token", &[]),
     ("POST", "/dashboard/servers/{id}/delete", &[]),
+    (
+        "POST",
+        "/dashboard/servers/{id}/maintenance",
+        &[("starts", "2026-12-07T00:00"), ("ends", "2030-01-01T00:00")],
+    ),
+    ("POST", "/dashboard/servers/{id}/maintenance/mw-x/delete", &[]),
 ];
 
 async fn owner_api(
@@ -69,6 +75,7 @@ fn owner_node_routes() -> Vec<(&'static str, String, Option<&'static str>)> {
             let body = match (m, p.rsplit('/').next().unwrap_or("")) {
                 ("PATCH", _) => Some(r#"{"name":"stolen","paused":true}"#),
                 ("POST", "commands") => Some(r#"{"kind":"recheck"}"#),
+                ("POST", "maintenance") => Some(r#"{"starts_at":0,"ends_at":4000000000}"#),
                 _ => None,
             };
             v.push((m, p.to_owned(), body));
@@ -172,9 +179,9 @@ async fn an_owner_sees_and_changes_only_their_own_on_every_page_and_endpoint() {
     let key_a = a.create_api_key("ci").await;
     let key_b = b.create_api_key("laptop").await;
     let routes = owner_node_routes();
-    assert_eq!(routes.len(), 7, "{routes:?}");
+    assert_eq!(routes.len(), 10, "{routes:?}");
     for (m, path, body) in &routes {
-        let path = path.replace("{id}", &node_a.node_id);
+        let path = path.replace("{id}", &node_a.node_id).replace("{window}", "mw-x");
         let (status, text) = owner_api(&p, m, &path, &key_b, *body).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "B's key: {m} {path}: {text}");
     }

@@ -10,6 +10,8 @@ use gpum_protocol::{
     RegisterRequest, RegisterResponse, RentalList, RentalRegistries, RentalReport, RentalState,
     RentalSummary, VerificationState, path_admin_node_events, path_admin_rental, path_admin_rental_stop,
 };
+use gpum_protocol::{MaintenanceWindow, MaintenanceWindows, NodeSummary, path_owner_node_maintenance};
+use gpum_tests::owner::OwnerSession;
 use gpum_tests::platform::{PlatformOpts, TestPlatform};
 use reqwest::StatusCode;
 
@@ -430,4 +432,88 @@ async fn a_disabled_owners_servers_are_off_offer_and_their_codes_refused() {
     );
     let created: RentalSummary = api.post(PATH_ADMIN_RENTALS, admin, &request(&node.node_id)).await.ok();
     assert!(created.listed);
+}
+
+/// Issue 46, scheduled maintenance, over HTTP: the owner plans a window through the owner API
+/// (a bad one refused in the API's error shape, nothing written); the operator's list, the
+/// marketplace's, shows it; a rental that would overlap it is refused naming it, one that ends
+/// at its start is placed; inside it the verdict is `maintenance` and nothing is placed;
+/// deleted, the server is rentable again.
+#[tokio::test]
+async fn a_maintenance_window_refuses_the_rentals_that_would_overlap_it() {
+    /// 2026-12-06 23:50:00 UTC.
+    const T0: u64 = 1_796_601_000;
+    const HOUR: u64 = 3600;
+    let p = TestPlatform::start(PlatformOpts::default());
+    let api = Api::new(&p);
+    let admin = Some(p.admin_token());
+    p.set_clock(T0);
+    let owner = OwnerSession::accept(&p, &p.invite_owner("mo@example.com"), "a long enough password").await;
+    let key = owner.create_api_key("maintenance").await;
+    let node = rentable_node_with(&p, &api, "mo", &p.owner_join_code("mo@example.com")).await;
+    let path = path_owner_node_maintenance(&node.node_id);
+    let plan = |body: String| api.post_raw(&path, Some(&key), body);
+
+    // Refused with why, nothing written.
+    for (body, code, field) in [
+        (
+            format!(r#"{{"starts_at":{},"ends_at":{}}}"#, T0 + 5 * HOUR, T0 + 3 * HOUR),
+            "invalid_request",
+            "ends_at",
+        ),
+        (
+            format!(r#"{{"starts_at":{T0},"ends_at":{}}}"#, T0 + 400 * 24 * HOUR),
+            "invalid_request",
+            "366 days",
+        ),
+        (format!(r#"{{"starts_at":{},"ends_at":{}}}"#, T0 - 100, T0 - 1), "invalid_request", "future"),
+        (r#"{"starts_at":1,"ends_at":2,"why":"x"}"#.to_owned(), "invalid_json", "why"),
+    ] {
+        let a = plan(body.clone()).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{body}: {}", a.body);
+        assert_eq!(a.body["error"]["code"], code, "{body}: {}", a.body);
+        assert!(a.body["error"]["message"].as_str().unwrap().contains(field), "{body}: {}", a.body);
+    }
+    let w: MaintenanceWindow =
+        plan(format!(r#"{{"starts_at":{},"ends_at":{}}}"#, T0 + 3 * HOUR, T0 + 5 * HOUR)).await.ok();
+    let owner_get = |path: String| api.send(api.c.get(format!("{}{path}", p.url())).bearer_auth(&key));
+    let listed: MaintenanceWindows = owner_get(path.clone()).await.ok();
+    assert_eq!(listed.windows, std::slice::from_ref(&w));
+    // The operator's list of servers carries it.
+    let all = admin_get(&p, &api, PATH_ADMIN_NODES).await;
+    assert_eq!(all.body["nodes"][0]["maintenance"][0]["id"], w.id.as_str(), "{}", all.body);
+    assert_eq!(all.body["nodes"][0]["rentable"]["state"], "rentable", "not yet in it");
+
+    // A rental that would overlap it is refused, naming it; one that ends at its start is placed.
+    let mut four_hours = request(&node.node_id);
+    four_hours.duration_secs = Some(4 * HOUR);
+    let a = api.post(PATH_ADMIN_RENTALS, admin, &four_hours).await;
+    assert_eq!(a.code(), gpum_protocol::ErrorCode::NodeNotRentable, "{}", a.body);
+    let why = a.body["error"]["message"].as_str().unwrap();
+    assert!(why.contains(&w.id) && why.contains("2026-12-07T02:50:00Z"), "{why}");
+    let mut three_hours = request(&node.node_id);
+    three_hours.duration_secs = Some(3 * HOUR);
+    let placed: RentalSummary = api.post(PATH_ADMIN_RENTALS, admin, &three_hours).await.ok();
+    assert_eq!(placed.spec.ends_at, w.starts_at);
+
+    // Inside the window (the agent still beating): the verdict says so, and nothing is placed.
+    p.set_clock(T0 + 3 * HOUR + 600);
+    let _: HeartbeatResponse = api.heartbeat(&node.node_token, &rental_beat(2, "mo", vec![])).await.ok();
+    let n: NodeSummary =
+        owner_get(format!("{}/{}", gpum_protocol::PATH_OWNER_NODES, node.node_id)).await.ok();
+    assert_eq!((n.rentable.state.as_str(), n.rentable.since), ("maintenance", Some(w.starts_at)));
+    let mut one_hour = request(&node.node_id);
+    one_hour.duration_secs = Some(HOUR);
+    let a = api.post(PATH_ADMIN_RENTALS, admin, &one_hour).await;
+    assert_eq!(a.code(), gpum_protocol::ErrorCode::NodeNotRentable, "{}", a.body);
+    assert!(a.body["error"]["message"].as_str().unwrap().contains(&w.id), "{}", a.body);
+
+    // Deleted: the windows left are none, and the server is rentable again.
+    let left: MaintenanceWindows =
+        api.send(api.c.delete(format!("{}{path}/{}", p.url(), w.id)).bearer_auth(&key)).await.ok();
+    assert!(left.windows.is_empty());
+    let gone = api.send(api.c.delete(format!("{}{path}/{}", p.url(), w.id)).bearer_auth(&key)).await;
+    assert_eq!(gone.code(), gpum_protocol::ErrorCode::NotFound);
+    assert_eq!(p.node(&node.node_id).unwrap().rentable.state.as_str(), "rentable");
+    let _: RentalSummary = api.post(PATH_ADMIN_RENTALS, admin, &one_hour).await.ok();
 }

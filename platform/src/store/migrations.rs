@@ -269,6 +269,18 @@ CREATE TABLE rental_runs (
 CREATE INDEX rental_runs_rental ON rental_runs(rental_id, started_at);
 CREATE INDEX rental_runs_open ON rental_runs(node_id) WHERE ended_at IS NULL;
 "#,
+    // 18: scheduled maintenance (issue 46): the windows an owner plans for a server, in which
+    // no rental is placed (`store::maintenance`). Deleting the node deletes them.
+    r#"
+CREATE TABLE maintenance (
+    id          TEXT PRIMARY KEY,
+    node_id     TEXT NOT NULL REFERENCES nodes(id),
+    starts_at   INTEGER NOT NULL,
+    ends_at     INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE INDEX maintenance_node ON maintenance(node_id, ends_at);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -521,6 +533,19 @@ CREATE TABLE rental_runs (
 );
 CREATE INDEX rental_runs_rental ON rental_runs(rental_id, started_at);
 CREATE INDEX rental_runs_open ON rental_runs(node_id) WHERE ended_at IS NULL;
+"#,
+    ),
+    (
+        18,
+        r#"
+CREATE TABLE maintenance (
+    id          TEXT PRIMARY KEY,
+    node_id     TEXT NOT NULL REFERENCES nodes(id),
+    starts_at   BIGINT NOT NULL,
+    ends_at     BIGINT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE INDEX maintenance_node ON maintenance(node_id, ends_at);
 "#,
     ),
 ];

@@ -78,6 +78,7 @@ mod earnings;
 mod enroll;
 mod events;
 mod heartbeat;
+mod maintenance;
 mod migrations;
 mod nodes;
 mod owners;
@@ -89,6 +90,7 @@ pub use earnings::{csv as earnings_csv, currency, earnings, image_name, iso_utc,
 pub use enroll::*;
 pub(crate) use events::*;
 pub use heartbeat::*;
+pub use maintenance::{add_maintenance, delete_maintenance, maintenance_windows};
 pub use migrations::*;
 pub use nodes::*;
 pub use owners::*;

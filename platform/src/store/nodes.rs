@@ -108,12 +108,14 @@ pub(super) fn node_summary(
         occupancy: Default::default(),
         owner: r.get(18)?,
         quarantine: r.get::<_, Option<String>>(19)?.and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
+        maintenance: Vec::new(),
     };
     Ok((n, owner))
 }
 
-/// A summary read by [`node_summary`] with its two histories and its rentable verdict: two
-/// queries, whatever the number of nodes.
+/// A summary read by [`node_summary`] with its two histories, its maintenance windows (issue
+/// 46), its rentable verdict, its reliability and its occupancy: five queries, whatever the
+/// number of nodes.
 pub(super) fn completed(
     conn: &Conn,
     (mut n, owner): (NodeSummary, crate::rentable::Owner),
@@ -122,7 +124,8 @@ pub(super) fn completed(
 ) -> Result<NodeSummary, ApiError> {
     n.removed_containers = removals(conn, &n.id)?;
     n.commands = command_history(conn, &n.id)?;
-    n.rentable = crate::rentable::verdict(&n, check_image_chosen, owner);
+    n.maintenance = super::maintenance::windows(conn, &n.id, now)?;
+    n.rentable = crate::rentable::verdict(&n, check_image_chosen, owner, now);
     n.reliability = super::reliability::of(conn, &n, now)?;
     let held = crate::rentals::held_gpus(conn, &n.id, now)?;
     n.occupancy = gpum_platform_core::occupancy::occupancy(
@@ -133,8 +136,8 @@ pub(super) fn completed(
     Ok(n)
 }
 
-/// One live node within `scope`, as the list shows it: four queries (its row, its removals, its
-/// commands, the check image), whatever the number of nodes (issue 44: one node costs one node).
+/// One live node within `scope`, as the list shows it: seven queries (its row, the check image,
+/// and [`completed`]'s five), whatever the number of nodes (issue 44: one node costs one node).
 /// `not_found` for a deleted node, another owner's, or none.
 pub fn node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<NodeSummary, ApiError> {
     let row = conn
@@ -240,7 +243,7 @@ pub(super) const PAGE_OWNED: &str = concat!(
 );
 
 /// One page of the live nodes within `scope`, in registration order, with the cursor of the
-/// next page when there is one: 3 + 2 × `limit` queries at most, whatever the number of nodes.
+/// next page when there is one: 2 + 5 × `limit` queries at most, whatever the number of nodes.
 pub fn list_nodes_page(conn: &Conn, now: u64, scope: &Scope, page: &Page) -> Result<NodeList, ApiError> {
     let limit = page.limit.clamp(1, MAX_PAGE_LIMIT);
     let (after_at, after_id) = page.after.as_ref().map_or((i64::MIN, ""), |c| (c.at, c.key.as_str()));
@@ -585,6 +588,8 @@ pub fn delete_node(conn: &Conn, now: u64, id: &str, scope: &Scope) -> Result<(),
     // Its history goes too: the event log keeps only that it was deleted, and when.
     conn.prepare_cached("DELETE FROM node_samples WHERE node_id = ?1")?.execute(params![id])?;
     conn.prepare_cached("DELETE FROM node_events WHERE node_id = ?1")?.execute(params![id])?;
+    // Its maintenance windows go (issue 46).
+    super::maintenance::delete_node_windows(conn, id)?;
     record(conn, id, now, NodeEventKind::Deleted, "", "")?;
     Ok(())
 }

@@ -870,15 +870,15 @@ fn one_node_costs_the_same_with_1_and_200_nodes() {
     let among_200 = lookup_cost(&c, 300, &first);
     assert_eq!(alone, among_200, "one node's lookup must not grow with the number of nodes");
     assert!(
-        among_200 <= 6,
-        "the row, its removals, its commands, the check image, its reliability's transitions and its \
-         rentals' GPUs (issue 46): {among_200}"
+        among_200 <= 7,
+        "the row, its removals, its commands, the check image, its reliability's transitions, its \
+         rentals' GPUs and its maintenance windows (issue 46): {among_200}"
     );
     // A page costs what its own nodes cost, not what the platform holds.
     let page = Page { limit: 10, after: None };
     let before = crate::sql::statements_run();
     assert_eq!(list_nodes_page(&c, 300, &Scope::All, &page).unwrap().nodes.len(), 10);
-    assert!(crate::sql::statements_run() - before <= 2 + 4 * 10);
+    assert!(crate::sql::statements_run() - before <= 2 + 5 * 10);
 }
 
 #[test]
@@ -973,4 +973,67 @@ fn a_page_walks_an_index_and_sorts_nothing() {
     assert!(all.contains("nodes_live_by_registration") && !all.contains("TEMP B-TREE"), "{all}");
     let owned = plan(PAGE_OWNED);
     assert!(owned.contains("nodes_owner_by_registration") && !owned.contains("TEMP B-TREE"), "{owned}");
+}
+
+/// Issue 46: maintenance windows are checked by the core's rules before anything is written,
+/// bounded per server (windows that are over are pruned, not counted), listed with the server
+/// until they are over, kept within the owner's scope, and deleted with the server.
+#[test]
+fn maintenance_windows_are_checked_bounded_scoped_and_go_with_the_node() {
+    use gpum_platform_core::maintenance::WindowError;
+    use gpum_protocol::CreateMaintenanceRequest as Req;
+    let (_t, c) = db();
+    let (a, _, _) = crate::accounts::invite(&c, 1, "a@example.org").unwrap();
+    let (b, _, _) = crate::accounts::invite(&c, 1, "b@example.org").unwrap();
+    let (mine, theirs) = (Scope::Owner(a.id.clone()), Scope::Owner(b.id.clone()));
+    let id = node_at(&c, 2, &mine, "GPU-m");
+    let rows = |c: &Conn| -> i64 {
+        c.query_row("SELECT COUNT(*) FROM maintenance WHERE node_id = ?1", params![id], |r| r.get(0)).unwrap()
+    };
+
+    let w = add_maintenance(&c, 10, &id, &Req { starts_at: 100, ends_at: 200 }, &mine).unwrap().unwrap();
+    assert!(w.id.starts_with("mw-") && w.created_at == 10, "{w:?}");
+    assert_eq!(
+        add_maintenance(&c, 10, &id, &Req { starts_at: 200, ends_at: 100 }, &mine).unwrap(),
+        Err(WindowError::EndNotAfterStart)
+    );
+    assert_eq!(
+        add_maintenance(&c, 10, &id, &Req { starts_at: 1, ends_at: 10 }, &mine).unwrap(),
+        Err(WindowError::EndPassed)
+    );
+    let not_found = |e: ApiError| e.code;
+    assert_eq!(
+        not_found(add_maintenance(&c, 10, &id, &Req { starts_at: 1, ends_at: 99 }, &theirs).unwrap_err()),
+        ErrorCode::NotFound,
+        "another owner's server"
+    );
+    assert_eq!(rows(&c), 1, "a refusal writes nothing");
+    // Listed with the server (and on its own) until it is over.
+    assert_eq!(node(&c, 150, &id, &Scope::All).unwrap().maintenance, std::slice::from_ref(&w));
+    assert_eq!(maintenance_windows(&c, 199, &id, &mine).unwrap().windows, std::slice::from_ref(&w));
+    assert!(node(&c, 200, &id, &Scope::All).unwrap().maintenance.is_empty());
+    assert_eq!(not_found(maintenance_windows(&c, 10, &id, &theirs).unwrap_err()), ErrorCode::NotFound);
+
+    // The bound counts the windows not over: at 150 the first is one of them, at 200 it is pruned.
+    let limit = limits::MAX_MAINTENANCE_WINDOWS_PER_NODE as u64;
+    for i in 1..limit {
+        add_maintenance(&c, 150, &id, &Req { starts_at: 1000 + i, ends_at: 2000 + i }, &mine)
+            .unwrap()
+            .unwrap();
+    }
+    let one_more = Req { starts_at: 5000, ends_at: 6000 };
+    assert_eq!(add_maintenance(&c, 150, &id, &one_more, &mine).unwrap(), Err(WindowError::TooMany));
+    let e: ApiError = WindowError::TooMany.into();
+    assert_eq!(e.code, ErrorCode::OwnerLimitReached);
+    assert!(add_maintenance(&c, 200, &id, &one_more, &mine).unwrap().is_ok(), "the first is over");
+    assert_eq!(rows(&c), limit as i64);
+
+    // Deleted one by one within the owner's scope; the rest with the server.
+    let first = maintenance_windows(&c, 200, &id, &mine).unwrap().windows[0].id.clone();
+    assert_eq!(not_found(delete_maintenance(&c, &id, &first, &theirs).unwrap_err()), ErrorCode::NotFound);
+    assert_eq!(not_found(delete_maintenance(&c, &id, "mw-none", &mine).unwrap_err()), ErrorCode::NotFound);
+    delete_maintenance(&c, &id, &first, &mine).unwrap();
+    assert_eq!(rows(&c), limit as i64 - 1);
+    delete_node(&c, 300, &id, &mine).unwrap();
+    assert_eq!(rows(&c), 0);
 }

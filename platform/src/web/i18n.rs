@@ -428,6 +428,40 @@ gpum_common::texts! {
             "Цена в {currency} — число больше нуля, не больше {max}, например {example}.",
             "The price in {currency} must be a number above zero, at most {max}, such as {example}.",
         ),
+        // Issue 46: scheduled maintenance on a server's page.
+        MaintenanceTitle => ("Обслуживание", "Maintenance"),
+        MaintenanceHelp => (
+            "На время обслуживания сервер не сдаётся. Платформа не размещает аренду, которая \
+             задела бы окно обслуживания: новая аренда должна закончиться до его начала. \
+             Аренды, размещённые раньше, доработают до своего конца. Время — UTC. Чтобы снять \
+             сервер с аренды сразу, приостановите сдачу.",
+            "During maintenance the server is not rentable: the platform places no rental that \
+             would overlap the window, so a new rental must end before it starts. Rentals placed \
+             before it run to their end. Times are UTC. To take the server off rent at once, \
+             pause it.",
+        ),
+        NoMaintenance => ("Обслуживание не запланировано.", "No maintenance planned."),
+        ColMaintStart => ("Начало (UTC)", "Start (UTC)"),
+        ColMaintEnd => ("Конец (UTC)", "End (UTC)"),
+        MaintNow => ("идёт сейчас", "in progress"),
+        MaintStartLabel => ("Начало обслуживания, UTC", "Maintenance start, UTC"),
+        MaintEndLabel => ("Конец обслуживания, UTC", "Maintenance end, UTC"),
+        MaintAdd => ("Запланировать обслуживание", "Plan maintenance"),
+        MaintDelete => ("Удалить окно", "Delete window"),
+        ErrMaintTime => (
+            "Укажите дату и время в виде ГГГГ-ММ-ДД ЧЧ:ММ (UTC).",
+            "Enter a date and time as YYYY-MM-DD HH:MM (UTC).",
+        ),
+        ErrMaintOrder => ("Конец должен быть позже начала.", "The end must be after the start."),
+        ErrMaintPast => ("Конец уже прошёл: укажите время в будущем.", "The end has passed: enter a time in the future."),
+        ErrMaintAhead => (
+            "Конец — не дальше чем через {days} дней.",
+            "The end must be at most {days} days away.",
+        ),
+        ErrMaintTooMany => (
+            "У сервера уже {n} окон обслуживания — это предел. Удалите ненужное окно.",
+            "The server already has {n} maintenance windows, the limit. Delete one you no longer need.",
+        ),
         ErrMinRental => (
             "Минимальное время аренды — от 1 до 10080 минут (неделя).",
             "The minimum rental time must be 1 to 10080 minutes (a week).",
@@ -599,6 +633,10 @@ gpum_common::texts! {
         RentAwaitingCheck => ("пока не сдаётся: ожидает проверки видеокарты", "not rentable yet: awaiting the GPU check"),
         RentNoPrice => ("пока не сдаётся: цена не назначена", "not for rent yet: no price set"),
         RentPaused => ("не сдаётся: приостановлен вами", "not rentable: paused by you"),
+        RentMaintenance => (
+            "не сдаётся: обслуживание с {from} до {until} (UTC)",
+            "not rentable: maintenance from {from} to {until} (UTC)",
+        ),
         RentOwnerDisabled => (
             "не сдаётся: учётная запись владельца отключена оператором платформы с {at} (UTC)",
             "not rentable: the owner's account was disabled by the platform's operator at {at} (UTC)",

@@ -3,7 +3,8 @@
 //!
 //! It is another face of the admin API: every change goes through the same `store` functions as
 //! the CLI and `/api/v1/admin` (`create_join_code`, `list_nodes`, `delete_node`, `queue_command`,
-//! `rotate_token`; `update_node`, the name, price and pause, as `PATCH /api/v1/admin/nodes/{id}`),
+//! `rotate_token`; `update_node`, the name, price and pause, as `PATCH /api/v1/admin/nodes/{id}`;
+//! `add_maintenance` and `delete_maintenance`, as `…/nodes/{id}/maintenance`),
 //! so no rule exists twice.
 //!
 //! Security, because a node's inventory is written by whoever holds a join code:
@@ -133,6 +134,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/servers/{id}/command", axum::routing::post(command))
         .route("/dashboard/servers/{id}/settings", axum::routing::post(settings))
         .route("/dashboard/servers/{id}/pause", axum::routing::post(pause))
+        .route("/dashboard/servers/{id}/maintenance", axum::routing::post(add_maintenance))
+        .route("/dashboard/servers/{id}/maintenance/{window}/delete", axum::routing::post(delete_maintenance))
         .route("/dashboard/servers/{id}/rotate-token", get(rotate_form).post(rotate))
         .route("/dashboard/servers/{id}/delete", get(delete_form).post(delete))
         .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript", JS) }))
@@ -744,6 +747,72 @@ async fn pause(
     }
 }
 
+#[derive(Deserialize)]
+struct MaintenanceForm {
+    /// `datetime-local` values, read as UTC.
+    starts: String,
+    ends: String,
+}
+
+/// Issue 46: plans a maintenance window by the store's (and the core's) rules, as the API does.
+/// A refused value shows the page again (400) with why at its field and what was typed.
+async fn add_maintenance(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<MaintenanceForm>,
+) -> Response {
+    use gpum_platform_core::maintenance::parse_utc;
+    use pages::MaintenanceError;
+    let now = web.app.clock.now();
+    let req = match (parse_utc(&f.starts), parse_utc(&f.ends)) {
+        (None, _) => Err(MaintenanceError::Start),
+        (_, None) => Err(MaintenanceError::End),
+        (Some(starts_at), Some(ends_at)) => {
+            Ok(gpum_protocol::CreateMaintenanceRequest { starts_at, ends_at })
+        }
+    };
+    let error = match req {
+        Err(e) => e,
+        Ok(req) => {
+            let (i, scope) = (id.clone(), r.scope());
+            match web.app.db.call(move |c| store::add_maintenance(c, now, &i, &req, &scope)).await {
+                Ok(Ok(_)) => {
+                    return Redirect::to(&format!("/dashboard/servers/{id}#maintenance")).into_response();
+                }
+                Ok(Err(e)) => MaintenanceError::Window(e),
+                Err(e) => return api_error(&r, e),
+            }
+        }
+    };
+    let refused = pages::MaintenanceRefused { error, starts: f.starts, ends: f.ends };
+    match node_with_history(&web, &r, &id).await {
+        Ok((n, h, now)) => page(
+            StatusCode::BAD_REQUEST,
+            pages::server_typed(
+                &r.ctx,
+                &n,
+                &h,
+                now,
+                Some(pages::TypedForm::Maintenance(&refused)),
+                check_image(&web).await,
+            ),
+        ),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+async fn delete_maintenance(
+    State(web): St,
+    Path((id, window)): Path<(String, String)>,
+    CsrfForm { signed: r, .. }: CsrfForm<Empty>,
+) -> Response {
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::delete_maintenance(c, &i, &window, &scope)).await {
+        Ok(()) => Redirect::to(&format!("/dashboard/servers/{id}#maintenance")).into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
 async fn rotate_form(State(web): St, r: SignedIn, Path(id): Path<String>) -> Response {
     match one_node(&web, &r, &id).await {
         Ok((n, _)) => page(StatusCode::OK, pages::confirm_rotate(&r.ctx, &n.id)),
@@ -1286,7 +1355,7 @@ mod tests {
             "/dashboard/servers/node-x/rotate-token",
             "/dashboard/servers/node-x/delete",
         ];
-        const SERVER_POSTS: [&str; 7] = [
+        const SERVER_POSTS: [&str; 9] = [
             "/dashboard/logout",
             "/dashboard/add",
             "/dashboard/servers/node-x/command",
@@ -1294,6 +1363,8 @@ mod tests {
             "/dashboard/servers/node-x/pause",
             "/dashboard/servers/node-x/rotate-token",
             "/dashboard/servers/node-x/delete",
+            "/dashboard/servers/node-x/maintenance",
+            "/dashboard/servers/node-x/maintenance/mw-x/delete",
         ];
         const ACCOUNT_POSTS: [&str; 5] = [
             "/dashboard/account/keys",

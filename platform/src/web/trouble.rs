@@ -64,6 +64,14 @@ pub(super) async fn cabinet_pages(State(web): State<Arc<Web>>, req: Request, nex
 /// Where a form's address leads back to: the page it belongs to (`/dashboard/servers/X` for
 /// `/dashboard/servers/X/settings`), the servers for one at the top.
 fn parent(path: &str) -> String {
+    // A form's address deeper under a server's page (`…/maintenance/W/delete`) leads to the
+    // server's page.
+    if let Some(rest) = path.strip_prefix("/dashboard/servers/")
+        && let Some((server, _)) = rest.split_once('/')
+        && !server.is_empty()
+    {
+        return format!("/dashboard/servers/{server}");
+    }
     let up = path.trim_end_matches('/').rsplit_once('/').map_or("", |(a, _)| a);
     match up {
         "/dashboard/servers" | "/dashboard" | "" => "/dashboard".to_owned(),
@@ -160,6 +168,8 @@ mod tests {
     fn a_forms_address_leads_back_to_its_page() {
         assert_eq!(parent("/dashboard/servers/node-1/settings"), "/dashboard/servers/node-1");
         assert_eq!(parent("/dashboard/servers/node-1"), "/dashboard");
+        assert_eq!(parent("/dashboard/servers/node-1/maintenance"), "/dashboard/servers/node-1");
+        assert_eq!(parent("/dashboard/servers/node-1/maintenance/mw-1/delete"), "/dashboard/servers/node-1");
         assert_eq!(parent("/dashboard/account/keys"), "/dashboard/account");
         assert_eq!(parent("/dashboard/logout"), "/dashboard");
         assert_eq!(parent("/dashboard"), "/dashboard");

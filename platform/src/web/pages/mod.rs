@@ -45,7 +45,9 @@ use figures::{figures, history_chart, memory};
 pub use join::{JoinState, Shown, join_page, join_status};
 pub(crate) use notices::totp_reset_notice;
 pub use notices::{LoginError, disabled, not_found, not_found_as, open_codes_limit, operator_login, stale};
-pub use server::{History, RENTALS_SHOWN, Refused, server};
+pub use server::{
+    History, MaintenanceError, MaintenanceRefused, RENTALS_SHOWN, Refused, TypedForm, server, server_typed,
+};
 pub use servers::{PageAt, servers};
 pub use trouble::{BadForm, Trouble, bad_form, trouble};
 
@@ -225,6 +227,7 @@ fn rentable_class(s: RentableState) -> &'static str {
         RentableState::AwaitingOperator
         | RentableState::AwaitingCheck
         | RentableState::NoPrice
+        | RentableState::Maintenance
         | RentableState::Paused => "wait",
     }
 }
@@ -260,6 +263,12 @@ fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
         RentableState::AwaitingOperator => ctx.t(Msg::RentAwaitingOperator).to_owned(),
         RentableState::AwaitingCheck => ctx.t(Msg::RentAwaitingCheck).to_owned(),
         RentableState::NoPrice => ctx.t(Msg::RentNoPrice).to_owned(),
+        RentableState::Maintenance => {
+            // The window that started at the verdict's `since` (the one the server is in).
+            let since = r.since.unwrap_or(0);
+            let until = n.maintenance.iter().find(|w| w.starts_at == since).map_or(since, |w| w.ends_at);
+            fill(ctx.t(Msg::RentMaintenance), &[("from", &utc(since)), ("until", &utc(until))])
+        }
         RentableState::Paused => ctx.t(Msg::RentPaused).to_owned(),
         RentableState::Rentable => ctx.t(Msg::RentYes).to_owned(),
     }

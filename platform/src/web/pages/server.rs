@@ -1,6 +1,7 @@
 //! One server's page: its details, figures, history, rentals and command buttons (the live region).
 
 use super::*;
+use gpum_platform_core::maintenance::WindowError;
 
 fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
     html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
@@ -36,6 +37,40 @@ impl Refused {
     }
 }
 
+/// Why the maintenance form was refused (issue 46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaintenanceError {
+    /// The start is not a date and time.
+    Start,
+    /// The end is not a date and time.
+    End,
+    /// The core's refusal of the window.
+    Window(WindowError),
+}
+
+/// The maintenance form refused: why, and what the owner typed, shown again as typed.
+pub struct MaintenanceRefused {
+    pub error: MaintenanceError,
+    pub starts: String,
+    pub ends: String,
+}
+
+impl MaintenanceRefused {
+    /// The field the error is about, by its element's id.
+    fn field(&self) -> &'static str {
+        match self.error {
+            MaintenanceError::Start | MaintenanceError::Window(WindowError::TooMany) => "maint-start",
+            MaintenanceError::End | MaintenanceError::Window(_) => "maint-end",
+        }
+    }
+}
+
+/// A form of the server's page that was refused, with what was typed in it.
+pub enum TypedForm<'a> {
+    Settings(&'a Refused),
+    Maintenance(&'a MaintenanceRefused),
+}
+
 /// The server's page; `refused` is a settings form refused: its error is shown at the field it
 /// is about, which has the focus (so the page opens there, `dashboard.js` scrolls to it too), and
 /// the fields hold what was typed; `check_image` whether the platform's operator has chosen a
@@ -48,6 +83,23 @@ pub fn server(
     refused: Option<&Refused>,
     check_image: bool,
 ) -> Markup {
+    server_typed(ctx, n, history, now, refused.map(TypedForm::Settings), check_image)
+}
+
+/// [`server`], with whichever of its forms was refused (the settings or the maintenance form).
+pub fn server_typed(
+    ctx: &Ctx,
+    n: &NodeSummary,
+    history: &History,
+    now: u64,
+    typed: Option<TypedForm<'_>>,
+    check_image: bool,
+) -> Markup {
+    let (refused, maint) = match typed {
+        Some(TypedForm::Settings(r)) => (Some(r), None),
+        Some(TypedForm::Maintenance(m)) => (None, Some(m)),
+        None => (None, None),
+    };
     let title = fill(ctx.t(Msg::ServerTitle), &[("node", &n.name)]);
     let base = format!("/dashboard/servers/{}", n.id);
     // The host name is the default: the field stays empty (with it as the hint) until the owner
@@ -107,6 +159,7 @@ pub fn server(
                 }
                 " " span.help { (ctx.t(Msg::PauseHelp)) }
             }
+            (maintenance(ctx, n, now, maint))
             div.actions {
                 // A command reaches the agent only at its heartbeat: on an offline server the
                 // buttons are disabled, with why (and the POST is refused, `web::command`); the
@@ -127,6 +180,86 @@ pub fn server(
             }
         },
     )
+}
+
+/// Issue 46: the server's maintenance windows not over yet, each with its delete button, and the
+/// form that plans one (`datetime-local` inputs, read as UTC); a refused form keeps what was
+/// typed, with the error at its field, which has the focus.
+fn maintenance(ctx: &Ctx, n: &NodeSummary, now: u64, refused: Option<&MaintenanceRefused>) -> Markup {
+    let base = format!("/dashboard/servers/{}/maintenance", n.id);
+    let (starts, ends) = refused.map_or(("", ""), |r| (r.starts.as_str(), r.ends.as_str()));
+    let bad = refused.map(MaintenanceRefused::field);
+    let error = |field: &str| {
+        html! {
+            @if let Some(r) = refused.filter(|_| bad == Some(field)) {
+                p.error #maintenance-error role="alert" { (maintenance_error(ctx, r.error)) }
+            }
+        }
+    };
+    html! {
+        section #maintenance {
+            h2 { (ctx.t(Msg::MaintenanceTitle)) }
+            p.help { (ctx.t(Msg::MaintenanceHelp)) }
+            @if n.maintenance.is_empty() {
+                p #no-maintenance { (ctx.t(Msg::NoMaintenance)) }
+            } @else {
+                table.cards #maintenance-list {
+                    thead { tr {
+                        th { (ctx.t(Msg::ColMaintStart)) } th { (ctx.t(Msg::ColMaintEnd)) } th {}
+                    } }
+                    tbody {
+                        @for w in &n.maintenance {
+                            tr.window data-id=(w.id) {
+                                td.start data-label=(ctx.t(Msg::ColMaintStart)) {
+                                    (utc(w.starts_at))
+                                    @if w.starts_at <= now && now < w.ends_at {
+                                        " · " span.now { (ctx.t(Msg::MaintNow)) }
+                                    }
+                                }
+                                td.end data-label=(ctx.t(Msg::ColMaintEnd)) { (utc(w.ends_at)) }
+                                td {
+                                    form.inline method="post" action={ (base) "/" (w.id) "/delete" } {
+                                        (csrf_field(ctx))
+                                        button.danger type="submit" { (ctx.t(Msg::MaintDelete)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            form #maintenance-form method="post" action=(base) {
+                (csrf_field(ctx))
+                label for="maint-start" { (ctx.t(Msg::MaintStartLabel)) }
+                (error("maint-start"))
+                input #maint-start type="datetime-local" name="starts" required value=(starts)
+                    autofocus[bad == Some("maint-start")]
+                    aria-invalid=[(bad == Some("maint-start")).then_some("true")];
+                label for="maint-end" { (ctx.t(Msg::MaintEndLabel)) }
+                (error("maint-end"))
+                input #maint-end type="datetime-local" name="ends" required value=(ends)
+                    autofocus[bad == Some("maint-end")]
+                    aria-invalid=[(bad == Some("maint-end")).then_some("true")];
+                button #maint-add type="submit" { (ctx.t(Msg::MaintAdd)) }
+            }
+        }
+    }
+}
+
+/// A refusal of the maintenance form in the page's language.
+fn maintenance_error(ctx: &Ctx, e: MaintenanceError) -> String {
+    use gpum_protocol::limits::{MAX_MAINTENANCE_AHEAD_SECS, MAX_MAINTENANCE_WINDOWS_PER_NODE};
+    match e {
+        MaintenanceError::Start | MaintenanceError::End => ctx.t(Msg::ErrMaintTime).to_owned(),
+        MaintenanceError::Window(WindowError::EndNotAfterStart) => ctx.t(Msg::ErrMaintOrder).to_owned(),
+        MaintenanceError::Window(WindowError::EndPassed) => ctx.t(Msg::ErrMaintPast).to_owned(),
+        MaintenanceError::Window(WindowError::TooFarAhead) => {
+            fill(ctx.t(Msg::ErrMaintAhead), &[("days", &(MAX_MAINTENANCE_AHEAD_SECS / 86_400).to_string())])
+        }
+        MaintenanceError::Window(WindowError::TooMany) => {
+            fill(ctx.t(Msg::ErrMaintTooMany), &[("n", &MAX_MAINTENANCE_WINDOWS_PER_NODE.to_string())])
+        }
+    }
 }
 
 fn opt(v: &Option<String>) -> &str {

@@ -56,7 +56,7 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.inventory.public.gpus = vec![GpuPublic { model: "G".into(), vram_mib: 1024 }];
     n.health = Some(Health { nvml: NvmlState::LibraryMissing, ..Default::default() });
     n.verification = VerificationState::Verified;
-    n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
+    n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled, 6);
     assert_eq!(n.rentable.state, RentableState::NoGpu);
     for lang in [Lang::Ru, Lang::En] {
         let ctx = Ctx {
@@ -78,7 +78,7 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.health = Some(Health { nvml: NvmlState::Ok, ..Default::default() });
     n.verification = VerificationState::Failed;
     n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
-    n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled);
+    n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled, 6);
     let ctx = Ctx {
         lang: Lang::En,
         path: "/".into(),
@@ -435,5 +435,82 @@ fn node_text_is_escaped_everywhere() {
             // Only our own script tag, by file.
             assert_eq!(s.matches("<script").count(), 1);
         }
+    }
+}
+
+/// Issue 46: the maintenance section lists the windows not over (the one on now marked), each
+/// with its delete form and the session's key; inside one the verdict says until when; a refused
+/// form keeps what was typed, escaped, with the error at its field, which has the focus.
+#[test]
+fn the_maintenance_section_lists_windows_and_keeps_a_refused_form() {
+    use gpum_platform_core::maintenance::WindowError;
+    use gpum_protocol::{MaintenanceWindow, Rentable};
+    let mut n = node("node-1");
+    n.maintenance = vec![
+        MaintenanceWindow {
+            id: "mw-a".into(),
+            starts_at: 1_796_601_000,
+            ends_at: 1_796_608_200,
+            created_at: 1,
+        },
+        MaintenanceWindow {
+            id: "mw-b".into(),
+            starts_at: 1_796_700_000,
+            ends_at: 1_796_703_600,
+            created_at: 1,
+        },
+    ];
+    n.rentable = Rentable { state: RentableState::Maintenance, since: Some(1_796_601_000) };
+    let now = 1_796_601_060;
+    for (lang, verdict, none) in [
+        (
+            Lang::Ru,
+            "не сдаётся: обслуживание с 2026-12-06 23:50 до 2026-12-07 01:50 (UTC)",
+            "Обслуживание не запланировано.",
+        ),
+        (
+            Lang::En,
+            "not rentable: maintenance from 2026-12-06 23:50 to 2026-12-07 01:50 (UTC)",
+            "No maintenance planned.",
+        ),
+    ] {
+        let ctx = Ctx {
+            lang,
+            path: "/dashboard/servers/node-1".into(),
+            csrf: Some("k".into()),
+            account: None,
+            currency: gpum_platform_core::currency::DEFAULT,
+        };
+        let s = server(&ctx, &n, &History::default(), now, None, true).into_string();
+        assert!(s.contains(verdict), "{s}");
+        assert!(s.contains(r#"action="/dashboard/servers/node-1/maintenance/mw-a/delete""#), "{s}");
+        assert!(s.contains(r#"action="/dashboard/servers/node-1/maintenance/mw-b/delete""#), "{s}");
+        assert_eq!(s.matches(r#"class="now""#).count(), 1, "only the window on now");
+        assert!(!s.contains("maintenance-error") && !s.contains(none));
+        let mut empty = n.clone();
+        empty.maintenance.clear();
+        assert!(server(&ctx, &empty, &History::default(), now, None, true).into_string().contains(none));
+
+        let refused = MaintenanceRefused {
+            error: MaintenanceError::Window(WindowError::EndNotAfterStart),
+            starts: "2026-12-07T02:00".into(),
+            ends: "<b>\"".into(),
+        };
+        let s =
+            server_typed(&ctx, &n, &History::default(), now, Some(TypedForm::Maintenance(&refused)), true)
+                .into_string();
+        assert!(s.contains(r#"value="2026-12-07T02:00""#) && s.contains("value=\"&lt;b&gt;&quot;\""), "{s}");
+        assert!(!s.contains("<b>"));
+        let at_end = s.find("id=\"maintenance-error\"").unwrap();
+        assert!(
+            at_end > s.find("for=\"maint-end\"").unwrap() && at_end < s.find("id=\"maint-end\"").unwrap()
+        );
+        let end_field = &s[s.find("id=\"maint-end\"").unwrap()..];
+        let end_field = &end_field[..end_field.find('>').unwrap()];
+        assert!(
+            end_field.contains("autofocus") && end_field.contains(r#"aria-invalid="true""#),
+            "{end_field}"
+        );
+        assert_eq!(s.matches("autofocus").count(), 1, "one field has the focus");
     }
 }
