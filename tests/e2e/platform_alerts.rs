@@ -238,19 +238,25 @@ async fn an_owner_is_told_once_by_email_and_signed_webhook_when_a_server_goes_of
         |s: &AlertSettings| c.put(format!("{}{PATH_OWNER_ALERTS}", p.url())).bearer_auth(&key).json(s).send();
     // The account page's form: a refused field keeps what was typed, with the error beside it.
     let page = ann
-        .post("/dashboard/account/alerts", &[
-            ("email", "ann@example.com"),
-            ("webhook_url", "http://hooks.example.com/x"),
-            ("offline_minutes", "7"),
-            ("kind_offline", "on"),
-        ])
+        .post(
+            "/dashboard/account/alerts",
+            &[
+                ("email", "ann@example.com"),
+                ("webhook_url", "http://hooks.example.com/x"),
+                ("offline_minutes", "7"),
+                ("kind_offline", "on"),
+            ],
+        )
         .await;
     assert_eq!(page.status, 400, "{}", page.body);
     assert!(page.body.contains("id=\"alert-webhook-error\""), "{}", page.body);
     assert!(page.body.contains("value=\"http://hooks.example.com/x\"") && page.body.contains("value=\"7\""));
     assert!(!page.body.contains("id=\"alert-email-error\""));
     let page = ann
-        .post("/dashboard/account/alerts", &[("email", "ann@example.com"), ("offline_minutes", "7"), ("kind_offline", "on")])
+        .post(
+            "/dashboard/account/alerts",
+            &[("email", "ann@example.com"), ("offline_minutes", "7"), ("kind_offline", "on")],
+        )
         .await;
     assert_eq!((page.status.as_u16(), page.location.as_deref()), (303, Some("/dashboard/account#alerts")));
     let page = ann.get("/dashboard/account").await;

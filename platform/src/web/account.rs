@@ -629,7 +629,7 @@ fn alerts_section(
                                         AlertDelivery::Failed => Msg::AlertFailed,
                                         AlertDelivery::Pending => Msg::AlertPending,
                                     }))
-                                    @if let Some(e) = &n.error { " " small.error-detail { (e) } }
+                                    @if let Some(e) = &n.error { " " code.error-detail { (e) } }
                                 }
                             }
                         }
