@@ -468,6 +468,12 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
     });
     init_logging();
     log_start(&args, &state, &transport, max_tunnels, db_connections);
+    tracing::info!(
+        smtp = state.alerts.smtp.as_ref().map_or("off", |s| s.describe.as_str()),
+        webhook_key = state.alerts.key.as_ref().map_or("off", |k| k.public_b64.as_str()),
+        sweep_s = args.alert_sweep_secs,
+        "alerts to owners"
+    );
     run(Running { state, doors, acceptor, transport, mesh, listen_target })
 }
 

@@ -17,6 +17,8 @@ use gpum_protocol::{
 
 /// How many notices a settings view lists.
 pub const RECENT_NOTICES: i64 = 20;
+/// How long an ended incident and its notices are kept (seconds): 90 days.
+pub const ALERT_RETENTION_SECS: u64 = 90 * 24 * 3600;
 
 /// A field of the settings that is not acceptable, and why (in the owner's language on the
 /// cabinet's page, in English in the API).
@@ -348,6 +350,15 @@ fn sweep_owner(
             }
         }
     }
+    // Bounded: what ended long ago goes, notices first.
+    let before = now.saturating_sub(ALERT_RETENTION_SECS) as i64;
+    conn.prepare_cached(
+        "DELETE FROM alert_notices WHERE incident_id IN
+             (SELECT id FROM alert_incidents WHERE owner_id = ?1 AND closed_at < ?2)",
+    )?
+    .execute(params![owner, before])?;
+    conn.prepare_cached("DELETE FROM alert_incidents WHERE owner_id = ?1 AND closed_at < ?2")?
+        .execute(params![owner, before])?;
     Ok(())
 }
 

@@ -297,7 +297,7 @@ CREATE TABLE alert_incidents (
     closed_at  INTEGER
 );
 CREATE UNIQUE INDEX alert_incidents_open ON alert_incidents(node_id, kind) WHERE closed_at IS NULL;
-CREATE INDEX alert_incidents_owner_open ON alert_incidents(owner_id) WHERE closed_at IS NULL;
+CREATE INDEX alert_incidents_owner ON alert_incidents(owner_id, closed_at);
 CREATE TABLE alert_notices (
     incident_id  TEXT NOT NULL,
     state        TEXT NOT NULL,
@@ -590,7 +590,7 @@ CREATE TABLE alert_incidents (
     closed_at  BIGINT
 );
 CREATE UNIQUE INDEX alert_incidents_open ON alert_incidents(node_id, kind) WHERE closed_at IS NULL;
-CREATE INDEX alert_incidents_owner_open ON alert_incidents(owner_id) WHERE closed_at IS NULL;
+CREATE INDEX alert_incidents_owner ON alert_incidents(owner_id, closed_at);
 CREATE TABLE alert_notices (
     incident_id  TEXT NOT NULL,
     state        TEXT NOT NULL,

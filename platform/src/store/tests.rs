@@ -1049,4 +1049,12 @@ fn an_incident_opens_once_and_each_notice_is_claimed_once() {
     crate::store::delete_node(&c, 2000, &node.node_id, &Scope::All).unwrap();
     sweep_owners(&c, 2000, "", 100, both).unwrap();
     assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents WHERE closed_at IS NULL"), 0);
+    // Kept 90 days after they end, then gone with their notices.
+    sweep_owners(&c, 2000 + ALERT_RETENTION_SECS, "", 100, both).unwrap();
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents"), 1, "the one that ended at 2000");
+    sweep_owners(&c, 2001 + ALERT_RETENTION_SECS, "", 100, both).unwrap();
+    assert_eq!(
+        count(&c, "SELECT COUNT(*) FROM alert_incidents") + count(&c, "SELECT COUNT(*) FROM alert_notices"),
+        0
+    );
 }
