@@ -4,7 +4,7 @@
 //! Russian) and by webhook; the platform's clock is moved past the 5 minutes, then the server
 //! beats again. Exactly one e-mail and one webhook tell each opening and each end, and every
 //! webhook body carries a valid Ed25519 signature by the key the platform publishes. On SQLite
-//! and (with `GPUM_TEST_DB=postgres`) PostgreSQL.
+//! and (with `GPUM_TEST_DB=postgres`) PostgreSQL, there with a second replica sweeping too.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -229,8 +229,17 @@ async fn an_owner_is_told_once_by_email_and_signed_webhook_when_a_server_goes_of
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777, 0o600);
     }
+    // On PostgreSQL a second replica sweeps the same database, with the same key and SMTP server:
+    // each notice is still sent once.
+    let replica = (p.engine() == gpum_platform::sql::Engine::Postgres).then(|| p.replica());
+    let set_clock = |t: u64| {
+        p.set_clock(t);
+        if let Some(r) = &replica {
+            r.set_clock(t);
+        }
+    };
     let api = Api::new(&p);
-    p.set_clock(T0);
+    set_clock(T0);
     let ann = OwnerSession::accept(&p, &p.invite_owner("ann@example.com"), PW).await;
     let key = ann.create_api_key("alerts").await;
     let c = p.http_client();
@@ -306,8 +315,8 @@ async fn an_owner_is_told_once_by_email_and_signed_webhook_when_a_server_goes_of
     let _: HeartbeatResponse = api.heartbeat(&reg.node_token, &hb(1, None)).await.ok();
 
     // Offline for the platform after a minute, but Ann said five: nothing yet. Then past five.
-    p.set_clock(T0 + 120);
-    p.set_clock(T0 + 5 * 60 + 1);
+    set_clock(T0 + 120);
+    set_clock(T0 + 5 * 60 + 1);
     let mails = until("the offline e-mail", || Some(smtp.messages()).filter(|m| !m.is_empty())).await;
     let got =
         until("the offline webhook", || Some(hooks.lock().unwrap().clone()).filter(|h| !h.is_empty())).await;
@@ -325,7 +334,7 @@ async fn an_owner_is_told_once_by_email_and_signed_webhook_when_a_server_goes_of
     );
 
     // Back: one beat ends the incident, told once on each channel.
-    p.set_clock(T0 + 600);
+    set_clock(T0 + 600);
     let _: HeartbeatResponse = api.heartbeat(&reg.node_token, &hb(2, None)).await.ok();
     until("the ended e-mail", || Some(()).filter(|_| smtp.messages().len() >= 2)).await;
     until("the ended webhook", || Some(()).filter(|_| hooks.lock().unwrap().len() >= 2)).await;
@@ -342,13 +351,13 @@ async fn an_owner_is_told_once_by_email_and_signed_webhook_when_a_server_goes_of
         since: T0 + 610,
         gpu_uuids: vec!["GPU-alert".into()],
     };
-    p.set_clock(T0 + 610);
+    set_clock(T0 + 610);
     let _: HeartbeatResponse = api.heartbeat(&reg.node_token, &hb(3, Some(q))).await.ok();
     until("the quarantine's notices", || {
         Some(()).filter(|_| hooks.lock().unwrap().len() >= 3 && smtp.messages().len() >= 3)
     })
     .await;
-    p.set_clock(T0 + 620);
+    set_clock(T0 + 620);
     let _: HeartbeatResponse = api.heartbeat(&reg.node_token, &hb(4, None)).await.ok();
     until("the quarantine's end", || {
         Some(()).filter(|_| hooks.lock().unwrap().len() >= 4 && smtp.messages().len() >= 4)
