@@ -166,6 +166,20 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
             assert!(bad.is_empty(), "alerts at {width} px: {bad:?}");
             shoot(&b, &dir, &name).await;
         }
+        // A webhook URL refused (plain http): the page opens at the error, beside the field,
+        // which keeps what was typed.
+        type_into(&b, "#alert-webhook", "http://hooks.example.com/x").await;
+        b.click("#alerts-save").await;
+        b.wait_for("#alert-webhook-error").await;
+        let seen = b
+            .js("const r = document.getElementById('alert-webhook-error').getBoundingClientRect(); \
+                 return r.top >= 0 && r.bottom <= window.innerHeight")
+            .await;
+        assert_eq!(seen, true, "{lang}: the error is in view");
+        assert_eq!(
+            b.js("return document.getElementById('alert-webhook').value").await,
+            "http://hooks.example.com/x"
+        );
         b.close().await;
     }
 }

@@ -581,16 +581,18 @@ fn alerts_section(
                 (csrf_field(ctx))
                 label for="alert-email" { (ctx.t(Msg::AlertEmail)) }
                 input #alert-email type="email" name="email" value=(f.email) maxlength="254"
-                    autocomplete="email" aria-invalid=[e_email.as_ref().map(|_| "true")];
-                @if let Some(e) = &e_email { p.error #alert-email-error { (e) } }
+                    autocomplete="email" autofocus[e_email.is_some()] aria-invalid=[e_email.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_email { p.error #alert-email-error role="alert" { (e) } }
                 label for="alert-webhook" { (ctx.t(Msg::AlertWebhook)) " " code { "https://…" } }
                 input #alert-webhook type="url" name="webhook_url" value=(f.webhook_url)
-                    maxlength=(gpum_protocol::MAX_ALERT_ADDRESS_LEN) aria-invalid=[e_url.as_ref().map(|_| "true")];
-                @if let Some(e) = &e_url { p.error #alert-webhook-error { (e) } }
+                    maxlength=(gpum_protocol::MAX_ALERT_ADDRESS_LEN) autofocus[e_url.is_some()]
+                    aria-invalid=[e_url.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_url { p.error #alert-webhook-error role="alert" { (e) } }
                 label for="alert-minutes" { (ctx.t(Msg::AlertOfflineMinutes)) }
                 input #alert-minutes type="number" name="offline_minutes" value=(f.offline_minutes) min="1"
-                    max=(gpum_protocol::MAX_ALERT_OFFLINE_MINUTES) aria-invalid=[e_min.as_ref().map(|_| "true")];
-                @if let Some(e) = &e_min { p.error #alert-minutes-error { (e) } }
+                    max=(gpum_protocol::MAX_ALERT_OFFLINE_MINUTES) autofocus[e_min.is_some()]
+                    aria-invalid=[e_min.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_min { p.error #alert-minutes-error role="alert" { (e) } }
                 fieldset {
                     legend { (ctx.t(Msg::AlertKindsLegend)) }
                     (checkbox("kind-offline", AlertKind::Offline, f.kind_offline.is_some()))
