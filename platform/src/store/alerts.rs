@@ -289,7 +289,9 @@ fn sweep_owner(
             "SELECT id, last_heartbeat_at, verification, quarantine_json IS NOT NULL, deleted_at IS NOT NULL
              FROM nodes WHERE owner_id = ?1
                AND (deleted_at IS NULL
-                    OR id IN (SELECT node_id FROM alert_incidents WHERE owner_id = ?1 AND closed_at IS NULL))",
+                    OR id IN (SELECT node_id FROM alert_incidents WHERE owner_id = ?1 AND closed_at IS NULL))
+             -- In one order, so that two replicas sweeping one owner take the same locks in turn.
+             ORDER BY id",
         )?
         .query_map(params![owner], |r| {
             Ok((
