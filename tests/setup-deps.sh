@@ -11,7 +11,8 @@
 #   postgresql (the platform's suites on PostgreSQL, issue 35: the tests start a private cluster of
 #   their own with its initdb and pg_ctl, platform/src/testdb.rs; the package's own cluster is not used);
 #   tinyproxy (a real HTTP proxy the agent's tunnel goes through, tests/e2e/tunnel.rs; the tests
-#   start their own on loopback, the package's service is not used);
+#   start their own on loopback, the package's service is not used); python3-aiosmtpd (a real SMTP
+#   server the owners' alerts are sent to, tests/e2e/platform_alerts.rs);
 # - cargo: cargo-deb, pinned (the .deb that `cargo xtask dist` builds); rustup: the musl target (the
 #   static platform);
 # - pip: schemathesis (the platform against docs/openapi.yaml);
@@ -23,7 +24,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need_pkgs=()
-for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux postgresql tinyproxy; do
+for p in musl-tools debootstrap wget busybox-static shellcheck mmdebstrap dpkg-dev apt-utils gpg gpg-agent jq binutils gcc chromium chromium-driver lintian valgrind tmux postgresql tinyproxy python3-aiosmtpd; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

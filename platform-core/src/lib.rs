@@ -19,9 +19,12 @@
 //! - [`reliability`]: the share of the last 30 days a server was online with its GPUs in
 //!   order, from its heartbeat history (issue 46).
 //!
+//! - [`alerts`]: which incidents of a server open and end, for its owner's alerts (issue 46).
+//!
 //! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
 //! (`tests/tidy.rs` checks it).
 
+pub mod alerts;
 pub mod currency;
 pub mod effects;
 pub mod heartbeat;

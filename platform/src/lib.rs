@@ -18,6 +18,7 @@
 //! - [`server`]: axum routes, authentication, error mapping, `Date`, downloads.
 //! - [`throttle`]: the limit on guessing secrets, per door, address and account, shared by
 //!   replicas through the database.
+//! - [`alerts`]: alerts to owners (issue 46): the sweeper, e-mail and signed webhooks.
 //! - [`web`]: the owner's dashboard, server-rendered HTML over the same `store` functions.
 //! - [`cli`]: the `gpum-platform` command line.
 //!
@@ -27,6 +28,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod accounts;
+pub mod alerts;
 pub mod cli;
 pub mod clock;
 pub mod db;

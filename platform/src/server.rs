@@ -92,6 +92,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/owner/rentals/{id}"),
     ("GET", gpum_protocol::PATH_OWNER_EARNINGS),
     ("GET", gpum_protocol::PATH_ADMIN_EARNINGS),
+    ("GET", gpum_protocol::PATH_OWNER_ALERTS),
+    ("PUT", gpum_protocol::PATH_OWNER_ALERTS),
+    ("GET", gpum_protocol::PATH_ALERTS_PUBLIC_KEY),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
 ];
@@ -118,6 +121,8 @@ pub struct AppState {
     pub relay: Arc<crate::relay::Relay>,
     /// Wrong admin tokens, passwords, API keys and relay credentials, per client address.
     pub throttle: Arc<Throttle>,
+    /// What alerts to owners are sent with (issue 46).
+    pub alerts: Arc<crate::alerts::Alerts>,
 }
 
 type St = State<Arc<AppState>>;
@@ -160,6 +165,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_OWNER_RENTALS, get(list_rentals))
         .route(&format!("{PATH_OWNER_RENTALS}/{{id}}"), get(show_rental))
         .route(gpum_protocol::PATH_OWNER_EARNINGS, get(earnings))
+        .route(gpum_protocol::PATH_OWNER_ALERTS, get(get_alerts).put(put_alerts))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), owner_auth));
     Router::new()
         .route(PATH_ENROLL, post(enroll))
@@ -168,6 +174,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_TUNNEL, get(tunnel))
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
+        .route(gpum_protocol::PATH_ALERTS_PUBLIC_KEY, get(alerts_public_key))
         .merge(admin)
         .merge(owner)
         .merge(crate::web::router(state.clone(), throttle))
@@ -600,6 +607,59 @@ async fn delete_maintenance(
 }
 
 /// The owner's settings of a server: name, price, minimum rental time, paused.
+/// An owner's alert settings (issue 46), with the notices sent lately and what the platform
+/// can send with.
+pub(crate) fn alerts_view(
+    c: &crate::sql::Conn,
+    alerts: &crate::alerts::Alerts,
+    owner: &str,
+) -> Result<gpum_protocol::AlertSettingsView, ApiError> {
+    Ok(gpum_protocol::AlertSettingsView {
+        settings: store::alert_settings(c, owner)?.unwrap_or_default(),
+        email_available: alerts.smtp.is_some(),
+        webhook_public_key: alerts.key.as_ref().map(|k| k.public_b64.clone()),
+        sent: store::recent_notices(c, owner, store::RECENT_NOTICES)?,
+    })
+}
+
+fn alerts_owner(scope: &Scope) -> Result<String, ApiError> {
+    scope.owner().map(str::to_owned).ok_or_else(|| ApiError::not_found("endpoint"))
+}
+
+async fn get_alerts(State(st): St, Extension(scope): Extension<Scope>) -> Result<Response, ApiError> {
+    let owner = alerts_owner(&scope)?;
+    let alerts = st.alerts.clone();
+    Ok(Json(st.db.call(move |c| alerts_view(c, &alerts, &owner)).await?).into_response())
+}
+
+async fn put_alerts(
+    State(st): St,
+    Extension(scope): Extension<Scope>,
+    ApiJson(req): ApiJson<gpum_protocol::AlertSettings>,
+) -> Result<Response, ApiError> {
+    let owner = alerts_owner(&scope)?;
+    let alerts = st.alerts.clone();
+    let now = st.clock.now();
+    let view = st
+        .db
+        .call(move |c| {
+            store::set_alert_settings(c, &owner, &req, now)?;
+            alerts_view(c, &alerts, &owner)
+        })
+        .await?;
+    Ok(Json(view).into_response())
+}
+
+/// The key webhooks are signed with; 404 when the operator set none.
+async fn alerts_public_key(State(st): St) -> Result<Response, ApiError> {
+    let key = st.alerts.key.as_ref().ok_or_else(|| ApiError::not_found("alert signing key"))?;
+    Ok(Json(gpum_protocol::AlertPublicKey {
+        algorithm: "ed25519".into(),
+        public_key: key.public_b64.clone(),
+    })
+    .into_response())
+}
+
 async fn update_node(
     State(st): St,
     Extension(scope): Extension<Scope>,
@@ -969,6 +1029,7 @@ mod tests {
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
             throttle: Arc::new(Throttle::new(db, Clock::system())),
+            alerts: Default::default(),
         });
         let app = router(state);
         let call = |method: &str, path: &str| {

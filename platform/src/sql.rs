@@ -416,7 +416,18 @@ macro_rules! stored {
         }
     )+};
 }
-stored!(VerificationState, ProbeFailure, CommandKind, RentableState, NodeEventKind, RentalState);
+stored!(
+    VerificationState,
+    ProbeFailure,
+    CommandKind,
+    RentableState,
+    NodeEventKind,
+    RentalState,
+    AlertKind,
+    AlertState,
+    AlertChannel,
+    AlertDelivery,
+);
 
 /// A column's position (`r.get(0)`, as with rusqlite).
 pub trait RowIndex {
@@ -986,6 +997,10 @@ mod tests {
         round_trip::<RentableState>(&c);
         round_trip::<NodeEventKind>(&c);
         round_trip::<RentalState>(&c);
+        round_trip::<gpum_protocol::AlertKind>(&c);
+        round_trip::<gpum_protocol::AlertState>(&c);
+        round_trip::<gpum_protocol::AlertChannel>(&c);
+        round_trip::<gpum_protocol::AlertDelivery>(&c);
     }
 
     /// The tidy rule of issue 44, item 5: in the store's and the rentals' code, no state's word
@@ -1015,6 +1030,7 @@ mod tests {
             ("store/maintenance.rs", include_str!("store/maintenance.rs")),
             ("store/nodes.rs", include_str!("store/nodes.rs")),
             ("store/owners.rs", include_str!("store/owners.rs")),
+            ("store/alerts.rs", include_str!("store/alerts.rs")),
             ("rentals.rs", include_str!("rentals.rs")),
             ("accounts.rs", include_str!("accounts.rs")),
         ];

@@ -436,6 +436,10 @@ macro_rules! named_enum {
     };
 }
 
+// After the macro: its states are `named_enum!`s.
+pub mod alerts;
+pub use alerts::*;
+
 named_enum! {
     /// The platform's verdict on the hardware, as dashboards show it. The agent's `state.json`
     /// records the latest probe's with the same names.

@@ -1,6 +1,9 @@
 //! Issue 46: the cabinet's earnings page in Chromium, at 1280 and 360 px, in both languages:
 //! an owner's server metered over heartbeats (the platform's clock stopped, so every second is
 //! known), the totals written as the language writes money, nothing wider than the window.
+//! Then the account page's alerts (issue 46): the same server gone silent and back, its notices
+//! as the store's sweep writes them, one delivered and one not on each channel, listed in the
+//! page's language (`alerts.{lang}.png`, `alerts.phone.{lang}.png`).
 //! Shot into `docs/screenshots/` (`earnings.{lang}.png`, `earnings.phone.{lang}.png`) with
 //! `GPUM_WRITE_SCREENSHOTS=1`.
 //!
@@ -59,7 +62,9 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
     std::fs::create_dir_all(&dir).unwrap();
     for (lang, total, r2_amount) in [("ru", "72,92 ₽", "23,75 ₽"), ("en", "RUB 72.92", "RUB 23.75")] {
         let p = TestPlatform::start(PlatformOpts {
-            extra_args: vec!["--currency".into(), "RUB".into()],
+            // The platform's own sweeper runs once at start: the alerts below are the store's,
+            // written by the test so that one of each delivery is known.
+            extra_args: vec!["--currency".into(), "RUB".into(), "--alert-sweep-secs".into(), "3600".into()],
             ..PlatformOpts::insecure_http()
         });
         p.set_clock(T0);
@@ -145,7 +150,42 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
         assert!(bad.is_empty(), "earnings at 360 px: {bad:?}");
         shoot(&b, &dir, &format!("earnings.phone.{lang}")).await;
 
-        // Issue 46: scheduled maintenance on the server's page (the clock is at 00:10 UTC).
+        // Alerts: silent from T0+1200, told at T0+1800; back at T0+1900, told again.
+        alerts(&p, &email, lang, T0 + 1800);
+        p.set_clock(T0 + 1900);
+        beat_with(&p, &reg.node_token, 200, &inv, figures(10), |_| {}).await;
+        alerts(&p, &email, lang, T0 + 1900);
+        for (width, name) in [(1280, format!("alerts.{lang}")), (360, format!("alerts.phone.{lang}"))] {
+            b.client.set_window_size(width, 800).await.unwrap();
+            b.goto(&format!("{}/dashboard/account#alerts", p.url())).await;
+            b.wait_for("#alerts-sent").await;
+            let t = b.text("#alerts-sent").await;
+            let (failed, ended) = if lang == "ru" {
+                ("не доставлено", "закончилось")
+            } else {
+                ("not delivered", "ended")
+            };
+            assert!(t.contains(failed) && t.contains(ended) && t.contains("rack-1"), "{lang}: {t}");
+            assert_eq!(b.js("return document.querySelectorAll('#alerts-sent tbody tr').length").await, 4);
+            let bad = misfits(&b).await;
+            assert!(bad.is_empty(), "alerts at {width} px: {bad:?}");
+            shoot(&b, &dir, &name).await;
+        }
+        // A webhook URL refused (plain http): the page opens at the error, beside the field,
+        // which keeps what was typed.
+        type_into(&b, "#alert-webhook", "http://hooks.example.com/x").await;
+        b.click("#alerts-save").await;
+        b.wait_for("#alert-webhook-error").await;
+        let seen = b
+            .js("const r = document.getElementById('alert-webhook-error').getBoundingClientRect(); \
+                 return r.top >= 0 && r.bottom <= window.innerHeight")
+            .await;
+        assert_eq!(seen, true, "{lang}: the error is in view");
+        assert_eq!(
+            b.js("return document.getElementById('alert-webhook').value").await,
+            "http://hooks.example.com/x"
+        );
+        // Issue 46: scheduled maintenance on the server's page (the clock is at 00:21 UTC).
         b.client.set_window_size(1280, 800).await.unwrap();
         let page = format!("{}/dashboard/servers/{}", p.url(), reg.node_id);
         b.goto(&page).await;
@@ -204,4 +244,36 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
         b.wait_for("#no-maintenance").await;
         b.close().await;
     }
+}
+
+/// One sweep of the store's alerts at `now` for the owner `email` (e-mail and webhook, every
+/// kind, 5 minutes), as the platform's sweeper does it; of what it claims, the e-mail is
+/// delivered and the webhook is not.
+fn alerts(p: &TestPlatform, email: &str, lang: &str, now: u64) {
+    use gpum_platform::store;
+    use gpum_protocol::{AlertChannel, AlertDelivery, AlertKind, AlertSettings};
+    let (email, lang) = (email.to_owned(), lang.to_owned());
+    p.with_db(move |c| {
+        let owner = gpum_platform::accounts::find_owner(c, &email).unwrap().id;
+        let settings = AlertSettings {
+            email: Some(email.clone()),
+            webhook_url: Some("https://hooks.example.com/gpum".into()),
+            offline_minutes: 5,
+            kinds: AlertKind::ALL.to_vec(),
+            language: lang,
+        };
+        store::set_alert_settings(c, &owner, &settings, now).unwrap();
+        store::sweep_owners(c, now, "", 100, store::Channels { email: true, webhook: true }).unwrap();
+        let claimed = store::claim_notices(c, now, 100).unwrap();
+        assert_eq!(claimed.len(), 2, "one notice per channel");
+        for n in claimed {
+            let (d, e) = match n.channel {
+                AlertChannel::Email => (AlertDelivery::Delivered, None),
+                AlertChannel::Webhook => {
+                    (AlertDelivery::Failed, Some("the webhook answered 503 Service Unavailable"))
+                }
+            };
+            store::record_delivery(c, &n, d, e).unwrap();
+        }
+    });
 }

@@ -35,6 +35,9 @@ mod effects;
 // Issue 46: earnings, metered from what ran.
 #[path = "platform_earnings.rs"]
 mod earnings;
+// Issue 46: alerts to owners, by e-mail (a real SMTP server) and signed webhook.
+#[path = "platform_alerts.rs"]
+mod alerts;
 // Issue 35: replicas on one PostgreSQL.
 #[path = "platform_replicas.rs"]
 mod replicas;

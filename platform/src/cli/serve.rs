@@ -149,6 +149,20 @@ pub(super) struct ServeArgs {
     /// once a rental exists.
     #[arg(long, value_name = "CODE", value_parser = currency_arg)]
     currency: Option<String>,
+    /// Alerts to owners by e-mail (issue 46): a TOML file naming the SMTP server (`host`,
+    /// `port`, `from`, `tls` = starttls, tls or none, `username`, `password`); one holding a
+    /// password must be 0600. Without it no alert e-mail is sent. docs/operator-guide.md, "Alerts".
+    #[arg(long, value_name = "FILE")]
+    smtp: Option<PathBuf>,
+    /// Alerts to owners by webhook (issue 46): the platform's Ed25519 key that signs each body
+    /// (PKCS#8 PEM, 0600), made there when the file does not exist; every replica needs the same
+    /// file. Without it no webhook is sent.
+    #[arg(long, value_name = "FILE")]
+    alert_key_file: Option<PathBuf>,
+    /// Seconds between two sweeps of the owners' alerts (servers offline, checks failed,
+    /// quarantines).
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    alert_sweep_secs: u64,
     /// TEST ONLY (the `test-knobs` feature): ping each agent's tunnel every this many
     /// milliseconds, and drop it when the answer takes as long, instead of every 20 s within
     /// 15 s, so that an end-to-end test can cut the network and watch the tunnel come back.
@@ -390,6 +404,21 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
     }
     // Read once: it cannot change once a rental exists (`store::set_currency`).
     let currency = store::currency(&conns[0]).map_err(|e| anyhow::anyhow!("the currency: {}", e.message))?;
+    let alerts = crate::alerts::Alerts {
+        smtp: args
+            .smtp
+            .as_deref()
+            .map(crate::alerts::load_smtp)
+            .transpose()
+            .map_err(|e| BadUsage(format!("{e:#}")))?,
+        key: args
+            .alert_key_file
+            .as_deref()
+            .map(crate::alerts::load_or_create_key)
+            .transpose()
+            .map_err(|e| BadUsage(format!("{e:#}")))?,
+        sweep_every: Duration::from_secs(args.alert_sweep_secs),
+    };
     let doors = Doors::bind(&args)?;
     let peer_secret = match &args.peer_secret_file {
         None => None,
@@ -430,9 +459,16 @@ pub(super) fn start(cfg: ServeConfig, clock: Clock) -> Result<()> {
         },
         relay,
         throttle,
+        alerts: Arc::new(alerts),
     });
     init_logging();
     log_start(&args, &state, &transport, max_tunnels, db_connections);
+    tracing::info!(
+        smtp = state.alerts.smtp.as_ref().map_or("off", |s| s.describe.as_str()),
+        webhook_key = state.alerts.key.as_ref().map_or("off", |k| k.public_b64.as_str()),
+        sweep_s = args.alert_sweep_secs,
+        "alerts to owners"
+    );
     run(Running { state, doors, acceptor, transport, mesh, listen_target })
 }
 
@@ -522,6 +558,8 @@ fn run(r: Running) -> Result<()> {
             tracing::info!(addr = %l.local_addr()?, tls = acceptor.is_some(), "relay HTTP door listening");
             tokio::spawn(crate::relay::http::serve(l, acceptor.clone(), tenants, shutdown_signal()));
         }
+        // Alerts to owners (issue 46): every replica sweeps; each notice is claimed by one.
+        tokio::spawn(crate::alerts::sweeper(state.clone()));
         announce(acceptor.is_some(), addr)?;
         crate::listen::serve(listener, acceptor, server::router(state), transport, shutdown_signal()).await?;
         Ok::<(), anyhow::Error>(())

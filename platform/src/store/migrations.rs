@@ -281,6 +281,47 @@ CREATE TABLE maintenance (
 );
 CREATE INDEX maintenance_node ON maintenance(node_id, ends_at);
 "#,
+    // 19: alerts to owners (issue 46, `crate::alerts`): each owner's choice (at most one row;
+    // the kinds watched as three flags), the incidents (at most one open per server and kind:
+    // the unique index, so two replicas' sweeps cannot both open one), and the notices each
+    // incident owes, one per channel and state; a replica sends one only after it set
+    // `claimed_at` where it was NULL, so each is sent at most once across replicas.
+    r#"
+CREATE TABLE alert_settings (
+    owner_id         TEXT PRIMARY KEY,
+    email            TEXT,
+    webhook_url      TEXT,
+    offline_minutes  INTEGER NOT NULL,
+    watch_offline    INTEGER NOT NULL,
+    watch_check      INTEGER NOT NULL,
+    watch_quarantine INTEGER NOT NULL,
+    lang             TEXT NOT NULL,
+    updated_at       INTEGER NOT NULL
+);
+CREATE TABLE alert_incidents (
+    id         TEXT PRIMARY KEY,
+    node_id    TEXT NOT NULL,
+    owner_id   TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    opened_at  INTEGER NOT NULL,
+    closed_at  INTEGER
+);
+CREATE UNIQUE INDEX alert_incidents_open ON alert_incidents(node_id, kind) WHERE closed_at IS NULL;
+CREATE INDEX alert_incidents_owner ON alert_incidents(owner_id, closed_at);
+CREATE TABLE alert_notices (
+    incident_id  TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    channel      TEXT NOT NULL,
+    owner_id     TEXT NOT NULL,
+    at           INTEGER NOT NULL,
+    claimed_at   INTEGER,
+    delivery     TEXT NOT NULL,
+    error        TEXT,
+    PRIMARY KEY (incident_id, state, channel)
+);
+CREATE INDEX alert_notices_unclaimed ON alert_notices(at) WHERE claimed_at IS NULL;
+CREATE INDEX alert_notices_owner ON alert_notices(owner_id, at);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -546,6 +587,45 @@ CREATE TABLE maintenance (
     created_at  BIGINT NOT NULL
 );
 CREATE INDEX maintenance_node ON maintenance(node_id, ends_at);
+"#,
+    ),
+    (
+        19,
+        r#"
+CREATE TABLE alert_settings (
+    owner_id         TEXT PRIMARY KEY,
+    email            TEXT,
+    webhook_url      TEXT,
+    offline_minutes  BIGINT NOT NULL,
+    watch_offline    BIGINT NOT NULL,
+    watch_check      BIGINT NOT NULL,
+    watch_quarantine BIGINT NOT NULL,
+    lang             TEXT NOT NULL,
+    updated_at       BIGINT NOT NULL
+);
+CREATE TABLE alert_incidents (
+    id         TEXT PRIMARY KEY,
+    node_id    TEXT NOT NULL,
+    owner_id   TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    opened_at  BIGINT NOT NULL,
+    closed_at  BIGINT
+);
+CREATE UNIQUE INDEX alert_incidents_open ON alert_incidents(node_id, kind) WHERE closed_at IS NULL;
+CREATE INDEX alert_incidents_owner ON alert_incidents(owner_id, closed_at);
+CREATE TABLE alert_notices (
+    incident_id  TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    channel      TEXT NOT NULL,
+    owner_id     TEXT NOT NULL,
+    at           BIGINT NOT NULL,
+    claimed_at   BIGINT,
+    delivery     TEXT NOT NULL,
+    error        TEXT,
+    PRIMARY KEY (incident_id, state, channel)
+);
+CREATE INDEX alert_notices_unclaimed ON alert_notices(at) WHERE claimed_at IS NULL;
+CREATE INDEX alert_notices_owner ON alert_notices(owner_id, at);
 "#,
     ),
 ];

@@ -74,6 +74,7 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
+mod alerts;
 mod earnings;
 mod enroll;
 mod events;
@@ -86,6 +87,7 @@ mod reliability;
 #[cfg(test)]
 mod tests;
 
+pub use alerts::*;
 pub use earnings::{csv as earnings_csv, currency, earnings, image_name, iso_utc, set_currency};
 pub use enroll::*;
 pub(crate) use events::*;

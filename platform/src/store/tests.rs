@@ -1037,3 +1037,87 @@ fn maintenance_windows_are_checked_bounded_scoped_and_go_with_the_node() {
     delete_node(&c, 300, &id, &mine).unwrap();
     assert_eq!(rows(&c), 0);
 }
+
+/// Issue 46, alerts: a sweep opens one incident however many replicas sweep, each notice is
+/// claimed by one claim only, and the end is owed on the channels the opening was told on.
+#[test]
+fn an_incident_opens_once_and_each_notice_is_claimed_once() {
+    use gpum_protocol::{AlertChannel, AlertDelivery, AlertKind, AlertSettings, AlertState};
+    let (_t, c) = db();
+    let (a, _, _) = crate::accounts::invite(&c, 1, "a@example.org").unwrap();
+    let scope = Scope::Owner(a.id.clone());
+    let code = create_join_code(&c, 10, 60, &scope).unwrap().code;
+    let node = reg(&c, 10, &code, "GPU-a").unwrap();
+    let beat = |now: u64, seq: u64| {
+        heartbeat(&c, now, &node.node_token, &HeartbeatRequest { seq, ..Default::default() }, 10).unwrap();
+    };
+    beat(100, 1);
+    let both = Channels { email: true, webhook: true };
+    // Settings without an address open nothing.
+    set_alert_settings(&c, &a.id, &AlertSettings { offline_minutes: 5, ..Default::default() }, 50).unwrap();
+    assert_eq!(sweep_owners(&c, 1000, "", 100, both).unwrap(), None);
+    let incidents = |c: &Conn| count(c, "SELECT COUNT(*) FROM alert_incidents");
+    assert_eq!(incidents(&c), 0);
+    let settings = AlertSettings {
+        email: Some("a@example.org".into()),
+        webhook_url: Some("https://hooks.example.com/gpum".into()),
+        offline_minutes: 5,
+        kinds: AlertKind::ALL.to_vec(),
+        language: "ru".into(),
+    };
+    set_alert_settings(&c, &a.id, &settings, 60).unwrap();
+    assert_eq!(alert_settings(&c, &a.id).unwrap(), Some(settings));
+    sweep_owners(&c, 399, "", 100, both).unwrap();
+    assert_eq!(incidents(&c), 0, "silent for 299 s of the 300");
+    // Two replicas sweep at the same time: one incident, two notices.
+    sweep_owners(&c, 400, "", 100, both).unwrap();
+    sweep_owners(&c, 400, "", 100, both).unwrap();
+    assert_eq!(incidents(&c), 1);
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_notices"), 2);
+    let first = claim_notices(&c, 401, 100).unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(claim_notices(&c, 401, 100).unwrap().is_empty(), "claimed once");
+    let n = &first[0];
+    assert_eq!(
+        (n.kind, n.state, n.node_id.as_str(), n.lang),
+        (AlertKind::Offline, AlertState::Opened, node.node_id.as_str(), gpum_common::Lang::Ru)
+    );
+    for n in &first {
+        let (d, e) = match n.channel {
+            AlertChannel::Email => (AlertDelivery::Delivered, None),
+            AlertChannel::Webhook => (AlertDelivery::Failed, Some("the webhook answered 500")),
+        };
+        record_delivery(&c, n, d, e).unwrap();
+    }
+    // Back: the end is owed on both channels, once.
+    beat(500, 2);
+    sweep_owners(&c, 500, "", 100, both).unwrap();
+    sweep_owners(&c, 501, "", 100, Channels { email: true, webhook: false }).unwrap();
+    let ended = claim_notices(&c, 502, 100).unwrap();
+    assert_eq!(
+        ended.iter().map(|n| (n.state, n.channel)).collect::<Vec<_>>(),
+        [(AlertState::Closed, AlertChannel::Email), (AlertState::Closed, AlertChannel::Webhook)]
+    );
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents WHERE closed_at = 500"), 1);
+    let recent = recent_notices(&c, &a.id, RECENT_NOTICES).unwrap();
+    assert_eq!(recent.len(), 4);
+    assert!(recent.iter().any(
+        |n| n.delivery == AlertDelivery::Failed && n.error.as_deref() == Some("the webhook answered 500")
+    ));
+    assert_eq!(recent.iter().filter(|n| n.delivery == AlertDelivery::Pending).count(), 2);
+    // A deleted server's open incident ends with it.
+    beat(600, 3);
+    sweep_owners(&c, 1000, "", 100, both).unwrap();
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents WHERE closed_at IS NULL"), 1);
+    crate::store::delete_node(&c, 2000, &node.node_id, &Scope::All).unwrap();
+    sweep_owners(&c, 2000, "", 100, both).unwrap();
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents WHERE closed_at IS NULL"), 0);
+    // Kept 90 days after they end, then gone with their notices.
+    sweep_owners(&c, 2000 + ALERT_RETENTION_SECS, "", 100, both).unwrap();
+    assert_eq!(count(&c, "SELECT COUNT(*) FROM alert_incidents"), 1, "the one that ended at 2000");
+    sweep_owners(&c, 2001 + ALERT_RETENTION_SECS, "", 100, both).unwrap();
+    assert_eq!(
+        count(&c, "SELECT COUNT(*) FROM alert_incidents") + count(&c, "SELECT COUNT(*) FROM alert_notices"),
+        0
+    );
+}

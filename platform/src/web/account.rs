@@ -33,7 +33,9 @@ use super::i18n::{Msg, fill};
 use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
 use super::{CsrfForm, Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, page, session};
 use crate::accounts::{self, AccountError, ApiKeyRow, TotpConfirm};
+use crate::store;
 use crate::throttle::{self, Door};
+use gpum_protocol::{AlertChannel, AlertDelivery, AlertKind, AlertSettings, AlertSettingsView, AlertState};
 
 // ---------------------------------------------------------------------------------------------
 // Sign-in
@@ -379,6 +381,7 @@ fn account_page(
     reset_at: Option<u64>,
     keys: &[ApiKeyRow],
     error: Option<AccountError>,
+    alerts: Markup,
 ) -> Markup {
     let email = ctx.account.clone().unwrap_or_default();
     layout(
@@ -455,22 +458,243 @@ fn account_page(
                     button #create-key type="submit" { (ctx.t(Msg::CreateKey)) }
                 }
             }
+            (alerts)
         },
     )
 }
 
+// ---------------------------------------------------------------------------------------------
+// Alerts (issue 46)
+
+/// The alerts form as posted: every value kept as typed, so that a refused one is shown again
+/// next to its error.
+#[derive(Deserialize, Default, Clone)]
+pub(super) struct AlertForm {
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    webhook_url: String,
+    #[serde(default)]
+    offline_minutes: String,
+    #[serde(default)]
+    kind_offline: Option<String>,
+    #[serde(default)]
+    kind_check_failed: Option<String>,
+    #[serde(default)]
+    kind_quarantined: Option<String>,
+}
+
+impl AlertForm {
+    fn of(s: &AlertSettings) -> AlertForm {
+        let on = |k| s.kinds.contains(&k).then(|| "on".to_owned());
+        AlertForm {
+            email: s.email.clone().unwrap_or_default(),
+            webhook_url: s.webhook_url.clone().unwrap_or_default(),
+            offline_minutes: s.offline_minutes.to_string(),
+            kind_offline: on(AlertKind::Offline),
+            kind_check_failed: on(AlertKind::CheckFailed),
+            kind_quarantined: on(AlertKind::Quarantined),
+        }
+    }
+
+    /// The settings it asks for, in the page's language, or the first field refused.
+    fn settings(&self, lang: gpum_common::Lang) -> Result<AlertSettings, store::AlertSettingsError> {
+        let offline_minutes =
+            self.offline_minutes.trim().parse().map_err(|_| store::AlertSettingsError::OfflineMinutes)?;
+        let kinds = [
+            (AlertKind::Offline, &self.kind_offline),
+            (AlertKind::CheckFailed, &self.kind_check_failed),
+            (AlertKind::Quarantined, &self.kind_quarantined),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect();
+        store::check_alert_settings(&AlertSettings {
+            email: Some(self.email.clone()),
+            webhook_url: Some(self.webhook_url.clone()),
+            offline_minutes,
+            kinds,
+            language: crate::alerts::lang_tag(lang).into(),
+        })
+    }
+}
+
+/// `text` with its one `{hole}` filled with `value` as code (a header's name, a URL's scheme:
+/// typed as it is, in any language).
+fn fill_code(text: &str, hole: &str, value: &str) -> Markup {
+    let mark = format!("{{{hole}}}");
+    let (a, b) = text.split_once(mark.as_str()).unwrap_or((text, ""));
+    html! { (a) code { (value) } (b) }
+}
+
+fn alert_error(ctx: &Ctx, e: store::AlertSettingsError) -> Markup {
+    use store::AlertSettingsError as E;
+    match e {
+        E::Email => html! { (ctx.t(Msg::AlertErrEmail)) },
+        E::WebhookUrl => html! { (ctx.t(Msg::AlertErrUrl)) },
+        E::WebhookHttps => fill_code(ctx.t(Msg::AlertErrHttps), "https", "https://"),
+        E::WebhookPrivate => html! { (ctx.t(Msg::AlertErrPrivate)) },
+        E::OfflineMinutes | E::Language => {
+            html! { (fill(ctx.t(Msg::AlertErrMinutes), &[("n", &gpum_protocol::MAX_ALERT_OFFLINE_MINUTES.to_string())])) }
+        }
+    }
+}
+
+/// The account page's alerts section: the form (with what was typed and the error beside its
+/// field, when refused), the key webhooks are signed with, and the notices sent lately.
+fn alerts_section(
+    ctx: &Ctx,
+    view: &AlertSettingsView,
+    typed: Option<&AlertForm>,
+    error: Option<store::AlertSettingsError>,
+) -> Markup {
+    let f = typed.cloned().unwrap_or_else(|| AlertForm::of(&view.settings));
+    let err = |field: &str| error.filter(|e| e.field() == field).map(|e| alert_error(ctx, e));
+    let (e_email, e_url, e_min) = (err("email"), err("webhook_url"), err("offline_minutes"));
+    let kind_text = |k: AlertKind| match k {
+        AlertKind::Offline => ctx.t(Msg::AlertKindOffline),
+        AlertKind::CheckFailed => ctx.t(Msg::AlertKindCheck),
+        AlertKind::Quarantined => ctx.t(Msg::AlertKindQuarantine),
+    };
+    let checkbox = |id: &str, k: AlertKind, on: bool| {
+        html! {
+            label.check for=(id) {
+                input id=(id) type="checkbox" name=(id.replace('-', "_")) checked[on];
+                " " (kind_text(k))
+            }
+        }
+    };
+    html! {
+        section #alerts {
+            h2 { (ctx.t(Msg::AlertsTitle)) }
+            p { (ctx.t(Msg::AlertsHelp)) }
+            @if !view.email_available { p.note #alerts-no-email { (ctx.t(Msg::AlertNoEmail)) } }
+            @match &view.webhook_public_key {
+                Some(k) => {
+                    p { (fill_code(ctx.t(Msg::AlertKeyHelp), "header", gpum_protocol::ALERT_SIGNATURE_HEADER)) }
+                    pre { code #alerts-public-key { "ed25519 " (k) } }
+                }
+                None => { p.note #alerts-no-webhook { (ctx.t(Msg::AlertNoWebhook)) } }
+            }
+            form #alerts-form method="post" action="/dashboard/account/alerts" {
+                (csrf_field(ctx))
+                label for="alert-email" { (ctx.t(Msg::AlertEmail)) }
+                input #alert-email type="email" name="email" value=(f.email) maxlength="254"
+                    autocomplete="email" autofocus[e_email.is_some()] aria-invalid=[e_email.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_email { p.error #alert-email-error role="alert" { (e) } }
+                label for="alert-webhook" { (ctx.t(Msg::AlertWebhook)) " " code { "https://…" } }
+                input #alert-webhook type="url" name="webhook_url" value=(f.webhook_url)
+                    maxlength=(gpum_protocol::MAX_ALERT_ADDRESS_LEN) autofocus[e_url.is_some()]
+                    aria-invalid=[e_url.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_url { p.error #alert-webhook-error role="alert" { (e) } }
+                label for="alert-minutes" { (ctx.t(Msg::AlertOfflineMinutes)) }
+                input #alert-minutes type="number" name="offline_minutes" value=(f.offline_minutes) min="1"
+                    max=(gpum_protocol::MAX_ALERT_OFFLINE_MINUTES) autofocus[e_min.is_some()]
+                    aria-invalid=[e_min.as_ref().map(|_| "true")];
+                @if let Some(e) = &e_min { p.error #alert-minutes-error role="alert" { (e) } }
+                fieldset {
+                    legend { (ctx.t(Msg::AlertKindsLegend)) }
+                    (checkbox("kind-offline", AlertKind::Offline, f.kind_offline.is_some()))
+                    (checkbox("kind-check-failed", AlertKind::CheckFailed, f.kind_check_failed.is_some()))
+                    (checkbox("kind-quarantined", AlertKind::Quarantined, f.kind_quarantined.is_some()))
+                }
+                button #alerts-save type="submit" { (ctx.t(Msg::AlertSave)) }
+            }
+            h3 { (ctx.t(Msg::AlertSentTitle)) }
+            @if view.sent.is_empty() {
+                p #alerts-none { (ctx.t(Msg::AlertNoneSent)) }
+            } @else {
+                table.cards #alerts-sent {
+                    thead { tr {
+                        th { (ctx.t(Msg::AlertColTime)) } th { (ctx.t(Msg::AlertColServer)) }
+                        th { (ctx.t(Msg::AlertColKind)) } th { (ctx.t(Msg::AlertColState)) }
+                        th { (ctx.t(Msg::AlertColChannel)) } th { (ctx.t(Msg::AlertColDelivery)) }
+                    } }
+                    tbody {
+                        @for n in &view.sent {
+                            tr data-kind=(n.kind) data-state=(n.state) data-channel=(n.channel) data-delivery=(n.delivery) {
+                                td data-label=(ctx.t(Msg::AlertColTime)) { (utc(n.at)) }
+                                td data-label=(ctx.t(Msg::AlertColServer)) {
+                                    a href={ "/dashboard/servers/" (n.node_id) } { (n.node_name) }
+                                }
+                                td data-label=(ctx.t(Msg::AlertColKind)) { (kind_text(n.kind)) }
+                                td data-label=(ctx.t(Msg::AlertColState)) {
+                                    (ctx.t(match n.state { AlertState::Opened => Msg::AlertStateOpened, AlertState::Closed => Msg::AlertStateClosed }))
+                                }
+                                td data-label=(ctx.t(Msg::AlertColChannel)) {
+                                    (ctx.t(match n.channel { AlertChannel::Email => Msg::AlertChannelEmail, AlertChannel::Webhook => Msg::AlertChannelWebhook }))
+                                }
+                                td data-label=(ctx.t(Msg::AlertColDelivery)) {
+                                    (ctx.t(match n.delivery {
+                                        AlertDelivery::Delivered => Msg::AlertDelivered,
+                                        AlertDelivery::Failed => Msg::AlertFailed,
+                                        AlertDelivery::Pending => Msg::AlertPending,
+                                    }))
+                                    @if let Some(e) = &n.error { " " code.error-detail { (e) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn save_alerts(
+    State(web): St,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<AlertForm, Owner>,
+) -> Response {
+    let owner = r.id.clone();
+    match f.settings(r.ctx.lang) {
+        Ok(s) => {
+            let now = web.app.clock.now();
+            match web.app.db.call(move |c| store::set_alert_settings(c, &owner, &s, now)).await {
+                Ok(()) => Redirect::to("/dashboard/account#alerts").into_response(),
+                Err(e) => api_error(&r, e),
+            }
+        }
+        Err(e) => show_account_with(&web, &r, owner, None, Some((f, e))).await,
+    }
+}
+
 async fn show_account(web: &Web, r: &Req, owner: String, error: Option<AccountError>) -> Response {
-    match web.app.db.call(move |c| accounts::list_api_keys(c, &owner)).await {
-        Ok(keys) => {
+    show_account_with(web, r, owner, error, None).await
+}
+
+/// The account page; `alert` is an alerts form that was refused (kept as typed) and why.
+async fn show_account_with(
+    web: &Web,
+    r: &Req,
+    owner: String,
+    error: Option<AccountError>,
+    alert: Option<(AlertForm, store::AlertSettingsError)>,
+) -> Response {
+    let alerts = web.app.alerts.clone();
+    let read = web
+        .app
+        .db
+        .call(move |c| {
+            Ok((accounts::list_api_keys(c, &owner)?, crate::server::alerts_view(c, &alerts, &owner)?))
+        })
+        .await;
+    match read {
+        Ok((keys, view)) => {
+            let alerts =
+                alerts_section(&r.ctx, &view, alert.as_ref().map(|a| &a.0), alert.as_ref().map(|a| a.1));
             let totp = r.session.as_ref().is_some_and(|(_, s)| s.totp);
             let reset_at = r.session.as_ref().and_then(|(_, s)| s.totp_reset_at);
             let status = match error {
+                None if alert.is_some() => StatusCode::BAD_REQUEST,
                 None => StatusCode::OK,
                 Some(AccountError::TooMany(_)) => StatusCode::TOO_MANY_REQUESTS,
                 Some(_) => StatusCode::BAD_REQUEST,
             };
-            let mut resp =
-                page(status, account_page(&r.ctx, &web.app.cfg.public_url, totp, reset_at, &keys, error));
+            let mut resp = page(
+                status,
+                account_page(&r.ctx, &web.app.cfg.public_url, totp, reset_at, &keys, error, alerts),
+            );
             if let Some(AccountError::TooMany(secs)) = error {
                 resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
             }
@@ -754,8 +978,24 @@ mod tests {
         };
         let keys = [ApiKeyRow { id: "к".into(), label: evil.into(), created_at: 1, last_used_at: None }];
         let pages = [
-            account_page(&ru, "https://адрес", false, Some(1), &keys, Some(AccountError::TooManyKeys)),
-            account_page(&ru, "https://адрес", true, None, &[], Some(AccountError::TotpCode)),
+            account_page(
+                &ru,
+                "https://адрес",
+                false,
+                Some(1),
+                &keys,
+                Some(AccountError::TooManyKeys),
+                html! {},
+            ),
+            account_page(
+                &ru,
+                "https://адрес",
+                true,
+                None,
+                &[],
+                Some(AccountError::TotpCode),
+                alerts_example(&ru, evil),
+            ),
             totp_setup(&ru, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", true),
             recovery_page(&ru, &["abcd-efgh-ijkl-mnop".to_owned()]),
             layout(&ru, ru.t(Msg::InviteTitle), html! { p { (ru.t(Msg::InviteGone)) } }),
@@ -765,6 +1005,15 @@ mod tests {
             assert!(!html.contains("<script>"), "escaped");
             let bad = english_in(&prose(&html).replace(evil, " "));
             assert!(bad.is_empty(), "{bad:?} in {}", prose(&html));
+        }
+        for e in [
+            store::AlertSettingsError::Email,
+            store::AlertSettingsError::WebhookUrl,
+            store::AlertSettingsError::WebhookHttps,
+            store::AlertSettingsError::WebhookPrivate,
+            store::AlertSettingsError::OfflineMinutes,
+        ] {
+            assert!(english_in(&prose(&alert_error(&ru, e).into_string())).is_empty(), "{e:?}");
         }
         for e in [
             AccountError::PasswordShort,
@@ -777,5 +1026,36 @@ mod tests {
         ] {
             assert!(english_in(&account_error(&ru, e)).is_empty(), "{e:?}");
         }
+    }
+
+    /// The alerts section with one notice of each kind, state, channel and delivery, a refused
+    /// field, and `evil` as a server's name.
+    fn alerts_example(ctx: &Ctx, evil: &str) -> Markup {
+        use gpum_protocol::AlertNotice;
+        let mut sent = Vec::new();
+        for (i, kind) in AlertKind::ALL.iter().enumerate() {
+            for state in AlertState::ALL {
+                for channel in AlertChannel::ALL {
+                    sent.push(AlertNotice {
+                        at: 1_796_601_000 + i as u64,
+                        node_id: "n".into(),
+                        node_name: evil.into(),
+                        kind: *kind,
+                        state: *state,
+                        channel: *channel,
+                        delivery: AlertDelivery::ALL[i % 3],
+                        error: None,
+                    });
+                }
+            }
+        }
+        let view = AlertSettingsView {
+            settings: AlertSettings::default(),
+            email_available: false,
+            webhook_public_key: Some("MCowBQYDK2VwAyEA".into()),
+            sent,
+        };
+        let typed = AlertForm { email: evil.into(), ..AlertForm::of(&view.settings) };
+        alerts_section(ctx, &view, Some(&typed), Some(store::AlertSettingsError::Email))
     }
 }

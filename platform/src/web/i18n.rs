@@ -33,6 +33,72 @@ gpum_common::texts! {
             "Too many wrong tokens from your address. Try again in {n} s.",
         ),
         // Owners' accounts.
+        // Alerts to owners (issue 46): the e-mails' subjects and body, and the account page's section.
+        AlertOfflineOpened => ("сервер {name} не на связи", "server {name} is offline"),
+        AlertOfflineClosed => ("сервер {name} снова на связи", "server {name} is back online"),
+        AlertCheckOpened => ("сервер {name} не прошёл проверку видеокарты", "server {name} failed its GPU check"),
+        AlertCheckClosed => ("сервер {name} прошёл проверку видеокарты", "server {name} passed its GPU check"),
+        AlertQuarantineOpened => ("сервер {name} на карантине", "server {name} is quarantined"),
+        AlertQuarantineClosed => ("сервер {name} снят с карантина", "server {name} is out of quarantine"),
+        AlertEmailBody => (
+            "gpum: {what}.\n\nСервер: {name} ({id})\nКогда: {at}\nСтраница сервера: {url}\n\n\
+             Оповещения настраиваются в личном кабинете: {settings}\n",
+            "gpum: {what}.\n\nServer: {name} ({id})\nWhen: {at}\nThe server's page: {url}\n\n\
+             Alerts are set in your dashboard: {settings}\n",
+        ),
+        AlertsTitle => ("Оповещения", "Alerts"),
+        AlertsHelp => (
+            "Платформа сообщит вам по электронной почте и вебхуком, когда сервер долго не на связи, не прошёл \
+             проверку видеокарты или попал на карантин, и ещё раз, когда это закончится.",
+            "The platform tells you by e-mail and by webhook when a server stays offline, fails its GPU check \
+             or is quarantined, and once more when that ends.",
+        ),
+        AlertEmail => ("Электронная почта для оповещений", "E-mail for alerts"),
+        AlertWebhook => ("Адрес вебхука", "Webhook URL"),
+        AlertOfflineMinutes => (
+            "Сообщать, если сервер не на связи дольше стольких минут",
+            "Tell me when a server is offline for longer than this many minutes",
+        ),
+        AlertKindsLegend => ("О чём сообщать", "What to tell me about"),
+        AlertKindOffline => ("сервер не на связи", "server offline"),
+        AlertKindCheck => ("проверка видеокарты не пройдена", "GPU check failed"),
+        AlertKindQuarantine => ("сервер на карантине", "server quarantined"),
+        AlertSave => ("Сохранить оповещения", "Save the alerts"),
+        AlertNoEmail => (
+            "Оператор платформы не настроил отправку почты: письма не отправляются.",
+            "The platform's operator has not set up e-mail: no e-mail is sent.",
+        ),
+        AlertNoWebhook => (
+            "Оператор платформы не настроил ключ подписи: вебхуки не отправляются.",
+            "The platform's operator has not set up a signing key: no webhook is sent.",
+        ),
+        AlertKeyHelp => (
+            "Каждый вебхук подписан ключом платформы (заголовок {header}); проверьте подпись открытым ключом:",
+            "Every webhook is signed with the platform's key (the {header} header); check it with the public key:",
+        ),
+        AlertSentTitle => ("Последние оповещения", "Recent alerts"),
+        AlertNoneSent => ("Оповещений ещё не было.", "No alert sent yet."),
+        AlertColTime => ("Время", "Time"),
+        AlertColServer => ("Сервер", "Server"),
+        AlertColKind => ("Событие", "Event"),
+        AlertColState => ("Состояние", "State"),
+        AlertColChannel => ("Канал", "Channel"),
+        AlertColDelivery => ("Доставка", "Delivery"),
+        AlertStateOpened => ("началось", "started"),
+        AlertStateClosed => ("закончилось", "ended"),
+        AlertChannelEmail => ("почта", "e-mail"),
+        AlertChannelWebhook => ("вебхук", "webhook"),
+        AlertDelivered => ("доставлено", "delivered"),
+        AlertFailed => ("не доставлено", "not delivered"),
+        AlertPending => ("отправляется", "sending"),
+        AlertErrEmail => ("Это не адрес электронной почты.", "This is not an e-mail address."),
+        AlertErrUrl => ("Это не адрес вебхука.", "This is not a webhook URL."),
+        AlertErrHttps => ("Адрес вебхука должен начинаться с {https}.", "The webhook URL must start with {https}."),
+        AlertErrPrivate => (
+            "Адрес в локальной или частной сети не принимается.",
+            "An address on a loopback, private or link-local network is not accepted.",
+        ),
+        AlertErrMinutes => ("Целое число минут от 1 до {n}.", "A whole number of minutes from 1 to {n}."),
         OperatorSignInTitle => ("Вход оператора платформы", "The platform operator's sign-in"),
         NavAccount => ("Учётная запись", "Account"),
         NavOperator => ("оператор", "operator"),

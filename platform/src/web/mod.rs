@@ -37,7 +37,7 @@
 
 mod account;
 mod agent_text;
-mod i18n;
+pub(crate) mod i18n;
 pub(crate) mod pages;
 pub(crate) mod session;
 mod trouble;
@@ -126,6 +126,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/account/totp/confirm", axum::routing::post(account::totp_confirm))
         .route("/dashboard/account/totp/off", axum::routing::post(account::totp_off))
         .route("/dashboard/account/recovery", axum::routing::post(account::recovery_codes))
+        .route("/dashboard/account/alerts", axum::routing::post(account::save_alerts))
         .route("/dashboard/add", get(add_form).post(create_code))
         .route("/dashboard/earnings", get(earnings))
         .route("/dashboard/earnings.csv", get(earnings_csv))
@@ -1003,6 +1004,7 @@ mod tests {
             },
             relay: Arc::new(crate::relay::Relay::new(Default::default())),
             throttle: Arc::new(Throttle::new(db, Clock::system())),
+            alerts: Default::default(),
         });
         crate::server::router(state)
     }
@@ -1366,7 +1368,8 @@ mod tests {
             "/dashboard/servers/node-x/maintenance",
             "/dashboard/servers/node-x/maintenance/mw-x/delete",
         ];
-        const ACCOUNT_POSTS: [&str; 5] = [
+        const ACCOUNT_POSTS: [&str; 6] = [
+            "/dashboard/account/alerts",
             "/dashboard/account/keys",
             "/dashboard/account/keys/key-x/revoke",
             "/dashboard/account/totp",

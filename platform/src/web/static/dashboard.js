@@ -12,7 +12,7 @@
 // A form refused with why (issue 46): the page opens at the error, beside the field it is
 // about (which has the focus), not at the top.
 document.addEventListener("DOMContentLoaded", function () {
-  const e = document.getElementById("settings-error");
+  const e = document.getElementById("settings-error") || document.querySelector("#alerts .error");
   if (e) e.scrollIntoView({ block: "center" });
 });
 
