@@ -56,6 +56,9 @@ pub struct OpenCode {
     pub hash: String,
     pub created_at: u64,
     pub expires_at: u64,
+    /// The e-mail of the owner whose server it registers; `None`: the operator's own (issue 46:
+    /// the operator's list names it, since such a server is in no owner's cabinet).
+    pub owner: Option<String>,
 }
 
 /// The most open codes the page lists.
@@ -66,15 +69,17 @@ pub const OPEN_CODES_SHOWN: usize = 50;
 pub fn open_join_codes(conn: &Conn, now: u64, scope: &Scope) -> Result<Vec<OpenCode>, ApiError> {
     Ok(conn
         .prepare_cached(
-            "SELECT code_hash, created_at, expires_at FROM join_codes
-             WHERE used_at IS NULL AND expires_at > ?1 AND (CAST(?3 AS TEXT) IS NULL OR owner_id = ?3)
-             ORDER BY created_at DESC, code_hash LIMIT ?2",
+            "SELECT j.code_hash, j.created_at, j.expires_at, o.email FROM join_codes j
+             LEFT JOIN owners o ON o.id = j.owner_id
+             WHERE j.used_at IS NULL AND j.expires_at > ?1 AND (CAST(?3 AS TEXT) IS NULL OR j.owner_id = ?3)
+             ORDER BY j.created_at DESC, j.code_hash LIMIT ?2",
         )?
         .query_map(params![now as i64, OPEN_CODES_SHOWN as i64, scope.owner()], |r| {
             Ok(OpenCode {
                 hash: r.get(0)?,
                 created_at: r.get::<_, i64>(1)? as u64,
                 expires_at: r.get::<_, i64>(2)? as u64,
+                owner: r.get(3)?,
             })
         })?
         .collect::<Result<_, _>>()?)

@@ -221,7 +221,10 @@ fn join_code_lifecycle() {
     let (_d, c) = db();
     let code = create_join_code(&c, 1000, 60, &Scope::All).unwrap().code;
     let open = open_join_codes(&c, 1000, &Scope::All).unwrap();
-    assert_eq!(open, vec![OpenCode { hash: hash_secret(&code), created_at: 1000, expires_at: 1060 }]);
+    assert_eq!(
+        open,
+        vec![OpenCode { hash: hash_secret(&code), created_at: 1000, expires_at: 1060, owner: None }]
+    );
     assert!(open_join_codes(&c, 1060, &Scope::All).unwrap().is_empty(), "expired: not open");
     let err = |r: Result<RegisterResponse, ApiError>| r.unwrap_err().code;
     assert_eq!(err(reg(&c, 1000, "GPUM-123", "g")), ErrorCode::JoinCodeMalformed);

@@ -102,6 +102,7 @@ gpum_common::texts! {
         OperatorSignInTitle => ("Вход оператора платформы", "The platform operator's sign-in"),
         NavAccount => ("Учётная запись", "Account"),
         NavOperator => ("оператор", "operator"),
+        ColOwner => ("Владелец", "Owner"),
         OperatorsOwn => ("сервер оператора", "the operator's own"),
         Email => ("Электронная почта", "E-mail"),
         Password => ("Пароль", "Password"),

@@ -37,11 +37,18 @@ fn open_codes(ctx: &Ctx, open: &[OpenCode], now: u64) -> Markup {
             } @else {
                 table.cards {
                     thead { tr {
+                        // The operator sees every owner's codes: each names whose it is.
+                        @if ctx.account.is_none() { th { (ctx.t(Msg::ColOwner)) } }
                         th { (ctx.t(Msg::ColCreated)) } th { (ctx.t(Msg::ColExpires)) } th { (ctx.t(Msg::ColStatus)) }
                     } }
                     tbody {
                         @for c in open {
                             tr.open-code data-code=(c.hash) {
+                                @if ctx.account.is_none() {
+                                    td.owner data-label=(ctx.t(Msg::ColOwner)) {
+                                        (c.owner.as_deref().unwrap_or(ctx.t(Msg::OperatorsOwn)))
+                                    }
+                                }
                                 td data-label=(ctx.t(Msg::ColCreated)) { (utc(c.created_at)) }
                                 td data-label=(ctx.t(Msg::ColExpires)) { (utc(c.expires_at)) }
                                 td.wait data-label=(ctx.t(Msg::ColStatus)) {

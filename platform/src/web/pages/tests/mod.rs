@@ -514,3 +514,32 @@ fn the_maintenance_section_lists_windows_and_keeps_a_refused_form() {
         assert_eq!(s.matches("autofocus").count(), 1, "one field has the focus");
     }
 }
+
+/// Issue 46: the operator's open join codes name whose server each registers (a code without
+/// an owner registers the operator's own, in no owner's cabinet); an owner's list has no such
+/// column, all its codes being theirs.
+#[test]
+fn the_operators_open_codes_name_their_owner() {
+    let code = |hash: &str, owner: Option<&str>| OpenCode {
+        hash: hash.into(),
+        created_at: 1,
+        expires_at: 2,
+        owner: owner.map(String::from),
+    };
+    let open = [code("a1", Some("ann@example.org")), code("b2", None)];
+    for (lang, own) in [(Lang::En, "the operator's own"), (Lang::Ru, "сервер оператора")] {
+        let operator = Ctx {
+            lang,
+            path: "/".into(),
+            csrf: None,
+            account: None,
+            currency: Currency::parse("RUB").unwrap(),
+        };
+        let page = add(&operator, &Dist::Off, &open, 1).into_string();
+        assert!(page.contains("ann@example.org"), "{page}");
+        assert!(page.contains(&maud::html! { (own) }.into_string()), "{page}");
+        let owner = Ctx { account: Some("ann@example.org".into()), ..operator };
+        let page = add(&owner, &Dist::Off, &open[..1], 1).into_string();
+        assert!(!page.contains("td class=\"owner\"") && !page.contains(t(Msg::ColOwner, lang)), "{page}");
+    }
+}

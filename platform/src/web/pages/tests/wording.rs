@@ -332,7 +332,7 @@ fn russian_reads_without_english_words() {
         cmd("recheck", Some(2), Some(true)),
         cmd("recheck", Some(2), Some(false)),
     ];
-    let open = [crate::store::OpenCode { hash: "х".into(), created_at: 1, expires_at: 2 }];
+    let open = [crate::store::OpenCode { hash: "х".into(), created_at: 1, expires_at: 2, owner: None }];
     let mut pages = vec![
         operator_login(&ctx, "к", Some(LoginError::TooMany(3))),
         operator_login(&ctx, "к", Some(LoginError::WrongToken)),
