@@ -1269,7 +1269,9 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
                          .filter(td => td.getBoundingClientRect().width < 120).map(td => td.id || td.textContent), \
                        kinds: Array.from(document.querySelectorAll('#event-log tr.event')).map(e => e.dataset.kind), \
                        events: t('#event-log tr.event td.what'), \
-                       times: t('#event-log tr.event td.time') }")
+                       times: t('#event-log tr.event td.time'), \
+                       titles: Array.from(document.querySelectorAll('#event-log tr.event td.time time')) \
+                         .map(e => e.title) }")
                 .await;
             let at = format!("{} at {width} px", c.lang);
             let headings: Vec<String> = serde_json::from_value(read["headings"].clone()).unwrap();
@@ -1291,9 +1293,14 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
             assert_eq!(read["first"], serde_json::json!(8), "{at}");
             assert_eq!(read["kinds"], serde_json::json!(kinds), "{at}");
             assert_eq!(read["events"], serde_json::json!(c.events), "{at}");
-            for t in read["times"].as_array().unwrap() {
-                let t = t.as_str().unwrap();
-                assert!(t.len() == 16 && t.as_bytes()[4] == b'-' && t.as_bytes()[13] == b':', "{at}: {t:?}");
+            // Each time in the browser's zone (UTC here) and in UTC on hover (issue 46).
+            let (times, titles) = (read["times"].as_array().unwrap(), read["titles"].as_array().unwrap());
+            assert_eq!(times.len(), titles.len(), "{at}: {read}");
+            for (shown, t) in times.iter().zip(titles) {
+                let (shown, t) = (shown.as_str().unwrap(), t.as_str().unwrap());
+                let b = t.as_bytes();
+                assert!(t.len() == 20 && b[4] == b'-' && b[13] == b':' && t.ends_with(" UTC"), "{at}: {t:?}");
+                assert!(shown.ends_with(" UTC") && shown != t, "{at}: {shown:?} is rewritten by the script");
             }
             assert!(read["chartRight"].as_f64().unwrap() <= f64::from(width), "{at}: the chart fits");
             assert_eq!(read["tablesFit"], serde_json::json!(true), "{at}: no table is cut");
