@@ -1,12 +1,14 @@
 // The dashboard's only script (served as a file: the Content-Security-Policy allows no inline
-// script). Two jobs: copy buttons, and refreshing the region marked data-live="URL" every 2 s
-// from that URL, so the owner sees a machine come online without reloading.
+// script). Its jobs: copy buttons, times in the browser's zone, and refreshing the region marked
+// data-live="URL" every 2 s from that URL, so the owner sees a machine come online without
+// reloading.
 //
 // A live page never shows stale figures as current: the line #live-status says when the region
-// was last updated (the time the platform wrote into the fresh region's data-at, ISO 8601 UTC), or that the
-// connection is lost (the region is then marked "stale" and greyed out), or that the session
-// ended (the fetch was redirected to the sign-in form), with a link to sign in again. Its texts
-// come from the page itself (data- attributes rendered in the page's language): none is here.
+// was last updated (the time the platform wrote into the fresh region's data-at, ISO 8601 in
+// UTC, shown in the browser's zone), or that the connection is lost (the region is then marked
+// "stale" and greyed out), or that the session ended (the fetch was redirected to the sign-in
+// form), with a link to sign in again. Its texts come from the page itself (data- attributes
+// rendered in the page's language): none is here.
 "use strict";
 
 // Times (issue 46): the platform writes each as <time datetime="…Z" title="… UTC">… UTC</time>,
@@ -31,7 +33,6 @@ function localTimes(root) {
     if (isNaN(d)) return;
     if (!t.title) t.title = t.textContent;
     t.textContent = format(t.hasAttribute("data-seconds")).format(d);
-    t.dataset.local = "";
   });
 }
 document.addEventListener("DOMContentLoaded", function () { localTimes(document); });
