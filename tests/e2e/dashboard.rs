@@ -901,7 +901,8 @@ async fn rentable_or_exactly_why_not_in_both_languages_and_no_gpu_is_never_green
         p.advance_clock(120);
         assert_eq!(api(&id), ("offline", last));
         let text = wait_verdict(&b, &row, "offline").await;
-        assert!(text.starts_with(c.offline_since) && text.ends_with(" (UTC)"), "{text}");
+        // The browser runs in UTC here: the script's time names it (issue 46).
+        assert!(text.starts_with(c.offline_since) && text.ends_with(" UTC"), "{text}");
         b.goto(&page).await;
         assert_eq!(wait_verdict(&b, "#rentable", "offline").await, text);
         b.close().await;
@@ -1268,7 +1269,9 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
                          .filter(td => td.getBoundingClientRect().width < 120).map(td => td.id || td.textContent), \
                        kinds: Array.from(document.querySelectorAll('#event-log tr.event')).map(e => e.dataset.kind), \
                        events: t('#event-log tr.event td.what'), \
-                       times: t('#event-log tr.event td.time') }")
+                       times: t('#event-log tr.event td.time'), \
+                       titles: Array.from(document.querySelectorAll('#event-log tr.event td.time time')) \
+                         .map(e => e.title) }")
                 .await;
             let at = format!("{} at {width} px", c.lang);
             let headings: Vec<String> = serde_json::from_value(read["headings"].clone()).unwrap();
@@ -1290,9 +1293,14 @@ async fn figures_the_days_chart_and_the_event_log_in_both_languages_at_desktop_a
             assert_eq!(read["first"], serde_json::json!(8), "{at}");
             assert_eq!(read["kinds"], serde_json::json!(kinds), "{at}");
             assert_eq!(read["events"], serde_json::json!(c.events), "{at}");
-            for t in read["times"].as_array().unwrap() {
-                let t = t.as_str().unwrap();
-                assert!(t.len() == 16 && t.as_bytes()[4] == b'-' && t.as_bytes()[13] == b':', "{at}: {t:?}");
+            // Each time in the browser's zone (UTC here) and in UTC on hover (issue 46).
+            let (times, titles) = (read["times"].as_array().unwrap(), read["titles"].as_array().unwrap());
+            assert_eq!(times.len(), titles.len(), "{at}: {read}");
+            for (shown, t) in times.iter().zip(titles) {
+                let (shown, t) = (shown.as_str().unwrap(), t.as_str().unwrap());
+                let b = t.as_bytes();
+                assert!(t.len() == 20 && b[4] == b'-' && b[13] == b':' && t.ends_with(" UTC"), "{at}: {t:?}");
+                assert!(shown.ends_with(" UTC") && shown != t, "{at}: {shown:?} is rewritten by the script");
             }
             assert!(read["chartRight"].as_f64().unwrap() <= f64::from(width), "{at}: the chart fits");
             assert_eq!(read["tablesFit"], serde_json::json!(true), "{at}: no table is cut");
@@ -1660,7 +1668,8 @@ async fn stale(b: &Browser, css: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn live_pages_say_when_updated_and_when_the_connection_or_the_session_is_lost() {
     for (lang, accept, texts) in [("en", "en-US,en", &LIVE_EN), ("ru", "ru-RU,ru", &LIVE_RU)] {
-        let b = Browser::start(&format!("live_{lang}"), accept).await;
+        // Issue 46: in Tokyo (UTC+9), the live line's time is Tokyo's, the UTC one on hover.
+        let b = Browser::start_in_zone(&format!("live_{lang}"), accept, "Asia/Tokyo").await;
         for width in WIDTHS {
             set_width(&b, width).await;
             let mut p = TestPlatform::start(PlatformOpts::insecure_http());
@@ -1674,7 +1683,20 @@ async fn live_pages_say_when_updated_and_when_the_connection_or_the_session_is_l
             assert!(b.text("#live-status").await.starts_with(texts.updated), "{lang} {width}");
             let first = b.text("#live-status").await;
             let later = wait_changed(&b, "#live-status", &first).await;
-            assert!(later.starts_with(texts.updated) && later.ends_with("(UTC)."), "{later}");
+            assert!(later.starts_with(texts.updated) && later.ends_with(" GMT+9."), "{later}");
+            let at = b
+                .js("const t = document.querySelector('#live-status time'); \
+                     return [t.getAttribute('datetime'), t.title, t.textContent]")
+                .await;
+            let [iso, title, shown] = [0, 1, 2].map(|i| at[i].as_str().unwrap_or_default().to_owned());
+            assert_eq!(title, format!("{} UTC", iso.trim_end_matches('Z').replace('T', " ")), "{at}");
+            let (h, rest) = (iso[11..13].parse::<u32>().unwrap(), &iso[13..19]);
+            let h = (h + 9) % 24;
+            let tokyo = match lang {
+                "en" => format!("{:02}{rest} {}", (h + 11) % 12 + 1, if h < 12 { "AM" } else { "PM" }),
+                _ => format!("{h:02}{rest}"),
+            };
+            assert_eq!(shown.replace(['\u{202f}', '\u{a0}'], " "), format!("{tokyo} GMT+9"), "{at}");
             assert!(!stale(&b, "#servers").await);
 
             // The session is gone (as after a sign-out elsewhere or its expiry).
@@ -2099,7 +2121,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             lang: "en",
             accept: "en-US,en",
             heading: "Rentals",
-            labels: ["Rental", "Image", "GPUs", "State", "Start (UTC)", "End (UTC)"],
+            labels: ["Rental", "Image", "GPUs", "State", "Start", "End"],
             states: ["stopped", "running"],
             events: ["rental {s} stopped", "rental {r} started", "rental {s} created"],
         },
@@ -2107,7 +2129,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             lang: "ru",
             accept: "ru-RU,ru",
             heading: "Аренды",
-            labels: ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало (UTC)", "Конец (UTC)"],
+            labels: ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало", "Конец"],
             states: ["остановлена", "работает"],
             events: ["аренда {s} остановлена", "аренда {r} запущена", "создана аренда {s}"],
         },
@@ -2122,14 +2144,15 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             b.wait_for("#rental-list").await;
             let read = b
                 .js("const t = css => Array.from(document.querySelectorAll(css)).map(e => e.textContent.trim()); \
+                     const ti = css => Array.from(document.querySelectorAll(css)).map(e => e.title); \
                      return { heading: t('#rentals h2'), \
                        ids: Array.from(document.querySelectorAll('#rental-list tr.rental')).map(r => r.dataset.id), \
                        labels: Array.from(document.querySelectorAll('#rental-list tr.rental:first-child td')).map(td => td.dataset.label), \
                        states: t('#rental-list td.state'), \
                        gpus: t('#rental-list td.gpus'), \
                        images: t('#rental-list td.image'), \
-                       until: t('#rental-list td.until'), \
-                       starts: t('#rental-list td.start'), \
+                       until: ti('#rental-list td.until time'), \
+                       starts: ti('#rental-list td.start time'), \
                        cards: getComputedStyle(document.querySelector('#rental-list td')).display, \
                        events: t('#event-log tr.event td.what') }")
                 .await;
@@ -2141,6 +2164,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
             assert_eq!(read["states"], serde_json::json!(c.states), "{at}");
             assert_eq!(read["gpus"], serde_json::json!(["GPU-R2", "GPU-R1"]), "{at}");
             assert_eq!(read["images"], serde_json::json!([image, image]), "{at}");
+            // The times in UTC on hover (the text is the browser's zone's).
             let t = read["until"][1].as_str().unwrap();
             assert_eq!(t, p_utc(until), "{at}");
             // Issue 46: when each started, and when the stopped one ended (not its end time).
@@ -2160,7 +2184,7 @@ async fn the_server_page_lists_its_rentals_in_both_languages_at_desktop_and_phon
     }
 }
 
-/// Unix seconds as the dashboard writes them, `YYYY-MM-DD HH:MM` (UTC).
+/// Unix seconds as the dashboard writes them in a time's `title`, `YYYY-MM-DD HH:MM UTC`.
 fn p_utc(t: u64) -> String {
     let days = (t / 86_400) as i64;
     let (h, m) = ((t % 86_400) / 3600, (t % 3600) / 60);
@@ -2174,5 +2198,5 @@ fn p_utc(t: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(mo <= 2);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}")
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
 }

@@ -70,7 +70,8 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
         p.set_clock(T0);
         let email = format!("owner-{lang}@example.com");
         let link = p.invite_owner(&email);
-        let b = Browser::start("the_earnings_page", lang).await;
+        // In Tokyo (UTC+9): the maintenance window, typed in UTC, is shown in Tokyo's time.
+        let b = Browser::start_in_zone("the_earnings_page", lang, "Asia/Tokyo").await;
         b.client.set_window_size(1280, 800).await.unwrap();
         b.goto(&link).await;
         b.wait_for("#set-password").await;
@@ -216,21 +217,51 @@ async fn the_earnings_page_in_both_languages_at_1280_and_360_px() {
         plan("2026-12-07T00:30", "2026-12-07T02:00").await;
         b.wait_for("#maintenance-list").await;
         assert!(!b.has("#maintenance-error").await);
-        let row = b.text("#maintenance-list tbody tr").await;
-        assert!(row.contains("2026-12-07 00:30") && row.contains("2026-12-07 02:00"), "{lang}: {row}");
+        // Issue 46: the window in the browser's zone, in the page's language, the UTC time on
+        // hover (the text the page has without its script).
+        let (from, to) = if lang == "ru" {
+            ("7 дек. 2026 г., 09:30 GMT+9", "7 дек. 2026 г., 11:00 GMT+9")
+        } else {
+            ("Dec 7, 2026, 09:30 AM GMT+9", "Dec 7, 2026, 11:00 AM GMT+9")
+        };
+        let times = |css: &'static str| {
+            let b = &b;
+            async move {
+                let got = b
+                    .js(&format!(
+                        "return Array.from(document.querySelectorAll('{css} time')) \
+                           .map(t => [t.textContent, t.title, t.getAttribute('datetime')])"
+                    ))
+                    .await;
+                let got: Vec<[String; 3]> = serde_json::from_value(got).unwrap();
+                got.into_iter()
+                    .map(|[text, title, iso]| [text.replace(['\u{202f}', '\u{a0}'], " "), title, iso])
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            times("#maintenance-list tbody tr").await,
+            [
+                [from.to_owned(), "2026-12-07 00:30 UTC".to_owned(), "2026-12-07T00:30:00Z".to_owned()],
+                [to.to_owned(), "2026-12-07 02:00 UTC".to_owned(), "2026-12-07T02:00:00Z".to_owned()],
+            ],
+            "{lang}"
+        );
 
         // Inside the window (its agent still beating), the verdict says so until when.
         p.set_clock(T0 + 2460);
         beat_with(&p, &reg.node_token, 500, &inv, figures(90), |_| {}).await;
         b.goto(&page).await;
         b.wait_for("#maintenance-list .now").await;
-        let verdict = b.text("#rentable").await;
+        let verdict = b.text("#rentable").await.replace(['\u{202f}', '\u{a0}'], " ");
         let want = if lang == "ru" {
-            "обслуживание с 2026-12-07 00:30 до 2026-12-07 02:00"
+            format!("обслуживание с {from} до {to}")
         } else {
-            "maintenance from 2026-12-07 00:30 to 2026-12-07 02:00"
+            format!("maintenance from {from} to {to}")
         };
-        assert!(verdict.contains(want), "{lang}: {verdict}");
+        assert!(verdict.contains(&want), "{lang}: {verdict}");
+        let titles: Vec<String> = times("#rentable").await.into_iter().map(|[_, t, _]| t).collect();
+        assert_eq!(titles, ["2026-12-07 00:30 UTC", "2026-12-07 02:00 UTC"], "{lang}");
         let bad = misfits(&b).await;
         assert!(bad.is_empty(), "maintenance at 1280 px: {bad:?}");
         shoot(&b, &dir, &format!("maintenance.{lang}")).await;

@@ -51,6 +51,17 @@ impl Browser {
     /// [`Browser::start`] with more Chromium arguments (e.g. `--host-resolver-rules=MAP
     /// name 127.0.0.1`, to reach a name on loopback).
     pub async fn start_with(test: &str, accept_language: &str, more_args: &[String]) -> Browser {
+        Browser::launch(test, accept_language, more_args, "UTC").await
+    }
+
+    /// [`Browser::start`] with the browser's time zone `zone` (an IANA name, e.g.
+    /// `"Asia/Tokyo"`), as the owner's computer would have it; the others run in UTC, whatever
+    /// this machine's zone (issue 46: the cabinet shows times in the browser's zone).
+    pub async fn start_in_zone(test: &str, accept_language: &str, zone: &str) -> Browser {
+        Browser::launch(test, accept_language, &[], zone).await
+    }
+
+    async fn launch(test: &str, accept_language: &str, more_args: &[String], zone: &str) -> Browser {
         let (chromium, chromedriver) = chromium(test);
         let profile = tempfile::Builder::new().prefix("gpum-chromium").tempdir().expect("profile dir");
         let port = free_port();
@@ -58,6 +69,8 @@ impl Browser {
         let mut cmd = Command::new(chromedriver);
         cmd.arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
+            // Chromium, started by chromedriver, inherits it, and takes its zone from it.
+            .env("TZ", zone)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);

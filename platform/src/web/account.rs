@@ -30,7 +30,7 @@ use maud::{Markup, PreEscaped, html};
 use serde::Deserialize;
 
 use super::i18n::{Msg, fill};
-use super::pages::{self, Ctx, copyable, csrf_field, layout, utc};
+use super::pages::{self, Ctx, copyable, csrf_field, layout, when};
 use super::{CsrfForm, Empty, LOGIN_COOKIE, Req, St, Web, api_error, cookie_header, page, session};
 use crate::accounts::{self, AccountError, ApiKeyRow, TotpConfirm};
 use crate::store;
@@ -436,9 +436,9 @@ fn account_page(
                             @for k in keys {
                                 tr data-key=(k.id) {
                                     td.label data-label=(ctx.t(Msg::ColKeyLabel)) { (k.label) }
-                                    td data-label=(ctx.t(Msg::ColCreated)) { (utc(k.created_at)) }
+                                    td data-label=(ctx.t(Msg::ColCreated)) { (when(k.created_at)) }
                                     td data-label=(ctx.t(Msg::ColLastUsed)) {
-                                        @match k.last_used_at { Some(t) => (utc(t)), None => (ctx.t(Msg::NeverUsed)) }
+                                        @match k.last_used_at { Some(t) => (when(t)), None => (ctx.t(Msg::NeverUsed)) }
                                     }
                                     td {
                                         form.inline method="post" action={ "/dashboard/account/keys/" (k.id) "/revoke" } {
@@ -614,7 +614,7 @@ fn alerts_section(
                     tbody {
                         @for n in &view.sent {
                             tr data-kind=(n.kind) data-state=(n.state) data-channel=(n.channel) data-delivery=(n.delivery) {
-                                td data-label=(ctx.t(Msg::AlertColTime)) { (utc(n.at)) }
+                                td data-label=(ctx.t(Msg::AlertColTime)) { (when(n.at)) }
                                 td data-label=(ctx.t(Msg::AlertColServer)) {
                                     a href={ "/dashboard/servers/" (n.node_id) } { (n.node_name) }
                                 }

@@ -323,7 +323,7 @@ gpum_common::texts! {
         Ttl7d => ("7 дней", "7 days"),
         CreateCode => ("Создать код подключения", "Create a join code"),
         CodeCreated => ("Код подключения", "Join code"),
-        CodeExpires => ("действует до {at} (UTC)", "valid until {at} (UTC)"),
+        CodeExpires => ("действует до {at}", "valid until {at}"),
         InstallCommand => ("Команда установки", "Install command"),
         InstallHelp => (
             "Запустите на машине. Нужны права суперпользователя (root): установщик запускается через sudo.",
@@ -500,16 +500,17 @@ gpum_common::texts! {
         MaintenanceHelp => (
             "На время обслуживания сервер не сдаётся. Платформа не размещает аренду, которая \
              задела бы окно обслуживания: новая аренда должна закончиться до его начала. \
-             Аренды, размещённые раньше, доработают до своего конца. Время — UTC. Чтобы снять \
-             сервер с аренды сразу, приостановите сдачу.",
+             Аренды, размещённые раньше, доработают до своего конца. Начало и конец вводятся \
+             в UTC, а в таблице показаны в часовом поясе вашего браузера. Чтобы снять сервер \
+             с аренды сразу, приостановите сдачу.",
             "During maintenance the server is not rentable: the platform places no rental that \
              would overlap the window, so a new rental must end before it starts. Rentals placed \
-             before it run to their end. Times are UTC. To take the server off rent at once, \
-             pause it.",
+             before it run to their end. Enter the start and end in UTC; the table shows them in \
+             your browser's time zone. To take the server off rent at once, pause it.",
         ),
         NoMaintenance => ("Обслуживание не запланировано.", "No maintenance planned."),
-        ColMaintStart => ("Начало (UTC)", "Start (UTC)"),
-        ColMaintEnd => ("Конец (UTC)", "End (UTC)"),
+        ColMaintStart => ("Начало", "Start"),
+        ColMaintEnd => ("Конец", "End"),
         MaintNow => ("идёт сейчас", "in progress"),
         MaintStartLabel => ("Начало обслуживания, UTC", "Maintenance start, UTC"),
         MaintEndLabel => ("Конец обслуживания, UTC", "Maintenance end, UTC"),
@@ -656,9 +657,9 @@ gpum_common::texts! {
         OccRented => ("сдано: {n}", "rented: {n}"),
         OccIdle => ("свободно: {n}", "idle: {n}"),
         OccNotRentable => ("не сдаётся: {n}", "not rentable: {n}"),
-        ColStart => ("Начало (UTC)", "Start (UTC)"),
+        ColStart => ("Начало", "Start"),
         ReliabilityLast30 => ("{pct} % за последние 30 дней", "{pct}% over the last 30 days"),
-        ReliabilitySince => ("{pct} % с подключения {at} (UTC)", "{pct}% since it was connected on {at} (UTC)"),
+        ReliabilitySince => ("{pct} % с подключения {at}", "{pct}% since it was connected on {at}"),
         ReliabilityNone => ("ещё не посчитана", "not computed yet"),
         ReliabilityHelp => (
             "Доля времени, когда сервер был онлайн и его видеокарты были в порядке (проверка не \
@@ -673,7 +674,7 @@ gpum_common::texts! {
         // Rentable, or exactly why not ([`crate::rentable::verdict`]).
         ColRentable => ("Сдаётся?", "Rentable?"),
         RentYes => ("сдаётся", "rentable"),
-        RentOfflineSince => ("не сдаётся: офлайн с {at} (UTC)", "not rentable: offline since {at} (UTC)"),
+        RentOfflineSince => ("не сдаётся: офлайн с {at}", "not rentable: offline since {at}"),
         RentOfflineNever => ("не сдаётся: офлайн, ещё не выходил на связь", "not rentable: offline, not seen yet"),
         RentNoGpu => ("не сдаётся: нет видеокарты или драйвера NVIDIA", "not rentable: no GPU or no NVIDIA driver"),
         NvmlLibraryMissing => (
@@ -685,9 +686,9 @@ gpum_common::texts! {
         NoGpuListed => ("в оборудовании нет ни одной видеокарты", "the hardware lists no GPU"),
         RentCheckFailed => ("не сдаётся: проверка видеокарты не пройдена", "not rentable: the GPU check failed"),
         RentQuarantined => (
-            "не сдаётся: на карантине с {at} (UTC): проверка видеокарт после аренды не пройдена \
+            "не сдаётся: на карантине с {at}: проверка видеокарт после аренды не пройдена \
              ({why}); когда видеокарты свободны, запросите повторную проверку",
-            "not rentable: quarantined since {at} (UTC): the GPU check after a rental failed \
+            "not rentable: quarantined since {at}: the GPU check after a rental failed \
              ({why}); once the GPUs are free, ask for a recheck",
         ),
         RentFix => ("Как исправить — выполните на машине:", "To fix it, run on the machine:"),
@@ -701,16 +702,16 @@ gpum_common::texts! {
         RentNoPrice => ("пока не сдаётся: цена не назначена", "not for rent yet: no price set"),
         RentPaused => ("не сдаётся: приостановлен вами", "not rentable: paused by you"),
         RentMaintenance => (
-            "не сдаётся: обслуживание с {from} до {until} (UTC)",
-            "not rentable: maintenance from {from} to {until} (UTC)",
+            "не сдаётся: обслуживание с {from} до {until}",
+            "not rentable: maintenance from {from} to {until}",
         ),
         RentOwnerDisabled => (
-            "не сдаётся: учётная запись владельца отключена оператором платформы с {at} (UTC)",
-            "not rentable: the owner's account was disabled by the platform's operator at {at} (UTC)",
+            "не сдаётся: учётная запись владельца отключена оператором платформы с {at}",
+            "not rentable: the owner's account was disabled by the platform's operator at {at}",
         ),
         // The figures, the day's chart and the event log of a server.
         FiguresTitle => ("Показатели", "Figures"),
-        FiguresAsOf => ("по последней связи, {at} (UTC)", "as of the last heartbeat, {at} (UTC)"),
+        FiguresAsOf => ("по последней связи, {at}", "as of the last heartbeat, {at}"),
         NoFigures => ("Агент ещё не присылал показатели.", "The agent has sent no figures yet."),
         NoGpuFigures => (
             "Показателей видеокарт нет: драйвер NVIDIA их не сообщает.",
@@ -747,10 +748,9 @@ gpum_common::texts! {
             "График показателей сервера за сутки; отсчётов: {n}",
             "The server's figures over the last day; samples: {n}",
         ),
-        TimeUtc => ("{at} (UTC)", "{at} (UTC)"),
         EventsTitle => ("Журнал событий", "Event log"),
         NoEvents => ("Событий пока нет.", "No events yet."),
-        ColTime => ("Время (UTC)", "Time (UTC)"),
+        ColTime => ("Время", "Time"),
         ColEvent => ("Событие", "Event"),
         EvRegistered => ("сервер зарегистрирован", "the server registered"),
         EvOnline => ("вышел на связь", "came online"),
@@ -797,7 +797,7 @@ gpum_common::texts! {
         ColImage => ("Образ", "Image"),
         ColRentalGpus => ("Видеокарты", "GPUs"),
         ColRentalState => ("Состояние", "State"),
-        ColUntil => ("Конец (UTC)", "End (UTC)"),
+        ColUntil => ("Конец", "End"),
         RentalPending => ("ждёт агента", "waiting for the agent"),
         RentalPulling => ("загружается образ", "pulling the image"),
         RentalStarting => ("запускается", "starting"),
@@ -841,7 +841,7 @@ gpum_common::texts! {
         // Units, as the owner's guide writes them.
         // A live page says when it was last updated, and when the connection or the session is
         // lost (`dashboard.js` reads these from the page's `data-` attributes).
-        LiveUpdated => ("Обновлено в {time} (UTC).", "Updated at {time} (UTC)."),
+        LiveUpdated => ("Обновлено в {time}.", "Updated at {time}."),
         LiveLost => (
             "Связь с платформой потеряна — данные ниже могут быть устаревшими.",
             "Connection lost — the figures below may be out of date.",
@@ -849,7 +849,7 @@ gpum_common::texts! {
         LiveSignedOut => ("Вы вышли из кабинета — войдите снова.", "You were signed out — sign in again."),
         SignInAgain => ("Войти снова", "Sign in again"),
         // Commands and what became of them.
-        ColWhen => ("Когда (UTC)", "When (UTC)"),
+        ColWhen => ("Когда", "When"),
         ColCommand => ("Команда", "Command"),
         ColResult => ("Результат", "Result"),
         CommandUndelivered => ("не доставлена: сервер офлайн", "not delivered: the server is offline"),
@@ -875,8 +875,8 @@ gpum_common::texts! {
         // Join codes: open ones, and a code shown once.
         OpenCodes => ("Открытые коды подключения", "Open join codes"),
         NoOpenCodes => ("Открытых кодов нет.", "No open codes."),
-        ColCreated => ("Создан (UTC)", "Created (UTC)"),
-        ColExpires => ("Действует до (UTC)", "Valid until (UTC)"),
+        ColCreated => ("Создан", "Created"),
+        ColExpires => ("Действует до", "Valid until"),
         ColStatus => ("Состояние", "Status"),
         CodeWaiting => ("ждёт машину", "waiting for a machine"),
         OpenCodePage => ("Открыть", "Open"),

@@ -31,7 +31,7 @@ pub fn add(ctx: &Ctx, dist: &Dist, open: &[OpenCode], now: u64) -> Markup {
 /// stored (only their hashes), so none is shown here.
 fn open_codes(ctx: &Ctx, open: &[OpenCode], now: u64) -> Markup {
     html! {
-        div #open-codes data-live="/dashboard/add" data-at=(hms(now)) {
+        div #open-codes data-live="/dashboard/add" data-at=(iso(now)) {
             @if open.is_empty() {
                 p #no-open-codes { (ctx.t(Msg::NoOpenCodes)) }
             } @else {
@@ -49,8 +49,8 @@ fn open_codes(ctx: &Ctx, open: &[OpenCode], now: u64) -> Markup {
                                         (c.owner.as_deref().unwrap_or(ctx.t(Msg::OperatorsOwn)))
                                     }
                                 }
-                                td data-label=(ctx.t(Msg::ColCreated)) { (utc(c.created_at)) }
-                                td data-label=(ctx.t(Msg::ColExpires)) { (utc(c.expires_at)) }
+                                td data-label=(ctx.t(Msg::ColCreated)) { (when(c.created_at)) }
+                                td data-label=(ctx.t(Msg::ColExpires)) { (when(c.expires_at)) }
                                 td.wait data-label=(ctx.t(Msg::ColStatus)) {
                                     (ctx.t(Msg::CodeWaiting)) " · "
                                     a href={ "/dashboard/join/" (c.hash) } { (ctx.t(Msg::OpenCodePage)) }

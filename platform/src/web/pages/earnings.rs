@@ -163,7 +163,7 @@ pub fn earnings(ctx: &Ctx, e: &Earnings) -> Markup {
                     tbody {
                         @for r in &e.rentals {
                             tr id={ "earning-" (r.id) } {
-                                td data-label=(ctx.t(Msg::EarningsRental)) { code { (r.id) } br; small { (cut(&r.image)) " · " (utc(r.created_at)) " UTC" } }
+                                td data-label=(ctx.t(Msg::EarningsRental)) { code { (r.id) } br; small { (cut(&r.image)) " · " (when(r.created_at)) } }
                                 td data-label=(ctx.t(Msg::EarningsServer)) { a href={ "/dashboard/servers/" (r.node_id) } {
                                     @if r.server_name.is_empty() { (r.node_id) } @else { (cut(&r.server_name)) }
                                 } }

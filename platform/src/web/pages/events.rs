@@ -95,7 +95,7 @@ pub(super) fn event_log(ctx: &Ctx, events: &[NodeEvent]) -> Markup {
                         @for e in events {
                             @let (text, detail) = event_text(ctx, e);
                             tr.event data-kind=(e.kind.as_str()) {
-                                td.time { (utc(e.at)) }
+                                td.time { (when(e.at)) }
                                 td.what.(event_class(e.kind)) {
                                     (text)
                                     @if let Some(d) = detail { ": " span.detail { (d) } }

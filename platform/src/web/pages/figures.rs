@@ -35,7 +35,7 @@ pub(super) fn figures(ctx: &Ctx, n: &NodeSummary) -> Markup {
             h2 { (ctx.t(Msg::FiguresTitle)) " " (seen_by(ctx, false)) }
             @match (&n.last_metrics, n.last_heartbeat_at) {
                 (Some(m), Some(at)) => {
-                    p.help { (fill(ctx.t(Msg::FiguresAsOf), &[("at", &utc(at))])) }
+                    p.help { (fill_html(ctx.t(Msg::FiguresAsOf), &[("at", when(at))])) }
                     @if m.gpus.is_empty() {
                         p #no-gpu-figures { (ctx.t(Msg::NoGpuFigures)) }
                     } @else {
@@ -176,8 +176,8 @@ pub(super) fn history_chart(ctx: &Ctx, samples: &[MetricsSample], now: u64) -> M
                     }
                 }
                 div.axis {
-                    span { (fill(ctx.t(Msg::TimeUtc), &[("at", &utc(now.saturating_sub(SAMPLE_WINDOW_SECS)))])) }
-                    span { (fill(ctx.t(Msg::TimeUtc), &[("at", &utc(now))])) }
+                    span { (when(now.saturating_sub(SAMPLE_WINDOW_SECS))) }
+                    span { (when(now)) }
                 }
                 ul.series-legend {
                     @for (class, label, _) in SERIES {

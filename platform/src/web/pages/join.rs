@@ -21,7 +21,7 @@ fn shown_code(ctx: &Ctx, shown: Shown<'_>) -> Markup {
                 // Removed by `dashboard.js` as soon as the code is used or expires.
                 div #code-once data-open-only {
                     h2 { (ctx.t(Msg::CodeCreated)) }
-                    p { code #join-code { (code) } " " (fill(ctx.t(Msg::CodeExpires), &[("at", &utc(expires_at))])) }
+                    p { code #join-code { (code) } " " (fill_html(ctx.t(Msg::CodeExpires), &[("at", when(expires_at))])) }
                     p.help { (ctx.t(Msg::CodeShownOnce)) }
                     h2 { (ctx.t(Msg::InstallCommand)) }
                     @if let Some(m) = no_install_command(ctx, dist) {
@@ -88,7 +88,7 @@ pub fn join_status(ctx: &Ctx, state: JoinState<'_>) -> Markup {
 /// which `dashboard.js` removes the install command once the code is used.
 pub fn join_region(code_hash: &str, status: Markup, open: bool, now: u64) -> Markup {
     html! {
-        div #join data-live={ "/dashboard/join/" (code_hash) } data-at=(hms(now))
+        div #join data-live={ "/dashboard/join/" (code_hash) } data-at=(iso(now))
             data-open=(if open { "true" } else { "false" }) { (status) }
     }
 }

@@ -89,6 +89,59 @@ pub(crate) fn utc(ts: u64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
 }
 
+/// A time as the cabinet shows it (issue 46): `<time datetime="…Z" title="… UTC">… UTC</time>`.
+/// Without the script the page says UTC; `dashboard.js` rewrites the text into the browser's
+/// time zone and the page's language, and the `title` keeps the UTC time on hover.
+pub(crate) fn when(ts: u64) -> Markup {
+    let text = format!("{} UTC", utc(ts));
+    html! { time datetime=(iso(ts)) title=(text) { (text) } }
+}
+
+/// [`when`] to the second (the live line's "updated at").
+fn when_hms(ts: u64) -> Markup {
+    let title = format!("{}:{:02} UTC", utc(ts), ts % 60);
+    html! { time datetime=(iso(ts)) data-seconds title=(title) { (hms(ts)) " UTC" } }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ`, a `<time>`'s `datetime`.
+fn iso(ts: u64) -> String {
+    crate::store::iso_utc(i64::try_from(ts).unwrap_or(i64::MAX))
+}
+
+/// A text of the table with its `{name}` holes filled by markup (a [`when`], or a value as
+/// escaped text); the text around the holes is escaped like any other. As [`fill`], one pass,
+/// and a hole without a value stays as it is.
+pub(crate) fn fill_html(template: &str, values: &[(&str, Markup)]) -> Markup {
+    debug_assert!(
+        values.iter().all(|(name, _)| template.contains(&format!("{{{name}}}"))),
+        "{template:?} lacks a hole of {:?}",
+        values.iter().map(|v| v.0).collect::<Vec<_>>()
+    );
+    let mut parts: Vec<Result<&str, &Markup>> = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        parts.push(Ok(&rest[..i]));
+        let after = &rest[i + 1..];
+        match after.find('}').map(|j| (&after[..j], j)) {
+            Some((name, j)) if let Some((_, v)) = values.iter().find(|(n, _)| *n == name) => {
+                parts.push(Err(v));
+                rest = &after[j + 1..];
+            }
+            _ => {
+                parts.push(Ok("{"));
+                rest = after;
+            }
+        }
+    }
+    parts.push(Ok(rest));
+    html! { @for p in parts { @match p { Ok(text) => (text), Err(m) => (m) } } }
+}
+
+/// A plain value for [`fill_html`], escaped.
+fn text(s: &str) -> Markup {
+    html! { (s) }
+}
+
 /// Unix seconds as the time of day `HH:MM:SS` (UTC).
 pub fn hms(ts: u64) -> String {
     let secs = ts % 86_400;
@@ -105,7 +158,7 @@ fn live_status(ctx: &Ctx, now: u64) -> Markup {
             data-updated=(ctx.t(Msg::LiveUpdated)) data-lost=(ctx.t(Msg::LiveLost))
             data-signed-out=(ctx.t(Msg::LiveSignedOut)) data-sign-in=(ctx.t(Msg::SignInAgain))
             data-login="/dashboard/login" role="status" {
-            (fill(ctx.t(Msg::LiveUpdated), &[("time", &hms(now))]))
+            (fill_html(ctx.t(Msg::LiveUpdated), &[("time", when_hms(now))]))
         }
     }
 }
@@ -232,21 +285,22 @@ fn rentable_class(s: RentableState) -> &'static str {
     }
 }
 
-/// The verdict in words: rentable, or exactly why not.
-fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
+/// The verdict in words: rentable, or exactly why not (its times as [`when`]).
+fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> Markup {
     let r = &n.rentable;
+    let plain = |s: String| text(&s);
     match r.state {
         RentableState::OwnerDisabled => {
-            fill(ctx.t(Msg::RentOwnerDisabled), &[("at", &utc(r.since.unwrap_or(0)))])
+            fill_html(ctx.t(Msg::RentOwnerDisabled), &[("at", when(r.since.unwrap_or(0)))])
         }
         RentableState::Offline => match r.since {
-            Some(at) => fill(ctx.t(Msg::RentOfflineSince), &[("at", &utc(at))]),
-            None => ctx.t(Msg::RentOfflineNever).to_owned(),
+            Some(at) => fill_html(ctx.t(Msg::RentOfflineSince), &[("at", when(at))]),
+            None => text(ctx.t(Msg::RentOfflineNever)),
         },
         RentableState::Quarantined => {
             let why =
                 n.quarantine.as_ref().map(|q| cut(&agent_text(&q.reason, ctx.lang))).unwrap_or_default();
-            fill(ctx.t(Msg::RentQuarantined), &[("at", &utc(r.since.unwrap_or(0))), ("why", &why)])
+            fill_html(ctx.t(Msg::RentQuarantined), &[("at", when(r.since.unwrap_or(0))), ("why", text(&why))])
         }
         RentableState::NoGpu => {
             let why = n
@@ -254,23 +308,23 @@ fn rentable_text(ctx: &Ctx, n: &NodeSummary) -> String {
                 .as_ref()
                 .and_then(|h| nvml_problem(h.nvml, ctx.lang))
                 .unwrap_or_else(|| ctx.t(Msg::NoGpuListed));
-            format!("{}: {why}", ctx.t(Msg::RentNoGpu))
+            plain(format!("{}: {why}", ctx.t(Msg::RentNoGpu)))
         }
         RentableState::CheckFailed => match n.last_probe_reason {
-            Some(f) => format!("{}: {}", ctx.t(Msg::RentCheckFailed), probe_failure(f, ctx.lang)),
-            None => ctx.t(Msg::RentCheckFailed).to_owned(),
+            Some(f) => plain(format!("{}: {}", ctx.t(Msg::RentCheckFailed), probe_failure(f, ctx.lang))),
+            None => text(ctx.t(Msg::RentCheckFailed)),
         },
-        RentableState::AwaitingOperator => ctx.t(Msg::RentAwaitingOperator).to_owned(),
-        RentableState::AwaitingCheck => ctx.t(Msg::RentAwaitingCheck).to_owned(),
-        RentableState::NoPrice => ctx.t(Msg::RentNoPrice).to_owned(),
+        RentableState::AwaitingOperator => text(ctx.t(Msg::RentAwaitingOperator)),
+        RentableState::AwaitingCheck => text(ctx.t(Msg::RentAwaitingCheck)),
+        RentableState::NoPrice => text(ctx.t(Msg::RentNoPrice)),
         RentableState::Maintenance => {
             // The window that started at the verdict's `since` (the one the server is in).
             let since = r.since.unwrap_or(0);
             let until = n.maintenance.iter().find(|w| w.starts_at == since).map_or(since, |w| w.ends_at);
-            fill(ctx.t(Msg::RentMaintenance), &[("from", &utc(since)), ("until", &utc(until))])
+            fill_html(ctx.t(Msg::RentMaintenance), &[("from", when(since)), ("until", when(until))])
         }
-        RentableState::Paused => ctx.t(Msg::RentPaused).to_owned(),
-        RentableState::Rentable => ctx.t(Msg::RentYes).to_owned(),
+        RentableState::Paused => text(ctx.t(Msg::RentPaused)),
+        RentableState::Rentable => text(ctx.t(Msg::RentYes)),
     }
 }
 

@@ -75,5 +75,5 @@ pub fn not_found_as(ctx: &Ctx, what: Msg) -> Markup {
 /// What the owner's pages say after the operator turned their second factor off (issue 43),
 /// while it stays off.
 pub(crate) fn totp_reset_notice(ctx: &Ctx, at: u64) -> Markup {
-    html! { p.flash #totp-reset { (fill(ctx.t(Msg::TotpResetByOperator), &[("at", &utc(at))])) } }
+    html! { p.flash #totp-reset { (fill_html(ctx.t(Msg::TotpResetByOperator), &[("at", when(at))])) } }
 }

@@ -4,6 +4,11 @@ use super::*;
 use gpum_platform_core::maintenance::WindowError;
 
 fn row(ctx: &Ctx, label: Msg, public: bool, value: &str) -> Markup {
+    row_of(ctx, label, public, html! { (value) })
+}
+
+/// [`row`] with a value that is markup (a time).
+fn row_of(ctx: &Ctx, label: Msg, public: bool, value: Markup) -> Markup {
     html! { tr { th { (ctx.t(label)) } td.value { (value) } td { (seen_by(ctx, public)) } } }
 }
 
@@ -211,12 +216,12 @@ fn maintenance(ctx: &Ctx, n: &NodeSummary, now: u64, refused: Option<&Maintenanc
                         @for w in &n.maintenance {
                             tr.window data-id=(w.id) {
                                 td.start data-label=(ctx.t(Msg::ColMaintStart)) {
-                                    (utc(w.starts_at))
+                                    (when(w.starts_at))
                                     @if w.starts_at <= now && now < w.ends_at {
                                         " · " span.now { (ctx.t(Msg::MaintNow)) }
                                     }
                                 }
-                                td.end data-label=(ctx.t(Msg::ColMaintEnd)) { (utc(w.ends_at)) }
+                                td.end data-label=(ctx.t(Msg::ColMaintEnd)) { (when(w.ends_at)) }
                                 td {
                                     form.inline method="post" action={ (base) "/" (w.id) "/delete" } {
                                         (csrf_field(ctx))
@@ -274,7 +279,7 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
     // database written before it did may still hold two GPUs of `u64::MAX` MiB.
     let vram = inv.public.gpus.iter().fold(0u64, |sum, g| sum.saturating_add(g.vram_mib));
     html! {
-        div #server data-live={ "/dashboard/servers/" (n.id) } data-at=(hms(now))
+        div #server data-live={ "/dashboard/servers/" (n.id) } data-at=(iso(now))
             data-online=(if n.online { "true" } else { "false" }) {
             table.facts {
                 tr {
@@ -361,7 +366,7 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
                 (row(ctx, Msg::Docker, false, opt(&p.docker_version)))
                 (row(ctx, Msg::Toolkit, false, opt(&p.toolkit_version)))
                 (row(ctx, Msg::AgentVersion, false, &n.agent_version))
-                (row(ctx, Msg::Registered, false, &utc(n.registered_at)))
+                (row_of(ctx, Msg::Registered, false, when(n.registered_at)))
             }
             h2 { (ctx.t(Msg::LastProbe)) }
             @match &n.last_probe_output {
@@ -380,7 +385,7 @@ fn server_live(ctx: &Ctx, n: &NodeSummary, history: &History, now: u64, check_im
                         @for c in n.commands.iter().rev() {
                             @let (class, result, text) = command_outcome(ctx, n, c, check_image);
                             tr.command data-kind=(c.kind) {
-                                td data-label=(ctx.t(Msg::ColWhen)) { (utc(c.queued_at)) }
+                                td data-label=(ctx.t(Msg::ColWhen)) { (when(c.queued_at)) }
                                 td data-label=(ctx.t(Msg::ColCommand)) { (command_name(ctx, &c.kind)) }
                                 td.result.(class) data-label=(ctx.t(Msg::ColResult)) data-result=(result) { (text) }
                             }
@@ -443,8 +448,8 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
                                     @for g in &r.spec.gpu_uuids { (g) br; }
                                 }
                                 td.state.(class) data-label=(ctx.t(Msg::ColRentalState)) { (state) }
-                                td.start data-label=(ctx.t(Msg::ColStart)) { (utc(r.created_at)) }
-                                td.until data-label=(ctx.t(Msg::ColUntil)) { (utc(rental_end(r))) }
+                                td.start data-label=(ctx.t(Msg::ColStart)) { (when(r.created_at)) }
+                                td.until data-label=(ctx.t(Msg::ColUntil)) { (when(rental_end(r))) }
                             }
                         }
                     }
@@ -455,17 +460,17 @@ fn rental_table(ctx: &Ctx, rentals: &[gpum_protocol::RentalSummary]) -> Markup {
 }
 
 /// A server's reliability in words (issue 46): the share, and over which window.
-pub(super) fn reliability_text(ctx: &Ctx, n: &NodeSummary) -> String {
-    let Some(r) = n.reliability else { return ctx.t(Msg::ReliabilityNone).to_owned() };
+pub(super) fn reliability_text(ctx: &Ctx, n: &NodeSummary) -> Markup {
+    let Some(r) = n.reliability else { return text(ctx.t(Msg::ReliabilityNone)) };
     let pct = format!("{}.{}", r.permille / 10, r.permille % 10);
     let pct = match ctx.lang {
         Lang::Ru => pct.replace('.', ","),
         Lang::En => pct,
     };
     if r.window_secs >= gpum_platform_core::reliability::WINDOW_SECS {
-        fill(ctx.t(Msg::ReliabilityLast30), &[("pct", &pct)])
+        text(&fill(ctx.t(Msg::ReliabilityLast30), &[("pct", &pct)]))
     } else {
-        fill(ctx.t(Msg::ReliabilitySince), &[("pct", &pct), ("at", &utc(n.registered_at))])
+        fill_html(ctx.t(Msg::ReliabilitySince), &[("pct", text(&pct)), ("at", when(n.registered_at))])
     }
 }
 

@@ -53,7 +53,7 @@ fn servers_table(ctx: &Ctx, nodes: &[NodeSummary], at: PageAt<'_>, now: u64) -> 
         None => "/dashboard".to_owned(),
     };
     html! {
-        div #servers data-live=(live) data-at=(hms(now)) {
+        div #servers data-live=(live) data-at=(iso(now)) {
             @if nodes.is_empty() {
                 p #no-servers { (ctx.t(Msg::NoServers)) }
             } @else {

@@ -1,13 +1,41 @@
 // The dashboard's only script (served as a file: the Content-Security-Policy allows no inline
-// script). Two jobs: copy buttons, and refreshing the region marked data-live="URL" every 2 s
-// from that URL, so the owner sees a machine come online without reloading.
+// script). Its jobs: copy buttons, times in the browser's zone, and refreshing the region marked
+// data-live="URL" every 2 s from that URL, so the owner sees a machine come online without
+// reloading.
 //
 // A live page never shows stale figures as current: the line #live-status says when the region
-// was last updated (the time the platform wrote into the fresh region's data-at), or that the
-// connection is lost (the region is then marked "stale" and greyed out), or that the session
-// ended (the fetch was redirected to the sign-in form), with a link to sign in again. Its texts
-// come from the page itself (data- attributes rendered in the page's language): none is here.
+// was last updated (the time the platform wrote into the fresh region's data-at, ISO 8601 in
+// UTC, shown in the browser's zone), or that the connection is lost (the region is then marked
+// "stale" and greyed out), or that the session ended (the fetch was redirected to the sign-in
+// form), with a link to sign in again. Its texts come from the page itself (data- attributes
+// rendered in the page's language): none is here.
 "use strict";
+
+// Times (issue 46): the platform writes each as <time datetime="…Z" title="… UTC">… UTC</time>,
+// right without this script; here its text becomes the browser's time zone, in the page's
+// language, with the zone named ("7 дек. 2026 г., 10:00 GMT+9"); the title keeps the UTC time
+// for the pointer. A time marked data-seconds (the live line's) shows the time of day only.
+const lang = document.documentElement.lang || undefined;
+const formats = {};
+function format(seconds) {
+  const key = seconds ? "s" : "m";
+  if (!formats[key]) {
+    formats[key] = new Intl.DateTimeFormat(lang, seconds
+      ? { hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" }
+      : { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+        timeZoneName: "short" });
+  }
+  return formats[key];
+}
+function localTimes(root) {
+  root.querySelectorAll("time[datetime]").forEach(function (t) {
+    const d = new Date(t.getAttribute("datetime"));
+    if (isNaN(d)) return;
+    if (!t.title) t.title = t.textContent;
+    t.textContent = format(t.hasAttribute("data-seconds")).format(d);
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { localTimes(document); });
 
 // A form refused with why (issue 46): the page opens at the error, beside the field it is
 // about (which has the focus), not at the top.
@@ -45,7 +73,15 @@ function liveStatus(state, time) {
   s.dataset.state = state;
   s.classList.toggle("bad", state !== "updated");
   if (state === "updated") {
-    s.textContent = s.dataset.updated.replace("{time}", time || "");
+    // "Updated at {time}.": the time as the platform writes one, made local as every other.
+    const at = document.createElement("time");
+    at.setAttribute("datetime", time || "");
+    at.setAttribute("data-seconds", "");
+    const d = new Date(time);
+    if (!isNaN(d)) at.title = d.toISOString().slice(0, 19).replace("T", " ") + " UTC";
+    const parts = s.dataset.updated.split("{time}");
+    s.replaceChildren(parts[0], at, parts.slice(1).join(""));
+    localTimes(s);
   } else if (state === "lost") {
     s.textContent = s.dataset.lost;
   } else {
@@ -99,6 +135,7 @@ function refresh() {
         return;
       }
       const region = document.importNode(fresh, true);
+      localTimes(region);
       now.replaceWith(region);
       follow(region);
       liveStatus("updated", region.dataset.at);

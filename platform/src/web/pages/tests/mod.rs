@@ -101,7 +101,7 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     assert!(
         server(&ru, &n, &History::default(), 6, None, true)
             .into_string()
-            .contains("не сдаётся: офлайн с 2026-12-03 09:33 (UTC)")
+            .contains(&format!("не сдаётся: офлайн с {}", when(1_796_290_406).into_string()))
     );
     n.rentable.state = RentableState::AwaitingOperator;
     assert!(
@@ -182,8 +182,8 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         ..Default::default()
     };
     for (lang, want) in [
-        (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "End (UTC)"]),
-        (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "Конец (UTC)"]),
+        (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "<th>End</th>"]),
+        (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "<th>Конец</th>"]),
     ] {
         let ctx = Ctx {
             lang,
@@ -211,7 +211,7 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         currency: gpum_platform_core::currency::DEFAULT,
     };
     let s = server(&ctx, &n, &h, 6, None, true).into_string();
-    for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало (UTC)", "Конец (UTC)"]
+    for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало", "Конец"]
     {
         assert!(s.contains(&format!("data-label=\"{label}\"")), "{label}");
     }
@@ -305,6 +305,50 @@ fn commands_are_judged_by_what_followed_them() {
     let s = server(&ru, &n, &History::default(), 20, None, true).into_string();
     assert!(s.contains(">повторная проверка<"), "{s}");
     assert!(!s.contains(">recheck<"), "{s}");
+}
+
+/// Issue 46: a time is a `<time>` whose `datetime` is ISO 8601 UTC and whose text and `title`
+/// say the UTC time (the script rewrites the text into the browser's zone); a sentence holding
+/// one escapes its text and values around the markup.
+#[test]
+fn times_are_time_elements_in_utc() {
+    use gpum_protocol::Rentable;
+    assert_eq!(
+        when(1_796_290_406).into_string(),
+        r#"<time datetime="2026-12-03T09:33:26Z" title="2026-12-03 09:33 UTC">2026-12-03 09:33 UTC</time>"#
+    );
+    assert_eq!(
+        when(0).into_string(),
+        r#"<time datetime="1970-01-01T00:00:00Z" title="1970-01-01 00:00 UTC">1970-01-01 00:00 UTC</time>"#
+    );
+    assert_eq!(
+        when_hms(1_796_290_406).into_string(),
+        r#"<time datetime="2026-12-03T09:33:26Z" data-seconds title="2026-12-03 09:33:26 UTC">09:33:26 UTC</time>"#
+    );
+    let s = fill_html("<i>{why}</i> & {at} {none}", &[("at", when(0)), ("why", text("<b>\"x\""))]);
+    assert_eq!(
+        s.into_string(),
+        "&lt;i&gt;&lt;b&gt;&quot;x&quot;&lt;/i&gt; &amp; <time datetime=\"1970-01-01T00:00:00Z\" \
+         title=\"1970-01-01 00:00 UTC\">1970-01-01 00:00 UTC</time> {none}"
+    );
+    // Every page's times so, and the live region's `data-at` too; the labels no longer say
+    // "(UTC)": the time itself names its zone.
+    let ctx = Ctx {
+        lang: Lang::En,
+        path: "/".into(),
+        csrf: None,
+        account: None,
+        currency: gpum_platform_core::currency::DEFAULT,
+    };
+    let mut n = node("node-1");
+    n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
+    let s = servers(&ctx, &[n.clone()], PageAt::default(), 1_796_290_500, None, None).into_string();
+    assert!(s.contains(r#"data-at="2026-12-03T09:35:00Z""#), "{s}");
+    assert!(s.contains(r#"Updated at <time datetime="2026-12-03T09:35:00Z" data-seconds"#), "{s}");
+    assert!(s.contains(&format!("offline since {}", when(1_796_290_406).into_string())), "{s}");
+    let s = server(&ctx, &n, &History::default(), 1_796_290_500, None, true).into_string();
+    assert!(!s.contains("(UTC)"), "{s}");
+    assert!(s.contains(r#"<time datetime="2026-12-03T09:35:00Z" data-seconds"#), "{s}");
 }
 
 #[test]
@@ -465,12 +509,12 @@ fn the_maintenance_section_lists_windows_and_keeps_a_refused_form() {
     for (lang, verdict, none) in [
         (
             Lang::Ru,
-            "не сдаётся: обслуживание с 2026-12-06 23:50 до 2026-12-07 01:50 (UTC)",
+            "не сдаётся: обслуживание с 2026-12-06 23:50 UTC до 2026-12-07 01:50 UTC",
             "Обслуживание не запланировано.",
         ),
         (
             Lang::En,
-            "not rentable: maintenance from 2026-12-06 23:50 to 2026-12-07 01:50 (UTC)",
+            "not rentable: maintenance from 2026-12-06 23:50 UTC to 2026-12-07 01:50 UTC",
             "No maintenance planned.",
         ),
     ] {
@@ -482,7 +526,8 @@ fn the_maintenance_section_lists_windows_and_keeps_a_refused_form() {
             currency: gpum_platform_core::currency::DEFAULT,
         };
         let s = server(&ctx, &n, &History::default(), now, None, true).into_string();
-        assert!(s.contains(verdict), "{s}");
+        let words = prose(&s).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains(verdict), "{s}");
         assert!(s.contains(r#"action="/dashboard/servers/node-1/maintenance/mw-a/delete""#), "{s}");
         assert!(s.contains(r#"action="/dashboard/servers/node-1/maintenance/mw-b/delete""#), "{s}");
         assert_eq!(s.matches(r#"class="now""#).count(), 1, "only the window on now");
