@@ -268,7 +268,7 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             if json {
                 println!("{}", serde_json::to_string_pretty(&r).expect("json"));
             } else {
-                print!("{}", crate::doctor::render_text(&r));
+                print!("{}", crate::doctor::render_text(&r, lang));
             }
             // The full report is something to read, not a verdict; the connectivity check is.
             Ok(if connectivity { r.platform.handshake_exit } else { exit::OK })

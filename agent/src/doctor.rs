@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
+use gpum_common::Lang;
 use gpum_common::text::escape_controls;
+use gpum_common::texts::fill;
 use gpum_host::Host;
 use serde::Serialize;
 
@@ -17,6 +19,7 @@ use crate::config::{Config, Paths};
 use crate::docker::Docker;
 use crate::inventory::Gatherer;
 use crate::smoke;
+use crate::text::Msg;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -72,12 +75,7 @@ pub struct PlatformPart {
 }
 
 /// Builds the report. With `connectivity`, only the platform part.
-pub async fn report(
-    host: Arc<dyn Host>,
-    paths: &Paths,
-    connectivity: bool,
-    lang: gpum_common::Lang,
-) -> Report {
+pub async fn report(host: Arc<dyn Host>, paths: &Paths, connectivity: bool, lang: Lang) -> Report {
     let cfg = Config::load(host.as_ref(), &paths.config);
     let hs = smoke::handshake(host.clone(), paths).await;
     let platform = PlatformPart {
@@ -141,8 +139,9 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
 
-/// The text form.
-pub fn render_text(r: &Report) -> String {
+/// The text form, its labels in `lang`.
+pub fn render_text(r: &Report, lang: Lang) -> String {
+    let t = |m: Msg| m.text(lang);
     let mut out = String::new();
     for f in &r.checks {
         let status = serde_json::to_value(f.status)
@@ -156,56 +155,77 @@ pub fn render_text(r: &Report) -> String {
     }
     // Values come from the machine, the engine, NVML and the platform: control characters are
     // printed escaped.
-    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<18}{}\n", escape_controls(&v)));
+    let mut line = |k: Msg, v: String| out.push_str(&format!("  {:<18}{}\n", t(k), escape_controls(&v)));
     if let Some(h) = &r.host {
-        line("[host]", String::new());
-        line("os:", h.os.clone());
-        line("kernel:", h.kernel.clone());
-        line("arch:", h.arch.clone());
-        line("cpu:", format!("{} ({} threads)", h.cpu_model, h.cpu_cores));
-        line("ram:", format!("{} MiB", h.ram_mib));
-        line("disk free:", format!("{} GiB (Docker data root)", h.disk_free_gib));
+        line(Msg::DoctorHost, String::new());
+        line(Msg::DoctorOs, h.os.clone());
+        line(Msg::DoctorKernel, h.kernel.clone());
+        line(Msg::DoctorArch, h.arch.clone());
+        let threads = h.cpu_cores.to_string();
+        line(Msg::DoctorCpu, fill(t(Msg::DoctorCpuValue), &[("model", &h.cpu_model), ("threads", &threads)]));
+        line(Msg::DoctorRam, fill(t(Msg::DoctorRamValue), &[("mib", &h.ram_mib.to_string())]));
+        line(
+            Msg::DoctorDiskFree,
+            fill(t(Msg::DoctorDiskFreeValue), &[("gib", &h.disk_free_gib.to_string())]),
+        );
     }
     if let Some(rt) = &r.runtime {
-        line("[runtime]", String::new());
-        line("docker socket:", rt.docker_socket.clone());
+        line(Msg::DoctorRuntime, String::new());
+        line(Msg::DoctorDockerSocket, rt.docker_socket.clone());
         line(
-            "docker:",
-            rt.docker_version.clone().unwrap_or_else(|| format!("unavailable: {}", opt(&rt.docker_error))),
+            Msg::DoctorDocker,
+            rt.docker_version.clone().unwrap_or_else(|| {
+                fill(t(Msg::DoctorDockerUnavailable), &[("error", &opt(&rt.docker_error))])
+            }),
         );
         line(
-            "nvidia runtime:",
-            rt.nvidia_runtime.map(|b| if b { "yes" } else { "no" }.to_string()).unwrap_or_else(|| "-".into()),
+            Msg::DoctorNvidiaRuntime,
+            rt.nvidia_runtime
+                .map(|b| t(if b { Msg::DoctorYes } else { Msg::DoctorNo }).to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
     if let Some(g) = &r.gpu {
-        line("[gpu]", String::new());
+        line(Msg::DoctorGpu, String::new());
         let state = match g.nvml {
-            gpum_protocol::NvmlState::Ok => "ok".to_string(),
-            gpum_protocol::NvmlState::LibraryMissing => "no driver (libnvidia-ml not found)".to_string(),
-            gpum_protocol::NvmlState::DriverLibraryMismatch => "driver/library version mismatch".to_string(),
-            gpum_protocol::NvmlState::NoDevices => "no GPUs found".to_string(),
-            gpum_protocol::NvmlState::Error => format!("error: {}", opt(&g.nvml_detail)),
+            gpum_protocol::NvmlState::Ok => t(Msg::DoctorNvmlOk).to_string(),
+            gpum_protocol::NvmlState::LibraryMissing => t(Msg::DoctorNvmlLibraryMissing).to_string(),
+            gpum_protocol::NvmlState::DriverLibraryMismatch => t(Msg::DoctorNvmlMismatch).to_string(),
+            gpum_protocol::NvmlState::NoDevices => t(Msg::DoctorNvmlNoDevices).to_string(),
+            gpum_protocol::NvmlState::Error => {
+                fill(t(Msg::DoctorNvmlError), &[("detail", &opt(&g.nvml_detail))])
+            }
         };
-        line("nvml:", state);
-        line("driver:", opt(&g.driver_version));
-        line("cuda:", opt(&g.cuda_version));
+        line(Msg::DoctorNvml, state);
+        line(Msg::DoctorDriver, opt(&g.driver_version));
+        line(Msg::DoctorCuda, opt(&g.cuda_version));
         for (i, gpu) in g.gpus.iter().enumerate() {
-            line(&format!("gpu {i}:"), format!("{} ({} MiB)", gpu.model, gpu.vram_mib));
+            let label = fill(t(Msg::DoctorGpuN), &[("i", &i.to_string())]);
+            let value =
+                fill(t(Msg::DoctorGpuValue), &[("model", &gpu.model), ("mib", &gpu.vram_mib.to_string())]);
+            out.push_str(&format!("  {label:<18}{}\n", escape_controls(&value)));
         }
     }
+    let mut line = |k: Msg, v: String| out.push_str(&format!("  {:<18}{}\n", t(k), escape_controls(&v)));
     let p = &r.platform;
-    line("[platform]", String::new());
-    line("config:", p.config.clone());
+    line(Msg::DoctorPlatform, String::new());
+    line(Msg::DoctorConfig, p.config.clone());
     if let Some(e) = &p.config_error {
-        line("config error:", e.clone());
+        line(Msg::DoctorConfigError, e.clone());
     }
-    line("server:", opt(&p.server));
-    line("node:", opt(&p.node_id));
-    line("token:", p.token.unwrap_or("absent").to_string());
-    line("handshake:", format!("{} (exit {})", p.handshake, p.handshake_exit));
+    line(Msg::DoctorServer, opt(&p.server));
+    line(Msg::DoctorNode, opt(&p.node_id));
+    line(
+        Msg::DoctorToken,
+        t(if p.token.is_some() { Msg::DoctorTokenRedacted } else { Msg::DoctorTokenAbsent }).to_string(),
+    );
+    let code = p.handshake_exit.to_string();
+    line(
+        Msg::DoctorHandshake,
+        fill(t(Msg::DoctorHandshakeValue), &[("detail", &p.handshake), ("code", &code)]),
+    );
     if let Some(s) = p.clock_skew_secs {
-        line("clock skew:", format!("{s:+} s"));
+        line(Msg::DoctorClockSkew, fill(t(Msg::DoctorClockSkewValue), &[("skew", &format!("{s:+}"))]));
     }
     out
 }
@@ -247,9 +267,92 @@ mod tests {
                 clock_skew_secs: None,
             },
         };
-        let t = render_text(&r);
-        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
-        assert!(!t.lines().any(|l| l.trim_start().starts_with("gpu 1:")), "no forged line: {t}");
+        for lang in [Lang::En, Lang::Ru] {
+            let t = render_text(&r, lang);
+            assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+            let gpu_1 = fill(Msg::DoctorGpuN.text(lang), &[("i", "1")]);
+            assert!(!t.lines().any(|l| l.trim_start().starts_with(&gpu_1)), "no forged line: {t}");
+        }
+        let t = render_text(&r, Lang::En);
         assert!(t.contains("T4\\n  gpu 1") && t.contains("20.10\\x1b[1;1H"), "{t}");
+    }
+
+    #[test]
+    fn the_text_is_in_the_users_language_with_the_values_lined_up() {
+        let r = Report {
+            checks: Vec::new(),
+            host: Some(HostPart {
+                os: "Ubuntu 22.04.4 LTS".into(),
+                kernel: "6.8.0".into(),
+                arch: "x86_64".into(),
+                cpu_model: "EPYC".into(),
+                cpu_cores: 16,
+                ram_mib: 64000,
+                disk_free_gib: 900,
+            }),
+            runtime: Some(RuntimePart {
+                docker_socket: "/run/docker.sock".into(),
+                docker_version: None,
+                docker_error: Some("connection refused".into()),
+                nvidia_runtime: Some(true),
+            }),
+            gpu: Some(GpuPart {
+                nvml: gpum_protocol::NvmlState::NoDevices,
+                nvml_detail: None,
+                driver_version: Some("550.54".into()),
+                cuda_version: None,
+                gpus: vec![gpum_protocol::GpuPublic { model: "T4".into(), vram_mib: 15360 }],
+            }),
+            platform: PlatformPart {
+                config: "/etc/gpum/agent.toml".into(),
+                config_error: Some("missing token".into()),
+                server: None,
+                node_id: None,
+                token: Some("<redacted>"),
+                handshake_exit: 2,
+                handshake: "no config".into(),
+                clock_skew_secs: Some(-3),
+            },
+        };
+        let ru = render_text(&r, Lang::Ru);
+        for want in [
+            "  [машина]",
+            "  процессор:        EPYC (потоков: 16)\n",
+            "  место на диске:   900 ГиБ свободно (каталог данных Docker)\n",
+            "  Docker:           недоступен: connection refused\n",
+            "  среда nvidia:     есть\n",
+            "  NVML:             видеокарт не найдено\n",
+            "  видеокарта 0:     T4 (15360 МиБ)\n",
+            "  ошибка настроек:  missing token\n",
+            "  токен:            <скрыт>\n",
+            "  проверка связи:   no config (код 2)\n",
+            "  разница часов:    -3 с\n",
+        ] {
+            assert!(ru.contains(want), "{want:?} in\n{ru}");
+        }
+        let en = render_text(&r, Lang::En);
+        for want in [
+            "  [host]",
+            "  cpu:              EPYC (16 threads)\n",
+            "  disk free:        900 GiB (Docker data root)\n",
+            "  docker:           unavailable: connection refused\n",
+            "  nvidia runtime:   yes\n",
+            "  gpu 0:            T4 (15360 MiB)\n",
+            "  token:            <redacted>\n",
+            "  handshake:        no config (exit 2)\n",
+            "  clock skew:       -3 s\n",
+        ] {
+            assert!(en.contains(want), "{want:?} in\n{en}");
+        }
+        assert_eq!(ru.lines().count(), en.lines().count());
+        // Every label fits the column: a value never runs into its label.
+        for m in Msg::ALL
+            .iter()
+            .filter(|m| format!("{m:?}").starts_with("Doctor") && m.text(Lang::Ru).ends_with(':'))
+        {
+            for lang in [Lang::Ru, Lang::En] {
+                assert!(m.text(lang).chars().count() <= 17, "{m:?} is too long in {lang:?}");
+            }
+        }
     }
 }

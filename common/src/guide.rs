@@ -14,83 +14,73 @@ use crate::{Failure, Lang, exit};
 pub const BEGIN: &str = "<!-- exit-codes:begin -->";
 pub const END: &str = "<!-- exit-codes:end -->";
 
-/// An exit code that comes without a [`Failure`] message: (code, who, what it means), the texts
-/// Russian and English side by side.
+crate::texts! {
+    /// What the guides' table and the `--help` summary say besides the failures' messages:
+    /// the table's head, the summary's title, and who ends with each [`Outcome`] and what it
+    /// means.
+    pub enum Text {
+        TableHead => ("| Код | Кто | Сообщение или что значит |", "| Code | Who | Message, or what it means |"),
+        SummaryTitle => ("Коды выхода:", "Exit codes:"),
+        WhoInstall => ("gpum-install", "gpum-install"),
+        WhatInstallOk => (
+            "установка завершена; с --dry-run: машина готова. «Ожидает проверки» после установки — тоже 0: образ для проверки ещё не выбран, это не ошибка",
+            "installed; with --dry-run: the machine is ready. \"Awaiting check\" after the install is 0 too: no probe image has been chosen yet, which is not an error",
+        ),
+        WhoAgent => ("gpum-agent", "gpum-agent"),
+        WhatAgentOk => (
+            "команда выполнена; run (служба): остановлена по SIGTERM (systemctl stop)",
+            "the command succeeded; run (the service): stopped by SIGTERM (systemctl stop)",
+        ),
+        WhoUninstall => ("gpum-agent uninstall", "gpum-agent uninstall"),
+        WhatUninstallPartial => (
+            "удалено не всё: итог перечисляет, что удалено, и после «Не удалось:» — что нет",
+            "not everything was removed: the summary lists what was, and after \"Failed:\" what was not",
+        ),
+        WhoSmoke => ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
+        WhatPlatformBadAnswer => (
+            "платформа не ответила как надо: соединение отклонено, ошибка TLS, страница прокси, ошибка 5xx",
+            "the platform did not answer properly: connection refused, a TLS error, a proxy's page, a 5xx error",
+        ),
+        WhatAgentUsage => (
+            "неизвестная команда или параметр; текст — clap, по-английски; gpum-agent --help",
+            "unknown command or option; the text is clap's, in English; gpum-agent --help",
+        ),
+        WhatSmokeTimeout => (
+            "платформа не ответила за 10 секунд",
+            "no answer from the platform within 10 seconds",
+        ),
+        WhatSmokeTokenRejected => (
+            "платформа отклонила токен (сервер удалён, токен заменён или неизвестен)",
+            "the platform rejected the token (server deleted, token replaced or unknown)",
+        ),
+        WhoService => ("служба gpum-agent", "the gpum-agent service"),
+        WhatRestart => (
+            "перезапуск по команде платформы; systemd сразу запускает агент снова",
+            "a restart the platform asked for; systemd starts the agent again at once",
+        ),
+    }
+}
+
+/// An exit code that comes without a [`Failure`] message: the code, who ends with it, and what it
+/// means (rows of [`Text`]).
 pub struct Outcome {
     pub code: i32,
-    pub who: (&'static str, &'static str),
-    pub what: (&'static str, &'static str),
+    pub who: Text,
+    pub what: Text,
 }
 
 /// The exit codes that are not a [`Failure`]. The agent's restart code,
 /// `gpum_agent::run::EXIT_RESTART`, is [`exit::RESTART`].
 pub const OUTCOMES: &[Outcome] = &[
-    Outcome {
-        code: exit::OK,
-        who: ("gpum-install", "gpum-install"),
-        what: (
-            "установка завершена; с --dry-run: машина готова. «Ожидает проверки» после установки — тоже 0: образ для проверки ещё не выбран, это не ошибка",
-            "installed; with --dry-run: the machine is ready. \"Awaiting check\" after the install is 0 too: no probe image has been chosen yet, which is not an error",
-        ),
-    },
-    Outcome {
-        code: exit::OK,
-        who: ("gpum-agent", "gpum-agent"),
-        what: (
-            "команда выполнена; run (служба): остановлена по SIGTERM (systemctl stop)",
-            "the command succeeded; run (the service): stopped by SIGTERM (systemctl stop)",
-        ),
-    },
-    Outcome {
-        code: exit::OTHER,
-        who: ("gpum-agent uninstall", "gpum-agent uninstall"),
-        what: (
-            "удалено не всё: итог перечисляет, что удалено, и после «Не удалось:» — что нет",
-            "not everything was removed: the summary lists what was, and after \"Failed:\" what was not",
-        ),
-    },
-    Outcome {
-        code: exit::OTHER,
-        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
-        what: (
-            "платформа не ответила как надо: соединение отклонено, ошибка TLS, страница прокси, ошибка 5xx",
-            "the platform did not answer properly: connection refused, a TLS error, a proxy's page, a 5xx error",
-        ),
-    },
-    Outcome {
-        code: exit::USAGE,
-        who: ("gpum-agent", "gpum-agent"),
-        what: (
-            "неизвестная команда или параметр; текст — clap, по-английски; gpum-agent --help",
-            "unknown command or option; the text is clap's, in English; gpum-agent --help",
-        ),
-    },
-    Outcome {
-        code: exit::SMOKE_TIMEOUT,
-        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
-        what: ("платформа не ответила за 10 секунд", "no answer from the platform within 10 seconds"),
-    },
-    Outcome {
-        code: exit::SMOKE_TOKEN_REJECTED,
-        who: ("gpum-agent smoke, doctor --connectivity", "gpum-agent smoke, doctor --connectivity"),
-        what: (
-            "платформа отклонила токен (сервер удалён, токен заменён или неизвестен)",
-            "the platform rejected the token (server deleted, token replaced or unknown)",
-        ),
-    },
-    Outcome {
-        code: exit::RESTART,
-        who: ("служба gpum-agent", "the gpum-agent service"),
-        what: (
-            "перезапуск по команде платформы; systemd сразу запускает агент снова",
-            "a restart the platform asked for; systemd starts the agent again at once",
-        ),
-    },
+    Outcome { code: exit::OK, who: Text::WhoInstall, what: Text::WhatInstallOk },
+    Outcome { code: exit::OK, who: Text::WhoAgent, what: Text::WhatAgentOk },
+    Outcome { code: exit::OTHER, who: Text::WhoUninstall, what: Text::WhatUninstallPartial },
+    Outcome { code: exit::OTHER, who: Text::WhoSmoke, what: Text::WhatPlatformBadAnswer },
+    Outcome { code: exit::USAGE, who: Text::WhoAgent, what: Text::WhatAgentUsage },
+    Outcome { code: exit::SMOKE_TIMEOUT, who: Text::WhoSmoke, what: Text::WhatSmokeTimeout },
+    Outcome { code: exit::SMOKE_TOKEN_REJECTED, who: Text::WhoSmoke, what: Text::WhatSmokeTokenRejected },
+    Outcome { code: exit::RESTART, who: Text::WhoService, what: Text::WhatRestart },
 ];
-
-fn pick(texts: (&'static str, &'static str), lang: Lang) -> &'static str {
-    if lang == Lang::Ru { texts.0 } else { texts.1 }
-}
 
 /// A table cell: one line, no column separator.
 fn cell(s: &str) -> String {
@@ -110,13 +100,10 @@ pub fn exit_code_table(lang: Lang) -> String {
     rows.extend(
         OUTCOMES
             .iter()
-            .map(|o| (o.code, pick(o.who, lang).to_owned(), format!("*{}*", cell(pick(o.what, lang))))),
+            .map(|o| (o.code, o.who.text(lang).to_owned(), format!("*{}*", cell(o.what.text(lang))))),
     );
     rows.sort_by_key(|r| r.0);
-    let head = pick(
-        ("| Код | Кто | Сообщение или что значит |", "| Code | Who | Message, or what it means |"),
-        lang,
-    );
+    let head = Text::TableHead.text(lang);
     let mut s = format!("{head}\n|---|---|---|\n");
     for (code, who, text) in rows {
         s.push_str(&format!("| {code} | {} | {text} |\n", cell(&who)));
@@ -153,11 +140,11 @@ pub fn exit_code_summary(program: &str, lang: Lang) -> String {
     rows.extend(
         OUTCOMES
             .iter()
-            .filter(|o| names_program(o.who.1, program))
-            .map(|o| (o.code, first_sentence(pick(o.what, lang)).to_owned())),
+            .filter(|o| names_program(o.who.text(Lang::En), program))
+            .map(|o| (o.code, first_sentence(o.what.text(lang)).to_owned())),
     );
     rows.sort_by_key(|r| r.0);
-    let mut s = pick(("Коды выхода:", "Exit codes:"), lang).to_owned();
+    let mut s = Text::SummaryTitle.text(lang).to_owned();
     let mut last = None;
     for (code, text) in rows {
         let shown = if last == Some(code) { String::new() } else { code.to_string() };
@@ -228,6 +215,15 @@ mod tests {
         assert!(names_program("gpum-agent status", "gpum-agent"));
         assert!(!names_program("gpum-agent status", "gpum-agent status-x"));
         assert!(!names_program("the gpum-agent service", "gpum-install"));
+    }
+
+    #[test]
+    fn every_text_has_both_languages_with_the_same_holes() {
+        for t in Text::ALL {
+            if let Err(e) = crate::texts::check(t.text(Lang::Ru), t.text(Lang::En)) {
+                panic!("{t:?}: {e}");
+            }
+        }
     }
 
     #[test]

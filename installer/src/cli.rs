@@ -3,16 +3,18 @@
 //! clap parses; gpum speaks. Usage errors exit 2 with [`Failure::UnknownParameter`] or
 //! [`Failure::Usage`] in the user's language; `--help` and `--version` print and exit 0.
 
-use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{FromArgMatches, Parser};
 use gpum_common::{Failure, Lang};
+
+use crate::text::{Msg, t};
 
 #[derive(Debug, Clone, Parser, PartialEq, Eq)]
 #[command(
     name = "gpum-install",
     version,
     about = "Installs the gpum agent on a GPU machine. With --dry-run, only audits the machine and changes nothing.",
-    after_help = after_help()
+    after_help = after_help(Lang::En)
 )]
 pub struct Cli {
     /// Audit the machine and print what the install would do; change nothing. Needs no root
@@ -53,17 +55,19 @@ pub struct Cli {
     pub lang: Option<String>,
 }
 
-/// `--help`'s closing text: the exit codes, derived from `gpum-common`'s failure table (the same
-/// rows as the owner's guides), then where the environment variables are. In English, as is the
-/// rest of clap's help.
-fn after_help() -> String {
+/// `--help`'s closing text in `lang`: the exit codes, derived from `gpum-common`'s failure table
+/// (the same rows as the owner's guides), then where the environment variables are. The rest of
+/// clap's help is English.
+fn after_help(lang: Lang) -> String {
     format!(
-        "{}\n\nEvery flag also reads an environment variable: see docs/install.md.",
-        gpum_common::guide::exit_code_summary("gpum-install", Lang::En)
+        "{}\n\n{}",
+        gpum_common::guide::exit_code_summary("gpum-install", lang),
+        t(Msg::HelpEnvironment, lang)
     )
 }
 
-/// The clap definition, for the man page and shell completions `cargo xtask dist` generates.
+/// The clap definition, for the man page and shell completions `cargo xtask dist` generates: in
+/// English, as man pages are.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
@@ -94,8 +98,13 @@ pub fn lang_flag(args: &[String]) -> Option<Lang> {
     None
 }
 
-pub fn parse(args: &[String]) -> Parsed {
-    match Cli::try_parse_from(args) {
+/// Parses `args`; `--help` closes with the exit codes in `lang`.
+pub fn parse(args: &[String], lang: Lang) -> Parsed {
+    let parsed = command()
+        .after_help(after_help(lang))
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
         Ok(c) => Parsed::Run(c),
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Parsed::Print(e.render().to_string()),
@@ -130,9 +139,10 @@ mod tests {
 
     #[test]
     fn flags() {
-        let Parsed::Run(c) =
-            parse(&a(&["--dry-run", "--json", "--offline", "--server", "https://x", "--lang", "ru"]))
-        else {
+        let Parsed::Run(c) = parse(
+            &a(&["--dry-run", "--json", "--offline", "--server", "https://x", "--lang", "ru"]),
+            Lang::En,
+        ) else {
             panic!()
         };
         assert!(c.dry_run && c.json && c.offline);
@@ -142,26 +152,26 @@ mod tests {
 
     #[test]
     fn usage_errors_map_to_failures() {
-        match parse(&a(&["--frobnicate"])) {
+        match parse(&a(&["--frobnicate"]), Lang::En) {
             Parsed::Fail(Failure::UnknownParameter(p)) => assert_eq!(p, "--frobnicate"),
             other => panic!("{other:?}"),
         }
-        match parse(&a(&["stray"])) {
+        match parse(&a(&["stray"]), Lang::En) {
             Parsed::Fail(Failure::UnknownParameter(p)) => assert_eq!(p, "stray"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(parse(&a(&["--lang", "de"])), Parsed::Fail(Failure::Usage(_))));
-        assert!(matches!(parse(&a(&["--server"])), Parsed::Fail(Failure::Usage(_))));
+        assert!(matches!(parse(&a(&["--lang", "de"]), Lang::En), Parsed::Fail(Failure::Usage(_))));
+        assert!(matches!(parse(&a(&["--server"]), Lang::En), Parsed::Fail(Failure::Usage(_))));
         // --json also works for the install (one event per line).
-        assert!(matches!(parse(&a(&["--json", "--yes"])), Parsed::Run(c) if c.json && c.yes));
+        assert!(matches!(parse(&a(&["--json", "--yes"]), Lang::En), Parsed::Run(c) if c.json && c.yes));
         for f in ["--help", "-h", "--version", "-V"] {
-            assert!(matches!(parse(&a(&[f])), Parsed::Print(_)), "{f}");
+            assert!(matches!(parse(&a(&[f]), Lang::En), Parsed::Print(_)), "{f}");
         }
     }
 
     #[test]
     fn help_lists_the_exit_codes_from_the_failure_table() {
-        let Parsed::Print(help) = parse(&a(&["--help"])) else { panic!() };
+        let Parsed::Print(help) = parse(&a(&["--help"]), Lang::En) else { panic!() };
         for f in Failure::ALL.iter().filter(|f| f.who(Lang::En).contains("gpum-install")) {
             let msg = f.with_placeholder(Lang::En).message(Lang::En);
             let first = msg.split(['.', '\n']).next().unwrap();
@@ -173,6 +183,21 @@ mod tests {
             help.ends_with("Every flag also reads an environment variable: see docs/install.md.\n"),
             "{help:?}"
         );
+    }
+
+    #[test]
+    fn help_closes_with_the_exit_codes_in_the_given_language() {
+        let Parsed::Print(en) = parse(&a(&["--help"]), Lang::En) else { panic!() };
+        let Parsed::Print(ru) = parse(&a(&["--help"]), Lang::Ru) else { panic!() };
+        let (en_clap, _) = en.split_once("Exit codes:").unwrap();
+        let (ru_clap, ru_codes) = ru.split_once("Коды выхода:").unwrap();
+        assert_eq!(ru_clap, en_clap, "clap's part is the same");
+        assert_eq!(ru_codes.lines().count(), en.split_once("Exit codes:").unwrap().1.lines().count());
+        assert!(ru_codes.contains("\n  13  Установщик нужно запускать от имени root\n"), "{ru}");
+        assert!(ru.ends_with("Каждый параметр можно задать и переменной окружения: см. docs/install.md.\n"));
+        // The man page's definition stays English.
+        let man = command().render_help().to_string();
+        assert!(man.contains("\nExit codes:\n") && !man.contains("Коды"), "{man}");
     }
 
     #[test]

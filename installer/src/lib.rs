@@ -256,7 +256,7 @@ pub fn run(host: Arc<dyn Host>, gpu: &dyn GpuProbe, args: &[String], io: &mut Io
     // succeeds, `--lang` is the same value clap saw, so this is the run's language too.
     let lang_flag = cli::lang_flag(args).or_else(|| h.env(env::GPUM_LANG).and_then(|l| Lang::parse(&l)));
     let lang = detect_lang(h, lang_flag);
-    let cli = match cli::parse(args) {
+    let cli = match cli::parse(args, lang) {
         cli::Parsed::Run(c) => c,
         cli::Parsed::Print(text) => {
             let _ = write!(io.stdout, "{text}");

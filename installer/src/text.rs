@@ -196,6 +196,11 @@ gpum_common::texts! {
         ),
         ProgressGpuCheck => ("жду проверки видеокарты", "waiting for the GPU check"),
         ProgressLimit => ("из", "of"),
+        // `--help`'s last line, after the exit codes.
+        HelpEnvironment => (
+            "Каждый параметр можно задать и переменной окружения: см. docs/install.md.",
+            "Every flag also reads an environment variable: see docs/install.md.",
+        ),
     }
 }
 

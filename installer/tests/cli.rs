@@ -103,7 +103,26 @@ fn nvml_installed() -> bool {
 fn help_and_version_exit_0() {
     let o = run(install(&["--help"]));
     assert_eq!(o.status.code(), Some(0));
-    assert!(text(&o.stdout).contains("--dry-run"));
+    let en = text(&o.stdout);
+    assert!(en.contains("--dry-run"));
+    assert!(en.contains("\nExit codes:\n  0   installed; with --dry-run: the machine is ready\n"), "{en}");
+    assert!(en.contains("\n  13  The installer must run as root\n"), "{en}");
+    // Under a Russian locale the exit codes are Russian; clap's part above them stays as it is.
+    let mut c = install(&["--help"]);
+    c.env("LANG", "ru_RU.UTF-8");
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(0));
+    let ru = text(&o.stdout);
+    let (ru_clap, ru_codes) = ru.split_once("Коды выхода:").unwrap_or_else(|| panic!("{ru}"));
+    assert_eq!(Some(ru_clap), en.split_once("Exit codes:").map(|(clap, _)| clap), "{ru}");
+    assert!(ru_codes.starts_with("\n  0   установка завершена;"), "{ru}");
+    assert!(ru_codes.contains("\n  13  Установщик нужно запускать от имени root\n"), "{ru}");
+    assert!(!ru_codes.contains("Error:") && !ru_codes.contains("Every flag"), "{ru}");
+    assert!(ru.ends_with("см. docs/install.md.\n"), "{ru}");
+    // --lang wins over the locale, as for every other message.
+    let mut c = install(&["--help", "--lang", "en"]);
+    c.env("LANG", "ru_RU.UTF-8");
+    assert_eq!(text(&run(c).stdout), en);
     let o = run(install(&["--version"]));
     assert_eq!(o.status.code(), Some(0));
     assert!(text(&o.stdout).contains(env!("CARGO_PKG_VERSION")));

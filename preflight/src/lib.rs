@@ -13,6 +13,7 @@ pub mod checks;
 pub mod facts;
 pub mod gpu;
 pub mod parse;
+pub mod text;
 
 use serde::Serialize;
 

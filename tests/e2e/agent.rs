@@ -733,6 +733,16 @@ fn cli_shape() {
     let d = agent_cmd(&["doctor", "--state", "/nonexistent/gpum"]).output().unwrap();
     assert_eq!(d.status.code(), Some(0), "the full report is not a verdict: {}", text(&d));
     assert!(text(&d).contains("[gpu]") && text(&d).contains("[platform]"));
+    assert!(text(&d).contains("\n  handshake:        "), "{}", text(&d));
+    // Under a Russian locale the labels are Russian too, not only the checks.
+    let d =
+        agent_cmd(&["doctor", "--state", "/nonexistent/gpum"]).env("LANG", "ru_RU.UTF-8").output().unwrap();
+    assert_eq!(d.status.code(), Some(0), "{}", text(&d));
+    for label in ["[видеокарты]", "[платформа]", "\n  настройки:        ", "\n  проверка связи:   "]
+    {
+        assert!(text(&d).contains(label), "{label:?} in {}", text(&d));
+    }
+    assert!(!text(&d).contains("[platform]") && !text(&d).contains("handshake:"), "{}", text(&d));
 }
 
 #[test]
