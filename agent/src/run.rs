@@ -85,7 +85,8 @@ pub async fn docker_version(host: &dyn Host, configured: Option<&Path>) -> Optio
 
 /// What a heartbeat step takes with it.
 struct StepInput {
-    platform: Platform,
+    /// Shared with the loop: one reference count, not a copy of the clients, per heartbeat.
+    platform: Arc<Platform>,
     token: Token,
     docker: Option<Arc<Docker>>,
     gatherer: Box<Gatherer>,
@@ -205,7 +206,7 @@ struct Agent {
     host: Arc<dyn Host>,
     state_dir: PathBuf,
     cfg: Config,
-    platform: Platform,
+    platform: Arc<Platform>,
     docker_socket: Option<PathBuf>,
     docker: Option<Arc<Docker>>,
     docker_error: Option<String>,
@@ -314,7 +315,7 @@ impl Agent {
             host,
             state_dir,
             cfg,
-            platform,
+            platform: Arc::new(platform),
             docker_socket,
             docker: None,
             docker_error: None,
@@ -669,7 +670,7 @@ impl Agent {
             crate::tunnel::Rentals { desired: self.tunnel_desired.subscribe(), book: self.rentals.clone() };
         let host = self.host.clone();
         let now = Arc::new(move || crate::state::unix(host.now()));
-        let (platform, token) = (self.platform.clone(), self.cfg.token.clone());
+        let (platform, token) = (Platform::clone(&self.platform), self.cfg.token.clone());
         let silence = self.cfg.test_tunnel_silence.unwrap_or(gpum_protocol::tunnel::SILENCE);
         self.tunnel_task =
             Some(tokio::spawn(crate::tunnel::run(platform, token, docker, rentals, now, silence)));

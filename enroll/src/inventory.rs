@@ -257,9 +257,8 @@ impl Gatherer {
     /// installer's `disk_limit` check); `None` when mountinfo cannot be read.
     fn disk_limit(&self) -> Option<bool> {
         let text = self.host.read_to_string(Path::new("/proc/self/mountinfo")).ok()?;
-        let mounts = gpum_preflight::parse::mountinfo::parse(&text);
         Some(
-            gpum_preflight::parse::mountinfo::mount_for(&mounts, &self.docker_root)
+            gpum_preflight::parse::mountinfo::mount_for_in(&text, &self.docker_root)
                 .is_some_and(|m| m.has_project_quota()),
         )
     }

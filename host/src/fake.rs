@@ -257,6 +257,10 @@ impl Host for FakeHost {
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
         crate::utf8(self.read(path)?)
     }
+    fn read_pieces(&self, path: &Path, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+        each(&self.read(path)?);
+        Ok(())
+    }
     fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
         // Nothing to keep open: each read is the file as it is now, as a kernel file's is.
         self.read(path)

@@ -118,6 +118,9 @@ pub struct PostClient {
     /// The connection between requests: taken while a request uses it, put back after a whole
     /// answer was read.
     idle: Arc<Mutex<Option<Sender>>>,
+    /// The last bearer token and its `Authorization` value (marked sensitive): the same token
+    /// every heartbeat, so the value is made once, not formatted and checked every time.
+    auth: Arc<Mutex<Option<(String, http::HeaderValue)>>>,
 }
 
 /// Where a [`PostClient`] connects.
@@ -209,6 +212,7 @@ impl PostClient {
             timeout: opts.timeout.unwrap_or(Duration::from_secs(30)),
             connect_timeout: opts.connect_timeout,
             idle: Arc::default(),
+            auth: Arc::default(),
         })
     }
 
@@ -287,12 +291,7 @@ impl PostClient {
     ) -> Result<PostAnswer, PostError> {
         let body = bytes::Bytes::from(body);
         let auth = match bearer {
-            Some(t) => {
-                let mut v = http::HeaderValue::try_from(format!("Bearer {t}"))
-                    .map_err(|_| PostError::Transport("the token is not a valid header value".into()))?;
-                v.set_sensitive(true);
-                Some(v)
-            }
+            Some(t) => Some(self.bearer(t)?),
             None => None,
         };
         let call = async {
@@ -333,6 +332,21 @@ impl PostClient {
             Ok(PostAnswer { status: parts.status.as_u16(), headers: parts.headers, body: resp_body.to_vec() })
         };
         tokio::time::timeout(self.timeout, call).await.map_err(|_| PostError::Timeout)?
+    }
+
+    /// `Authorization: Bearer <t>`, marked sensitive; made again only when the token changed.
+    fn bearer(&self, t: &str) -> Result<http::HeaderValue, PostError> {
+        let mut last = self.auth.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((token, v)) = last.as_ref()
+            && token == t
+        {
+            return Ok(v.clone());
+        }
+        let mut v = http::HeaderValue::try_from(format!("Bearer {t}"))
+            .map_err(|_| PostError::Transport("the token is not a valid header value".into()))?;
+        v.set_sensitive(true);
+        *last = Some((t.to_string(), v.clone()));
+        Ok(v)
     }
 
     fn request(

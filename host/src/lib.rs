@@ -101,6 +101,11 @@ pub trait Host: Send + Sync {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// [`Host::read`] as UTF-8 text ([`utf8`]).
     fn read_to_string(&self, path: &Path) -> io::Result<String>;
+    /// The file's bytes, handed to `each` piece by piece, in order: for a large file read once
+    /// and scanned (dpkg's status file, most of a megabyte), where holding it whole costs a
+    /// fresh page of memory per 4 KiB. The real host reads it through one 64 KiB buffer; the
+    /// fake host hands over its file whole.
+    fn read_pieces(&self, path: &Path, each: &mut dyn FnMut(&[u8])) -> io::Result<()>;
     /// Reads a file that the kernel makes anew at each read and that is read again and again
     /// (`/proc/meminfo` and `/proc/stat` at every heartbeat). The real host keeps it open after
     /// the first read and reads it from the start with `pread`: one system call when the file

@@ -55,6 +55,21 @@ impl RealHost {
         }
         out
     }
+    /// [`RealHost::map`], without a copy where mapping changes nothing: the root is `/` and
+    /// `path` is absolute with only plain components (no `.`, `..`, empty one or trailing `/`),
+    /// which is every path the agent reads each heartbeat.
+    fn at<'a>(&self, path: &'a Path) -> std::borrow::Cow<'a, Path> {
+        use std::os::unix::ffi::OsStrExt;
+        let b = path.as_os_str().as_bytes();
+        let plain = b.len() > 1
+            && b[0] == b'/'
+            && b[1..].split(|c| *c == b'/').all(|seg| !seg.is_empty() && seg != b"." && seg != b"..");
+        if plain && self.root.as_os_str() == "/" {
+            std::borrow::Cow::Borrowed(path)
+        } else {
+            std::borrow::Cow::Owned(self.map(path))
+        }
+    }
     fn unmap(&self, p: &Path) -> PathBuf {
         match p.strip_prefix(&self.root) {
             Ok(rel) => Path::new("/").join(rel),
@@ -97,7 +112,7 @@ impl Host for RealHost {
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let mut f = fs::File::open(self.map(path))?;
+        let mut f = fs::File::open(self.at(path))?;
         // Room up front: files under /proc say they are empty, and into an empty Vec std probes
         // with a 32-byte read and then doubles (9 reads for /proc/meminfo, which the agent reads
         // every heartbeat; 2 like this).
@@ -108,6 +123,19 @@ impl Host for RealHost {
 
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
         crate::utf8(self.read(path)?)
+    }
+
+    fn read_pieces(&self, path: &Path, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+        let mut f = fs::File::open(self.at(path))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => each(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn read_kept(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -139,11 +167,11 @@ impl Host for RealHost {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        self.map(path).exists()
+        self.at(path).exists()
     }
 
     fn is_dir(&self, path: &Path) -> bool {
-        self.map(path).is_dir()
+        self.at(path).is_dir()
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
@@ -172,7 +200,7 @@ impl Host for RealHost {
     }
 
     fn space(&self, path: &Path) -> io::Result<FsSpace> {
-        let st = nix::sys::statvfs::statvfs(&self.map(path)).map_err(io::Error::from)?;
+        let st = nix::sys::statvfs::statvfs(&*self.at(path)).map_err(io::Error::from)?;
         let frag = st.fragment_size() as u64;
         Ok(FsSpace {
             avail_bytes: st.blocks_available() as u64 * frag,
@@ -535,6 +563,31 @@ mod tests {
         assert_eq!(fs::metadata(dir.join("agent")).unwrap().permissions().mode() & 0o777, 0o755);
         assert_eq!(entries(), 1, "nothing else is left");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_path_needs_no_copy_only_where_mapping_changes_nothing() {
+        let root = RealHost::new();
+        let scratch = RealHost::with_root("/scratch");
+        for p in [
+            "/proc/meminfo",
+            "/",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/a/b/",
+            "/a/.",
+            "/a/..",
+            "relative/x",
+            "",
+            "/.x/..y/z.",
+        ] {
+            let p = Path::new(p);
+            assert_eq!(root.at(p), root.map(p), "{p:?}");
+            assert_eq!(scratch.at(p), scratch.map(p), "{p:?}");
+        }
+        assert!(matches!(root.at(Path::new("/proc/meminfo")), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(root.at(Path::new("/a/../b")), std::borrow::Cow::Owned(_)));
     }
 
     #[test]

@@ -243,9 +243,12 @@ pub fn gather(host: &dyn Host, opts: &GatherOptions, gpu: &dyn GpuProbe) -> Fact
         Err(e) => Some(Err(format!("{DAEMON_JSON}: {e}"))),
     };
     let wanted: Vec<&str> = DOCKER_PACKAGES.iter().copied().chain([TOOLKIT_PACKAGE]).collect();
-    let packages: Vec<Package> = host
-        .read_to_string(Path::new(DPKG_STATUS))
-        .map(|t| dpkg::parse_selected(&t, &wanted))
+    // In pieces: the file is most of a megabyte, and holding it whole cost the dry run a
+    // millisecond of fresh memory (docs/benchmarks.md, issue 45).
+    let mut selected = dpkg::Selected::default();
+    let read = host.read_pieces(Path::new(DPKG_STATUS), &mut |piece| selected.feed(piece, &wanted));
+    let packages: Vec<Package> = read
+        .map(|()| selected.finish(&wanted))
         .unwrap_or_default()
         .into_iter()
         .filter(Package::is_installed)

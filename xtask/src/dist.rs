@@ -248,6 +248,28 @@ pub fn build_measured_agent() -> Result<PathBuf> {
     Ok(dest)
 }
 
+/// The installer as [`build`] ships it (the same profile, flags, target directory and packages,
+/// without `test-knobs`), for `bench dryrun`. Its symbol table is kept, as
+/// [`build_measured_agent`] keeps the agent's: the profile is then the same one, so both benches
+/// share one build of every dependency (a stripped build compiles them all again), and the
+/// symbol table is no part of what the loader maps. Copied out to TARGET/dryrun/gpum-install.
+pub fn build_shipped_installer() -> Result<PathBuf> {
+    let root = fs::canonicalize(util::workspace_root())?;
+    let target = std::path::absolute(util::target_dir())?;
+    let epoch = source_date_epoch(&root)?;
+    let mut c = release_cargo(&root, &target, &epoch);
+    c.args(["--target", GNU])
+        .args(GNU_PACKAGES)
+        .args(["--bin", "gpum-install"])
+        .env(format!("CARGO_PROFILE_{}_STRIP", PROFILE.replace('-', "_").to_uppercase()), "none");
+    run_cmd(c)?;
+    let dest = util::target_dir().join("dryrun/gpum-install");
+    fs::create_dir_all(dest.parent().expect("a parent"))?;
+    fs::copy(target.join(GNU).join(PROFILE).join("gpum-install"), &dest)
+        .with_context(|| format!("copying the installer to {}", dest.display()))?;
+    Ok(dest)
+}
+
 fn cargo_cmd() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }

@@ -283,6 +283,9 @@ impl<H: Host> Host for During<H> {
     fn read_to_string(&self, p: &Path) -> std::io::Result<String> {
         self.inner.read_to_string(p)
     }
+    fn read_pieces(&self, p: &Path, each: &mut dyn FnMut(&[u8])) -> std::io::Result<()> {
+        self.inner.read_pieces(p, each)
+    }
     fn read_kept(&self, p: &Path) -> std::io::Result<Vec<u8>> {
         self.inner.read_kept(p)
     }

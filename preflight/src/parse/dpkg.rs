@@ -58,13 +58,24 @@ pub fn parse(text: &str) -> Vec<Package> {
 /// Like [`parse`], but only the stanzas of the packages in `names`. dpkg's status file is
 /// ~700 KB with ~1000 stanzas on a desktop install; skipping the rest without allocating keeps
 /// the audit fast.
+///
+/// The stanzas are the pieces between `\n\n`, as `str::split` gives them, found with
+/// `memchr::memmem` (vectorised): `str::split`'s byte-by-byte search over the whole file was
+/// most of the dry run's own work (`cargo xtask bench dryrun`).
 pub fn parse_selected(text: &str, names: &[&str]) -> Vec<Package> {
-    text.split("\n\n")
-        .filter(|stanza| {
-            stanza.lines().find_map(|l| l.strip_prefix("Package:")).is_some_and(|n| names.contains(&n.trim()))
-        })
-        .flat_map(parse)
-        .collect()
+    let mut out = Vec::new();
+    let mut start = 0;
+    let ends = memchr::memmem::find_iter(text.as_bytes(), b"\n\n").chain([text.len()]);
+    for end in ends {
+        // Both ends are at ASCII bytes (or the end), so on character boundaries.
+        let stanza = &text[start..end];
+        start = end + 2;
+        if stanza.lines().find_map(|l| l.strip_prefix("Package:")).is_some_and(|n| names.contains(&n.trim()))
+        {
+            out.extend(parse(stanza));
+        }
+    }
+    out
 }
 
 /// Compares two Debian package versions as dpkg does (`dpkg --compare-versions`): epoch
@@ -145,6 +156,48 @@ pub fn installed_version<'a>(pkgs: &'a [Package], name: &str) -> Option<&'a str>
     pkgs.iter().find(|p| p.name == name && p.is_installed()).map(|p| p.version.as_str())
 }
 
+/// [`parse_selected`] over a text that arrives in pieces ([`gpum_host::Host::read_pieces`]),
+/// holding only the stanza being read, not the whole text: the same packages, and none at all
+/// when the whole is not UTF-8 (as when the text is read whole and fails to be a `str`).
+#[derive(Debug, Default)]
+pub struct Selected {
+    /// What has arrived since the last `\n\n`.
+    pending: Vec<u8>,
+    found: Vec<Package>,
+    not_utf8: bool,
+}
+
+impl Selected {
+    /// Takes the next piece, keeping the stanzas of `names`.
+    pub fn feed(&mut self, piece: &[u8], names: &[&str]) {
+        self.pending.extend_from_slice(piece);
+        // The separators are ASCII, so a character never spans one: each stanza is UTF-8 on
+        // its own exactly when the whole text is.
+        let mut start = 0;
+        // Non-overlapping, from the left, as `str::split` finds them; `pending` starts right
+        // after the last one found, so the search goes on where it left off.
+        for end in memchr::memmem::find_iter(&self.pending, b"\n\n") {
+            Self::stanza(&self.pending[start..end], names, &mut self.found, &mut self.not_utf8);
+            start = end + 2;
+        }
+        self.pending.drain(..start);
+    }
+
+    /// The packages found, once the whole text arrived.
+    pub fn finish(mut self, names: &[&str]) -> Vec<Package> {
+        let rest = std::mem::take(&mut self.pending);
+        Self::stanza(&rest, names, &mut self.found, &mut self.not_utf8);
+        if self.not_utf8 { Vec::new() } else { self.found }
+    }
+
+    fn stanza(bytes: &[u8], names: &[&str], found: &mut Vec<Package>, not_utf8: &mut bool) {
+        match std::str::from_utf8(bytes) {
+            Ok(stanza) => found.extend(parse_selected(stanza, names)),
+            Err(_) => *not_utf8 = true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +223,30 @@ mod tests {
             all.into_iter().filter(|p| p.name == "docker.io" || p.name == "libc6").collect::<Vec<_>>()
         );
         assert!(parse_selected(&text, &[]).is_empty());
+    }
+
+    #[test]
+    fn selected_in_pieces_matches_the_whole() {
+        let text = fixture("debian12-dpkg-status-excerpt");
+        let names = ["docker.io", "libc6", "containerd", "absent"];
+        let whole = parse_selected(&text, &names);
+        assert!(whole.len() >= 2);
+        let odd = format!("\n\n\n{}\n\n\n\n{text}\n\n\n", text.replace("\n\n", "\n\n\n"));
+        for t in [text.as_str(), odd.as_str(), "", "\n", "\n\n"] {
+            for size in [1, 2, 3, 7, 64, 4096, 1 << 20] {
+                let mut s = Selected::default();
+                for piece in t.as_bytes().chunks(size) {
+                    s.feed(piece, &names);
+                }
+                assert_eq!(s.finish(&names), parse_selected(t, &names), "pieces of {size}");
+            }
+        }
+        // Not UTF-8 anywhere: nothing, as `read_to_string` failing gave.
+        let mut bad = text.clone().into_bytes();
+        bad.extend_from_slice(b"\n\nPackage: x\nDescription: \xff\n");
+        let mut s = Selected::default();
+        s.feed(&bad, &names);
+        assert!(s.finish(&names).is_empty());
     }
 
     #[test]

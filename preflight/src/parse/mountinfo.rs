@@ -81,6 +81,33 @@ pub fn mount_for<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
     best
 }
 
+/// [`mount_for`] over the text of a mountinfo, without parsing every line: only the line of
+/// the mount found is parsed whole. The same answer as `mount_for(&parse(text), path)`, for a
+/// caller that needs one mount (the agent rereads mountinfo every few minutes; parsing all of
+/// it was most of that reread).
+pub fn mount_for_in(text: &str, path: &Path) -> Option<Mount> {
+    let mut best: Option<(&str, usize)> = None;
+    for line in text.lines() {
+        let Some(point) = line.split(' ').nth(4) else { continue };
+        let point = if point.contains('\\') { PathBuf::from(unescape(point)) } else { PathBuf::from(point) };
+        if !path.starts_with(&point) {
+            continue;
+        }
+        // The same well-formedness rule as [`parse`]: a `-` separator after at least six
+        // fields, and three fields after it.
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.iter().position(|x| *x == "-") {
+            Some(sep) if sep >= 6 && fields.len() >= sep + 3 => {}
+            _ => continue,
+        }
+        let depth = point.components().count();
+        if best.is_none_or(|(_, d)| depth >= d) {
+            best = Some((line, depth));
+        }
+    }
+    parse(best?.0).pop()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +158,37 @@ mod tests {
         let t = mount_for(&m, Path::new("/tmp")).unwrap();
         assert!(t.has("noexec"));
         assert!(!mount_for(&m, Path::new("/var/tmp")).unwrap().has("noexec"));
+    }
+
+    #[test]
+    fn one_mount_from_the_text_is_the_one_from_the_parse() {
+        let garbage = "garbage line\n1 2 3 - x\n\n";
+        for name in [
+            "debian12-container.mountinfo",
+            "debian12-noexec-tmpfs.mountinfo",
+            "ubuntu2204-noexec-tmp.mountinfo",
+        ] {
+            let text = format!("{garbage}{}", fixture(name));
+            let all = parse(&text);
+            for p in [
+                "/",
+                "/tmp",
+                "/tmp/pfx/sub",
+                "/tmp/pfxx",
+                "/mnt",
+                "/var/lib/docker/overlay2",
+                "/dev/shm/x",
+                "/var/tmp",
+                "/nonexistent/x",
+            ] {
+                assert_eq!(
+                    mount_for_in(&text, Path::new(p)),
+                    mount_for(&all, Path::new(p)).cloned(),
+                    "{name} {p}"
+                );
+            }
+        }
+        assert_eq!(mount_for_in("", Path::new("/")), None);
     }
 
     #[test]

@@ -43,15 +43,18 @@ pub fn agent_cost_bin() -> PathBuf {
 
 /// `cargo xtask bench instructions`: the instruction count alone (about a minute), against the
 /// release platform. `GPUM_AGENT_COST_BIN` measures that agent instead of building one (an
-/// earlier build, to compare).
+/// earlier build, to compare), and `GPUM_PLATFORM_BIN` serves from that platform instead of
+/// building the release one (its cost is not counted, so any build does).
 pub fn run(_quick: bool) -> Result<Vec<super::Row>> {
     let agent = match std::env::var_os("GPUM_AGENT_COST_BIN") {
         Some(p) => PathBuf::from(p),
         None => crate::dist::build_measured_agent()?,
     };
-    let platform =
-        crate::util::release_build(&["--locked", "-p", "gpum-platform", "--bin", "gpum-platform"])?
-            .join("gpum-platform");
+    let platform = match std::env::var_os("GPUM_PLATFORM_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => crate::util::release_build(&["--locked", "-p", "gpum-platform", "--bin", "gpum-platform"])?
+            .join("gpum-platform"),
+    };
     let c = measure(&agent, &platform, crate::util::docker_answers())?;
     print(&c);
     Ok(rows(&c))
@@ -135,7 +138,12 @@ pub fn measure(agent: &Path, platform: &Path, docker: bool) -> Result<Cost> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let res = measure_in(agent, platform, docker, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    // `GPUM_BENCH_KEEP=1` keeps the callgrind files, to read with `callgrind_annotate`.
+    if std::env::var_os("GPUM_BENCH_KEEP").is_some() {
+        say!("  kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     res
 }
 
