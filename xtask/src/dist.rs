@@ -239,6 +239,9 @@ pub fn build_measured_agent() -> Result<PathBuf> {
     c.args(["--target", GNU])
         .args(GNU_PACKAGES)
         .args(["--bin", "gpum-agent", "--features", "gpum-agent/test-knobs"])
+        // The agent's own override strips too (Cargo.toml): its symbol table is kept here.
+        .arg("--config")
+        .arg(format!("profile.{PROFILE}.package.gpum-agent.strip=\"none\""))
         .env(format!("CARGO_PROFILE_{}_STRIP", PROFILE.replace('-', "_").to_uppercase()), "none");
     run_cmd(c)?;
     let dest = crate::bench::cost::agent_cost_bin();
