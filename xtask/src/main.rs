@@ -248,7 +248,7 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // changes nothing they look at; so do those about a page's mechanics (CSRF, live updates,
     // a refused form, what an offline server or a missing installer disables, the verdict's
     // wording, the earnings page, whose sums `platform_earnings` checks on both engines). The
-    // agent's and the tunnel's suites run once too (issue 45's CI budget): what they store
+    // agent's, the rentals' and the tunnel's suites run once too (the CI budget): what they store
     // goes through the heartbeat, rentals and relay-holder code that the platform's suite
     // (its replicas and effects included) runs on PostgreSQL here.
     steps.run("suites: the platform on PostgreSQL", || {
@@ -257,7 +257,7 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         let mut args = NEXTEST_ALL.to_vec();
         args.extend([
             "-E",
-            "package(gpum-platform) | binary_id(gpum-tests::platform) | binary_id(gpum-tests::rental) \
+            "package(gpum-platform) | binary_id(gpum-tests::platform) \
              | (binary_id(gpum-tests::dashboard) \
                 & !test(/fits_a_phone|screenshots|phone_widths|hostile_node_values|disabled_dashboard_in_a_browser\
 |no_install_command|live_pages|rentable_or_exactly|refused_setting|the_earnings_page|state_changes_need\
