@@ -5,6 +5,11 @@ use super::*;
 mod wording;
 pub(crate) use wording::{english_in, prose};
 
+/// The context of a page at `/` with no session, in `lang` and the default currency.
+fn plain_ctx(lang: Lang) -> Ctx {
+    Ctx { lang, path: "/".into(), csrf: None, account: None, currency: gpum_platform_core::currency::DEFAULT }
+}
+
 #[test]
 fn prices_as_typed_and_shown() {
     let rub = gpum_platform_core::currency::DEFAULT;
@@ -22,13 +27,7 @@ fn prices_as_typed_and_shown() {
     let jpy = Currency::parse("JPY").unwrap();
     assert_eq!((parse_price("1500", jpy), parse_price("15.5", jpy)), (Some(1500), None));
     assert_eq!(price_text(1500, jpy), "1500");
-    let ctx = Ctx {
-        lang: Lang::Ru,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::Ru);
     let mut n = node("node-1");
     n.price_per_gpu_hour = Some(1250);
     n.paused = true;
@@ -59,13 +58,7 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled, 6);
     assert_eq!(n.rentable.state, RentableState::NoGpu);
     for lang in [Lang::Ru, Lang::En] {
-        let ctx = Ctx {
-            lang,
-            path: "/".into(),
-            csrf: None,
-            account: None,
-            currency: gpum_platform_core::currency::DEFAULT,
-        };
+        let ctx = plain_ctx(lang);
         for page in [
             servers(&ctx, std::slice::from_ref(&n), PageAt::default(), 6, None, None),
             server(&ctx, &n, &History::default(), 6, None, true),
@@ -79,25 +72,13 @@ fn verdicts_in_words_and_a_machine_without_a_gpu_is_never_green() {
     n.verification = VerificationState::Failed;
     n.last_probe_reason = Some(ProbeFailure::NoNvidiaRuntime);
     n.rentable = crate::rentable::verdict(&n, true, crate::rentable::Owner::Enabled, 6);
-    let ctx = Ctx {
-        lang: Lang::En,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::En);
     let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
     assert!(s.contains("not rentable: the GPU check failed: Docker has no nvidia runtime"), "{s}");
     assert!(s.contains("<code id=\"fix-node-1\">sudo nvidia-ctk runtime configure"), "{s}");
     assert!(s.contains("data-copy=\"fix-node-1\""), "{s}");
     n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
-    let ru = Ctx {
-        lang: Lang::Ru,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ru = plain_ctx(Lang::Ru);
     assert!(
         server(&ru, &n, &History::default(), 6, None, true)
             .into_string()
@@ -156,13 +137,7 @@ fn the_server_page_says_whether_a_rentals_disk_can_be_limited() {
     ] {
         n.inventory.public.rental_disk_limit = limit;
         for (lang, want) in [(Lang::En, en), (Lang::Ru, ru)] {
-            let ctx = Ctx {
-                lang,
-                path: "/".into(),
-                csrf: None,
-                account: None,
-                currency: gpum_platform_core::currency::DEFAULT,
-            };
+            let ctx = plain_ctx(lang);
             let s = server(&ctx, &n, &History::default(), 6, None, true).into_string();
             assert!(s.contains(&maud::html! { (want) }.into_string()), "{lang:?} {limit:?}: {want} in {s}");
         }
@@ -185,13 +160,7 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         (Lang::En, ["Rentals", "running", "exited (3)", "waiting for the agent", "<th>End</th>"]),
         (Lang::Ru, ["Аренды", "работает", "процесс завершился (3)", "ждёт агента", "<th>Конец</th>"]),
     ] {
-        let ctx = Ctx {
-            lang,
-            path: "/".into(),
-            csrf: None,
-            account: None,
-            currency: gpum_platform_core::currency::DEFAULT,
-        };
+        let ctx = plain_ctx(lang);
         let s = server(&ctx, &n, &h, 6, None, true).into_string();
         for w in want {
             assert!(s.contains(w), "{lang:?}: {w} in {s}");
@@ -203,13 +172,7 @@ fn the_server_page_lists_its_rentals_in_both_languages() {
         assert!(empty.contains("id=\"no-rentals\""), "{empty}");
     }
     // Each cell is labelled for the phone's cards.
-    let ctx = Ctx {
-        lang: Lang::Ru,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::Ru);
     let s = server(&ctx, &n, &h, 6, None, true).into_string();
     for label in ["Аренда", "Образ", "Видеокарты", "Состояние", "Начало", "Конец"]
     {
@@ -234,20 +197,8 @@ fn commands_are_judged_by_what_followed_them() {
     let mut n = node("node-1");
     n.last_heartbeat_at = Some(20);
     n.health = Some(gpum_protocol::Health { nvml: gpum_protocol::NvmlState::Ok, ..Default::default() });
-    let ctx = Ctx {
-        lang: Lang::En,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
-    let ru = Ctx {
-        lang: Lang::Ru,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::En);
+    let ru = plain_ctx(Lang::Ru);
     let judge = |n: &NodeSummary, cmd: &CommandStatus| {
         let image = n.rentable.state != RentableState::AwaitingOperator;
         let (class, result, en) = command_outcome(&ctx, n, cmd, image);
@@ -333,13 +284,7 @@ fn times_are_time_elements_in_utc() {
     );
     // Every page's times so, and the live region's `data-at` too; the labels no longer say
     // "(UTC)": the time itself names its zone.
-    let ctx = Ctx {
-        lang: Lang::En,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::En);
     let mut n = node("node-1");
     n.rentable = Rentable { state: RentableState::Offline, since: Some(1_796_290_406) };
     let s = servers(&ctx, &[n.clone()], PageAt::default(), 1_796_290_500, None, None).into_string();
@@ -366,13 +311,7 @@ fn a_server_page_survives_numbers_at_their_extremes() {
     n.inventory.public.ram_mib = u64::MAX;
     n.inventory.public.disk_gib = u64::MAX;
     n.inventory.public.cpu_cores = u32::MAX;
-    let ctx = Ctx {
-        lang: Lang::En,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::En);
     assert!(server(&ctx, &n, &History::default(), u64::MAX, None, true).into_string().contains("2 × G"));
     assert!(servers(&ctx, &[n], PageAt::default(), 0, None, None).into_string().contains("node-1"));
 }
@@ -380,13 +319,7 @@ fn a_server_page_survives_numbers_at_their_extremes() {
 #[test]
 fn the_servers_page_links_the_next_page_and_refreshes_its_own() {
     for lang in [Lang::Ru, Lang::En] {
-        let ctx = Ctx {
-            lang,
-            path: "/".into(),
-            csrf: None,
-            account: None,
-            currency: gpum_platform_core::currency::DEFAULT,
-        };
+        let ctx = plain_ctx(lang);
         let first =
             servers(&ctx, &[], PageAt { after: None, next: Some("MTA6bl9h") }, 6, None, None).into_string();
         assert!(first.contains(r#"href="/dashboard?after=MTA6bl9h""#), "{first}");

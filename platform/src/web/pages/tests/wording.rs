@@ -110,13 +110,7 @@ fn figures_chart_and_event_log_in_both_languages() {
         ),
     ];
     for (lang, figures, events) in cases {
-        let ctx = Ctx {
-            lang,
-            path: "/".into(),
-            csrf: None,
-            account: None,
-            currency: gpum_platform_core::currency::DEFAULT,
-        };
+        let ctx = plain_ctx(lang);
         let page = server(&ctx, &n, &h, now, None, true).into_string();
         // Text as a browser shows it: tags dropped, entities read.
         let text = |from: &str, to: &str| {
@@ -165,13 +159,7 @@ fn figures_chart_and_event_log_in_both_languages() {
         assert_eq!(page.matches("</polyline>").count(), 8, "closed, so nothing nests in them");
     }
     // With nothing yet: said so, no chart.
-    let ctx = Ctx {
-        lang: Lang::Ru,
-        path: "/".into(),
-        csrf: None,
-        account: None,
-        currency: gpum_platform_core::currency::DEFAULT,
-    };
+    let ctx = plain_ctx(Lang::Ru);
     let page = server(&ctx, &node("node-2"), &History::default(), now, None, true).into_string();
     for id in ["no-figures", "no-history", "no-events"] {
         assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
