@@ -1036,6 +1036,7 @@ mod tests {
             probe_image: image.map(String::from),
             send_inventory: false,
             rentals: Vec::new(),
+            upgrade: None,
         }
     }
 

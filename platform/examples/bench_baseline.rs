@@ -72,6 +72,7 @@ async fn heartbeat(headers: HeaderMap, body: Bytes) -> Response {
         probe_image: None,
         send_inventory: req.inventory.is_none() && req.inventory_hash.is_empty(),
         rentals: Vec::new(),
+        upgrade: None,
     };
     axum::Json(resp).into_response()
 }

@@ -25,6 +25,8 @@ pub const PATH_REGISTER: &str = "/api/v1/agent/register";
 /// The installer's first call: binds a join code to its install id (issue 29, item 2).
 pub const PATH_ENROLL: &str = "/api/v1/agent/enroll";
 pub const PATH_HEARTBEAT: &str = "/api/v1/agent/heartbeat";
+/// A release's files for an agent's upgrade (issue 47): `upgrade::release_file_path`.
+pub const PATH_AGENT_RELEASES: &str = "/api/v1/agent/releases";
 pub const PATH_ADMIN_JOIN_CODES: &str = "/api/v1/admin/join-codes";
 pub const PATH_ADMIN_NODES: &str = "/api/v1/admin/nodes";
 pub const PATH_ADMIN_PROBE_IMAGE: &str = "/api/v1/admin/probe-image";
@@ -322,6 +324,18 @@ pub struct HeartbeatRequest {
     /// quarantined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantine: Option<Quarantine>,
+    /// The version this agent runs (issue 47), in every heartbeat, so the platform sees an
+    /// upgrade or a rollback at once. Absent from older agents: the platform keeps the version
+    /// the registration named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Whether the agent's `config.toml` allows automatic upgrades (`auto_update`, default
+    /// true). Absent from older agents, which cannot upgrade themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_update: Option<bool>,
+    /// The last upgrade attempt's result, until a heartbeat carrying it is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeReport>,
 }
 
 /// Why a node is quarantined: no rental starts on it until a recheck finds its GPUs free and
@@ -439,6 +453,8 @@ macro_rules! named_enum {
 // After the macro: its states are `named_enum!`s.
 pub mod alerts;
 pub use alerts::*;
+pub mod upgrade;
+pub use upgrade::{UpgradeOffer, UpgradeOutcome, UpgradeReport};
 
 named_enum! {
     /// The platform's verdict on the hardware, as dashboards show it. The agent's `state.json`
@@ -539,6 +555,10 @@ pub struct HeartbeatResponse {
     /// ignore it.
     #[serde(default)]
     pub rentals: Vec<RentalSpec>,
+    /// The version the platform wants this node to run (issue 47): only while the node is in
+    /// an active rollout and automatic upgrades are on for it. Older agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeOffer>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -209,6 +209,7 @@ pub fn heartbeat_prepared(
         probe_image,
         send_inventory: plan.send_inventory(),
         rentals,
+        upgrade: None,
     })
 }
 
