@@ -4,12 +4,19 @@
 
 use gpum_protocol::{
     HeartbeatRequest, NodeEventKind, OFFLINE_AFTER_SECS, PROBE_OUTPUT_MAX, ProbeFailure,
-    SAMPLE_INTERVAL_SECS, VerificationState,
+    SAMPLE_INTERVAL_SECS, UpgradeOffer, UpgradeOutcome, UpgradeReport, VerificationState,
 };
+
+use crate::rollout::{self, NodeUpgradeFacts, Rollout};
+
+/// The longest agent version kept (a version is `MAJOR.MINOR.PATCH`; anything longer is cut).
+pub const MAX_VERSION_LEN: usize = 64;
 
 /// What the store holds about the node when its heartbeat comes (its row, read once).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
+    /// The node's id (its rollout bucket's seed).
+    pub node_id: String,
     /// The hash of the inventory held.
     pub inventory_hash: String,
     /// Unix seconds of the last accepted heartbeat; `None` before the first.
@@ -25,6 +32,34 @@ pub struct NodeFacts {
     pub quarantine_json: Option<String>,
     /// Some command of the node's is not delivered yet.
     pub commands_waiting: bool,
+    /// The agent's version and `auto_update` as last reported (issue 47).
+    pub agent_version: String,
+    pub agent_auto_update: Option<bool>,
+    /// The owner's switch "automatic upgrades".
+    pub auto_update: bool,
+    /// The node's last upgrade report as held.
+    pub last_upgrade: Option<LastUpgrade>,
+    /// The version the node's last answer offered, if any.
+    pub upgrade_offered: Option<String>,
+    /// The active rollout, if one is (read in the same lookup).
+    pub rollout: Option<Rollout>,
+}
+
+/// The node's last upgrade report as the store holds it: enough to tell a repeat of it, and
+/// the version it failed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastUpgrade {
+    pub to: String,
+    pub outcome: UpgradeOutcome,
+    /// The agent's time of the attempt's end.
+    pub at: u64,
+}
+
+/// The agent's version and switch to write, when either changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentWrite {
+    pub version: String,
+    pub auto_update: Option<bool>,
 }
 
 /// What the platform made of the request before the rules (off the database thread): the
@@ -84,6 +119,19 @@ pub struct BeatPlan {
     pub deliver_commands: bool,
     /// Look the node's rentals up for the answer (only while it may have one).
     pub list_rentals: bool,
+    /// The agent's version or switch changed: written (issue 47).
+    pub agent: Option<AgentWrite>,
+    /// A new upgrade report (bounded), to record as the node's last; a repeat of the one held
+    /// is not.
+    pub upgrade_report: Option<UpgradeReport>,
+    /// The report is a failure of the active rollout's version: count the version's reports
+    /// and halt the rollout if the failures are over its share ([`rollout::halt`]).
+    pub tally: Option<String>,
+    /// The answer's offer ([`rollout::offer`], on the facts as this beat leaves them).
+    pub offer: Option<UpgradeOffer>,
+    /// The offer differs from the last answer's: written (what the pages call "upgrade
+    /// pending"). A steady beat writes nothing.
+    pub offer_changed: bool,
 }
 
 impl BeatPlan {
@@ -153,7 +201,57 @@ pub fn decide(facts: &NodeFacts, req: &HeartbeatRequest, sent: Sent<'_>, now: u6
         });
     }
 
+    // The agent's version and switch (issue 47): written when they change, which is at an
+    // upgrade or a rollback, or when the owner edits the agent's config.
+    let version = req.agent_version.as_deref().map(|v| cut(v, MAX_VERSION_LEN));
+    let auto = req.auto_update.or(facts.agent_auto_update);
+    let agent = (version.as_ref().is_some_and(|v| *v != facts.agent_version) || auto != facts.agent_auto_update)
+        .then(|| AgentWrite { version: version.clone().unwrap_or_else(|| facts.agent_version.clone()), auto_update: auto });
+    let running = agent.as_ref().map_or(facts.agent_version.as_str(), |a| a.version.as_str());
+
+    // The upgrade's report, once: the agent sends it until a beat carrying it is accepted, so a
+    // repeat of the one held writes nothing.
+    let upgrade_report = req
+        .upgrade
+        .as_ref()
+        .map(|u| UpgradeReport {
+            from: cut(&u.from, MAX_VERSION_LEN),
+            to: cut(&u.to, MAX_VERSION_LEN),
+            outcome: u.outcome,
+            detail: cut(&u.detail, gpum_protocol::limits::MAX_TEXT_LEN),
+            at: u.at,
+        })
+        .filter(|u| {
+            facts.last_upgrade.as_ref().is_none_or(|l| (l.to.as_str(), l.outcome, l.at) != (u.to.as_str(), u.outcome, u.at))
+        });
+    let tally = upgrade_report
+        .as_ref()
+        .filter(|u| rollout::is_failure(u.outcome))
+        .filter(|u| facts.rollout.as_ref().is_some_and(|r| r.version == u.to))
+        .map(|u| u.to.clone());
+    let last = match &upgrade_report {
+        Some(u) => Some((u.to.as_str(), u.outcome)),
+        None => facts.last_upgrade.as_ref().map(|l| (l.to.as_str(), l.outcome)),
+    };
+    let offer = rollout::offer(
+        facts.rollout.as_ref(),
+        &NodeUpgradeFacts {
+            node_id: &facts.node_id,
+            running,
+            owner_auto_update: facts.auto_update,
+            agent_auto_update: auto,
+            last,
+        },
+    )
+    .map(|version| UpgradeOffer { version });
+
+    let offer_changed = offer.as_ref().map(|o| o.version.as_str()) != facts.upgrade_offered.as_deref();
     BeatPlan {
+        agent,
+        upgrade_report,
+        tally,
+        offer,
+        offer_changed,
         inventory,
         events,
         probe,
@@ -185,6 +283,16 @@ impl NodeFacts {
         }
         if plan.sample {
             f.last_sample_at = Some(now as i64);
+        }
+        if let Some(a) = &plan.agent {
+            f.agent_version = a.version.clone();
+            f.agent_auto_update = a.auto_update;
+        }
+        if plan.offer_changed {
+            f.upgrade_offered = plan.offer.as_ref().map(|o| o.version.clone());
+        }
+        if let Some(u) = &plan.upgrade_report {
+            f.last_upgrade = Some(LastUpgrade { to: u.to.clone(), outcome: u.outcome, at: u.at });
         }
         f.last_heartbeat_at = Some(now as i64);
         f

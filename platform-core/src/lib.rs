@@ -19,9 +19,11 @@
 //! - [`reliability`]: the share of the last 30 days a server was online with its GPUs in
 //!   order, from its heartbeat history (issue 46).
 //!
+//! - [`rollout`]: which nodes a release's rollout offers its version to, and when the
+//!   failures halt it (issue 47).
 //! - [`alerts`]: which incidents of a server open and end, for its owner's alerts (issue 46).
 //!
-//! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` only
+//! Invariant: no I/O, no clock, no randomness; the dependencies are `gpum-protocol` and `sha2`
 //! (`tests/tidy.rs` checks it).
 
 pub mod alerts;
@@ -34,4 +36,5 @@ pub mod occupancy;
 pub mod placement;
 pub mod reliability;
 pub mod rentable;
+pub mod rollout;
 pub mod throttle;

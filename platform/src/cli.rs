@@ -74,6 +74,12 @@ enum Cmd {
     /// What the rentals earned (issue 46): per owner, server, month and day, and per rental;
     /// `--owner` for one owner's, `--csv` for the rentals as CSV.
     Earnings(earnings::EarningsArgs),
+    /// Agent releases and their rollouts (issue 47): add a signed dist, list, roll out to a
+    /// percentage of the servers, pause, resume, halt.
+    Releases {
+        #[command(subcommand)]
+        cmd: ReleasesCmd,
+    },
     /// The registries rental images may come from.
     RentalRegistries {
         #[command(subcommand)]
@@ -96,6 +102,36 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         to: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReleasesCmd {
+    /// Add a signed dist directory (`cargo xtask dist` / `sign`): release.json and its .sig,
+    /// manifest.json and its .sig, gpum-agent. Refused unless they agree with each other.
+    Add { dir: PathBuf },
+    /// The releases, newest first, with their rollouts.
+    List,
+    /// Offer VERSION to PERCENT % of the servers (raising it keeps the servers already chosen);
+    /// another current rollout ends.
+    Rollout {
+        version: String,
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+        percent: u8,
+        /// Halt by itself when more than this share (percent) of the servers that reported
+        /// rolled back or refused the version (default 20).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+        max_failures: Option<u8>,
+        /// TEST ONLY: offer the version whatever the servers run (the downgrade test).
+        #[cfg(feature = "test-knobs")]
+        #[arg(long, hide = true)]
+        offer_regardless: bool,
+    },
+    /// Offer the current rollout to no server until `resume`.
+    Pause,
+    /// Offer a paused or halted rollout again.
+    Resume,
+    /// Stop the current rollout (the operator's halt).
+    Halt,
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,6 +232,15 @@ struct SetArgs {
     /// Offer it again.
     #[arg(long)]
     resume: bool,
+    /// Automatic agent upgrades for this server (issue 47; the owner's switch, default on).
+    #[arg(long, value_enum, value_name = "on|off")]
+    auto_update: Option<OnOff>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 fn parse_price(s: &str, c: Currency) -> Result<u64, String> {
@@ -218,6 +263,7 @@ impl SetArgs {
                 (_, true) => Some(false),
                 _ => None,
             },
+            auto_update: self.auto_update.map(|o| o == OnOff::On),
         })
     }
 }
@@ -470,6 +516,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Nodes { cmd } => nodes(cmd, now, json, &tx),
         Cmd::Rentals { cmd } => rentals(cmd, now, json, &tx),
         Cmd::Earnings(args) => earnings::run(&args, now, json, &tx),
+        Cmd::Releases { cmd } => releases(cmd, now, json, &tx),
         Cmd::RentalRegistries { cmd } => rental_registries(&cmd, json, &tx),
         Cmd::ProbeImage { cmd } => probe_image(cmd, json, &tx),
     }
@@ -602,6 +649,81 @@ fn node_set_line(id: &str, v: &serde_json::Value, c: Currency) -> String {
         v["name"].as_str().unwrap_or_default(),
         v["min_rental_minutes"]
     )
+}
+
+/// `releases …`: each one transaction, as the admin API's.
+fn releases(cmd: ReleasesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
+    use gpum_platform_core::rollout::Action;
+    let action = |a: Action| -> Result<()> {
+        let v = tx(&|c| Ok(serde_json::to_value(store::rollout_action(c, now, a)?)?))?;
+        let r: gpum_protocol::RolloutSummary = serde_json::from_value(v.clone())?;
+        out(json, &v, rollout_line(&r));
+        Ok(())
+    };
+    match cmd {
+        ReleasesCmd::Add { dir } => {
+            let files = store::read_release_dir(&dir).map_err(anyhow::Error::msg)?;
+            let v = tx(&|c| Ok(serde_json::to_value(store::add_release(c, now, &files)?)?))?;
+            out(
+                json,
+                &v,
+                format!(
+                    "added {} (gpum-agent {} bytes, sha256 {})",
+                    v["version"].as_str().unwrap_or_default(),
+                    v["agent_size"],
+                    v["agent_sha256"].as_str().unwrap_or_default()
+                ),
+            );
+        }
+        ReleasesCmd::List => {
+            let v = tx(&|c| Ok(serde_json::to_value(store::list_releases(c)?)?))?;
+            let list: gpum_protocol::ReleaseList = serde_json::from_value(v.clone())?;
+            let mut s = format!("{:<12} {:<12} {:<12} ROLLOUT", "VERSION", "ADDED", "AGENT BYTES");
+            for r in &list.releases {
+                s.push_str(&format!(
+                    "\n{:<12} {:<12} {:<12} {}",
+                    Escaped(&r.version),
+                    crate::store::iso_utc(r.added_at as i64).get(..10).unwrap_or_default(),
+                    r.agent_size,
+                    r.rollout.as_ref().map_or_else(|| "-".to_owned(), rollout_line)
+                ));
+            }
+            if json { println!("{v}") } else { println!("{s}") }
+        }
+        ReleasesCmd::Rollout {
+            version,
+            percent,
+            max_failures,
+            #[cfg(feature = "test-knobs")]
+            offer_regardless,
+        } => {
+            #[cfg(not(feature = "test-knobs"))]
+            let offer_regardless = false;
+            let req = gpum_protocol::RolloutRequest { percent, max_failure_percent: max_failures, offer_regardless };
+            let v = tx(&|c| {
+                Ok(serde_json::to_value(store::start_rollout(c, now, &version, &req, cfg!(feature = "test-knobs"))?)?)
+            })?;
+            let r: gpum_protocol::RolloutSummary = serde_json::from_value(v.clone())?;
+            out(json, &v, rollout_line(&r));
+        }
+        ReleasesCmd::Pause => action(Action::Pause)?,
+        ReleasesCmd::Resume => action(Action::Resume)?,
+        ReleasesCmd::Halt => action(Action::Halt)?,
+    }
+    Ok(())
+}
+
+/// A rollout in one line: its version, state, percentage and, when halted, why.
+pub fn rollout_line(r: &gpum_protocol::RolloutSummary) -> String {
+    let why = match r.halt_reason {
+        Some(gpum_protocol::HaltReason::Failures) => format!(
+            ": {} of {} servers that reported rolled back or refused it (more than {} %)",
+            r.failed, r.reported, r.max_failure_percent
+        ),
+        Some(gpum_protocol::HaltReason::Operator) => ": halted by the operator".to_owned(),
+        None => format!(", {} of {} reported servers failed", r.failed, r.reported),
+    };
+    format!("{} {} at {} %{why}", r.version, r.state, r.percent)
 }
 
 /// `rental-registries set|reset|show`.

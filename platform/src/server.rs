@@ -97,6 +97,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", gpum_protocol::PATH_ALERTS_PUBLIC_KEY),
     ("GET", PATH_INSTALL_SH),
     ("GET", "/dl/{file}"),
+    ("GET", "/api/v1/agent/releases/{version}/{file}"),
+    ("GET", gpum_protocol::PATH_ADMIN_RELEASES),
+    ("POST", "/api/v1/admin/releases/{version}/rollout"),
+    ("POST", "/api/v1/admin/releases/pause"),
+    ("POST", "/api/v1/admin/releases/resume"),
+    ("POST", "/api/v1/admin/releases/halt"),
 ];
 
 pub struct Config {
@@ -149,6 +155,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_ADMIN_OWNERS, post(invite_owner).get(list_owners))
         .route(gpum_protocol::PATH_ADMIN_EARNINGS, get(earnings))
         .route(&format!("{PATH_ADMIN_OWNERS}/{{id}}"), axum::routing::patch(update_owner))
+        .route(gpum_protocol::PATH_ADMIN_RELEASES, get(list_releases))
+        .route(&format!("{}/{{version}}/rollout", gpum_protocol::PATH_ADMIN_RELEASES), post(start_rollout))
+        .route(&format!("{}/pause", gpum_protocol::PATH_ADMIN_RELEASES), post(pause_rollout))
+        .route(&format!("{}/resume", gpum_protocol::PATH_ADMIN_RELEASES), post(resume_rollout))
+        .route(&format!("{}/halt", gpum_protocol::PATH_ADMIN_RELEASES), post(halt_rollout))
         .route_layer(middleware::from_fn_with_state((state.clone(), throttle.clone()), admin_auth));
     // An owner's API: the same handlers, on their own servers only (the `Scope` their key
     // gives). What only the operator does (known containers, the check image, owners) is not here.
@@ -174,6 +185,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(PATH_TUNNEL, get(tunnel))
         .route(PATH_INSTALL_SH, get(install_sh))
         .route("/dl/{file}", get(download))
+        .route(&format!("{}/{{version}}/{{file}}", gpum_protocol::PATH_AGENT_RELEASES), get(release_file))
         .route(gpum_protocol::PATH_ALERTS_PUBLIC_KEY, get(alerts_public_key))
         .merge(admin)
         .merge(owner)
@@ -479,6 +491,30 @@ async fn tunnel(State(st): St, mut req: Request) -> Result<Response, ApiError> {
     Ok(resp)
 }
 
+/// `GET /api/v1/agent/releases/{version}/{file}` (issue 47): one file of a release the
+/// operator added, exactly as added, to a live node's token (a deleted node or a replaced token
+/// hears so, as at a heartbeat). Only [`gpum_protocol::upgrade::RELEASE_FILES`]; anything
+/// else, or an unknown version, is 404. The agent verifies what it gets; the platform only
+/// serves it.
+async fn release_file(State(st): St, Path((version, file)): Path<(String, String)>, req: Request) -> Result<Response, ApiError> {
+    let token = bearer(req.headers())
+        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?
+        .to_owned();
+    let known = gpum_protocol::upgrade::RELEASE_FILES.contains(&file.as_str());
+    let body = st
+        .db
+        .call(move |c| {
+            store::check_node_token(c, &token)?;
+            if !known {
+                return Ok(None);
+            }
+            store::release_file(c, &version, &file)
+        })
+        .await?;
+    let Some(body) = body else { return Err(ApiError::not_found("release file")) };
+    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], body).into_response())
+}
+
 /// For a heartbeat whose body is bad: the revocation or authentication answer if there is one
 /// (without recording anything), else the body's error.
 async fn revocation_or(st: &AppState, token: &str, body_err: ApiError) -> ApiError {
@@ -736,6 +772,37 @@ async fn update_owner(
 
 // ---------------------------------------------------------------------------------------------
 // Rentals (issue 33): the operator's
+
+async fn list_releases(State(st): St) -> Result<Response, ApiError> {
+    Ok(Json(st.db.call(store::list_releases).await?).into_response())
+}
+
+async fn start_rollout(
+    State(st): St,
+    Path(version): Path<String>,
+    ApiJson(req): ApiJson<gpum_protocol::RolloutRequest>,
+) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    let knobs = cfg!(feature = "test-knobs");
+    Ok(Json(st.db.call(move |c| store::start_rollout(c, now, &version, &req, knobs)).await?).into_response())
+}
+
+async fn rollout_action(st: &AppState, action: gpum_platform_core::rollout::Action) -> Result<Response, ApiError> {
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::rollout_action(c, now, action)).await?).into_response())
+}
+
+async fn pause_rollout(State(st): St) -> Result<Response, ApiError> {
+    rollout_action(&st, gpum_platform_core::rollout::Action::Pause).await
+}
+
+async fn resume_rollout(State(st): St) -> Result<Response, ApiError> {
+    rollout_action(&st, gpum_platform_core::rollout::Action::Resume).await
+}
+
+async fn halt_rollout(State(st): St) -> Result<Response, ApiError> {
+    rollout_action(&st, gpum_platform_core::rollout::Action::Halt).await
+}
 
 async fn get_rental_registries(State(st): St) -> Result<Response, ApiError> {
     let registries = st.db.call(crate::rentals::registries).await?;
@@ -1036,7 +1103,7 @@ mod tests {
             let app = app.clone();
             let req = Request::builder()
                 .method(Method::from_bytes(method.as_bytes()).unwrap())
-                .uri(path.replace("{id}", "node-x").replace("{file}", "gpum-install"))
+                .uri(path.replace("{id}", "node-x").replace("{file}", "gpum-install").replace("{version}", "0.1.0"))
                 .header(header::AUTHORIZATION, "Bearer t")
                 .header(header::HOST, "127.0.0.1:1")
                 .body(Body::from("{}"))

@@ -427,6 +427,9 @@ stored!(
     AlertState,
     AlertChannel,
     AlertDelivery,
+    UpgradeOutcome,
+    RolloutState,
+    HaltReason,
 );
 
 /// A column's position (`r.get(0)`, as with rusqlite).

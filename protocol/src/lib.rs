@@ -454,7 +454,10 @@ macro_rules! named_enum {
 pub mod alerts;
 pub use alerts::*;
 pub mod upgrade;
-pub use upgrade::{UpgradeOffer, UpgradeOutcome, UpgradeReport};
+pub use upgrade::{
+    HaltReason, NodeUpgrades, PATH_ADMIN_RELEASES, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState,
+    RolloutSummary, UpgradeOffer, UpgradeOutcome, UpgradeReport,
+};
 
 named_enum! {
     /// The platform's verdict on the hardware, as dashboards show it. The agent's `state.json`
@@ -741,6 +744,10 @@ pub struct NodeSummary {
     /// `maintenance`. Absent from older platforms.
     #[serde(default)]
     pub maintenance: Vec<MaintenanceWindow>,
+    /// Its agent's upgrades (issue 47): the owner's switch, the agent's, a pending one and the
+    /// last result. Absent from older platforms.
+    #[serde(default)]
+    pub upgrades: NodeUpgrades,
 }
 
 /// A maintenance window an owner planned for a server (issue 46): `[starts_at, ends_at)` in
@@ -864,6 +871,9 @@ pub struct UpdateNodeRequest {
     pub min_rental_minutes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// The owner's switch "automatic upgrades" (issue 47).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_update: Option<bool>,
 }
 
 /// A field that is present, `null` included, is `Some`; an absent one stays `None` (`default`).
@@ -879,6 +889,13 @@ pub struct NodeSettings {
     pub price_per_gpu_hour: Option<u64>,
     pub min_rental_minutes: u32,
     pub paused: bool,
+    /// Automatic upgrades (issue 47). Absent from older platforms: on.
+    #[serde(default = "yes")]
+    pub auto_update: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A queued command as the admin sees it.

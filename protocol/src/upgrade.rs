@@ -60,3 +60,125 @@ pub struct UpgradeReport {
     /// Unix seconds (the agent's clock) when the attempt ended.
     pub at: u64,
 }
+
+/// The operator's releases (`gpum-platform releases …`): `GET` lists them with their rollouts;
+/// `POST {PATH_ADMIN_RELEASES}/{version}/rollout` starts or changes one ([`RolloutRequest`]);
+/// `POST {PATH_ADMIN_RELEASES}/pause|resume|halt` acts on the current rollout. Adding a release
+/// is the command line's alone (`releases add DIR`, on the platform's machine: the agent binary is
+/// larger than a request body may be).
+pub const PATH_ADMIN_RELEASES: &str = "/api/v1/admin/releases";
+
+named_enum! {
+    /// Where a release's rollout stands. At most one rollout is `active` or `paused` at a
+    /// time; starting another one marks the previous one `done`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub enum RolloutState {
+        /// Offered to the nodes in its percentage.
+        #[default]
+        Active = "active",
+        /// Offered to none until resumed.
+        Paused = "paused",
+        /// Stopped by the operator or by the failure rule; offered to none until resumed.
+        Halted = "halted",
+        /// Replaced by a later rollout.
+        Done = "done",
+    }
+}
+
+named_enum! {
+    /// Why a rollout halted.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum HaltReason {
+        /// `releases halt`.
+        Operator = "operator",
+        /// More than the rollout's share of the nodes that reported on its version rolled back
+        /// or refused it.
+        Failures = "failures",
+    }
+}
+
+/// The largest share of failed nodes a rollout accepts by default, in percent of the nodes
+/// that reported on its version.
+pub const DEFAULT_MAX_FAILURE_PERCENT: u8 = 20;
+
+/// `POST {PATH_ADMIN_RELEASES}/{version}/rollout`: offer `version` to `percent` % of the
+/// eligible nodes (a stable choice: raising the percentage keeps the nodes already chosen).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutRequest {
+    /// 0 to 100.
+    pub percent: u8,
+    /// The share of failed nodes (of those that reported) above which the rollout halts
+    /// itself; [`DEFAULT_MAX_FAILURE_PERCENT`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failure_percent: Option<u8>,
+    /// TEST ONLY (platforms built with the `test-knobs` feature; refused otherwise): offer the
+    /// version whatever the node runs, so a test can prove the agent refuses a downgrade.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offer_regardless: bool,
+}
+
+/// A release's rollout, as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutSummary {
+    pub version: String,
+    pub state: RolloutState,
+    pub percent: u8,
+    pub max_failure_percent: u8,
+    /// Set when `state` is `halted`.
+    #[serde(default)]
+    pub halt_reason: Option<HaltReason>,
+    /// The nodes that reported on this version, and how many of them rolled back or refused
+    /// it (at the halt, for a rollout the failures halted; else now).
+    pub reported: u32,
+    pub failed: u32,
+    /// Unix seconds: when the rollout started, and when its state or percentage last changed.
+    pub started_at: u64,
+    pub updated_at: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offer_regardless: bool,
+}
+
+/// One release the operator added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseSummary {
+    pub version: String,
+    /// Unix seconds.
+    pub added_at: u64,
+    /// The agent binary's size and SHA-256 (hex), as the signed manifest lists them.
+    pub agent_size: u64,
+    pub agent_sha256: String,
+    /// The signed metadata's expiry (Unix seconds): agents refuse the release after it.
+    pub expires: u64,
+    /// Its rollout, if one was started.
+    #[serde(default)]
+    pub rollout: Option<RolloutSummary>,
+}
+
+/// `GET {PATH_ADMIN_RELEASES}`: newest added first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ReleaseList {
+    pub releases: Vec<ReleaseSummary>,
+}
+
+/// A server's upgrades as its owner and the operator see them (`NodeSummary::upgrades`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeUpgrades {
+    /// The owner's switch "automatic upgrades" (default on).
+    pub auto_update: bool,
+    /// What the agent's `config.toml` says (`None`: an agent that does not report it).
+    #[serde(default)]
+    pub agent_auto_update: Option<bool>,
+    /// The version the current rollout offers this server and it has not reported on yet.
+    #[serde(default)]
+    pub pending: Option<String>,
+    /// The last upgrade's result the agent reported.
+    #[serde(default)]
+    pub last: Option<UpgradeReport>,
+}
+
+impl Default for NodeUpgrades {
+    fn default() -> Self {
+        NodeUpgrades { auto_update: true, agent_auto_update: None, pending: None, last: None }
+    }
+}

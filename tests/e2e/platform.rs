@@ -38,6 +38,9 @@ mod earnings;
 // Issue 46: alerts to owners, by e-mail (a real SMTP server) and signed webhook.
 #[path = "platform_alerts.rs"]
 mod alerts;
+// Issue 47: releases, rollouts and the agent's upgrades, the platform's side.
+#[path = "platform_upgrades.rs"]
+mod upgrades;
 // Issue 35: replicas on one PostgreSQL.
 #[path = "platform_replicas.rs"]
 mod replicas;

@@ -31,6 +31,7 @@ const SERVER_PAGES: &[(&str, &str, Fields)] = &[
         &[("name", "stolen"), ("price", "1.00"), ("min_rental", "60")],
     ),
     ("POST", "/dashboard/servers/{id}/pause", &[("paused", "true")]),
+    ("POST", "/dashboard/servers/{id}/auto-update", &[("auto_update", "false")]),
     ("POST", "/dashboard/servers/{id}/rotate-token", &[]),
     ("POST", "/dashboard/servers/{id}/delete", &[]),
     (

@@ -159,6 +159,7 @@ fn arb_facts() -> impl Strategy<Value = NodeFacts> {
             rentals_until: until,
             quarantine_json: q.map(str::to_owned),
             commands_waiting: waiting,
+            ..Default::default()
         })
 }
 
@@ -229,5 +230,86 @@ proptest! {
         prop_assert_eq!(p.quarantine_changed, q != facts.quarantine_json.as_deref());
         let checks = p.events.iter().filter(|e| matches!(e.kind, NodeEventKind::CheckPassed | NodeEventKind::CheckFailed)).count();
         prop_assert!(checks <= 1);
+    }
+}
+
+mod upgrades {
+    use super::*;
+    use crate::rollout::Rollout;
+    use gpum_protocol::{RolloutState, UpgradeOutcome, UpgradeReport};
+
+    fn facts() -> NodeFacts {
+        NodeFacts {
+            node_id: "node-1".into(),
+            agent_version: "0.1.0".into(),
+            auto_update: true,
+            rollout: Some(Rollout {
+                version: "0.2.0".into(),
+                state: RolloutState::Active,
+                percent: 100,
+                offer_regardless: false,
+            }),
+            ..known()
+        }
+    }
+
+    fn report(outcome: UpgradeOutcome) -> UpgradeReport {
+        UpgradeReport { from: "0.1.0".into(), to: "0.2.0".into(), outcome, detail: "x".repeat(5000), at: 7 }
+    }
+
+    #[test]
+    fn an_active_rollout_offers_and_a_steady_beat_writes_nothing_of_the_agent() {
+        let req = HeartbeatRequest { agent_version: Some("0.1.0".into()), ..beat(2) };
+        let p = decide(&facts(), &req, Sent::default(), T0 + 1);
+        assert_eq!(p.offer.map(|o| o.version), Some("0.2.0".into()));
+        assert_eq!(p.agent, None, "the same version and no switch reported: nothing to write");
+        assert_eq!(p.upgrade_report, None);
+        let off = NodeFacts { auto_update: false, ..facts() };
+        assert_eq!(decide(&off, &req, Sent::default(), T0 + 1).offer, None, "the owner's switch");
+        let agent_off = HeartbeatRequest { auto_update: Some(false), ..req.clone() };
+        let p = decide(&facts(), &agent_off, Sent::default(), T0 + 1);
+        assert_eq!(p.offer, None, "the agent's switch");
+        assert_eq!(p.agent.map(|a| a.auto_update), Some(Some(false)), "the agent's switch is written once");
+    }
+
+    #[test]
+    fn a_new_version_is_written_and_is_offered_no_more() {
+        let req = HeartbeatRequest {
+            agent_version: Some("0.2.0".into()),
+            upgrade: Some(report(UpgradeOutcome::Succeeded)),
+            ..beat(2)
+        };
+        let p = decide(&facts(), &req, Sent::default(), T0 + 1);
+        assert_eq!(p.agent.as_ref().map(|a| a.version.as_str()), Some("0.2.0"));
+        assert_eq!(p.offer, None);
+        let u = p.upgrade_report.clone().expect("recorded");
+        assert_eq!(u.detail.len(), gpum_protocol::limits::MAX_TEXT_LEN, "the detail is cut");
+        assert_eq!(p.tally, None, "a success halts nothing");
+        // The same report again (the agent resends until accepted): recorded once.
+        let after = facts().after(Sent::default(), &p, T0 + 1);
+        let again = decide(&after, &req, Sent::default(), T0 + 2);
+        assert_eq!(again.upgrade_report, None);
+        assert_eq!(again.agent, None);
+    }
+
+    #[test]
+    fn a_rollback_is_counted_and_that_version_is_offered_no_more() {
+        let req = HeartbeatRequest {
+            agent_version: Some("0.1.0".into()),
+            upgrade: Some(report(UpgradeOutcome::RolledBack)),
+            ..beat(2)
+        };
+        let p = decide(&facts(), &req, Sent::default(), T0 + 1);
+        assert_eq!(p.tally.as_deref(), Some("0.2.0"));
+        assert_eq!(p.offer, None, "not offered again in the very answer");
+        let after = facts().after(Sent::default(), &p, T0 + 1);
+        let again = decide(&after, &HeartbeatRequest { agent_version: Some("0.1.0".into()), ..beat(3) }, Sent::default(), T0 + 2);
+        assert_eq!((again.offer, again.tally), (None, None));
+        // A report of another version than the active rollout's counts toward nothing.
+        let other = HeartbeatRequest {
+            upgrade: Some(UpgradeReport { to: "0.1.5".into(), ..report(UpgradeOutcome::Refused) }),
+            ..beat(2)
+        };
+        assert_eq!(decide(&facts(), &other, Sent::default(), T0 + 1).tally, None);
     }
 }

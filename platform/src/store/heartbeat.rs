@@ -2,7 +2,11 @@
 //! commands and rentals it carries) built.
 
 use super::*;
-use crate::rules::heartbeat::{self as heartbeat_rules, BeatPlan, InventoryPlan, NodeFacts, Sent};
+use crate::rules::heartbeat::{
+    self as heartbeat_rules, BeatPlan, InventoryPlan, LastUpgrade, NodeFacts, Sent,
+};
+use gpum_platform_core::rollout::Rollout;
+use gpum_protocol::{RolloutState, UpgradeOutcome};
 
 /// Finds the live node a bearer token belongs to, or the revocation answer.
 pub(super) fn authenticate_node(conn: &Conn, token: &str) -> Result<String, ApiError> {
@@ -183,6 +187,7 @@ pub fn heartbeat_prepared(
         record(conn, node_id, e.at, e.kind, &e.subject, &e.detail)?;
     }
     write_node(conn, now, node_id, req, prep, &plan)?;
+    super::releases::apply_beat(conn, now, node_id, &plan)?;
     record_removals(conn, now, node_id, &req.removed_containers)?;
     record_results(conn, now, node_id, &req.command_results)?;
     let commands = if plan.deliver_commands { deliver_commands(conn, now, node_id)? } else { Vec::new() };
@@ -209,7 +214,7 @@ pub fn heartbeat_prepared(
         probe_image,
         send_inventory: plan.send_inventory(),
         rentals,
-        upgrade: None,
+        upgrade: plan.offer,
     })
 }
 
@@ -228,22 +233,34 @@ struct BeatRow {
 /// database), so that two replicas answering one node at once take turns, and the second sees
 /// what the first wrote: one online event, not two. `None` for a deleted or unknown node.
 fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError> {
+    // The active rollout (issue 47) rides along in the same statement: a lookup in a table of
+    // a few rows by its index, so a steady heartbeat costs no extra statement.
     let row = conn
         .prepare_cached(&conn.for_update(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
                     last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until,
                     quarantine_json,
-                    EXISTS (SELECT 1 FROM commands WHERE node_id = nodes.id AND delivered_at IS NULL)
+                    EXISTS (SELECT 1 FROM commands WHERE node_id = nodes.id AND delivered_at IS NULL),
+                    agent_version, agent_auto_update, auto_update, upgrade_to, upgrade_outcome, upgrade_at,
+                    upgrade_offered,
+                    (SELECT version FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1),
+                    (SELECT percent FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1),
+                    (SELECT offer_regardless FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1)
              FROM nodes WHERE token_hash = ?1",
         ))?
-        .query_row(params![token_hash], |r| {
+        .query_row(params![token_hash, RolloutState::Active], |r| {
             let deleted_at: Option<i64> = r.get(1)?;
+            let id: String = r.get(0)?;
+            let upgrade_to: Option<String> = r.get(15)?;
+            let upgrade_outcome: Option<UpgradeOutcome> = r.get(16)?;
+            let upgrade_at: Option<i64> = r.get(17)?;
+            let rollout_version: Option<String> = r.get(19)?;
             let row = BeatRow {
-                id: r.get(0)?,
                 known_json: r.get(3)?,
                 probe_image: r.get(4)?,
                 facts: NodeFacts {
+                    node_id: id.clone(),
                     inventory_hash: r.get(2)?,
                     last_heartbeat_at: r.get(5)?,
                     last_sample_at: r.get(6)?,
@@ -252,7 +269,27 @@ fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError
                     rentals_until: r.get(9)?,
                     quarantine_json: r.get(10)?,
                     commands_waiting: r.get(11)?,
+                    agent_version: r.get(12)?,
+                    agent_auto_update: r.get(13)?,
+                    auto_update: r.get(14)?,
+                    last_upgrade: match (upgrade_to, upgrade_outcome) {
+                        (Some(to), Some(outcome)) => {
+                            Some(LastUpgrade { to, outcome, at: upgrade_at.unwrap_or(0).max(0) as u64 })
+                        }
+                        _ => None,
+                    },
+                    upgrade_offered: r.get(18)?,
+                    rollout: match rollout_version {
+                        Some(version) => Some(Rollout {
+                            version,
+                            state: RolloutState::Active,
+                            percent: r.get::<_, i64>(20)?.clamp(0, 100) as u8,
+                            offer_regardless: r.get(21)?,
+                        }),
+                        None => None,
+                    },
                 },
+                id,
             };
             Ok(deleted_at.is_none().then_some(row))
         })

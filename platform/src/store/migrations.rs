@@ -322,6 +322,48 @@ CREATE TABLE alert_notices (
 CREATE INDEX alert_notices_unclaimed ON alert_notices(at) WHERE claimed_at IS NULL;
 CREATE INDEX alert_notices_owner ON alert_notices(owner_id, at);
 "#,
+    // 20: signed in-place agent upgrades (issue 47, `store::releases`): the releases the
+    // operator added (the signed dist's five files as they are), their rollouts (at most one
+    // active or paused), each node's owner switch, the agent's reported one, the node's last
+    // upgrade report (what the failure rule counts, per version), and the version its last
+    // answer offered (written when the offer changes: "upgrade pending").
+    r#"
+ALTER TABLE nodes ADD COLUMN auto_update INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE nodes ADD COLUMN agent_auto_update INTEGER;
+ALTER TABLE nodes ADD COLUMN upgrade_from TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_to TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_outcome TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_detail TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_at INTEGER;
+ALTER TABLE nodes ADD COLUMN upgrade_recorded_at INTEGER;
+ALTER TABLE nodes ADD COLUMN upgrade_offered TEXT;
+CREATE INDEX nodes_upgrade_to ON nodes(upgrade_to) WHERE upgrade_to IS NOT NULL;
+CREATE TABLE releases (
+    version        TEXT PRIMARY KEY,
+    added_at       INTEGER NOT NULL,
+    expires        INTEGER NOT NULL,
+    agent_size     INTEGER NOT NULL,
+    agent_sha256   TEXT NOT NULL,
+    release_json   BLOB NOT NULL,
+    release_sig    BLOB NOT NULL,
+    manifest_json  BLOB NOT NULL,
+    manifest_sig   BLOB NOT NULL,
+    agent          BLOB NOT NULL
+);
+CREATE TABLE rollouts (
+    version              TEXT PRIMARY KEY REFERENCES releases(version),
+    state                TEXT NOT NULL,
+    percent              INTEGER NOT NULL,
+    max_failure_percent  INTEGER NOT NULL,
+    offer_regardless     INTEGER NOT NULL DEFAULT 0,
+    halt_reason          TEXT,
+    halt_reported        INTEGER,
+    halt_failed          INTEGER,
+    started_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL
+);
+CREATE INDEX rollouts_state ON rollouts(state, started_at);
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -626,6 +668,46 @@ CREATE TABLE alert_notices (
 );
 CREATE INDEX alert_notices_unclaimed ON alert_notices(at) WHERE claimed_at IS NULL;
 CREATE INDEX alert_notices_owner ON alert_notices(owner_id, at);
+"#,
+    ),
+    (
+        20,
+        r#"
+ALTER TABLE nodes ADD COLUMN auto_update BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE nodes ADD COLUMN agent_auto_update BIGINT;
+ALTER TABLE nodes ADD COLUMN upgrade_from TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_to TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_outcome TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_detail TEXT;
+ALTER TABLE nodes ADD COLUMN upgrade_at BIGINT;
+ALTER TABLE nodes ADD COLUMN upgrade_recorded_at BIGINT;
+ALTER TABLE nodes ADD COLUMN upgrade_offered TEXT;
+CREATE INDEX nodes_upgrade_to ON nodes(upgrade_to) WHERE upgrade_to IS NOT NULL;
+CREATE TABLE releases (
+    version        TEXT PRIMARY KEY,
+    added_at       BIGINT NOT NULL,
+    expires        BIGINT NOT NULL,
+    agent_size     BIGINT NOT NULL,
+    agent_sha256   TEXT NOT NULL,
+    release_json   BYTEA NOT NULL,
+    release_sig    BYTEA NOT NULL,
+    manifest_json  BYTEA NOT NULL,
+    manifest_sig   BYTEA NOT NULL,
+    agent          BYTEA NOT NULL
+);
+CREATE TABLE rollouts (
+    version              TEXT PRIMARY KEY REFERENCES releases(version),
+    state                TEXT NOT NULL,
+    percent              BIGINT NOT NULL,
+    max_failure_percent  BIGINT NOT NULL,
+    offer_regardless     BIGINT NOT NULL DEFAULT 0,
+    halt_reason          TEXT,
+    halt_reported        BIGINT,
+    halt_failed          BIGINT,
+    started_at           BIGINT NOT NULL,
+    updated_at           BIGINT NOT NULL
+);
+CREATE INDEX rollouts_state ON rollouts(state, started_at);
 "#,
     ),
 ];

@@ -84,6 +84,7 @@ mod migrations;
 mod nodes;
 mod owners;
 mod reliability;
+mod releases;
 #[cfg(test)]
 mod tests;
 
@@ -96,3 +97,7 @@ pub use maintenance::{add_maintenance, delete_maintenance, maintenance_windows};
 pub use migrations::*;
 pub use nodes::*;
 pub use owners::*;
+pub use releases::{
+    AGENT_FILE, CheckedRelease, ReleaseFiles, add_release, check_release, current_rollout, list_releases,
+    read_release_dir, release_file, rollout_action, start_rollout,
+};

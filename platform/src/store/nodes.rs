@@ -64,7 +64,9 @@ macro_rules! node_select {
                 health_json, verification, probe_output, probe_reason, managed_json, known_json,
                 name, price_per_gpu_hour, min_rental_minutes, paused, probe_at,
                 (SELECT email FROM owners WHERE owners.id = nodes.owner_id), quarantine_json,
-                (SELECT disabled_at FROM owners WHERE owners.id = nodes.owner_id)
+                (SELECT disabled_at FROM owners WHERE owners.id = nodes.owner_id),
+                auto_update, agent_auto_update, upgrade_offered, upgrade_from, upgrade_to, upgrade_outcome,
+                upgrade_detail, upgrade_recorded_at
          FROM nodes "
     };
 }
@@ -109,6 +111,16 @@ pub(super) fn node_summary(
         owner: r.get(18)?,
         quarantine: r.get::<_, Option<String>>(19)?.and_then(|q| serde_json::from_str::<Quarantine>(&q).ok()),
         maintenance: Vec::new(),
+        upgrades: super::releases::node_upgrades(
+            r.get(21)?,
+            r.get(22)?,
+            r.get(23)?,
+            r.get(24)?,
+            r.get(25)?,
+            r.get(26)?,
+            r.get(27)?,
+            r.get(28)?,
+        ),
     };
     Ok((n, owner))
 }
@@ -520,7 +532,8 @@ pub fn update_node(
              name = CASE WHEN ?2 THEN ?3 ELSE name END,
              price_per_gpu_hour = CASE WHEN ?4 THEN ?5 ELSE price_per_gpu_hour END,
              min_rental_minutes = COALESCE(?6, min_rental_minutes),
-             paused = COALESCE(?7, paused)
+             paused = COALESCE(?7, paused),
+             auto_update = COALESCE(?8, auto_update)
          WHERE id = ?1",
     )?
     .execute(params![
@@ -531,6 +544,7 @@ pub fn update_node(
         req.price_per_gpu_hour.flatten().map(|p| p as i64),
         req.min_rental_minutes,
         req.paused,
+        req.auto_update,
     ])?;
     node_settings(conn, id)
 }
@@ -539,7 +553,7 @@ pub fn update_node(
 pub fn node_settings(conn: &Conn, id: &str) -> Result<NodeSettings, ApiError> {
     let row = conn
         .prepare_cached(
-            "SELECT name, inventory_json, price_per_gpu_hour, min_rental_minutes, paused FROM nodes
+            "SELECT name, inventory_json, price_per_gpu_hour, min_rental_minutes, paused, auto_update FROM nodes
              WHERE id = ?1 AND deleted_at IS NULL",
         )?
         .query_row(params![id], |r| {
@@ -549,10 +563,11 @@ pub fn node_settings(conn: &Conn, id: &str) -> Result<NodeSettings, ApiError> {
                 r.get::<_, Option<i64>>(2)?,
                 r.get::<_, i64>(3)?,
                 r.get::<_, bool>(4)?,
+                r.get::<_, bool>(5)?,
             ))
         })
         .optional()?;
-    let Some((name, inv, price, min, paused)) = row else { return Err(ApiError::not_found("node")) };
+    let Some((name, inv, price, min, paused, auto_update)) = row else { return Err(ApiError::not_found("node")) };
     let name = name.unwrap_or_else(|| {
         serde_json::from_str::<Inventory>(&inv).map(|i| i.private.hostname).unwrap_or_default()
     });
@@ -562,6 +577,7 @@ pub fn node_settings(conn: &Conn, id: &str) -> Result<NodeSettings, ApiError> {
         price_per_gpu_hour: price.map(|v| v.max(0) as u64),
         min_rental_minutes: min.clamp(1, i64::from(MAX_MIN_RENTAL_MINUTES)) as u32,
         paused,
+        auto_update,
     })
 }
 

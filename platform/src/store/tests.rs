@@ -4,7 +4,7 @@ use super::*;
 use gpum_protocol::{PROBE_OUTPUT_MAX, ProbeFailure, ProbeReport, VerificationState};
 
 /// A fresh database on the engine of `GPUM_TEST_DB` (`crate::testdb`).
-fn db() -> (crate::testdb::TestDb, Conn) {
+pub(super) fn db() -> (crate::testdb::TestDb, Conn) {
     let t = crate::testdb::TestDb::new();
     let c = t.open();
     (t, c)
@@ -106,6 +106,7 @@ fn settings_change_only_what_is_sent_and_are_checked_first() {
         price_per_gpu_hour: Some(Some(1250)),
         min_rental_minutes: Some(120),
         paused: None,
+        ..Default::default()
     })
     .unwrap();
     assert_eq!(
@@ -198,6 +199,7 @@ fn settings_change_only_what_is_sent_and_are_checked_first() {
         price_per_gpu_hour: Some(Some(MAX_PRICE_PER_GPU_HOUR)),
         min_rental_minutes: Some(10_080),
         paused: Some(false),
+        ..Default::default()
     })
     .unwrap();
     assert_eq!((s.name.chars().count(), s.min_rental_minutes, s.paused), (64, 10_080, false));

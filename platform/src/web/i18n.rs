@@ -486,6 +486,49 @@ gpum_common::texts! {
             "Приостановленный сервер не предлагается арендаторам; цена и название сохраняются.",
             "A paused server is not offered to tenants; its price and name are kept.",
         ),
+        // Agent upgrades (issue 47): the server page's section and its switch.
+        UpgradesTitle => ("Обновления агента", "Agent upgrades"),
+        AutoUpdateOn => ("Автоматические обновления: включены", "Automatic upgrades: on"),
+        AutoUpdateOff => ("Автоматические обновления: выключены", "Automatic upgrades: off"),
+        AutoUpdateTurnOff => ("Выключить автоматические обновления", "Turn automatic upgrades off"),
+        AutoUpdateTurnOn => ("Включить автоматические обновления", "Turn automatic upgrades on"),
+        AutoUpdateHelp => (
+            "Платформа предлагает агенту новую версию; агент сам проверяет её подпись и что она новее, \
+             а если новая версия не выходит на связь, возвращает прежнюю. Аренды при этом продолжаются. \
+             Выключено — агент остаётся на своей версии; переустановка, как прежде, тоже возможна.",
+            "The platform offers the agent a new version; the agent itself checks its signature and that \
+             it is newer, and puts the previous one back if the new one does not get in touch. Rentals \
+             keep running. Off: the agent stays on its version; reinstalling still works as before.",
+        ),
+        AutoUpdateAgentOff => (
+            "В настройках агента на самом сервере автоматические обновления выключены.",
+            "The agent's config.toml turns automatic upgrades off (auto_update = false).",
+        ),
+        UpgradePending => ("Ожидается обновление до {version}", "Upgrade to {version} pending"),
+        NoUpgradePending => ("Обновление не ожидается", "No upgrade pending"),
+        LastUpgrade => ("Последнее обновление", "Last upgrade"),
+        NoUpgradeYet => ("Ещё не обновлялся", "Not upgraded yet"),
+        UpgradeSucceeded => ("{from} → {to}: успешно", "{from} → {to}: succeeded"),
+        UpgradeRolledBack => (
+            "{from} → {to}: новая версия не вышла на связь, возвращена прежняя",
+            "{from} → {to}: the new version did not get in touch; the previous one was put back",
+        ),
+        UpgradeRefused => (
+            "{from} → {to}: агент отказался (проверка не пройдена), ничего не изменено",
+            "{from} → {to}: refused by the agent (verification failed); nothing changed",
+        ),
+        UpgradeFailed => (
+            "{from} → {to}: не удалось загрузить, ничего не изменено; будет повторено",
+            "{from} → {to}: the download failed; nothing changed; it will be retried",
+        ),
+        RolloutHalted => (
+            "Выпуск {version} остановлен: {failed} из {reported} серверов не смогли обновиться.",
+            "The rollout of {version} is halted: {failed} of {reported} servers failed to upgrade.",
+        ),
+        RolloutHaltedByOperator => (
+            "Выпуск {version} остановлен оператором.",
+            "The rollout of {version} was halted by the operator.",
+        ),
         ErrNameLength => ("Название: от 1 до 64 символов.", "The name must be 1 to 64 characters."),
         ErrNameControl => (
             "В названии не должно быть управляющих символов (перевода строки, табуляции).",

@@ -135,6 +135,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(app: Arc<AppState>, throttle: Ar
         .route("/dashboard/servers/{id}/command", axum::routing::post(command))
         .route("/dashboard/servers/{id}/settings", axum::routing::post(settings))
         .route("/dashboard/servers/{id}/pause", axum::routing::post(pause))
+        .route("/dashboard/servers/{id}/auto-update", axum::routing::post(auto_update))
         .route("/dashboard/servers/{id}/maintenance", axum::routing::post(add_maintenance))
         .route("/dashboard/servers/{id}/maintenance/{window}/delete", axum::routing::post(delete_maintenance))
         .route("/dashboard/servers/{id}/rotate-token", get(rotate_form).post(rotate))
@@ -624,7 +625,8 @@ async fn node_with_history(
             let samples = store::node_samples(c, &id, now, &scope)?.samples;
             let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
             let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN, &scope)?.rentals;
-            Ok((n, pages::History { samples, events, rentals }, now))
+            let rollout = store::current_rollout(c)?;
+            Ok((n, pages::History { samples, events, rentals, rollout }, now))
         })
         .await
 }
@@ -701,6 +703,7 @@ async fn settings(
             price_per_gpu_hour: Some(price),
             min_rental_minutes: Some(min?),
             paused: None,
+            auto_update: None,
         };
         store::check_update(&u).map(|_| u)
     });
@@ -741,6 +744,34 @@ async fn pause(
         _ => return trouble::bad_form(&r.ctx, pages::BadForm::Value { field: "paused", value: f.paused }),
     };
     let upd = UpdateNodeRequest { paused: Some(paused), ..Default::default() };
+    let (i, scope) = (id.clone(), r.scope());
+    match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
+        Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
+        Err(e) => api_error(&r, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct AutoUpdateForm {
+    /// `true` or `false`; anything else is refused with why (400).
+    auto_update: String,
+}
+
+/// Issue 47: the owner's switch "automatic upgrades", as `PATCH …/nodes/{id}` with
+/// `auto_update`.
+async fn auto_update(
+    State(web): St,
+    Path(id): Path<String>,
+    CsrfForm { signed: r, form: f, .. }: CsrfForm<AutoUpdateForm>,
+) -> Response {
+    let on = match f.auto_update.as_str() {
+        "true" => true,
+        "false" => false,
+        _ => {
+            return trouble::bad_form(&r.ctx, pages::BadForm::Value { field: "auto_update", value: f.auto_update });
+        }
+    };
+    let upd = UpdateNodeRequest { auto_update: Some(on), ..Default::default() };
     let (i, scope) = (id.clone(), r.scope());
     match web.app.db.call(move |c| store::update_node(c, &i, &upd, &scope)).await {
         Ok(_) => Redirect::to(&format!("/dashboard/servers/{id}")).into_response(),
@@ -1357,12 +1388,13 @@ mod tests {
             "/dashboard/servers/node-x/rotate-token",
             "/dashboard/servers/node-x/delete",
         ];
-        const SERVER_POSTS: [&str; 9] = [
+        const SERVER_POSTS: [&str; 10] = [
             "/dashboard/logout",
             "/dashboard/add",
             "/dashboard/servers/node-x/command",
             "/dashboard/servers/node-x/settings",
             "/dashboard/servers/node-x/pause",
+            "/dashboard/servers/node-x/auto-update",
             "/dashboard/servers/node-x/rotate-token",
             "/dashboard/servers/node-x/delete",
             "/dashboard/servers/node-x/maintenance",
@@ -1379,7 +1411,7 @@ mod tests {
         const RECOVERY: &str = "/dashboard/account/recovery";
         let posts = || SERVER_POSTS.iter().chain(&ACCOUNT_POSTS);
         let to = |r: &Response| r.headers()[header::LOCATION].to_str().unwrap().to_owned();
-        let body = "csrf=wrong&kind=restart&name=n&price=1&min_rental=60&paused=true&ttl=3600&label=k&password=p&code=1";
+        let body = "csrf=wrong&kind=restart&name=n&price=1&min_rental=60&paused=true&auto_update=true&ttl=3600&label=k&password=p&code=1";
 
         // The dashboard off.
         let dir = tempfile::tempdir().unwrap();

@@ -20,6 +20,8 @@ pub struct History {
     pub events: Vec<NodeEvent>,
     /// The server's rentals, newest first (`rentals::list`).
     pub rentals: Vec<gpum_protocol::RentalSummary>,
+    /// The current rollout (issue 47), for why it halted.
+    pub rollout: Option<gpum_protocol::RolloutSummary>,
 }
 
 /// A settings form refused (issue 46): why, and what the owner typed, shown again as typed
@@ -165,6 +167,7 @@ pub fn server_typed(
                 " " span.help { (ctx.t(Msg::PauseHelp)) }
             }
             (maintenance(ctx, n, now, maint))
+            (upgrades(ctx, n, history.rollout.as_ref()))
             div.actions {
                 // A command reaches the agent only at its heartbeat: on an offline server the
                 // buttons are disabled, with why (and the POST is refused, `web::command`); the
@@ -185,6 +188,89 @@ pub fn server_typed(
             }
         },
     )
+}
+
+/// Issue 47: the agent's version, an upgrade pending, the last upgrade's result, the current
+/// rollout's halt when it concerns this server, and the owner's switch "automatic upgrades" (a
+/// CSRF form, as the pause's).
+fn upgrades(ctx: &Ctx, n: &NodeSummary, rollout: Option<&gpum_protocol::RolloutSummary>) -> Markup {
+    let u = &n.upgrades;
+    let base = format!("/dashboard/servers/{}/auto-update", n.id);
+    html! {
+        section #upgrades {
+            h2 { (ctx.t(Msg::UpgradesTitle)) }
+            table.facts {
+                (row(ctx, Msg::AgentVersion, false, &n.agent_version))
+                tr {
+                    th { (ctx.t(Msg::UpgradesTitle)) }
+                    td.value #upgrade-pending {
+                        @match &u.pending {
+                            Some(v) => (fill(ctx.t(Msg::UpgradePending), &[("version", v.as_str())])),
+                            None => (ctx.t(Msg::NoUpgradePending)),
+                        }
+                    }
+                    td { (seen_by(ctx, false)) }
+                }
+                tr {
+                    th { (ctx.t(Msg::LastUpgrade)) }
+                    td.value #last-upgrade data-outcome=[u.last.as_ref().map(|l| l.outcome.as_str())] {
+                        @match &u.last {
+                            Some(l) => {
+                                (upgrade_result(ctx, l))
+                                @if !l.detail.is_empty() { " (" (l.detail) ")" }
+                            },
+                            None => (ctx.t(Msg::NoUpgradeYet)),
+                        }
+                    }
+                    td { (seen_by(ctx, false)) }
+                }
+            }
+            @if let Some(r) = rollout {
+                @if r.state == gpum_protocol::RolloutState::Halted
+                    && (u.pending.as_deref() == Some(r.version.as_str())
+                        || u.last.as_ref().is_some_and(|l| l.to == r.version)) {
+                    p.error #rollout-halted {
+                        @match r.halt_reason {
+                            Some(gpum_protocol::HaltReason::Operator) => (fill(ctx.t(Msg::RolloutHaltedByOperator), &[("version", r.version.as_str())])),
+                            _ => (fill(ctx.t(Msg::RolloutHalted), &[
+                                ("version", r.version.as_str()),
+                                ("failed", r.failed.to_string().as_str()),
+                                ("reported", r.reported.to_string().as_str()),
+                            ])),
+                        }
+                    }
+                }
+            }
+            @if u.agent_auto_update == Some(false) {
+                p.help #agent-auto-update-off { (ctx.t(Msg::AutoUpdateAgentOff)) }
+            }
+            form.inline #auto-update-form method="post" action=(base) {
+                (csrf_field(ctx))
+                span #auto-update { (ctx.t(if u.auto_update { Msg::AutoUpdateOn } else { Msg::AutoUpdateOff })) }
+                " "
+                @if u.auto_update {
+                    input type="hidden" name="auto_update" value="false";
+                    button #auto-update-off type="submit" { (ctx.t(Msg::AutoUpdateTurnOff)) }
+                } @else {
+                    input type="hidden" name="auto_update" value="true";
+                    button #auto-update-on type="submit" { (ctx.t(Msg::AutoUpdateTurnOn)) }
+                }
+                " " span.help { (ctx.t(Msg::AutoUpdateHelp)) }
+            }
+        }
+    }
+}
+
+/// An upgrade's result in the page's language.
+fn upgrade_result(ctx: &Ctx, l: &gpum_protocol::UpgradeReport) -> String {
+    use gpum_protocol::UpgradeOutcome::*;
+    let m = match l.outcome {
+        Succeeded => Msg::UpgradeSucceeded,
+        RolledBack => Msg::UpgradeRolledBack,
+        Refused => Msg::UpgradeRefused,
+        Failed => Msg::UpgradeFailed,
+    };
+    fill(ctx.t(m), &[("from", l.from.as_str()), ("to", l.to.as_str())])
 }
 
 /// Issue 46: the server's maintenance windows not over yet, each with its delete button, and the

@@ -381,6 +381,7 @@ fn node_text_is_escaped_everywhere() {
             .map(|kind| NodeEvent { at: 5, kind, subject: evil.into(), detail: evil.into() })
             .collect(),
         rentals: vec![rental(evil, Some(gpum_protocol::RentalState::Failed), Some(evil))],
+        ..Default::default()
     };
     n.last_metrics = Some(Metrics::default());
     // A refused form shows what was typed again: escaped too.

@@ -56,7 +56,7 @@ fn figures_chart_and_event_log_in_both_languages() {
         ev(now - 7200, Offline, "", ""),
         ev(1, Registered, "", ""),
     ];
-    let h = History { samples, events, rentals: vec![] };
+    let h = History { samples, events, ..Default::default() };
     let cases = [
         (
             Lang::En,
