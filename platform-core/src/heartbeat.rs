@@ -205,8 +205,12 @@ pub fn decide(facts: &NodeFacts, req: &HeartbeatRequest, sent: Sent<'_>, now: u6
     // upgrade or a rollback, or when the owner edits the agent's config.
     let version = req.agent_version.as_deref().map(|v| cut(v, MAX_VERSION_LEN));
     let auto = req.auto_update.or(facts.agent_auto_update);
-    let agent = (version.as_ref().is_some_and(|v| *v != facts.agent_version) || auto != facts.agent_auto_update)
-        .then(|| AgentWrite { version: version.clone().unwrap_or_else(|| facts.agent_version.clone()), auto_update: auto });
+    let agent = (version.as_ref().is_some_and(|v| *v != facts.agent_version)
+        || auto != facts.agent_auto_update)
+        .then(|| AgentWrite {
+            version: version.clone().unwrap_or_else(|| facts.agent_version.clone()),
+            auto_update: auto,
+        });
     let running = agent.as_ref().map_or(facts.agent_version.as_str(), |a| a.version.as_str());
 
     // The upgrade's report, once: the agent sends it until a beat carrying it is accepted, so a
@@ -222,7 +226,10 @@ pub fn decide(facts: &NodeFacts, req: &HeartbeatRequest, sent: Sent<'_>, now: u6
             at: u.at,
         })
         .filter(|u| {
-            facts.last_upgrade.as_ref().is_none_or(|l| (l.to.as_str(), l.outcome, l.at) != (u.to.as_str(), u.outcome, u.at))
+            facts
+                .last_upgrade
+                .as_ref()
+                .is_none_or(|l| (l.to.as_str(), l.outcome, l.at) != (u.to.as_str(), u.outcome, u.at))
         });
     let tally = upgrade_report
         .as_ref()

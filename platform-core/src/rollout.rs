@@ -178,7 +178,10 @@ mod tests {
         assert_eq!(offer(Some(&r), &NodeUpgradeFacts { running: "0.2.0", ..node("n") }), None);
         assert_eq!(offer(Some(&r), &NodeUpgradeFacts { running: "0.3.0", ..node("n") }), None);
         for failed in [UpgradeOutcome::RolledBack, UpgradeOutcome::Refused] {
-            assert_eq!(offer(Some(&r), &NodeUpgradeFacts { last: Some(("0.2.0", failed)), ..node("n") }), None);
+            assert_eq!(
+                offer(Some(&r), &NodeUpgradeFacts { last: Some(("0.2.0", failed)), ..node("n") }),
+                None
+            );
             assert_eq!(
                 offer(Some(&r), &NodeUpgradeFacts { last: Some(("0.1.5", failed)), ..node("n") }),
                 Some("0.2.0".into()),

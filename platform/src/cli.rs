@@ -699,9 +699,19 @@ fn releases(cmd: ReleasesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
         } => {
             #[cfg(not(feature = "test-knobs"))]
             let offer_regardless = false;
-            let req = gpum_protocol::RolloutRequest { percent, max_failure_percent: max_failures, offer_regardless };
+            let req = gpum_protocol::RolloutRequest {
+                percent,
+                max_failure_percent: max_failures,
+                offer_regardless,
+            };
             let v = tx(&|c| {
-                Ok(serde_json::to_value(store::start_rollout(c, now, &version, &req, cfg!(feature = "test-knobs"))?)?)
+                Ok(serde_json::to_value(store::start_rollout(
+                    c,
+                    now,
+                    &version,
+                    &req,
+                    cfg!(feature = "test-knobs"),
+                )?)?)
             })?;
             let r: gpum_protocol::RolloutSummary = serde_json::from_value(v.clone())?;
             out(json, &v, rollout_line(&r));

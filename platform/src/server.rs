@@ -496,7 +496,11 @@ async fn tunnel(State(st): St, mut req: Request) -> Result<Response, ApiError> {
 /// hears so, as at a heartbeat). Only [`gpum_protocol::upgrade::RELEASE_FILES`]; anything
 /// else, or an unknown version, is 404. The agent verifies what it gets; the platform only
 /// serves it.
-async fn release_file(State(st): St, Path((version, file)): Path<(String, String)>, req: Request) -> Result<Response, ApiError> {
+async fn release_file(
+    State(st): St,
+    Path((version, file)): Path<(String, String)>,
+    req: Request,
+) -> Result<Response, ApiError> {
     let token = bearer(req.headers())
         .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?
         .to_owned();
@@ -787,7 +791,10 @@ async fn start_rollout(
     Ok(Json(st.db.call(move |c| store::start_rollout(c, now, &version, &req, knobs)).await?).into_response())
 }
 
-async fn rollout_action(st: &AppState, action: gpum_platform_core::rollout::Action) -> Result<Response, ApiError> {
+async fn rollout_action(
+    st: &AppState,
+    action: gpum_platform_core::rollout::Action,
+) -> Result<Response, ApiError> {
     let now = st.clock.now();
     Ok(Json(st.db.call(move |c| store::rollout_action(c, now, action)).await?).into_response())
 }
@@ -1103,7 +1110,11 @@ mod tests {
             let app = app.clone();
             let req = Request::builder()
                 .method(Method::from_bytes(method.as_bytes()).unwrap())
-                .uri(path.replace("{id}", "node-x").replace("{file}", "gpum-install").replace("{version}", "0.1.0"))
+                .uri(
+                    path.replace("{id}", "node-x")
+                        .replace("{file}", "gpum-install")
+                        .replace("{version}", "0.1.0"),
+                )
                 .header(header::AUTHORIZATION, "Bearer t")
                 .header(header::HOST, "127.0.0.1:1")
                 .body(Body::from("{}"))

@@ -552,7 +552,7 @@ async fn admin_api_sets_a_servers_name_price_and_pause() {
     assert_eq!(
         a.body,
         serde_json::json!({"id": r.node_id, "name": "Rack 3 <b>A100</b>", "price_per_gpu_hour": 1250,
-                           "min_rental_minutes": 90, "paused": false})
+                           "min_rental_minutes": 90, "paused": false, "auto_update": true})
     );
     let a = patch(serde_json::json!({"paused": true})).await;
     assert_eq!(a.body["paused"], true);
@@ -610,7 +610,7 @@ async fn admin_api_sets_a_servers_name_price_and_pause() {
     assert_eq!(
         v,
         serde_json::json!({"id": r.node_id, "name": "Rack 4", "price_per_gpu_hour": 1250,
-                           "min_rental_minutes": 120, "paused": true})
+                           "min_rental_minutes": 120, "paused": true, "auto_update": true})
     );
     let out = p.cli(["nodes", "set", &r.node_id, "--host-name", "--no-price", "--resume"]);
     assert!(out.status.success(), "{out:?}");

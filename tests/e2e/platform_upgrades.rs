@@ -28,7 +28,8 @@ const NEXT: &str = "0.2.0";
 fn signed_dist(dir: &Path, version: &str, agent: &[u8]) {
     let (cert, _, _) = throwaway_key();
     let (manifest, manifest_sig) = sign_release(&cert, &[("gpum-agent", version, agent)]);
-    let expires = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 30 * 86_400;
+    let expires =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 30 * 86_400;
     let release = serde_json::to_vec(&serde_json::json!({
         "format": 1,
         "version": version,
@@ -64,7 +65,13 @@ async fn offer(api: &Api, token: &str, req: &HeartbeatRequest) -> Option<String>
     r.upgrade.map(|o| o.version)
 }
 
-async fn admin(api: &Api, p: &TestPlatform, method: &str, path: &str, body: Option<serde_json::Value>) -> (StatusCode, serde_json::Value) {
+async fn admin(
+    api: &Api,
+    p: &TestPlatform,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (StatusCode, serde_json::Value) {
     let url = format!("{}{path}", api.url);
     let rb = match method {
         "GET" => api.c.get(url),
@@ -130,11 +137,25 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
 
     // The owner's switch (the admin API, the owner's API and the cabinet's form) and the
     // agent's hold the offer back.
-    let (s, v) = admin(&api, &p, "PATCH", &gpum_protocol::path_admin_node(&b.node_id), Some(serde_json::json!({"auto_update": false}))).await;
+    let (s, v) = admin(
+        &api,
+        &p,
+        "PATCH",
+        &gpum_protocol::path_admin_node(&b.node_id),
+        Some(serde_json::json!({"auto_update": false})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert!(!serde_json::from_value::<NodeSettings>(v).unwrap().auto_update);
     assert_eq!(offer(&api, &b.node_token, &beat(1, "GPU-b", true)).await, None, "the switch is off");
-    let (s, _) = admin(&api, &p, "PATCH", &gpum_protocol::path_admin_node(&b.node_id), Some(serde_json::json!({"auto_update": true}))).await;
+    let (s, _) = admin(
+        &api,
+        &p,
+        "PATCH",
+        &gpum_protocol::path_admin_node(&b.node_id),
+        Some(serde_json::json!({"auto_update": true})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(offer(&api, &b.node_token, &beat(2, "GPU-b", true)).await.as_deref(), Some(NEXT));
     assert_eq!(offer(&api, &b.node_token, &beat(3, "GPU-b", false)).await, None, "the agent's config is off");
@@ -150,7 +171,9 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(offer(&api, &a.node_token, &beat(3, "GPU-a", true)).await, None);
-    let form = owner.post(&format!("/dashboard/servers/{}/auto-update", a.node_id), &[("auto_update", "true")]).await;
+    let form = owner
+        .post(&format!("/dashboard/servers/{}/auto-update", a.node_id), &[("auto_update", "true")])
+        .await;
     assert_eq!(form.status, StatusCode::SEE_OTHER, "{}", form.body);
     assert!(p.node(&a.node_id).unwrap().upgrades.auto_update);
     assert_eq!(offer(&api, &a.node_token, &beat(4, "GPU-a", true)).await.as_deref(), Some(NEXT));
@@ -188,7 +211,10 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
     assert_eq!(s, StatusCode::OK);
     let list: ReleaseList = serde_json::from_value(v).unwrap();
     let r = list.releases[0].rollout.clone().expect("the rollout");
-    assert_eq!((r.state, r.halt_reason, r.failed, r.reported), (RolloutState::Halted, Some(HaltReason::Failures), 1, 1));
+    assert_eq!(
+        (r.state, r.halt_reason, r.failed, r.reported),
+        (RolloutState::Halted, Some(HaltReason::Failures), 1, 1)
+    );
     let human = String::from_utf8_lossy(&p.cli(["releases", "list"]).stdout).into_owned();
     assert!(human.contains("halted") && human.contains("1 of 1 servers"), "{human}");
     assert_eq!(offer(&api, &b.node_token, &beat(4, "GPU-b", true)).await, None, "halted: offered to none");
@@ -212,7 +238,14 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
     assert_eq!(offer(&api, &b.node_token, &beat(6, "GPU-b", true)).await, None);
 
     // The agent upgraded: its version is shown, and it is offered nothing.
-    let (s, _) = admin(&api, &p, "POST", &format!("{PATH_ADMIN_RELEASES}/{NEXT}/rollout"), Some(serde_json::json!({"percent": 100}))).await;
+    let (s, _) = admin(
+        &api,
+        &p,
+        "POST",
+        &format!("{PATH_ADMIN_RELEASES}/{NEXT}/rollout"),
+        Some(serde_json::json!({"percent": 100})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     let up = HeartbeatRequest {
         agent_version: Some(NEXT.into()),
@@ -223,6 +256,13 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
     assert_eq!(p.node(&b.node_id).unwrap().agent_version, NEXT);
     let human = String::from_utf8_lossy(&p.cli(["nodes", "list"]).stdout).into_owned();
     assert!(human.contains(NEXT), "the operator's list shows the version: {human}");
-    let (_, v) = admin(&api, &p, "POST", &format!("{PATH_ADMIN_RELEASES}/{NEXT}/rollout"), Some(serde_json::json!({"percent": 100, "offer_regardless": true}))).await;
+    let (_, v) = admin(
+        &api,
+        &p,
+        "POST",
+        &format!("{PATH_ADMIN_RELEASES}/{NEXT}/rollout"),
+        Some(serde_json::json!({"percent": 100, "offer_regardless": true})),
+    )
+    .await;
     assert_eq!(v["offer_regardless"], true, "the test build takes the test-only flag");
 }

@@ -303,7 +303,12 @@ mod upgrades {
         assert_eq!(p.tally.as_deref(), Some("0.2.0"));
         assert_eq!(p.offer, None, "not offered again in the very answer");
         let after = facts().after(Sent::default(), &p, T0 + 1);
-        let again = decide(&after, &HeartbeatRequest { agent_version: Some("0.1.0".into()), ..beat(3) }, Sent::default(), T0 + 2);
+        let again = decide(
+            &after,
+            &HeartbeatRequest { agent_version: Some("0.1.0".into()), ..beat(3) },
+            Sent::default(),
+            T0 + 2,
+        );
         assert_eq!((again.offer, again.tally), (None, None));
         // A report of another version than the active rollout's counts toward nothing.
         let other = HeartbeatRequest {

@@ -83,8 +83,8 @@ mod maintenance;
 mod migrations;
 mod nodes;
 mod owners;
-mod reliability;
 mod releases;
+mod reliability;
 #[cfg(test)]
 mod tests;
 

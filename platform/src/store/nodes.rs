@@ -567,7 +567,9 @@ pub fn node_settings(conn: &Conn, id: &str) -> Result<NodeSettings, ApiError> {
             ))
         })
         .optional()?;
-    let Some((name, inv, price, min, paused, auto_update)) = row else { return Err(ApiError::not_found("node")) };
+    let Some((name, inv, price, min, paused, auto_update)) = row else {
+        return Err(ApiError::not_found("node"));
+    };
     let name = name.unwrap_or_else(|| {
         serde_json::from_str::<Inventory>(&inv).map(|i| i.private.hostname).unwrap_or_default()
     });

@@ -12,8 +12,7 @@ use super::*;
 use gpum_platform_core::rollout::{self, Action, Tally};
 use gpum_protocol::upgrade::{DEFAULT_MAX_FAILURE_PERCENT, RELEASE_FILES};
 use gpum_protocol::{
-    HaltReason, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState,
-    RolloutSummary, UpgradeOutcome,
+    HaltReason, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState, RolloutSummary, UpgradeOutcome,
 };
 
 use crate::rules::heartbeat::BeatPlan;
@@ -130,8 +129,8 @@ pub fn check_release(f: &ReleaseFiles, now: u64) -> Result<CheckedRelease, Strin
     if f.release_sig.is_empty() || f.manifest_sig.is_empty() {
         return Err("a signature file (release.json.sig, manifest.json.sig) is empty".into());
     }
-    let m: Manifest =
-        serde_json::from_slice(&f.manifest_json).map_err(|e| format!("manifest.json is not readable: {e}"))?;
+    let m: Manifest = serde_json::from_slice(&f.manifest_json)
+        .map_err(|e| format!("manifest.json is not readable: {e}"))?;
     if m.format != 1 {
         return Err(format!("manifest.json has format {}; this platform reads format 1", m.format));
     }
@@ -227,7 +226,8 @@ fn tally(conn: &Conn, version: &str) -> Result<Tally, ApiError> {
     Ok(Tally { reported: reported.max(0) as u32, failed: failed.unwrap_or(0).max(0) as u32 })
 }
 
-const ROLLOUT_COLUMNS: &str = "version, state, percent, max_failure_percent, halt_reason, halt_reported, halt_failed,
+const ROLLOUT_COLUMNS: &str =
+    "version, state, percent, max_failure_percent, halt_reason, halt_reported, halt_failed,
      started_at, updated_at, offer_regardless";
 
 fn rollout_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<RolloutSummary> {
@@ -322,8 +322,10 @@ pub fn start_rollout(
     if known.is_none() {
         return Err(ApiError::not_found("release"));
     }
-    conn.prepare_cached("UPDATE rollouts SET state = ?1, updated_at = ?2 WHERE version <> ?3 AND state <> ?1")?
-        .execute(params![RolloutState::Done, now as i64, version])?;
+    conn.prepare_cached(
+        "UPDATE rollouts SET state = ?1, updated_at = ?2 WHERE version <> ?3 AND state <> ?1",
+    )?
+    .execute(params![RolloutState::Done, now as i64, version])?;
     let changed = conn
         .prepare_cached(
             "UPDATE rollouts SET state = ?2, percent = ?3, max_failure_percent = ?4, offer_regardless = ?5,
@@ -366,7 +368,10 @@ pub fn rollout_action(conn: &Conn, now: u64, action: Action) -> Result<RolloutSu
         return Err(conflict("no rollout is current (releases rollout VERSION --percent N starts one)"));
     };
     let Some(next) = rollout::apply(cur.state, action) else {
-        return Err(conflict(format!("the rollout of {} is {}: {action:?} does not apply", cur.version, cur.state)));
+        return Err(conflict(format!(
+            "the rollout of {} is {}: {action:?} does not apply",
+            cur.version, cur.state
+        )));
     };
     let reason = (next == RolloutState::Halted).then_some(HaltReason::Operator);
     conn.prepare_cached(
@@ -396,7 +401,15 @@ pub(super) fn apply_beat(conn: &Conn, now: u64, node_id: &str, plan: &BeatPlan) 
                  upgrade_at = ?6, upgrade_recorded_at = ?7
              WHERE id = ?1",
         )?
-        .execute(params![node_id, u.from, u.to, u.outcome, u.detail, u.at.min(i64::MAX as u64) as i64, now as i64])?;
+        .execute(params![
+            node_id,
+            u.from,
+            u.to,
+            u.outcome,
+            u.detail,
+            u.at.min(i64::MAX as u64) as i64,
+            now as i64
+        ])?;
     }
     if let Some(version) = &plan.tally {
         let row = conn
@@ -513,7 +526,9 @@ mod tests {
         // A manifest without gpum-agent.
         let mut f = good.clone();
         f.manifest_json = br#"{"format":1,"artifacts":[]}"#.to_vec();
-        let f = with_release(&f, |v| v["manifest_sha256"] = hex::encode(Sha256::digest(br#"{"format":1,"artifacts":[]}"#)).into());
+        let f = with_release(&f, |v| {
+            v["manifest_sha256"] = hex::encode(Sha256::digest(br#"{"format":1,"artifacts":[]}"#)).into()
+        });
         assert!(check_release(&f, NOW).unwrap_err().contains("no gpum-agent"));
     }
 
@@ -521,7 +536,8 @@ mod tests {
         let code = create_join_code(c, NOW, 60, &Scope::All).unwrap().code;
         let mut inventory = Inventory::default();
         inventory.private.gpu_uuids = vec![uuid.into()];
-        let req = RegisterRequest { join_code: code, agent_version: "0.1.0".into(), inventory, install_id: None };
+        let req =
+            RegisterRequest { join_code: code, agent_version: "0.1.0".into(), inventory, install_id: None };
         register(c, NOW, &req, 10).unwrap()
     }
 
@@ -570,7 +586,10 @@ mod tests {
             heartbeat(&c, t, token, req, 10).unwrap().upgrade.map(|o| o.version)
         };
         assert!(rollout_action(&c, NOW, Action::Pause).is_err(), "no rollout yet");
-        assert_eq!(start_rollout(&c, NOW, "0.2.0", &rollout(100), false).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(
+            start_rollout(&c, NOW, "0.2.0", &rollout(100), false).unwrap_err().code,
+            ErrorCode::NotFound
+        );
         add_release(&c, NOW, &files("0.2.0")).unwrap();
         assert!(start_rollout(&c, NOW, "0.2.0", &rollout(101), false).is_err());
         let knobs = RolloutRequest { offer_regardless: true, ..rollout(100) };
@@ -603,7 +622,10 @@ mod tests {
         let back = UpgradeReport { outcome: UpgradeOutcome::RolledBack, detail: "x".repeat(5000), ..ok };
         assert_eq!(offered(&a.node_token, &beat(5, Some(back.clone())), NOW + 6), None);
         let r = current_rollout(&c).unwrap().unwrap();
-        assert_eq!((r.state, r.halt_reason, r.failed, r.reported), (RolloutState::Halted, Some(HaltReason::Failures), 1, 2));
+        assert_eq!(
+            (r.state, r.halt_reason, r.failed, r.reported),
+            (RolloutState::Halted, Some(HaltReason::Failures), 1, 2)
+        );
         let last = node_of(&c, &a.node_id).upgrades.last.unwrap();
         assert_eq!((last.outcome, last.detail.len()), (UpgradeOutcome::RolledBack, limits::MAX_TEXT_LEN));
         // The same report again writes nothing (recorded once).
@@ -626,8 +648,13 @@ mod tests {
         assert_eq!((state("0.2.0"), state("0.3.0")), (RolloutState::Done, RolloutState::Active));
         assert_eq!(offered(&a.node_token, &beat(9, None), NOW + 11).as_deref(), Some("0.3.0"));
         // The owner's switch.
-        update_node(&c, &a.node_id, &UpdateNodeRequest { auto_update: Some(false), ..Default::default() }, &Scope::All)
-            .unwrap();
+        update_node(
+            &c,
+            &a.node_id,
+            &UpdateNodeRequest { auto_update: Some(false), ..Default::default() },
+            &Scope::All,
+        )
+        .unwrap();
         assert_eq!(offered(&a.node_token, &beat(10, None), NOW + 12), None);
         assert!(!node_settings(&c, &a.node_id).unwrap().auto_update);
     }
@@ -649,8 +676,13 @@ mod tests {
         start_rollout(&c, NOW, "0.2.0", &rollout(100), false).unwrap();
         cost(3); // the first offer is written once
         assert_eq!(cost(4), without);
-        update_node(&c, &a.node_id, &UpdateNodeRequest { auto_update: Some(false), ..Default::default() }, &Scope::All)
-            .unwrap();
+        update_node(
+            &c,
+            &a.node_id,
+            &UpdateNodeRequest { auto_update: Some(false), ..Default::default() },
+            &Scope::All,
+        )
+        .unwrap();
         cost(5);
         assert_eq!(cost(6), without);
     }

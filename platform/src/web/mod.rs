@@ -768,7 +768,10 @@ async fn auto_update(
         "true" => true,
         "false" => false,
         _ => {
-            return trouble::bad_form(&r.ctx, pages::BadForm::Value { field: "auto_update", value: f.auto_update });
+            return trouble::bad_form(
+                &r.ctx,
+                pages::BadForm::Value { field: "auto_update", value: f.auto_update },
+            );
         }
     };
     let upd = UpdateNodeRequest { auto_update: Some(on), ..Default::default() };
