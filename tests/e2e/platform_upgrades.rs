@@ -265,4 +265,22 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
     )
     .await;
     assert_eq!(v["offer_regardless"], true, "the test build takes the test-only flag");
+    // It offers the version to a server that runs it (the downgrade test's platform); the
+    // agent is the one to refuse.
+    assert_eq!(
+        offer(
+            &api,
+            &b.node_token,
+            &HeartbeatRequest { agent_version: Some(NEXT.into()), ..beat(8, "GPU-b", true) }
+        )
+        .await
+        .as_deref(),
+        Some(NEXT)
+    );
+
+    // The CLI's pause and the owner's switch for the operator.
+    assert_eq!(p.cli_json(&["releases", "pause"])["state"], "paused");
+    assert!(!p.cli(["releases", "pause"]).status.success(), "paused already");
+    assert_eq!(p.cli_json(&["nodes", "set", &b.node_id, "--auto-update", "off"])["auto_update"], false);
+    assert!(!p.node(&b.node_id).unwrap().upgrades.auto_update);
 }

@@ -522,3 +522,66 @@ fn the_operators_open_codes_name_their_owner() {
         assert!(!page.contains("td class=\"owner\"") && !page.contains(t(Msg::ColOwner, lang)), "{page}");
     }
 }
+
+/// Issue 47: the server's page shows the agent's version, an upgrade pending, the last
+/// upgrade's result, why the rollout of that version halted, and the owner's switch as a CSRF
+/// form, in both languages; what the agent sent is escaped.
+#[test]
+fn the_server_page_shows_the_agents_upgrades_in_both_languages() {
+    use gpum_protocol::{
+        HaltReason, NodeUpgrades, RolloutState, RolloutSummary, UpgradeOutcome, UpgradeReport,
+    };
+    let evil = "<b>0.2.0</b>";
+    let mut n = node("node-1");
+    n.agent_version = "0.1.0".into();
+    n.upgrades = NodeUpgrades {
+        auto_update: true,
+        agent_auto_update: Some(false),
+        pending: None,
+        last: Some(UpgradeReport {
+            from: "0.1.0".into(),
+            to: "0.2.0".into(),
+            outcome: UpgradeOutcome::RolledBack,
+            detail: evil.into(),
+            at: 5,
+        }),
+    };
+    let rollout = RolloutSummary {
+        version: "0.2.0".into(),
+        state: RolloutState::Halted,
+        percent: 100,
+        max_failure_percent: 20,
+        halt_reason: Some(HaltReason::Failures),
+        reported: 4,
+        failed: 3,
+        started_at: 1,
+        updated_at: 2,
+        offer_regardless: false,
+    };
+    let h = History { rollout: Some(rollout.clone()), ..Default::default() };
+    for (lang, want) in [
+        (Lang::En, ["the previous one was put back", "3 of 4 servers failed", "Turn automatic upgrades off"]),
+        (Lang::Ru, ["возвращена прежняя", "3 из 4 серверов", "Выключить автоматические обновления"]),
+    ] {
+        let ctx = Ctx { csrf: Some("k".into()), ..plain_ctx(lang) };
+        let html = server(&ctx, &n, &h, 6, None, true).into_string();
+        for w in want {
+            assert!(html.contains(w), "{lang:?}: {w}: {html}");
+        }
+        assert!(html.contains(r#"action="/dashboard/servers/node-1/auto-update""#));
+        assert!(html.contains(r#"name="auto_update" value="false""#));
+        assert!(html.contains(r#"id="agent-auto-update-off""#));
+        assert!(html.contains(r#"data-outcome="rolled_back""#));
+        assert!(!html.contains(evil) && html.contains("&lt;b&gt;0.2.0&lt;/b&gt;"), "escaped");
+    }
+    // Pending, switched off, and no halt of another version shown.
+    n.upgrades =
+        NodeUpgrades { auto_update: false, pending: Some("0.3.0".into()), ..NodeUpgrades::default() };
+    let other = History {
+        rollout: Some(RolloutSummary { version: "0.9.0".into(), ..rollout }),
+        ..Default::default()
+    };
+    let html = server(&plain_ctx(Lang::En), &n, &other, 6, None, true).into_string();
+    assert!(html.contains("Upgrade to 0.3.0 pending") && html.contains("Not upgraded yet"), "{html}");
+    assert!(html.contains(r#"name="auto_update" value="true""#) && !html.contains(r#"id="rollout-halted""#));
+}
