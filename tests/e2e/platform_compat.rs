@@ -52,7 +52,10 @@ fn a_previous_platforms_answers_parse_in_todays_agents_types() {
     assert_eq!(reg.node_token.len(), 64);
     let ans: HeartbeatResponse = parses_unchanged("heartbeat_response.json");
     assert_eq!(ans.upgrade, None, "a previous platform offers no upgrade");
-    assert!(!ans.commands.is_empty() && !ans.rentals.is_empty(), "the fixture carries a command and a rental");
+    assert!(
+        !ans.commands.is_empty() && !ans.rentals.is_empty(),
+        "the fixture carries a command and a rental"
+    );
     let kinds: Vec<_> = ans.commands.iter().map(|c| gpum_protocol::CommandKind::parse(&c.kind)).collect();
     assert!(kinds.iter().all(Option::is_some), "{kinds:?}");
 }
