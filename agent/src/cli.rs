@@ -19,7 +19,7 @@ use crate::text::Msg;
 #[derive(Debug, Parser)]
 #[command(
     name = "gpum-agent",
-    version,
+    version = gpum_enroll::AGENT_VERSION,
     about = "The gpum agent: reports this machine's GPUs to the platform and proves they work in Docker.",
     long_about = None,
 )]
@@ -286,7 +286,7 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             })
         }
         Command::Version { .. } => {
-            println!("gpum-agent {}", env!("CARGO_PKG_VERSION"));
+            println!("gpum-agent {}", gpum_enroll::AGENT_VERSION);
             Ok(exit::OK)
         }
     }

@@ -367,7 +367,7 @@ impl Agent {
                 return exit::OTHER;
             }
         };
-        info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = env!("CARGO_PKG_VERSION"), "agent started");
+        info!(node_id = %self.cfg.node_id, server = %self.cfg.server, version = gpum_enroll::AGENT_VERSION, "agent started");
         self.connect_docker();
         if self.cfg.rentals {
             // The rentals' egress table back in place (after a reboot or a flush) before any

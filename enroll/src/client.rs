@@ -141,7 +141,7 @@ impl Platform {
             extra_roots_pem,
             timeout: Some(timeout),
             connect_timeout: Some(CONNECT_TIMEOUT.min(timeout)),
-            user_agent: Some(format!("gpum-agent/{}", env!("CARGO_PKG_VERSION"))),
+            user_agent: Some(crate::USER_AGENT.to_string()),
         };
         let http = client_for(server, &opts).map_err(|e| CallError::Transport(e.to_string()))?;
         let server = server.trim_end_matches('/').to_string();

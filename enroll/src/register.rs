@@ -96,7 +96,7 @@ pub async fn register(
     let inventory = Gatherer::new(host.clone()).inventory(docker_version);
     let req = RegisterRequest {
         join_code: code.to_string(),
-        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        agent_version: crate::AGENT_VERSION.to_string(),
         inventory,
         install_id: opts.install_id.clone(),
     };

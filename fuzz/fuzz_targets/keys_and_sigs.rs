@@ -1,5 +1,6 @@
 //! Feeds arbitrary bytes to every parser and verifier of the trust chain that reads data from
 //! the network: downloaded apt keys, release keyrings, the release manifest and its signature,
+//! the release metadata (`release.json`) and its signature,
 //! `InRelease` files, apt source lists, and the version rule. None may panic, hang or accept a
 //! signature: the inputs are random, so any success other than on a valid key copy would be a
 //! verification bug.
@@ -29,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
             // Random bytes as the signature of a fixed manifest: never a good signature.
             let manifest = br#"{"format":1,"artifacts":[{"name":"gpum-agent","version":"0.1.0","size":7,"sha256":"239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"}]}"#;
             assert!(release::verify_manifest(manifest, rest, &release::ReleaseKeys::gpum(), now).is_err());
+            // And of a fixed release.json (issue 47).
+            let meta = br#"{"format":1,"version":"0.1.0","expires":1900000000,"manifest_sha256":"239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"}"#;
+            assert!(release::verify_release(&release::ReleaseKeys::gpum(), meta, rest, 1_796_083_200).is_err());
             let _ = release::parse_signatures(rest);
         }
         3 => {
@@ -44,6 +48,14 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(e.sha256.len(), 64);
                     assert!(release::check_version(&e.version, None, false).is_ok());
                 }
+            }
+            // The release metadata's parser (issue 47) on the same bytes: what it accepts keeps
+            // its rules.
+            if let Ok(m) = release::ReleaseMeta::parse(rest) {
+                assert_eq!(m.format, release::RELEASE_FORMAT);
+                assert_eq!(m.manifest_sha256.len(), 64);
+                assert!(release::check_version(&m.version, None, false).is_ok());
+                assert!(release::check_newer(&m.version, &m.version).is_err(), "never newer than itself");
             }
         }
         6 => {

@@ -25,6 +25,12 @@
 //! The `FILE.sha256` files that `cargo xtask sign` also writes are for `install.sh`, which has no
 //! OpenPGP verifier; nothing here reads them.
 //!
+//! Beside the manifest, `cargo xtask sign` writes [`RELEASE`] (`release.json`) and
+//! [`RELEASE_SIG`]: the release's version, an expiry, and the manifest's SHA-256, signed by the
+//! same key ([`ReleaseMeta`]). The agent's in-place upgrade (issue 47) goes by them
+//! ([`verify_upgrade`]): signed metadata that expired, a manifest of another release, or a
+//! version not newer than the running one is refused. The installer does not read them.
+//!
 //! The functions take the trusted keys as a parameter, so tests use throwaway keys.
 
 use std::collections::BTreeSet;
@@ -76,6 +82,12 @@ const DIST_FINGERPRINT: &[&str] = &[match option_env!("GPUM_DIST_RELEASE_FINGERP
     None => "",
 }];
 
+// A build marked as compiling in another key has one (Cargo.toml, feature `dist-key`).
+const _: () = assert!(
+    !cfg!(feature = "dist-key") || option_env!("GPUM_DIST_RELEASE_KEY_ASC").is_some(),
+    "the feature dist-key needs GPUM_DIST_RELEASE_KEY_ASC and GPUM_DIST_RELEASE_FINGERPRINT"
+);
+
 // The key and its pin come together, or neither.
 const _: () = assert!(
     option_env!("GPUM_DIST_RELEASE_KEY_ASC").is_some()
@@ -116,6 +128,14 @@ pub enum ReleaseError {
     SizeMismatch { expected: u64, actual: u64 },
     #[error("SHA-256 mismatch: expected {expected}, got {actual}")]
     Sha256Mismatch { expected: String, actual: String },
+    #[error("the signed release metadata is malformed: {0}")]
+    Metadata(String),
+    #[error("the signed release metadata expired at {expires} (now {now}): stale metadata is refused")]
+    Expired { expires: u64, now: u64 },
+    #[error("the release metadata and the manifest do not belong together: {0}")]
+    MixAndMatch(String),
+    #[error("version {offered} is not newer than the running {running}: an upgrade only goes forward")]
+    NotNewer { offered: String, running: String },
 }
 
 /// Release keys that passed the fingerprint pin.
@@ -195,7 +215,7 @@ impl Manifest {
                 return Err(bad(format!("{} is listed twice", e.name)));
             }
             parse_version(&e.version)?;
-            if e.sha256.len() != 64 || !e.sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            if !is_sha256_hex(&e.sha256) {
                 return Err(bad(format!("the SHA-256 of {} is not 64 lowercase hex digits", e.name)));
             }
         }
@@ -285,6 +305,137 @@ pub fn verify_manifest(
 ) -> Result<SignedManifest, ReleaseError> {
     verify_detached(manifest, sig_file, keys, now)?;
     Ok(SignedManifest { manifest: Manifest::parse(manifest)? })
+}
+
+// ---------------------------------------------------------------------------------- release metadata
+
+/// The signed release metadata's file name, beside [`MANIFEST`] (issue 47: the agent's upgrade).
+pub const RELEASE: &str = "release.json";
+/// Its detached signature's file name.
+pub const RELEASE_SIG: &str = "release.json.sig";
+/// The release metadata format this code reads; another one is refused.
+pub const RELEASE_FORMAT: u32 = 1;
+
+/// `release.json`, written by `cargo xtask sign` beside the manifest:
+///
+/// ```json
+/// {"format": 1, "version": "0.2.0", "expires": 1767225600, "manifest_sha256": "9f86d0…"}
+/// ```
+///
+/// What the manifest cannot say, and an agent that upgrades itself from what its platform serves
+/// must know (The Update Framework's attacks): *which* release this is (`version`, so an older
+/// signed release served as the new one is refused: [`check_newer`]), *until when* it may be
+/// offered (`expires`, unix seconds, so a platform that keeps serving stale metadata is refused:
+/// [`ReleaseError::Expired`]), and *which manifest* belongs to it (`manifest_sha256`, the SHA-256
+/// of `manifest.json`'s exact bytes, so a signed manifest of another release cannot be mixed in:
+/// [`check_manifest_matches`]). The manifest itself stays format 1, unchanged, so installers one
+/// release older keep reading it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseMeta {
+    pub format: u32,
+    pub version: String,
+    pub expires: u64,
+    pub manifest_sha256: String,
+}
+
+impl ReleaseMeta {
+    /// Parses and checks release metadata: the known format, a semantic version, a SHA-256 of 64
+    /// lowercase hex digits. Call it only on bytes whose signature passed ([`verify_release`]).
+    pub fn parse(data: &[u8]) -> Result<Self, ReleaseError> {
+        let bad = |why: String| ReleaseError::Metadata(why);
+        let m: ReleaseMeta = serde_json::from_slice(data).map_err(|e| bad(e.to_string()))?;
+        if m.format != RELEASE_FORMAT {
+            return Err(bad(format!("format {} (this agent reads format {RELEASE_FORMAT})", m.format)));
+        }
+        parse_version(&m.version)?;
+        if !is_sha256_hex(&m.manifest_sha256) {
+            return Err(bad("manifest_sha256 is not 64 lowercase hex digits".into()));
+        }
+        Ok(m)
+    }
+}
+
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Checks `sig` (a detached signature) over `data` (`release.json`'s exact bytes) against `keys`
+/// at `now_unix` (seconds), and only then parses it; then its format and version, and that it
+/// has not expired (`expires > now_unix`, else [`ReleaseError::Expired`]).
+pub fn verify_release(
+    keys: &ReleaseKeys,
+    data: &[u8],
+    sig: &[u8],
+    now_unix: u64,
+) -> Result<ReleaseMeta, ReleaseError> {
+    let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now_unix);
+    verify_detached(data, sig, keys, now)?;
+    let meta = ReleaseMeta::parse(data)?;
+    if meta.expires <= now_unix {
+        return Err(ReleaseError::Expired { expires: meta.expires, now: now_unix });
+    }
+    Ok(meta)
+}
+
+/// The manifest served with `meta` must be the one it names: SHA-256 of `manifest_bytes` equal
+/// to `meta.manifest_sha256`, else [`ReleaseError::MixAndMatch`].
+pub fn check_manifest_matches(meta: &ReleaseMeta, manifest_bytes: &[u8]) -> Result<(), ReleaseError> {
+    let actual = hex::encode(Sha256::digest(manifest_bytes));
+    if actual != meta.manifest_sha256 {
+        return Err(ReleaseError::MixAndMatch(format!(
+            "release {} names manifest {}, got one of {actual}",
+            meta.version, meta.manifest_sha256
+        )));
+    }
+    Ok(())
+}
+
+/// The upgrade's version rule: `offered` must be strictly newer than `running` (semantic-version
+/// precedence; build metadata does not count), else [`ReleaseError::NotNewer`]. Equal is refused
+/// too (nothing to upgrade to), and so is a version that cannot be read, on either side.
+pub fn check_newer(offered: &str, running: &str) -> Result<(), ReleaseError> {
+    let new = parse_version(offered)?;
+    let old = parse_version(running.trim())?;
+    if new.cmp_precedence(&old) != std::cmp::Ordering::Greater {
+        return Err(ReleaseError::NotNewer { offered: offered.into(), running: running.trim().into() });
+    }
+    Ok(())
+}
+
+/// The whole check of a release before its artifact `name` is downloaded, in the order of the
+/// design (docs/trust.md): `release.json`'s signature, format and expiry ([`verify_release`]);
+/// `manifest.json`'s signature ([`verify_manifest`]); the manifest is the one the metadata names
+/// ([`check_manifest_matches`]); its entry for `name` is at the metadata's version (else
+/// [`ReleaseError::MixAndMatch`]); that version is strictly newer than `running`
+/// ([`check_newer`]). Returns the metadata and the verifier to stream the artifact through.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_upgrade(
+    keys: &ReleaseKeys,
+    release: &[u8],
+    release_sig: &[u8],
+    manifest: &[u8],
+    manifest_sig: &[u8],
+    name: &str,
+    running: &str,
+    now_unix: u64,
+) -> Result<(ReleaseMeta, ArtifactVerifier), ReleaseError> {
+    let meta = verify_release(keys, release, release_sig, now_unix)?;
+    let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now_unix);
+    let signed = verify_manifest(manifest, manifest_sig, keys, now)?;
+    check_manifest_matches(&meta, manifest)?;
+    let entry = signed.manifest().entry(name)?;
+    if entry.version != meta.version {
+        return Err(ReleaseError::MixAndMatch(format!(
+            "the manifest lists {name} {} in release {}",
+            entry.version, meta.version
+        )));
+    }
+    check_newer(&meta.version, running)?;
+    // The version rule is the stricter check_newer above; `installed_version: None` only skips
+    // the installer's (same or newer) rule here.
+    let verifier = signed.verifier(&Wanted { name, installed_version: None, allow_downgrade: false })?;
+    Ok((meta, verifier))
 }
 
 // ---------------------------------------------------------------------------------- artifact
@@ -546,6 +697,32 @@ pub mod signing {
         (manifest, sig)
     }
 
+    /// `release.json`'s bytes for `version`, expiring at `expires` (unix seconds), naming
+    /// `manifest`'s exact bytes: pretty-printed, a final newline.
+    pub fn release_json(version: &str, expires: u64, manifest: &[u8]) -> Vec<u8> {
+        let m = ReleaseMeta {
+            format: RELEASE_FORMAT,
+            version: version.into(),
+            expires,
+            manifest_sha256: hex::encode(Sha256::digest(manifest)),
+        };
+        let mut out = serde_json::to_vec_pretty(&m).expect("release metadata serializes");
+        out.push(b'\n');
+        out
+    }
+
+    /// Signed release metadata for `manifest`: `release.json` and its signature.
+    pub fn sign_release_meta(
+        cert: &Cert,
+        version: &str,
+        expires: u64,
+        manifest: &[u8],
+    ) -> (Vec<u8>, Vec<u8>) {
+        let meta = release_json(version, expires, manifest);
+        let sig = sign_detached(cert, &meta);
+        (meta, sig)
+    }
+
     /// The `sha256sum` line for `data` named `name` (the `.sha256` file `install.sh` checks).
     pub fn sha256_line(name: &str, data: &[u8]) -> Vec<u8> {
         format!("{}  {name}\n", hex::encode(Sha256::digest(data))).into_bytes()
@@ -777,6 +954,202 @@ mod tests {
         // Verified before the key existed: no valid signing key then.
         let before = now() - Duration::from_secs(3600);
         assert!(verify_artifact(b"x", &m, &sig, &want("a"), &r.keys, before).is_err());
+    }
+
+    // ------------------------------------------------------------------ release metadata
+
+    const NOW: u64 = 1_900_000_000;
+
+    /// The throwaway keys and signatures are made now, and neither is valid before: the expiry
+    /// tests check at the real time (plus a little, past the signatures' creation).
+    fn unix_now() -> u64 {
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() + 5
+    }
+
+    struct Upgrade {
+        r: Rel,
+        agent: Vec<u8>,
+        manifest: Vec<u8>,
+        manifest_sig: Vec<u8>,
+        release: Vec<u8>,
+        release_sig: Vec<u8>,
+    }
+
+    fn upgrade(version: &str, expires: u64) -> Upgrade {
+        let r = rel();
+        let agent = format!("agent {version}").repeat(100).into_bytes();
+        let (manifest, manifest_sig) =
+            sign_release(&r.cert, &[("gpum-agent", version, &agent), ("gpum-install", version, b"i")]);
+        let (release, release_sig) = signing::sign_release_meta(&r.cert, version, expires, &manifest);
+        Upgrade { r, agent, manifest, manifest_sig, release, release_sig }
+    }
+
+    impl Upgrade {
+        fn verify(&self, running: &str, now: u64) -> Result<(ReleaseMeta, ArtifactVerifier), ReleaseError> {
+            verify_upgrade(
+                &self.r.keys,
+                &self.release,
+                &self.release_sig,
+                &self.manifest,
+                &self.manifest_sig,
+                "gpum-agent",
+                running,
+                now,
+            )
+        }
+    }
+
+    #[test]
+    fn a_good_release_verifies_and_streams_its_agent() {
+        let now = unix_now();
+        let u = upgrade("0.2.0", now + 30 * 86_400);
+        let meta = verify_release(&u.r.keys, &u.release, &u.release_sig, now).unwrap();
+        assert_eq!((meta.format, meta.version.as_str(), meta.expires), (1, "0.2.0", now + 30 * 86_400));
+        check_manifest_matches(&meta, &u.manifest).unwrap();
+        let (meta2, mut v) = u.verify("0.1.9", now).unwrap();
+        assert_eq!(meta2, meta);
+        for c in u.agent.chunks(7) {
+            v.update(c).unwrap();
+        }
+        assert_eq!(v.finish().unwrap().version, "0.2.0");
+        // The metadata is pretty JSON with exactly the four fields of the design.
+        let j: serde_json::Value = serde_json::from_slice(&u.release).unwrap();
+        let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["expires", "format", "manifest_sha256", "version"]);
+    }
+
+    /// TUF's freeze attack: metadata past its expiry is refused, however well signed.
+    #[test]
+    fn expired_metadata_is_refused() {
+        let now = unix_now();
+        let u = upgrade("0.2.0", now);
+        assert_eq!(
+            verify_release(&u.r.keys, &u.release, &u.release_sig, now),
+            Err(ReleaseError::Expired { expires: now, now })
+        );
+        assert!(matches!(u.verify("0.1.0", now + 1), Err(ReleaseError::Expired { .. })));
+        verify_release(&u.r.keys, &u.release, &u.release_sig, now - 1).unwrap();
+    }
+
+    /// The signature is checked before the JSON is parsed: unsigned garbage is a signature error,
+    /// never a parse error; and an edited expiry breaks the signature.
+    #[test]
+    fn release_signature_comes_first() {
+        let now = unix_now();
+        let u = upgrade("0.2.0", now + 100);
+        let got = verify_release(&u.r.keys, b"not json", &u.release_sig, now);
+        assert!(matches!(got, Err(ReleaseError::BadSignature(_))), "{got:?}");
+        let later = String::from_utf8(u.release.clone())
+            .unwrap()
+            .replace(&format!("{}", now + 100), &format!("{}", now + 10_000_000))
+            .into_bytes();
+        assert_ne!(later, u.release);
+        assert!(matches!(
+            verify_release(&u.r.keys, &later, &u.release_sig, now),
+            Err(ReleaseError::BadSignature(_))
+        ));
+        let (stranger, _, _) = throwaway_key();
+        assert!(matches!(
+            verify_release(&u.r.keys, &u.release, &sign_detached(&stranger, &u.release), now),
+            Err(ReleaseError::UntrustedSigner(_))
+        ));
+        assert!(matches!(
+            verify_release(&u.r.keys, &u.release, b"", now),
+            Err(ReleaseError::SignatureFile(_))
+        ));
+        // The manifest's signature does not pass for the metadata's.
+        assert!(verify_release(&u.r.keys, &u.release, &u.manifest_sig, now).is_err());
+    }
+
+    #[test]
+    fn signed_but_malformed_metadata_is_refused() {
+        let r = rel();
+        let sha = "a".repeat(64);
+        let cases: Vec<(String, &str)> = vec![
+            (
+                format!(r#"{{"format":2,"version":"0.2.0","expires":{NOW},"manifest_sha256":"{sha}"}}"#),
+                "format 2",
+            ),
+            (
+                format!(r#"{{"format":1,"version":"v0.2","expires":{NOW},"manifest_sha256":"{sha}"}}"#),
+                "not a version",
+            ),
+            (
+                format!(
+                    r#"{{"format":1,"version":"0.2.0","expires":{NOW},"manifest_sha256":"{}"}}"#,
+                    sha.to_uppercase()
+                ),
+                "lowercase hex",
+            ),
+            (
+                format!(r#"{{"format":1,"version":"0.2.0","expires":{NOW},"manifest_sha256":"abc"}}"#),
+                "lowercase hex",
+            ),
+            (
+                format!(
+                    r#"{{"format":1,"version":"0.2.0","expires":{NOW},"manifest_sha256":"{sha}","allow_downgrade":true}}"#
+                ),
+                "unknown field",
+            ),
+            (format!(r#"{{"format":1,"version":"0.2.0","manifest_sha256":"{sha}"}}"#), "missing field"),
+            (
+                format!(r#"{{"format":1,"version":"0.2.0","expires":-1,"manifest_sha256":"{sha}"}}"#),
+                "invalid value",
+            ),
+            ("[]".into(), "malformed"),
+        ];
+        for (m, why) in cases {
+            let got = verify_release(&r.keys, m.as_bytes(), &sign_detached(&r.cert, m.as_bytes()), NOW - 1)
+                .unwrap_err();
+            assert!(got.to_string().contains(why), "{why}: {got}");
+        }
+    }
+
+    /// TUF's mix-and-match: a validly signed manifest of another release, served with this
+    /// release's metadata, is refused; so is a manifest whose agent is at another version.
+    #[test]
+    fn mix_and_match_is_refused() {
+        let now = unix_now();
+        let u = upgrade("0.2.0", now + 100);
+        let (other, other_sig) = sign_release(&u.r.cert, &[("gpum-agent", "0.2.0", b"another agent")]);
+        let meta = verify_release(&u.r.keys, &u.release, &u.release_sig, now).unwrap();
+        assert!(matches!(check_manifest_matches(&meta, &other), Err(ReleaseError::MixAndMatch(_))));
+        let mixed = Upgrade { manifest: other, manifest_sig: other_sig, ..u };
+        assert!(matches!(mixed.verify("0.1.0", now), Err(ReleaseError::MixAndMatch(_))));
+        // Metadata for 0.3.0 naming a manifest whose agent is 0.2.0.
+        let (m, ms) = sign_release(&mixed.r.cert, &[("gpum-agent", "0.2.0", b"agent")]);
+        let (rj, rs) = signing::sign_release_meta(&mixed.r.cert, "0.3.0", now + 100, &m);
+        let got = verify_upgrade(&mixed.r.keys, &rj, &rs, &m, &ms, "gpum-agent", "0.1.0", now);
+        assert!(matches!(got, Err(ReleaseError::MixAndMatch(ref w)) if w.contains("0.2.0")), "{got:?}");
+        // A manifest without the agent.
+        let (m, ms) = sign_release(&mixed.r.cert, &[("gpum-install", "0.3.0", b"i")]);
+        let (rj, rs) = signing::sign_release_meta(&mixed.r.cert, "0.3.0", now + 100, &m);
+        let got = verify_upgrade(&mixed.r.keys, &rj, &rs, &m, &ms, "gpum-agent", "0.1.0", now);
+        assert_eq!(got.map(|_| ()), Err(ReleaseError::NotListed("gpum-agent".into())));
+    }
+
+    /// TUF's rollback: whatever the platform offers, the agent only goes forward.
+    #[test]
+    fn an_upgrade_only_goes_forward() {
+        let now = unix_now();
+        let u = upgrade("0.2.0", now + 100);
+        assert_eq!(
+            u.verify("0.2.0", now).map(|_| ()),
+            Err(ReleaseError::NotNewer { offered: "0.2.0".into(), running: "0.2.0".into() })
+        );
+        assert!(matches!(u.verify("0.3.0", now), Err(ReleaseError::NotNewer { .. })));
+        u.verify("0.1.10", now).unwrap();
+
+        assert!(check_newer("0.2.1", "0.2.0").is_ok());
+        assert!(check_newer("0.10.0", "0.9.0").is_ok(), "numeric, not lexical");
+        assert!(check_newer("1.0.0", "1.0.0-rc.1").is_ok());
+        assert!(check_newer("1.0.0-rc.1", "1.0.0").is_err(), "a pre-release is older");
+        assert!(check_newer("1.0.0+b.2", "1.0.0+b.1").is_err(), "build metadata does not count");
+        assert!(check_newer("0.0.9", "0.1.0").is_err());
+        assert!(check_newer("0.1.1", " 0.1.0\n").is_ok());
+        assert_eq!(check_newer("0.2.0", "dev"), Err(ReleaseError::Version("dev".into())));
+        assert_eq!(check_newer("latest", "0.1.0"), Err(ReleaseError::Version("latest".into())));
     }
 
     #[test]

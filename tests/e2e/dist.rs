@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
 use gpum_repo_keys::release::{
-    MANIFEST, MANIFEST_SIG, Manifest, ReleaseKeys, Wanted, verify_artifact, verify_detached,
+    MANIFEST, MANIFEST_SIG, Manifest, RELEASE, RELEASE_SIG, ReleaseKeys, Wanted, check_manifest_matches,
+    verify_artifact, verify_detached, verify_release,
 };
 use gpum_tests::{images, require_dist, require_docker};
 use sequoia_openpgp::Cert;
@@ -187,7 +188,9 @@ fn a_self_built_dists_installer_trusts_its_own_key_only() {
 
 /// Every artifact verifies with the project's own verifier against the key that signed the
 /// release: by the signed manifest (as the installer does, by name and version), by its own
-/// `.sig`, and by its `.sha256`; a changed byte fails all three.
+/// `.sig`, and by its `.sha256`; a changed byte fails all three. The signed `release.json` names
+/// this version and this manifest, and expires at most 30 days out (issue 47: what an agent
+/// checks before upgrading to this dist).
 #[ignore = "needs cargo xtask dist's output"]
 #[test]
 fn signatures_verify_with_the_projects_verifier() {
@@ -202,7 +205,12 @@ fn signatures_verify_with_the_projects_verifier() {
         Manifest::parse(&manifest).unwrap().artifacts.into_iter().map(|e| e.name).collect();
     let mut expected: Vec<String> = served_files(&dir)
         .into_iter()
-        .filter(|n| !n.ends_with(".sha256") && !n.ends_with(".sig") && !n.starts_with("manifest.json"))
+        .filter(|n| {
+            !n.ends_with(".sha256")
+                && !n.ends_with(".sig")
+                && !n.starts_with("manifest.json")
+                && !n.starts_with("release.json")
+        })
         .collect();
     expected.sort();
     let mut sorted = listed.clone();
@@ -211,6 +219,15 @@ fn signatures_verify_with_the_projects_verifier() {
     for b in ["gpum-install", "gpum-agent", "gpum-platform"] {
         assert!(listed.iter().any(|n| n == b), "{b} is not in the manifest");
     }
+    let unix = now.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    let release = std::fs::read(dir.join(RELEASE)).unwrap();
+    let meta = verify_release(&keys, &release, &std::fs::read(dir.join(RELEASE_SIG)).unwrap(), unix).unwrap();
+    assert_eq!(meta.version, env!("CARGO_PKG_VERSION"));
+    // Not expired, and at most `dist`'s 30 days out (a dist built days ago has fewer left).
+    assert!(meta.expires > unix && meta.expires <= unix + 30 * 86_400, "{meta:?}");
+    check_manifest_matches(&meta, &manifest).unwrap();
+    // The manifest's signature is no signature of the metadata.
+    assert!(verify_release(&keys, &release, &sig, unix).is_err());
     for name in &listed {
         let data = std::fs::read(dir.join(name)).unwrap();
         let wanted = Wanted { name, installed_version: None, allow_downgrade: false };

@@ -44,6 +44,9 @@ mod upgrades;
 // Issue 35: replicas on one PostgreSQL.
 #[path = "platform_replicas.rs"]
 mod replicas;
+// Issue 47: the previous release's agent and platform, from recorded exchanges.
+#[path = "platform_compat.rs"]
+mod compat;
 
 fn inventory(uuid: &str) -> Inventory {
     let mut inv = Inventory::default();

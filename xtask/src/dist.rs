@@ -16,6 +16,8 @@
 //!   own (see [`deb_unit`]), the maintainer scripts of `packaging/deb/gpum-agent/`, the man pages
 //!   and completions.
 //! - Each artifact signed (`sign.rs`): `manifest.json` + `.sig` (what the installer verifies),
+//!   `release.json` + `.sig` (the version, an expiry 30 days out and the manifest's SHA-256: what
+//!   an agent verifies before it upgrades to this dist, issue 47),
 //!   `FILE.sha256` (what install.sh checks) and `FILE.sig` (for `sqv`/`gpg --verify` by hand).
 
 use std::fs;
@@ -39,11 +41,15 @@ pub const PROFILE: &str = "release-small";
 pub const SIZE_BUDGET: u64 = 10 * 1024 * 1024;
 /// The shipped binaries and their targets.
 pub const BINARIES: [(&str, &str); 3] = [("gpum-install", GNU), ("gpum-agent", GNU), ("gpum-platform", MUSL)];
-/// A string each binary holds only when built with its `test-knobs` feature (a serde field or
-/// a clap flag of a test knob). Finding one in a release binary fails the build.
-const KNOB_MARKERS: [(&str, &str); 3] = [
+/// A string each binary holds only when built with a test-only feature: its `test-knobs` (a serde
+/// field or a clap flag of a test knob), and for what links gpum-enroll its `test-next-version`
+/// (the marker in `gpum_enroll::USER_AGENT`: the agent would report a version that is not the
+/// release's). Finding one in a release binary fails the build.
+const KNOB_MARKERS: [(&str, &str); 5] = [
     ("gpum-install", "crash_at"),
+    ("gpum-install", "(test-next-version)"),
     ("gpum-agent", "test_reconcile_min_age_secs"),
+    ("gpum-agent", "(test-next-version)"),
     ("gpum-platform", "test-clock-file"),
 ];
 /// The packages built by cargo-deb.
@@ -120,7 +126,8 @@ pub fn run(a: DistArgs) -> Result<()> {
         clock.lap("cargo-deb, lintian");
     }
 
-    crate::sign::sign_with(&cert, version, &artifacts)?;
+    let expires = crate::sign::expires_in_days(crate::sign::DEFAULT_EXPIRES_DAYS);
+    crate::sign::sign_with(&cert, version, expires, &artifacts)?;
     fs::write(out.join(SIGNER), openpgp_armored(&cert)?)?;
     clock.lap("sign");
 
@@ -312,10 +319,11 @@ fn gate(name: &str, path: &Path) -> Result<()> {
     let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let static_ = BINARIES.iter().any(|(n, t)| *n == name && *t == MUSL);
     crate::elf::check(name, &data, static_)?;
-    if let Some((_, marker)) = KNOB_MARKERS.iter().find(|(n, _)| *n == name)
-        && contains(&data, marker.as_bytes())
+    if let Some((_, marker)) = KNOB_MARKERS.iter().find(|(n, m)| *n == name && contains(&data, m.as_bytes()))
     {
-        bail!("{name} holds {marker:?}: it was built with its test-knobs feature");
+        bail!(
+            "{name} holds {marker:?}: it was built with a test-only feature (test-knobs, test-next-version)"
+        );
     }
     if !static_ && data.len() as u64 >= SIZE_BUDGET {
         bail!("{name} is {} bytes, over the budget of {SIZE_BUDGET}", data.len());

@@ -78,7 +78,7 @@ enum Cmd {
     Dist(dist::DistArgs),
     /// Make a development release signing key (kept outside the repository).
     ReleaseKey(sign::ReleaseKeyArgs),
-    /// Sign a release: DIR/manifest.json + manifest.json.sig, and FILE.sha256 beside each FILE.
+    /// Sign a release: DIR/manifest.json + .sig, DIR/release.json + .sig, FILE.sha256 beside each FILE.
     Sign(sign::SignArgs),
     /// The test host scenarios (docs/testhost.md): all, or those named.
     E2e {

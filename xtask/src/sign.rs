@@ -15,6 +15,12 @@
 //! - `manifest.json.sig`: an armored detached signature over the manifest, which is what the
 //!   installer verifies (`gpum_repo_keys::release`): it binds each file's bytes to its name and
 //!   version, so one signed artifact cannot pass for another, nor an old one for a new one;
+//! - `release.json` and `release.json.sig` (issue 47): the release's version (`--version`), an
+//!   expiry (`--expires-days` from now, default 30) and the SHA-256 of the manifest written now,
+//!   signed by the same key ([`gpum_repo_keys::release::ReleaseMeta`]); what an agent checks
+//!   before it upgrades itself to this release (stale metadata, a manifest of another release, a
+//!   version not newer than its own are refused). Sign again before it expires to keep offering
+//!   the release (`gpum-platform releases add` takes the new files);
 //! - `FILE.sha256` beside each FILE (sha256sum format), which `install.sh` checks;
 //! - `FILE.sig` beside each FILE, an armored detached signature over the file alone, for people
 //!   who check a download by hand (`sqv`, `gpg --verify`; docs/release.md). It says nothing of
@@ -31,7 +37,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use sequoia_openpgp as openpgp;
 
-use gpum_repo_keys::release::{MANIFEST, MANIFEST_SIG, Manifest, ManifestEntry, signing};
+use gpum_repo_keys::release::{
+    MANIFEST, MANIFEST_SIG, Manifest, ManifestEntry, RELEASE, RELEASE_SIG, ReleaseMeta, signing,
+};
 use openpgp::Cert;
 use openpgp::parse::Parse;
 use openpgp::serialize::SerializeInto;
@@ -51,6 +59,8 @@ pub struct ReleaseKeyArgs {
 #[command(after_help = "Writes, in DIR (the directory of the FILEs, which the platform serves as /dl/):\n  \
     manifest.json      name, version, size and SHA-256 of each FILE\n  \
     manifest.json.sig  the detached signature the installer verifies\n  \
+    release.json       the release's version, expiry and the manifest's SHA-256 (agent upgrades)\n  \
+    release.json.sig   its detached signature\n  \
     FILE.sha256        beside each FILE, for install.sh\n  \
     FILE.sig           beside each FILE, a detached signature for checking by hand\n\
 Signing more files later adds them to the manifest; an earlier entry whose file is gone or\n\
@@ -65,9 +75,23 @@ pub struct SignArgs {
     /// The version recorded for the files signed now.
     #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
     pub version: String,
+    /// Days from now until release.json expires: an agent refuses to upgrade to this release
+    /// after that, until it is signed again.
+    #[arg(long, default_value_t = DEFAULT_EXPIRES_DAYS, value_parser = clap::value_parser!(u64).range(1..=3650))]
+    pub expires_days: u64,
     /// Files to sign, all in one directory (DIR).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+}
+
+/// `--expires-days`' default, and `cargo xtask dist`'s.
+pub const DEFAULT_EXPIRES_DAYS: u64 = 30;
+
+/// Unix seconds `days` from now: release.json's `expires`.
+pub fn expires_in_days(days: u64) -> u64 {
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
+    now + days * 86_400
 }
 
 pub fn release_key(a: ReleaseKeyArgs) -> Result<()> {
@@ -115,11 +139,12 @@ pub fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
 
 pub fn sign(a: SignArgs) -> Result<()> {
     let tsk = fs::read(&a.key).with_context(|| format!("reading {}", a.key.display()))?;
-    sign_with(&secret_cert(&tsk)?, &a.version, &a.files)
+    sign_with(&secret_cert(&tsk)?, &a.version, expires_in_days(a.expires_days), &a.files)
 }
 
-/// Signs `files` (one directory) as release `version` with `cert` (see the module docs).
-pub fn sign_with(cert: &Cert, version: &str, files: &[PathBuf]) -> Result<()> {
+/// Signs `files` (one directory) as release `version` with `cert`, its release.json expiring at
+/// `expires` (unix seconds; see the module docs).
+pub fn sign_with(cert: &Cert, version: &str, expires: u64, files: &[PathBuf]) -> Result<()> {
     let dir = release_dir(files)?;
     let mut entries = Vec::new();
     for f in files {
@@ -139,12 +164,23 @@ pub fn sign_with(cert: &Cert, version: &str, files: &[PathBuf]) -> Result<()> {
     // Checked as the installer will read it, before anything is signed.
     let parsed = Manifest::parse(&manifest).context("the manifest would be refused")?;
     let sig = signing::sign_detached(cert, &manifest);
+    let (release, release_sig) = signing::sign_release_meta(cert, version, expires, &manifest);
+    // Read back as the agent will, before anything is written.
+    let meta = ReleaseMeta::parse(&release).context("the release metadata would be refused")?;
     fs::write(dir.join(MANIFEST), &manifest)?;
     fs::write(dir.join(MANIFEST_SIG), sig)?;
+    fs::write(dir.join(RELEASE), &release)?;
+    fs::write(dir.join(RELEASE_SIG), release_sig)?;
     println!("signed {}:", dir.join(MANIFEST).display());
     for e in &parsed.artifacts {
         println!("  {} {} ({} bytes, sha256 {})", e.name, e.version, e.size, e.sha256);
     }
+    println!(
+        "signed {}: release {}, expires at {} (unix)",
+        dir.join(RELEASE).display(),
+        meta.version,
+        meta.expires
+    );
     Ok(())
 }
 
@@ -234,6 +270,7 @@ mod tests {
         let args = |files: &[&str], version: &str| SignArgs {
             key: key.clone(),
             version: version.into(),
+            expires_days: DEFAULT_EXPIRES_DAYS,
             files: files.iter().map(|f| rel.join(f)).collect(),
         };
         sign(args(&["gpum-agent"], "0.2.0")).unwrap();
@@ -247,6 +284,20 @@ mod tests {
         assert_eq!(check(b"agent", "gpum-agent").unwrap(), "0.2.0");
         assert_eq!(check(b"installer", "gpum-install").unwrap(), "0.2.1");
         assert!(check(b"installer", "gpum-agent").is_err());
+        // release.json names the last signing's version and the manifest written with it, and
+        // the agent's upgrade check accepts the pair.
+        let now = expires_in_days(0);
+        let meta = gpum_repo_keys::release::verify_release(
+            &keys,
+            &fs::read(rel.join(RELEASE)).unwrap(),
+            &fs::read(rel.join(RELEASE_SIG)).unwrap(),
+            now,
+        )
+        .unwrap();
+        assert_eq!(meta.version, "0.2.1");
+        assert!(meta.expires >= now + DEFAULT_EXPIRES_DAYS * 86_400 && meta.expires < now + 31 * 86_400);
+        gpum_repo_keys::release::check_manifest_matches(&meta, &m).unwrap();
+
         let sum = fs::read_to_string(rel.join("gpum-agent.sha256")).unwrap();
         assert!(sum.ends_with("  gpum-agent\n"), "{sum}");
         let own = fs::read(rel.join("gpum-agent.sig")).unwrap();

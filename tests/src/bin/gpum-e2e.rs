@@ -25,7 +25,7 @@ use gpum_common::{Failure, Lang};
 use gpum_tests::testhost::seed::{self, SeedFailure};
 use gpum_tests::testhost::stage::{HOST_CA, Stage};
 use gpum_tests::testhost::steps::{install, nodes, set_gpu, set_probe_image, wait_until};
-use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental, tunnel};
+use gpum_tests::testhost::{Host, HostOpts, Images, Run, host, image, lan, rental, tunnel, upgrade as up};
 
 /// What every scenario can use.
 struct Ctx {
@@ -236,6 +236,18 @@ fn scenarios() -> Vec<Scenario> {
             expect: 0,
             what: "systemctl restart docker mid-rental: the same container and process run on (live-restore), still reported running, then torn down",
             run: rental_dockerd_restart,
+        },
+        Scenario {
+            name: "upgrade",
+            expect: 0,
+            what: "issue 47, one host with a running rental: upgrade-tampered (B's bytes changed, manifest and metadata made to match, the signatures kept: refused, A runs on untouched), upgrade-downgrade (the platform names an older signed version: refused), then upgrade (B rolled out to 100 %: the node reports B within the bound, the guard stood down, the rental's very container runs on, reported running, torn down by B)",
+            run: upgrade,
+        },
+        Scenario {
+            name: "upgrade-bad",
+            expect: 0,
+            what: "issue 47: a correctly signed B that cannot start: the guard puts A back within the bound, the platform records rolled_back and halts the rollout; the rental runs on",
+            run: upgrade_bad,
         },
     ]
 }
@@ -2205,6 +2217,258 @@ fn rental_dockerd_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     o.check(count.trim() == "1", "one rental container", &Run::text(&count));
     rental::stop(&h, &id)?;
     rental_gone(&mut o, &h, &id, Some(&first), 40, "stopped after dockerd's restart")?;
+    Ok(o)
+}
+
+// ------------------------------------------------------------------------------------------
+// Upgrades (issue 47): releases staged by `cargo xtask e2e` in `releases/`, added and rolled out
+// with the platform's admin CLI (`gpum_tests::testhost::upgrade`).
+
+/// A rentable host (the one-liner installed version A) with one running rental: the host, the
+/// node, the rental's id, its container as first seen, and version A as installed.
+fn upgrade_host(ctx: &Ctx, s: &Scenario) -> Result<(Host, String, String, rental::Seen, up::Installed)> {
+    let (h, node, image) = rental_host(ctx, s, 1)?;
+    let a = up::installed(&h)?;
+    if a.version != env!("CARGO_PKG_VERSION") {
+        bail!("the installed agent reports {}, not the workspace's {}", a.version, env!("CARGO_PKG_VERSION"));
+    }
+    up::wait_version(&h, &node, &a.version, 30)?;
+    let id = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    rental::wait_state(&h, &id, gpum_protocol::RentalState::Running, 60)?;
+    let first = rental::seen(&h, &id)?;
+    Ok((h, node, id, first, a))
+}
+
+/// The rental `id` survived `why`: the very container and process still run, never restarted,
+/// and the platform still shows it running.
+fn rental_survived(o: &mut Outcome, h: &Host, id: &str, first: &rental::Seen, why: &str) -> Result<()> {
+    let now = rental::seen(h, id);
+    if let Some(now) = check_ok(o, &format!("{why}: the rental's container still runs"), now) {
+        o.check(
+            now.container == first.container && now.pid == first.pid,
+            &format!("{why}: the same container and process, not recreated"),
+            &Run::text(&format!("{first:?} -> {now:?}")),
+        );
+    }
+    let name = gpum_agent::docker::rental::container_name(id);
+    let restarts = h.sh_ok(&format!("docker inspect -f '{{{{.RestartCount}}}}' {name}"))?;
+    o.check(restarts.trim() == "0", &format!("{why}: the container never restarted"), &Run::text(&restarts));
+    let r = rental::show(h, id)?;
+    o.check(
+        r.state == Some(gpum_protocol::RentalState::Running) && r.listed,
+        &format!("{why}: the platform shows the rental running"),
+        &rental::text(&r),
+    );
+    Ok(())
+}
+
+/// The node's last heartbeat as the platform has it (0 before any).
+fn last_beat(h: &Host, node: &str) -> Result<u64> {
+    Ok(nodes(h)?.into_iter().find(|n| n.id == node).and_then(|n| n.last_heartbeat_at).unwrap_or(0))
+}
+
+/// A release the agent must refuse (`name` in the stage, rolled out to 100 % with `extra`): the
+/// agent keeps running as it was (same process, same binary, same version, nothing of an upgrade
+/// left), through several heartbeats that carried the offer; the platform records nothing but
+/// `refused` for it, and `refused` when `must_report`, and then halts the rollout.
+fn refused(
+    o: &mut Outcome,
+    ctx: &Ctx,
+    h: &Host,
+    node: &str,
+    a: &up::Installed,
+    (name, extra, must_report): (&str, &str, bool),
+) -> Result<()> {
+    use gpum_protocol::upgrade::UpgradeOutcome;
+    let v = up::version_of(&ctx.stage.dir, name)?;
+    let pid = up::agent_pid(h)?;
+    let beat = last_beat(h, node)?;
+    let Some(_) = check_ok(o, &format!("{name}: releases add"), up::add(h, name)) else { return Ok(()) };
+    let Some(_) =
+        check_ok(o, &format!("{name}: releases rollout {v} --percent 100"), up::rollout(h, &v, 100, extra))
+    else {
+        return Ok(());
+    };
+    if must_report {
+        let shown =
+            up::wait_shown(h, &v, 90, "refused by the node", |t| up::records(t, UpgradeOutcome::Refused));
+        if let Some(shown) = check_ok(o, &format!("{name}: the platform records the node's refusal"), shown) {
+            o.check(
+                !up::records(&shown, UpgradeOutcome::Succeeded)
+                    && !up::records(&shown, UpgradeOutcome::RolledBack),
+                &format!("{name}: no other outcome recorded"),
+                &Run::text(&shown),
+            );
+            let halted = up::wait_shown(h, &v, 30, "halted", up::halted);
+            check_ok(o, &format!("{name}: one refusal of one node halts the rollout"), halted);
+        }
+    }
+    // Heartbeats after the rollout, each answered with the offer.
+    let beats = rental::wait_node(h, node, 60, "heartbeating after the rollout", |n| {
+        n.online && n.last_heartbeat_at.is_some_and(|t| t > beat + 10)
+    });
+    if let Some(n) = check_ok(o, &format!("{name}: the node heartbeats on"), beats) {
+        o.check(
+            n.agent_version == a.version,
+            &format!("{name}: the node still reports version A"),
+            &Run::text(&n.agent_version),
+        );
+    }
+    let shown = up::shown(h, &v)?;
+    o.check(
+        !up::records(&shown, UpgradeOutcome::Succeeded) && !up::records(&shown, UpgradeOutcome::RolledBack),
+        &format!("{name}: the platform records no upgrade to {v}"),
+        &Run::text(&shown),
+    );
+    let now = up::installed(h);
+    if let Some(now) = check_ok(o, &format!("{name}: the installed agent answers --version"), now) {
+        o.check(
+            &now == a,
+            &format!("{name}: the installed binary is A's, byte for byte"),
+            &Run::text(&format!("{a:?} -> {now:?}")),
+        );
+    }
+    let pid_now = up::agent_pid(h)?;
+    o.check(
+        pid_now == pid,
+        &format!("{name}: A keeps running, the same process"),
+        &Run::text(&format!("{pid} -> {pid_now}")),
+    );
+    let left = up::leftovers_of_a_refusal(h)?;
+    o.check(left.is_empty(), &format!("{name}: nothing of an upgrade is left"), &Run::text(&left.join("\n")));
+    Ok(())
+}
+
+fn upgrade(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    use gpum_protocol::upgrade::UpgradeOutcome;
+    let (h, node, id, first, a) = upgrade_host(ctx, s)?;
+    let mut o = rental_outcome();
+
+    // upgrade-tampered: B's bytes changed after signing, served as a consistent release.
+    refused(&mut o, ctx, &h, &node, &a, ("b-tampered", "", true))?;
+    // upgrade-downgrade: the platform (a test-knobs flag) offers a signed older version.
+    refused(&mut o, ctx, &h, &node, &a, ("old", up::ANY_VERSION_FLAG, false))?;
+    rental_survived(&mut o, &h, &id, &first, "after the refusals")?;
+
+    // upgrade: B, good, to every node.
+    let b = up::version_of(&ctx.stage.dir, "b")?;
+    up::add(&h, "b")?;
+    up::rollout(&h, &b, 100, "")?;
+    let started = Instant::now();
+    let on_b = up::wait_version(&h, &node, &b, up::BOUND.as_secs() + 60);
+    check_ok(&mut o, "the node reports version B", on_b);
+    let took = started.elapsed();
+    o.check(took < up::BOUND, "upgraded within the bound", &Run::text(&format!("{took:?}")));
+    let now = up::installed(&h);
+    if let Some(now) = check_ok(&mut o, "the installed agent answers --version", now) {
+        o.check(
+            now.version == b && now.sha256 != a.sha256,
+            "the installed binary is B",
+            &Run::text(&format!("{now:?}")),
+        );
+    }
+    let done = h.wait_for(
+        "the upgrade marked succeeded and the guard stood down",
+        Duration::from_secs(30),
+        &format!(
+            "grep -q '\"succeeded\"' {} && ! systemctl is-active -q {}",
+            up::UPGRADE_STATE,
+            up::ROLLBACK_TIMER
+        ),
+    );
+    o.check(
+        done.is_ok(),
+        "upgrade.json says succeeded and the rollback timer is stopped",
+        &Run::text(&format!("{done:?}")),
+    );
+    let shown = up::wait_shown(&h, &b, 30, "succeeded", |t| up::records(t, UpgradeOutcome::Succeeded));
+    check_ok(&mut o, "the platform records the node's upgrade as succeeded", shown);
+    rental_survived(&mut o, &h, &id, &first, "after the upgrade")?;
+    // B is the agent that now tears the rental down.
+    rental::stop(&h, &id)?;
+    rental_gone(&mut o, &h, &id, Some(&first), 40, "stopped after the upgrade")?;
+    Ok(o)
+}
+
+fn upgrade_bad(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
+    use gpum_protocol::upgrade::UpgradeOutcome;
+    let (h, node, id, first, a) = upgrade_host(ctx, s)?;
+    let mut o = rental_outcome();
+    let bad = up::version_of(&ctx.stage.dir, "bad")?;
+    up::add(&h, "bad")?;
+    up::rollout(&h, &bad, 100, "")?;
+    // The swap happens (the new binary is in place, the guard armed) before the way back.
+    let swapped = h.wait_for(
+        "the swap to the binary that cannot start",
+        Duration::from_secs(90),
+        &format!("test \"$(sha256sum < {} | cut -d' ' -f1)\" != {}", up::AGENT, a.sha256),
+    );
+    o.check(
+        swapped.is_ok(),
+        "the agent verified and swapped in the bad release",
+        &Run::text(&format!("{swapped:?}")),
+    );
+    // From the swap: A back and heartbeating within the bound and a margin (the old binary's
+    // restart, its first heartbeat carrying the report).
+    // (The node's reported version says A all along: the bad binary never heartbeats.)
+    let margin = Duration::from_secs(45);
+    let back = h.wait_for(
+        "A's binary back in place and its unit active",
+        up::BOUND + margin,
+        &format!(
+            "test \"$(sha256sum < {} | cut -d' ' -f1)\" = {} && systemctl is-active -q gpum-agent",
+            up::AGENT,
+            a.sha256
+        ),
+    );
+    o.check(
+        back.is_ok(),
+        "A put back within the bound and a margin of the swap",
+        &Run::text(&format!("{back:?}")),
+    );
+    let beat = last_beat(&h, &node)?;
+    let beats = rental::wait_node(&h, &node, 60, "heartbeating on A after the rollback", |n| {
+        n.online && n.agent_version == a.version && n.last_heartbeat_at.is_some_and(|t| t > beat)
+    });
+    check_ok(&mut o, "the node heartbeats on version A again", beats);
+    let shown = up::wait_shown(&h, &bad, 30, "rolled back", |t| up::records(t, UpgradeOutcome::RolledBack));
+    if let Some(shown) = check_ok(&mut o, "the platform records rolled_back", shown) {
+        o.check(!up::records(&shown, UpgradeOutcome::Succeeded), "and never succeeded", &Run::text(&shown));
+    }
+    let now = up::installed(&h);
+    if let Some(now) = check_ok(&mut o, "the installed agent answers --version", now) {
+        o.check(
+            now == a,
+            "the installed binary is A's again, byte for byte",
+            &Run::text(&format!("{a:?} -> {now:?}")),
+        );
+    }
+    let active = h.sh("systemctl is-active gpum-agent")?;
+    o.check(active.stdout.trim() == "active", "the agent's unit is active", &active);
+    let state = up::upgrade_state(&h)?;
+    o.check(
+        state.as_deref() == Some("rolled_back"),
+        "upgrade.json says rolled_back",
+        &Run::text(&format!("{state:?}")),
+    );
+    let halted = up::wait_shown(&h, &bad, 30, "halted", up::halted);
+    check_ok(&mut o, "the failure halts the rollout", halted);
+    // Never retried: some heartbeats later A still runs, nothing pending.
+    let beat = last_beat(&h, &node)?;
+    let pid = up::agent_pid(&h)?;
+    let beats = rental::wait_node(&h, &node, 60, "heartbeating on A", |n| {
+        n.online && n.last_heartbeat_at.is_some_and(|t| t > beat + 10)
+    });
+    check_ok(&mut o, "A heartbeats on after the rollback", beats);
+    let pid_now = up::agent_pid(&h)?;
+    o.check(
+        pid_now == pid,
+        "A is not restarted again (no retry)",
+        &Run::text(&format!("{pid} -> {pid_now}")),
+    );
+    rental_survived(&mut o, &h, &id, &first, "after the rollback")?;
+    rental::stop(&h, &id)?;
+    rental_gone(&mut o, &h, &id, Some(&first), 40, "stopped after the rollback")?;
     Ok(o)
 }
 

@@ -14,6 +14,8 @@
 //! - [`lan`]: a made-up LAN and internet in network namespaces, for `rental-network`.
 //! - [`tunnel`]: the platform in a network namespace of its own, a host with no inbound path and
 //!   a tenant who reaches a rental only through the relay, for `rental-tunnel` (issue 34).
+//! - [`upgrade`]: the staged releases, the operator's `releases` commands and the installed
+//!   agent as the host shows it, for the upgrade scenarios (issue 47).
 //!
 //! The scenarios themselves are in `src/bin/gpum-e2e.rs`.
 
@@ -25,6 +27,7 @@ pub mod seed;
 pub mod stage;
 pub mod steps;
 pub mod tunnel;
+pub mod upgrade;
 
 pub use host::{Host, HostOpts, Run};
 pub use image::Images;
