@@ -31,7 +31,7 @@ pub const ROLLBACK_TIMER: &str = "gpum-agent-rollback.timer";
 pub const BOUND: Duration = Duration::from_secs(120);
 /// The test-knobs-only flag of `releases rollout` that offers a release whatever the nodes'
 /// versions (the downgrade scenario: the platform names an older version).
-pub const ANY_VERSION_FLAG: &str = "--test-any-version";
+pub const ANY_VERSION_FLAG: &str = "--offer-regardless";
 
 /// The version of the staged release `name` (`b`, `bad`, …), read from its `release.json` in
 /// the stage on this machine (`stage` is the stage directory).
