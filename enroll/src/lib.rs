@@ -18,3 +18,7 @@ pub mod register;
 pub mod secret;
 pub mod state;
 pub mod unit;
+
+/// The agent's version: what it registers with, reports in every heartbeat (issue 47), and
+/// compares an offered upgrade with (strictly newer, or refused).
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -116,6 +116,15 @@ pub enum ReleaseError {
     SizeMismatch { expected: u64, actual: u64 },
     #[error("SHA-256 mismatch: expected {expected}, got {actual}")]
     Sha256Mismatch { expected: String, actual: String },
+    /// `release.json` expired (issue 47): a platform serving stale metadata is refused.
+    #[error("the signed release metadata expired at {expires} (now {now})")]
+    Expired { expires: u64, now: u64 },
+    /// `release.json` names another manifest than the one served beside it (issue 47).
+    #[error("the manifest is not the one the signed release metadata names (mix-and-match)")]
+    MixAndMatch,
+    /// The offered version is not strictly newer than the running one (issue 47).
+    #[error("version {offered} is not newer than the running {running}")]
+    NotNewer { offered: String, running: String },
 }
 
 /// Release keys that passed the fingerprint pin.
@@ -363,6 +372,88 @@ pub fn verify_artifact(
     v.finish()
 }
 
+// ---------------------------------------------------------------------------- release.json
+// Issue 47. MINIMAL VERSION written by the agent helper so the agent builds against the
+// design's contract (`verify_release(keys, data, sig, now_unix) -> ReleaseMeta`); the keys
+// helper's fuller version replaces this block at merge.
+
+/// The signed release metadata's file name (issue 47), beside [`MANIFEST`].
+pub const RELEASE: &str = "release.json";
+/// Its detached signature's file name.
+pub const RELEASE_SIG: &str = "release.json.sig";
+/// The `release.json` format this code reads.
+pub const RELEASE_FORMAT: u32 = 1;
+
+/// `release.json`: `{"format":1,"version":"0.2.0","expires":<unix secs>,"manifest_sha256":"<hex>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseDoc {
+    format: u32,
+    version: String,
+    expires: u64,
+    manifest_sha256: String,
+}
+
+/// Signed release metadata that passed [`verify_release`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseMeta {
+    pub version: String,
+    /// Unix seconds after which it is refused.
+    pub expires: u64,
+    /// SHA-256 (64 lowercase hex digits) of the exact bytes of the release's `manifest.json`.
+    pub manifest_sha256: String,
+}
+
+impl ReleaseMeta {
+    /// Whether `manifest` is the manifest this release names ([`ReleaseError::MixAndMatch`]).
+    pub fn check_manifest(&self, manifest: &[u8]) -> Result<(), ReleaseError> {
+        if hex::encode(Sha256::digest(manifest)) == self.manifest_sha256 {
+            Ok(())
+        } else {
+            Err(ReleaseError::MixAndMatch)
+        }
+    }
+}
+
+/// Checks `sig` over `data` (`release.json`'s exact bytes) first, then parses it: the known
+/// format, a semantic version, a SHA-256, and `expires > now_unix` (else
+/// [`ReleaseError::Expired`]).
+pub fn verify_release(
+    keys: &ReleaseKeys,
+    data: &[u8],
+    sig: &[u8],
+    now_unix: u64,
+) -> Result<ReleaseMeta, ReleaseError> {
+    let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(now_unix);
+    verify_detached(data, sig, keys, now)?;
+    let bad = |why: String| ReleaseError::Manifest(format!("release.json: {why}"));
+    let d: ReleaseDoc = serde_json::from_slice(data).map_err(|e| bad(e.to_string()))?;
+    if d.format != RELEASE_FORMAT {
+        return Err(bad(format!("format {} (this agent reads format {RELEASE_FORMAT})", d.format)));
+    }
+    parse_version(&d.version)?;
+    if d.manifest_sha256.len() != 64
+        || !d.manifest_sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(bad("manifest_sha256 is not 64 lowercase hex digits".into()));
+    }
+    if d.expires <= now_unix {
+        return Err(ReleaseError::Expired { expires: d.expires, now: now_unix });
+    }
+    Ok(ReleaseMeta { version: d.version, expires: d.expires, manifest_sha256: d.manifest_sha256 })
+}
+
+/// The upgrade's version rule (issue 47): `offered` must be strictly newer than `running`
+/// (semantic-version precedence); equal, older or unreadable is refused.
+pub fn check_newer(offered: &str, running: &str) -> Result<(), ReleaseError> {
+    let new = parse_version(offered)?;
+    let old = parse_version(running.trim())?;
+    if new.cmp_precedence(&old) != std::cmp::Ordering::Greater {
+        return Err(ReleaseError::NotNewer { offered: offered.into(), running: running.trim().into() });
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------- signatures
 
 /// Parses a detached signature file (armored or binary): one or more signature packets and
@@ -544,6 +635,20 @@ pub mod signing {
         let manifest = manifest_json(artifacts.iter().map(|(n, v, d)| entry(n, v, d)).collect());
         let sig = sign_detached(cert, &manifest);
         (manifest, sig)
+    }
+
+    /// `release.json`'s bytes for `version`, `expires` (unix seconds) and `manifest`'s bytes
+    /// (issue 47; minimal version, see [`super::verify_release`]).
+    pub fn release_json(version: &str, expires: u64, manifest: &[u8]) -> Vec<u8> {
+        let d = ReleaseDoc {
+            format: RELEASE_FORMAT,
+            version: version.into(),
+            expires,
+            manifest_sha256: hex::encode(Sha256::digest(manifest)),
+        };
+        let mut out = serde_json::to_vec(&d).expect("release.json serializes");
+        out.push(b'\n');
+        out
     }
 
     /// The `sha256sum` line for `data` named `name` (the `.sha256` file `install.sh` checks).
@@ -777,6 +882,38 @@ mod tests {
         // Verified before the key existed: no valid signing key then.
         let before = now() - Duration::from_secs(3600);
         assert!(verify_artifact(b"x", &m, &sig, &want("a"), &r.keys, before).is_err());
+    }
+
+    /// Issue 47: release.json's signature first, then its expiry; the manifest it names by
+    /// SHA-256, and only strictly newer versions.
+    #[test]
+    fn release_metadata_is_signed_expires_and_names_its_manifest() {
+        let r = rel();
+        let (m, _) = sign_release(&r.cert, &[("gpum-agent", "0.2.0", b"agent")]);
+        let now = now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        let data = signing::release_json("0.2.0", now + 3600, &m);
+        let sig = sign_detached(&r.cert, &data);
+        let meta = verify_release(&r.keys, &data, &sig, now).unwrap();
+        assert_eq!((meta.version.as_str(), meta.expires), ("0.2.0", now + 3600));
+        meta.check_manifest(&m).unwrap();
+        assert_eq!(meta.check_manifest(&[&m[..], b" "].concat()), Err(ReleaseError::MixAndMatch));
+        assert_eq!(
+            verify_release(&r.keys, &data, &sig, now + 3600),
+            Err(ReleaseError::Expired { expires: now + 3600, now: now + 3600 })
+        );
+        let edited = String::from_utf8(data.clone()).unwrap().replace("0.2.0", "0.3.0").into_bytes();
+        assert!(matches!(verify_release(&r.keys, &edited, &sig, now), Err(ReleaseError::BadSignature(_))));
+        let (stranger, _, _) = throwaway_key();
+        assert!(matches!(
+            verify_release(&r.keys, &data, &sign_detached(&stranger, &data), now),
+            Err(ReleaseError::UntrustedSigner(_))
+        ));
+        let extra = b"{\"format\":1,\"version\":\"0.2.0\",\"expires\":1900000000,\"manifest_sha256\":\"00\",\"x\":1}";
+        assert!(verify_release(&r.keys, extra, &sign_detached(&r.cert, extra), now).is_err());
+        check_newer("0.2.0", "0.1.9").unwrap();
+        for (o, run) in [("0.1.0", "0.1.0"), ("0.0.9", "0.1.0"), ("1.0.0-rc.1", "1.0.0"), ("x", "0.1.0")] {
+            assert!(check_newer(o, run).is_err(), "{o} over {run}");
+        }
     }
 
     #[test]
