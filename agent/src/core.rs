@@ -1701,7 +1701,10 @@ mod tests {
         assert!(starts(&out).is_empty());
         let r = recorded(&out);
         assert_eq!(r.len(), 1);
-        assert_eq!((r[0].from.as_str(), r[0].to.as_str(), r[0].outcome), ("0.2.0", "0.1.0", UpgradeOutcome::Refused));
+        assert_eq!(
+            (r[0].from.as_str(), r[0].to.as_str(), r[0].outcome),
+            ("0.2.0", "0.1.0", UpgradeOutcome::Refused)
+        );
         assert!(r[0].detail.contains("not newer"), "{}", r[0].detail);
         // Carried by the next heartbeat; a failed one does not deliver it.
         sim.tick();
@@ -1786,8 +1789,10 @@ mod tests {
     /// reports Succeeded; no offer is taken before that report is delivered.
     #[test]
     fn a_new_binary_confirms_after_its_first_accepted_heartbeat() {
-        let mut sim =
-            Sim::with_upgrade(UpgradeStart { confirm: Some(("0.1.0".into(), "0.2.0".into())), ..up("0.2.0") });
+        let mut sim = Sim::with_upgrade(UpgradeStart {
+            confirm: Some(("0.1.0".into(), "0.2.0".into())),
+            ..up("0.2.0")
+        });
         sim.send(Event::Start);
         let out = sim.beat(Err(CallError::Timeout));
         assert!(recorded(&out).is_empty(), "a failed heartbeat confirms nothing");
@@ -1795,7 +1800,10 @@ mod tests {
         let confirmed: Vec<&Action> = out.iter().filter(|a| matches!(a, Action::ConfirmUpgrade(_))).collect();
         assert_eq!(confirmed.len(), 1);
         let Action::ConfirmUpgrade(r) = confirmed[0] else { unreachable!() };
-        assert_eq!((r.from.as_str(), r.to.as_str(), r.outcome), ("0.1.0", "0.2.0", UpgradeOutcome::Succeeded));
+        assert_eq!(
+            (r.from.as_str(), r.to.as_str(), r.outcome),
+            ("0.1.0", "0.2.0", UpgradeOutcome::Succeeded)
+        );
         assert!(starts(&out).is_empty());
         sim.tick();
         assert_eq!(sim.beat.as_ref().unwrap().upgrade.as_ref(), Some(r));
@@ -1899,5 +1907,4 @@ mod tests {
             }
         }
     }
-
 }

@@ -281,7 +281,9 @@ impl Agent {
         let can_upgrade = crate::upgrade::can_upgrade(host.as_ref(), paths.system, &layout);
         let auto_update = cfg.auto_update && can_upgrade;
         if cfg.auto_update && !can_upgrade {
-            info!("automatic upgrades need the installer's layout (/opt/gpum-agent); this agent does not upgrade itself");
+            info!(
+                "automatic upgrades need the installer's layout (/opt/gpum-agent); this agent does not upgrade itself"
+            );
         }
         let upgrade =
             crate::upgrade::startup(host.as_ref(), &layout, gpum_enroll::AGENT_VERSION, auto_update);
@@ -455,7 +457,9 @@ impl Agent {
                     }
                     Action::StartUpgrade(version) => upgrade_task = Some(self.start_upgrade(version)),
                     Action::RecordUpgrade(r) => crate::upgrade::record(self.host.as_ref(), &self.layout, &r),
-                    Action::ConfirmUpgrade(r) => crate::upgrade::confirm(self.host.as_ref(), &self.layout, &r),
+                    Action::ConfirmUpgrade(r) => {
+                        crate::upgrade::confirm(self.host.as_ref(), &self.layout, &r)
+                    }
                     Action::UpgradeReported => crate::upgrade::reported(self.host.as_ref(), &self.layout),
                     Action::Exit(code) => {
                         if self.node_deleted() {
@@ -597,11 +601,9 @@ impl Agent {
     /// timeout allows a binary of some megabytes on a slow line.
     fn start_upgrade(&mut self, version: String) -> JoinHandle<UpgradeEnd> {
         let (host, layout, token) = (self.host.clone(), self.layout.clone(), self.cfg.token.clone());
-        let platform = self
-            .cfg
-            .extra_roots(host.as_ref())
-            .map_err(|e| e.to_string())
-            .and_then(|roots| Platform::new(&self.cfg.server, roots, UPGRADE_TIMEOUT).map_err(|e| e.to_string()));
+        let platform = self.cfg.extra_roots(host.as_ref()).map_err(|e| e.to_string()).and_then(|roots| {
+            Platform::new(&self.cfg.server, roots, UPGRADE_TIMEOUT).map_err(|e| e.to_string())
+        });
         self.upgrading = Some(version.clone());
         let lost = |e: String| self.upgrade_lost(&version, &e);
         let platform = match platform {

@@ -80,7 +80,10 @@ pub fn upgrade_value(u: &UpgradeRecord, now: u64, lang: Lang) -> String {
         UpgradeState::Failed => with_detail(Msg::UpgradeFailed),
     };
     let ago = ago(now, u.at.unwrap_or(u.started), lang);
-    fill(Msg::UpgradeValue.text(lang), &[("from", &u.from), ("to", &u.to), ("outcome", &outcome), ("ago", &ago)])
+    fill(
+        Msg::UpgradeValue.text(lang),
+        &[("from", &u.from), ("to", &u.to), ("outcome", &outcome), ("ago", &ago)],
+    )
 }
 
 /// `status`'s line for the last upgrade (aligned as [`render_text`]'s, escaped).

@@ -177,10 +177,7 @@ async fn attempt(
     let (meta_bytes, meta_sig) = (fetch(release::RELEASE).await?, fetch(release::RELEASE_SIG).await?);
     let meta = release::verify_release(keys, &meta_bytes, &meta_sig, started).map_err(refused)?;
     if meta.version != version {
-        return Err(refused(format!(
-            "the signed release is {}, not the offered {version}",
-            meta.version
-        )));
+        return Err(refused(format!("the signed release is {}, not the offered {version}", meta.version)));
     }
     release::check_newer(&meta.version, own).map_err(refused)?;
     let (manifest, manifest_sig) = (fetch(release::MANIFEST).await?, fetch(release::MANIFEST_SIG).await?);
@@ -201,7 +198,8 @@ async fn attempt(
     if host.exists(&layout.new_binary()) {
         host.remove_file(&layout.new_binary()).map_err(|e| failed(format!("{NEW}: {e}")))?;
     }
-    let mut part = host.create_partial(&layout.new_binary(), 0o755).map_err(|e| failed(format!("{NEW}: {e}")))?;
+    let mut part =
+        host.create_partial(&layout.new_binary(), 0o755).map_err(|e| failed(format!("{NEW}: {e}")))?;
     let size = verifier.entry().size;
     let mut why: Option<Problem> = None;
     let got = {
@@ -258,12 +256,22 @@ async fn attempt(
         stop_guard(host);
         return Err(failed(format!("could not swap the binary: {e}")));
     }
-    info!(from = own, to = version, "the new agent is in place; the rollback guard runs for {} s", BOUND.as_secs());
+    info!(
+        from = own,
+        to = version,
+        "the new agent is in place; the rollback guard runs for {} s",
+        BOUND.as_secs()
+    );
     Ok(())
 }
 
 /// A small release file (metadata, manifest, signatures), read whole.
-async fn fetch_small(platform: &Platform, token: &Token, version: &str, file: &'static str) -> Result<Vec<u8>, Problem> {
+async fn fetch_small(
+    platform: &Platform,
+    token: &Token,
+    version: &str,
+    file: &'static str,
+) -> Result<Vec<u8>, Problem> {
     let mut body = Vec::new();
     let mut each = |chunk: &[u8]| -> Result<(), String> {
         body.extend_from_slice(chunk);
@@ -494,7 +502,8 @@ mod tests {
 
     fn release_json(version: &str, expires: u64, manifest: &[u8]) -> Vec<u8> {
         let sha = entry("m", "0.0.0", manifest).sha256;
-        format!(r#"{{"format":1,"version":"{version}","expires":{expires},"manifest_sha256":"{sha}"}}"#).into_bytes()
+        format!(r#"{{"format":1,"version":"{version}","expires":{expires},"manifest_sha256":"{sha}"}}"#)
+            .into_bytes()
     }
 
     impl Release {
@@ -552,11 +561,15 @@ mod tests {
                     }
                     let head = String::from_utf8_lossy(&buf).to_string();
                     let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
-                    let authorized =
-                        head.lines().any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {TOKEN}")));
+                    let authorized = head
+                        .lines()
+                        .any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {TOKEN}")));
                     let (status, body) = match files.get(&path) {
                         Some(b) if authorized => ("200 OK", b.clone()),
-                        _ => ("404 Not Found", br#"{"error":{"code":"not_found","message":"no such file"}}"#.to_vec()),
+                        _ => (
+                            "404 Not Found",
+                            br#"{"error":{"code":"not_found","message":"no such file"}}"#.to_vec(),
+                        ),
                     };
                     let resp = format!(
                         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -605,7 +618,10 @@ mod tests {
         assert_eq!(mode(&h, &layout().previous()), Some(0o755));
         assert!(!h.exists(&layout().new_binary()));
         let rec = read_upgrade(&h, &layout().state_dir).unwrap().unwrap();
-        assert_eq!((rec.from.as_str(), rec.to.as_str(), rec.state), ("0.1.0", "0.2.0", UpgradeState::Pending));
+        assert_eq!(
+            (rec.from.as_str(), rec.to.as_str(), rec.state),
+            ("0.1.0", "0.2.0", UpgradeState::Pending)
+        );
         assert_eq!(rec.deadline, rec.started + 120);
         assert_eq!(mode(&h, Path::new("/var/lib/gpum-agent/upgrade.json")), Some(0o600));
         let writes: Vec<PathBuf> = h.writes()[writes_before..].to_vec();
@@ -623,13 +639,16 @@ mod tests {
         assert_eq!(ran(&h), [STOP_GUARD, "systemctl reset-failed gpum-agent-rollback.service", GUARD]);
     }
 
+    /// A change to the served release.
+    type Edit = Box<dyn Fn(&mut Release)>;
+
     /// Every refusal of verification leaves the machine exactly as it was: no file written,
     /// no command run, outcome refused.
     #[tokio::test]
     async fn what_fails_verification_is_refused_with_nothing_written() {
         let new = b"the new agent 0.2.0".repeat(100);
         let now = unix_now();
-        let cases: Vec<(&str, Box<dyn Fn(&mut Release)>, &str, &str)> = vec![
+        let cases: Vec<(&str, Edit, &str, &str)> = vec![
             (
                 "tampered bytes",
                 Box::new(|r: &mut Release| {
@@ -640,12 +659,18 @@ mod tests {
                 "0.2.0",
                 "SHA-256",
             ),
-            ("longer bytes", Box::new(|r: &mut Release| r.put(BINARY, b"the new agent 0.2.0".repeat(101))), "0.2.0", "larger"),
+            (
+                "longer bytes",
+                Box::new(|r: &mut Release| r.put(BINARY, b"the new agent 0.2.0".repeat(101))),
+                "0.2.0",
+                "larger",
+            ),
             (
                 "release.json signed by a stranger",
                 Box::new(|r: &mut Release| {
                     let (stranger, _, _) = throwaway_key();
-                    let meta = r.files[&gpum_protocol::upgrade::release_file_path("0.2.0", release::RELEASE)].clone();
+                    let meta = r.files[&gpum_protocol::upgrade::release_file_path("0.2.0", release::RELEASE)]
+                        .clone();
                     r.put(release::RELEASE_SIG, sign_detached(&stranger, &meta));
                 }),
                 "0.2.0",
@@ -655,7 +680,9 @@ mod tests {
                 "release.json edited",
                 Box::new(|r: &mut Release| {
                     let path = gpum_protocol::upgrade::release_file_path("0.2.0", release::RELEASE);
-                    let meta = String::from_utf8(r.files[&path].clone()).unwrap().replace("\"expires\":", "\"expires\": ");
+                    let meta = String::from_utf8(r.files[&path].clone())
+                        .unwrap()
+                        .replace("\"expires\":", "\"expires\": ");
                     r.put(release::RELEASE, meta.into_bytes());
                 }),
                 "0.2.0",
@@ -664,7 +691,11 @@ mod tests {
             (
                 "expired",
                 Box::new(move |r: &mut Release| {
-                    r.sign(&[("gpum-agent", "0.2.0", &b"the new agent 0.2.0".repeat(100)[..])], "0.2.0", now - 1)
+                    r.sign(
+                        &[("gpum-agent", "0.2.0", &b"the new agent 0.2.0".repeat(100)[..])],
+                        "0.2.0",
+                        now - 1,
+                    )
                 }),
                 "0.2.0",
                 "expired",
@@ -673,8 +704,10 @@ mod tests {
                 "manifest of another release (mix-and-match)",
                 Box::new(move |r: &mut Release| {
                     let body = b"the new agent 0.2.0".repeat(100);
-                    let (m, _) =
-                        sign_release(&r.cert, &[("gpum-agent", "0.2.0", &body[..]), ("gpum-install", "0.2.0", &b"i"[..])]);
+                    let (m, _) = sign_release(
+                        &r.cert,
+                        &[("gpum-agent", "0.2.0", &body[..]), ("gpum-install", "0.2.0", &b"i"[..])],
+                    );
                     let meta = release_json("0.2.0", now + 3600, &m);
                     let sig = sign_detached(&r.cert, &meta);
                     r.put(release::RELEASE, meta);
@@ -686,7 +719,11 @@ mod tests {
             (
                 "wrong name",
                 Box::new(move |r: &mut Release| {
-                    r.sign(&[("gpum-install", "0.2.0", &b"the new agent 0.2.0".repeat(100)[..])], "0.2.0", now + 3600)
+                    r.sign(
+                        &[("gpum-install", "0.2.0", &b"the new agent 0.2.0".repeat(100)[..])],
+                        "0.2.0",
+                        now + 3600,
+                    )
                 }),
                 "0.2.0",
                 "gpum-agent",
@@ -694,7 +731,11 @@ mod tests {
             (
                 "entry of another version",
                 Box::new(move |r: &mut Release| {
-                    r.sign(&[("gpum-agent", "0.3.0", &b"the new agent 0.2.0".repeat(100)[..])], "0.2.0", now + 3600)
+                    r.sign(
+                        &[("gpum-agent", "0.3.0", &b"the new agent 0.2.0".repeat(100)[..])],
+                        "0.2.0",
+                        now + 3600,
+                    )
                 }),
                 "0.2.0",
                 "0.3.0",
@@ -702,7 +743,11 @@ mod tests {
             (
                 "release of another version than offered",
                 Box::new(move |r: &mut Release| {
-                    r.sign(&[("gpum-agent", "0.2.1", &b"the new agent 0.2.0".repeat(100)[..])], "0.2.1", now + 3600)
+                    r.sign(
+                        &[("gpum-agent", "0.2.1", &b"the new agent 0.2.0".repeat(100)[..])],
+                        "0.2.1",
+                        now + 3600,
+                    )
                 }),
                 "0.2.0",
                 "not the offered",
@@ -749,7 +794,8 @@ mod tests {
         assert_eq!(h.tree(), before);
 
         let rel = Release::new("0.2.0", &new);
-        let h = machine().command(GUARD, Ok(Output { code: Some(1), stderr: b"no bus".to_vec(), ..Default::default() }));
+        let h = machine()
+            .command(GUARD, Ok(Output { code: Some(1), stderr: b"no bus".to_vec(), ..Default::default() }));
         let r = ended(rel.offer(&h, "0.1.0", "0.2.0").await);
         assert_eq!(r.outcome, UpgradeOutcome::Failed);
         assert!(r.detail.contains("rollback guard"), "{}", r.detail);
@@ -793,7 +839,10 @@ mod tests {
         confirm(&h, &layout(), &r);
         assert_eq!(ran(&h)[ran_before..], [STOP_GUARD]);
         let rec = read_upgrade(&h, &layout().state_dir).unwrap().unwrap();
-        assert_eq!((rec.state, rec.reported, rec.deadline), (UpgradeState::Succeeded, false, rec.started + 120));
+        assert_eq!(
+            (rec.state, rec.reported, rec.deadline),
+            (UpgradeState::Succeeded, false, rec.started + 120)
+        );
         // A restart before the report was delivered sends it again.
         assert_eq!(startup(&h, &layout(), "0.2.0", true).report, Some(r.clone()));
         reported(&h, &layout());
@@ -825,7 +874,10 @@ mod tests {
         let s = startup(&h, &layout(), "0.1.0", true);
         assert_eq!(s.never, ["0.2.0"]);
         let r = s.report.unwrap();
-        assert_eq!((r.from.as_str(), r.to.as_str(), r.outcome), ("0.1.0", "0.2.0", UpgradeOutcome::RolledBack));
+        assert_eq!(
+            (r.from.as_str(), r.to.as_str(), r.outcome),
+            ("0.1.0", "0.2.0", UpgradeOutcome::RolledBack)
+        );
         assert_eq!(r.detail, "no good heartbeat within 120 s");
         assert!(s.confirm.is_none());
         // A second run of the guard changes nothing.

@@ -211,7 +211,11 @@ fn write_config_and_state(
     let kept;
     let cfg = match Config::load(host, config_path) {
         Ok(old) if !old.rentals || !old.auto_update => {
-            kept = Config { rentals: cfg.rentals && old.rentals, auto_update: cfg.auto_update && old.auto_update, ..cfg.clone() };
+            kept = Config {
+                rentals: cfg.rentals && old.rentals,
+                auto_update: cfg.auto_update && old.auto_update,
+                ..cfg.clone()
+            };
             &kept
         }
         _ => cfg,

@@ -908,7 +908,8 @@ mod tests {
             verify_release(&r.keys, &data, &sign_detached(&stranger, &data), now),
             Err(ReleaseError::UntrustedSigner(_))
         ));
-        let extra = b"{\"format\":1,\"version\":\"0.2.0\",\"expires\":1900000000,\"manifest_sha256\":\"00\",\"x\":1}";
+        let extra =
+            b"{\"format\":1,\"version\":\"0.2.0\",\"expires\":1900000000,\"manifest_sha256\":\"00\",\"x\":1}";
         assert!(verify_release(&r.keys, extra, &sign_detached(&r.cert, extra), now).is_err());
         check_newer("0.2.0", "0.1.9").unwrap();
         for (o, run) in [("0.1.0", "0.1.0"), ("0.0.9", "0.1.0"), ("1.0.0-rc.1", "1.0.0"), ("x", "0.1.0")] {

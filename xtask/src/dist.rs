@@ -616,13 +616,7 @@ mod tests {
         assert_eq!(value(&deb, "ExecStart"), ["/usr/bin/gpum-agent run"]);
         assert_eq!(value(&deb, "ConditionPathExists"), [gpum_common::agent_state::DEFAULT_CONFIG]);
         assert!(!deb.contains("/opt/gpum-agent"));
-        for key in [
-            "Restart",
-            "RestartPreventExitStatus",
-            "ProtectSystem",
-            "StateDirectory",
-            "WantedBy",
-        ] {
+        for key in ["Restart", "RestartPreventExitStatus", "ProtectSystem", "StateDirectory", "WantedBy"] {
             assert_eq!(value(&deb, key), value(unit, key), "{key}");
         }
         assert_eq!(value(&deb, "ReadWritePaths"), ["/var/lib/gpum-agent /etc/gpum-agent"]);
