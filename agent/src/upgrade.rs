@@ -183,7 +183,7 @@ async fn attempt(
     let (manifest, manifest_sig) = (fetch(release::MANIFEST).await?, fetch(release::MANIFEST_SIG).await?);
     let now = std::time::UNIX_EPOCH + Duration::from_secs(started);
     let signed = release::verify_manifest(&manifest, &manifest_sig, keys, now).map_err(refused)?;
-    meta.check_manifest(&manifest).map_err(refused)?;
+    release::check_manifest_matches(&meta, &manifest).map_err(refused)?;
     let wanted = Wanted { name: BINARY, installed_version: Some(own), allow_downgrade: false };
     let mut verifier = signed.verifier(&wanted).map_err(refused)?;
     if verifier.entry().version != meta.version {
@@ -714,7 +714,7 @@ mod tests {
                     r.put(release::RELEASE_SIG, sig);
                 }),
                 "0.2.0",
-                "mix-and-match",
+                "belong together",
             ),
             (
                 "wrong name",

@@ -120,8 +120,8 @@ pub enum ReleaseError {
     #[error("the signed release metadata expired at {expires} (now {now})")]
     Expired { expires: u64, now: u64 },
     /// `release.json` names another manifest than the one served beside it (issue 47).
-    #[error("the manifest is not the one the signed release metadata names (mix-and-match)")]
-    MixAndMatch,
+    #[error("the release metadata and the manifest do not belong together: {0}")]
+    MixAndMatch(String),
     /// The offered version is not strictly newer than the running one (issue 47).
     #[error("version {offered} is not newer than the running {running}")]
     NotNewer { offered: String, running: String },
@@ -404,15 +404,17 @@ pub struct ReleaseMeta {
     pub manifest_sha256: String,
 }
 
-impl ReleaseMeta {
-    /// Whether `manifest` is the manifest this release names ([`ReleaseError::MixAndMatch`]).
-    pub fn check_manifest(&self, manifest: &[u8]) -> Result<(), ReleaseError> {
-        if hex::encode(Sha256::digest(manifest)) == self.manifest_sha256 {
-            Ok(())
-        } else {
-            Err(ReleaseError::MixAndMatch)
-        }
+/// The manifest served with `meta` must be the one it names: SHA-256 of `manifest_bytes` equal
+/// to `meta.manifest_sha256`, else [`ReleaseError::MixAndMatch`].
+pub fn check_manifest_matches(meta: &ReleaseMeta, manifest_bytes: &[u8]) -> Result<(), ReleaseError> {
+    let actual = hex::encode(Sha256::digest(manifest_bytes));
+    if actual != meta.manifest_sha256 {
+        return Err(ReleaseError::MixAndMatch(format!(
+            "release {} names manifest {}, got one of {actual}",
+            meta.version, meta.manifest_sha256
+        )));
     }
+    Ok(())
 }
 
 /// Checks `sig` over `data` (`release.json`'s exact bytes) first, then parses it: the known
@@ -895,8 +897,11 @@ mod tests {
         let sig = sign_detached(&r.cert, &data);
         let meta = verify_release(&r.keys, &data, &sig, now).unwrap();
         assert_eq!((meta.version.as_str(), meta.expires), ("0.2.0", now + 3600));
-        meta.check_manifest(&m).unwrap();
-        assert_eq!(meta.check_manifest(&[&m[..], b" "].concat()), Err(ReleaseError::MixAndMatch));
+        check_manifest_matches(&meta, &m).unwrap();
+        assert!(matches!(
+            check_manifest_matches(&meta, &[&m[..], b" "].concat()),
+            Err(ReleaseError::MixAndMatch(_))
+        ));
         assert_eq!(
             verify_release(&r.keys, &data, &sig, now + 3600),
             Err(ReleaseError::Expired { expires: now + 3600, now: now + 3600 })
