@@ -76,6 +76,8 @@ pub const REPORT_PROBE_WITHIN: Duration = Duration::from_millis(200);
 /// doubling with each failure up to [`UPGRADE_RETRY_MAX`].
 pub const UPGRADE_RETRY: Duration = Duration::from_secs(10 * 60);
 pub const UPGRADE_RETRY_MAX: Duration = Duration::from_secs(6 * 3600);
+/// The longest version an offer may name; a longer one is ignored, not reported.
+pub const MAX_OFFERED_VERSION_LEN: usize = 64;
 
 /// When an event happened: the wall clock (for unix seconds and the platform's `Date`) and the
 /// monotonic one (for every delay).
@@ -419,6 +421,9 @@ impl Upgrades {
         let v = offer.version.as_str();
         if !self.auto_update {
             Offer::Ignore("automatic upgrades are off")
+        } else if v.len() > MAX_OFFERED_VERSION_LEN {
+            // Not even reported: its report would carry it back.
+            Offer::Ignore("the offered version is too long to be one")
         } else if self.in_flight || self.confirm.is_some() {
             Offer::Ignore("an upgrade is in flight")
         } else if self.report.is_some() {
@@ -1722,6 +1727,14 @@ mod tests {
         let out = sim.finish(Ok(offering("0.2.0")));
         assert_eq!(recorded(&out).iter().map(|r| r.outcome).collect::<Vec<_>>(), [UpgradeOutcome::Refused]);
         assert!(starts(&out).is_empty());
+    }
+
+    #[test]
+    fn an_offered_version_too_long_to_be_one_is_ignored_not_reported() {
+        let mut sim = Sim::with_upgrade(up("0.1.0"));
+        sim.send(Event::Start);
+        let out = sim.beat(Ok(offering(&format!("9.9.{}", "9".repeat(100)))));
+        assert!(starts(&out).is_empty() && recorded(&out).is_empty());
     }
 
     #[test]
