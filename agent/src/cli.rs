@@ -121,6 +121,13 @@ pub enum Command {
         #[command(flatten)]
         state: StateArg,
     },
+    /// The upgrade's rollback guard (issue 47), run by a systemd timer from the previous
+    /// binary: puts it back while the upgrade is still pending, and restarts the service.
+    #[command(hide = true)]
+    Rollback {
+        #[command(flatten)]
+        state: StateArg,
+    },
 }
 
 /// Logs go to stderr (journald under systemd), filtered by `GPUM_LOG` (default `info`).
@@ -255,10 +262,22 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
             let st = crate::status::load(host.as_ref(), &paths)?;
             let now = crate::state::unix(host.now());
             let q = crate::status::quarantine(host.as_ref(), &paths, now);
+            let up = gpum_common::agent_state::read_upgrade(host.as_ref(), &paths.state_dir).ok().flatten();
             if json {
-                println!("{}", crate::status::render_json(st.as_ref(), q.as_ref(), lang));
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&crate::status::render_json(st.as_ref(), q.as_ref(), lang))
+                        .expect("json");
+                if let Some(u) = &up {
+                    v["upgrade"] = serde_json::to_value(u).expect("json");
+                }
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
                 print!("{}", crate::status::render_text(st.as_ref(), q.as_ref(), now, lang));
+                if st.is_some()
+                    && let Some(u) = &up
+                {
+                    print!("{}", crate::status::upgrade_line(u, now, lang));
+                }
             }
             Ok(exit::OK)
         }
@@ -288,6 +307,10 @@ fn dispatch(host: Arc<dyn Host>, cmd: Command, lang: Lang) -> Result<i32, Failur
         Command::Version { .. } => {
             println!("gpum-agent {}", gpum_enroll::AGENT_VERSION);
             Ok(exit::OK)
+        }
+        Command::Rollback { state } => {
+            let paths = Paths::resolve(state.state.as_deref());
+            Ok(crate::upgrade::rollback(host.as_ref(), &crate::upgrade::Layout::installed(&paths.state_dir)))
         }
     }
 }

@@ -23,15 +23,23 @@
 //! - **Probes** ([`Probes`]): after the first answer, after a change of the probe-relevant facts
 //!   or of the image, or on `recheck`, within the rate limit of [`ledger`].
 //! - **`state.json`**: written when it changed, or every [`STATE_REFRESH`].
+//! - **Upgrades** ([`Upgrades`], issue 47): an offer of a version strictly newer than the
+//!   agent's own, with `auto_update` on, no upgrade in flight or unreported, and not refused
+//!   or rolled back in this process (failed: retried after [`UPGRADE_RETRY`], doubling) starts
+//!   one ([`Action::StartUpgrade`]); an offer not newer is refused without a download. The
+//!   result ([`Event::UpgradeDone`]) is recorded ([`Action::RecordUpgrade`]) and sent in every
+//!   heartbeat until one carrying it is accepted ([`Action::UpgradeReported`]); a swapped binary
+//!   exits with [`EXIT_RESTART`]. A new binary confirms its upgrade after its first accepted
+//!   heartbeat ([`Action::ConfirmUpgrade`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use gpum_common::agent_state::{AgentState, Connection, StopReason, Stopped};
 use gpum_common::exit;
 use gpum_protocol::{
     Command, CommandKind, CommandResult, DEFAULT_HEARTBEAT_INTERVAL_SECS, ErrorCode, HeartbeatResponse,
-    ProbeReport, RemovedContainer, VerificationState, limits,
+    ProbeReport, RemovedContainer, UpgradeOffer, UpgradeOutcome, UpgradeReport, VerificationState, limits,
 };
 use rand::rngs::StdRng;
 use tracing::{debug, error, info, warn};
@@ -63,6 +71,13 @@ pub const STATE_REFRESH: Duration = Duration::from_secs(30);
 pub const MAX_WAITING_RECHECKS: usize = limits::MAX_COMMANDS_PER_RESPONSE;
 /// After a probe finishes, the next heartbeat goes at most this soon, to report it.
 pub const REPORT_PROBE_WITHIN: Duration = Duration::from_millis(200);
+
+/// After an upgrade failed (download or write), the same version is tried again after this,
+/// doubling with each failure up to [`UPGRADE_RETRY_MAX`].
+pub const UPGRADE_RETRY: Duration = Duration::from_secs(10 * 60);
+pub const UPGRADE_RETRY_MAX: Duration = Duration::from_secs(6 * 3600);
+/// The longest version an offer may name; a longer one is ignored, not reported.
+pub const MAX_OFFERED_VERSION_LEN: usize = 64;
 
 /// When an event happened: the wall clock (for unix seconds and the platform's `Date`) and the
 /// monotonic one (for every delay).
@@ -96,6 +111,17 @@ pub enum Event {
     Signal(&'static str),
     /// The grace after a signal ran out ([`Core::stop_deadline`]).
     StopDeadline,
+    /// The upgrade [`Action::StartUpgrade`] asked for ended.
+    UpgradeDone(UpgradeEnd),
+}
+
+/// How an upgrade attempt ended ([`crate::upgrade::upgrade`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpgradeEnd {
+    /// The new binary is in place and the rollback guard runs: exit, systemd starts it.
+    Swapped,
+    /// Refused or failed before the swap; nothing on the machine changed.
+    Ended(UpgradeReport),
 }
 
 /// Every output of the core, carried out in order.
@@ -115,6 +141,16 @@ pub enum Action {
     WriteState,
     /// Abort the probe and the removal in flight.
     Abort,
+    /// Fetch, verify and install this version ([`crate::upgrade::upgrade`]); it comes back as
+    /// [`Event::UpgradeDone`].
+    StartUpgrade(String),
+    /// Record this ended attempt in `upgrade.json` (not yet reported).
+    RecordUpgrade(UpgradeReport),
+    /// This binary is the upgrade's and its first heartbeat was accepted: record it succeeded
+    /// and stop the rollback guard.
+    ConfirmUpgrade(UpgradeReport),
+    /// A heartbeat carrying the upgrade's report was accepted: mark it reported.
+    UpgradeReported,
     /// Exit with this code. Nothing follows.
     Exit(i32),
 }
@@ -128,6 +164,8 @@ pub struct Beat {
     /// The inventory hash the platform accepted last: the inventory is sent again only when it
     /// differs.
     pub accepted_hash: Option<String>,
+    /// The last upgrade's report, until a heartbeat carrying it is accepted.
+    pub upgrade: Option<UpgradeReport>,
 }
 
 /// What came back from a heartbeat.
@@ -316,6 +354,119 @@ impl Probes {
     }
 }
 
+/// What the core starts from about upgrades (read from `upgrade.json` by
+/// [`crate::upgrade::startup`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UpgradeStart {
+    /// This binary's version.
+    pub own: String,
+    /// The config's `auto_update`, and whether this install can upgrade in place at all.
+    pub auto_update: bool,
+    /// `(from, to)`: this binary is a pending upgrade's new one; it confirms after its first
+    /// accepted heartbeat.
+    pub confirm: Option<(String, String)>,
+    /// An ended attempt not yet reported.
+    pub report: Option<UpgradeReport>,
+    /// Versions never tried again (rolled back here).
+    pub never: Vec<String>,
+    /// A version whose attempt failed, and how long until it may be tried again.
+    pub failed: Option<(String, Duration)>,
+}
+
+/// The upgrade rule's state (see the module docs).
+#[derive(Debug)]
+pub struct Upgrades {
+    own: String,
+    auto_update: bool,
+    in_flight: bool,
+    confirm: Option<(String, String)>,
+    /// The report to send until a heartbeat carrying it is accepted, and the one the heartbeat
+    /// in flight carries.
+    report: Option<UpgradeReport>,
+    sent: Option<UpgradeReport>,
+    /// Refused or rolled back: not tried again while this process runs.
+    never: HashSet<String>,
+    /// Failed: (when it may be tried again, failures so far).
+    failed: HashMap<String, (Instant, u32)>,
+}
+
+/// What [`Upgrades::decide`] says of an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer {
+    /// Nothing to do now (off, busy, refused before, waiting for a retry).
+    Ignore(&'static str),
+    /// Refused without a download: the version is not newer than this agent's own.
+    Refuse(String),
+    /// Start the upgrade.
+    Start,
+}
+
+impl Upgrades {
+    pub fn new(s: UpgradeStart, now: Instant) -> Upgrades {
+        let failed = s.failed.into_iter().map(|(v, wait)| (v, (now + wait, 1))).collect();
+        Upgrades {
+            own: s.own,
+            auto_update: s.auto_update,
+            in_flight: false,
+            confirm: s.confirm,
+            report: s.report,
+            sent: None,
+            never: s.never.into_iter().collect(),
+            failed,
+        }
+    }
+
+    /// The rule for an offer (pure; see the module docs).
+    pub fn decide(&self, offer: &UpgradeOffer, now: Instant) -> Offer {
+        let v = offer.version.as_str();
+        if !self.auto_update {
+            Offer::Ignore("automatic upgrades are off")
+        } else if v.len() > MAX_OFFERED_VERSION_LEN {
+            // Not even reported: its report would carry it back.
+            Offer::Ignore("the offered version is too long to be one")
+        } else if self.in_flight || self.confirm.is_some() {
+            Offer::Ignore("an upgrade is in flight")
+        } else if self.report.is_some() {
+            Offer::Ignore("the last upgrade's report is not delivered yet")
+        } else if self.never.contains(v) {
+            Offer::Ignore("this version was refused or rolled back")
+        } else if self.failed.get(v).is_some_and(|(at, _)| now < *at) {
+            Offer::Ignore("this version failed; waiting to retry")
+        } else if let Err(e) = gpum_repo_keys::release::check_newer(v, &self.own) {
+            Offer::Refuse(crate::client::truncate(&e.to_string(), 200))
+        } else {
+            Offer::Start
+        }
+    }
+
+    /// Whether an upgrade runs now.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// The report waiting to be delivered.
+    pub fn report(&self) -> Option<&UpgradeReport> {
+        self.report.as_ref()
+    }
+
+    /// An attempt ended before the swap.
+    fn ended(&mut self, r: &UpgradeReport, now: Instant) {
+        self.in_flight = false;
+        match r.outcome {
+            UpgradeOutcome::Refused | UpgradeOutcome::RolledBack => {
+                self.never.insert(r.to.clone());
+            }
+            UpgradeOutcome::Failed => {
+                let n = self.failed.get(&r.to).map_or(1, |(_, n)| n + 1);
+                let wait = UPGRADE_RETRY.saturating_mul(1 << (n - 1).min(10)).min(UPGRADE_RETRY_MAX);
+                self.failed.insert(r.to.clone(), (now + wait, n));
+            }
+            UpgradeOutcome::Succeeded => {}
+        }
+        self.report = Some(r.clone());
+    }
+}
+
 /// `state.json`'s contents and when they were last written.
 #[derive(Debug)]
 struct StateFile {
@@ -349,6 +500,8 @@ pub struct Settings {
     pub rng: StdRng,
     /// When the loop starts: the first heartbeat is due then.
     pub now: Instant,
+    /// Upgrades (issue 47).
+    pub upgrade: UpgradeStart,
 }
 
 /// The service's state and rules. See the module docs.
@@ -374,6 +527,7 @@ pub struct Core {
     /// cut): the reconciler then removes nothing.
     known_truncated: bool,
     reconciler: Reconciler,
+    upgrades: Upgrades,
 }
 
 impl Core {
@@ -403,7 +557,13 @@ impl Core {
             outbox: Outbox::default(),
             known_truncated: false,
             reconciler: Reconciler::new(reconcile::MIN_BEATS, s.reconcile_min_age),
+            upgrades: Upgrades::new(s.upgrade, s.now),
         }
+    }
+
+    /// The upgrade rule's state.
+    pub fn upgrades(&self) -> &Upgrades {
+        &self.upgrades
     }
 
     pub fn lifecycle(&self) -> Lifecycle {
@@ -472,11 +632,13 @@ impl Core {
             Event::Tick => {
                 self.seq += 1;
                 self.beat_in_flight = true;
+                self.upgrades.sent = self.upgrades.report.clone();
                 out.push(Action::Heartbeat(Beat {
                     seq: self.seq,
                     batch: self.outbox.take(),
                     clock_skew: self.skew,
                     accepted_hash: self.accepted_hash.clone(),
+                    upgrade: self.upgrades.sent.clone(),
                 }));
             }
             Event::Beat(done) => self.on_beat(now, *done, out),
@@ -527,6 +689,67 @@ impl Core {
             Event::StopDeadline => {
                 warn!("the heartbeat in flight did not finish in time; exiting anyway");
                 self.exit(exit::OK, out);
+            }
+            Event::UpgradeDone(UpgradeEnd::Swapped) => {
+                info!("upgraded: the new binary is in place; restarting into it (rentals keep running)");
+                out.push(Action::Abort);
+                self.exit(EXIT_RESTART, out);
+            }
+            Event::UpgradeDone(UpgradeEnd::Ended(r)) => {
+                warn!(to = %r.to, outcome = %r.outcome, detail = %r.detail, "upgrade did not happen; nothing changed");
+                self.upgrades.ended(&r, now.mono);
+                out.push(Action::RecordUpgrade(r));
+                self.next_beat = self.next_beat.min(now.mono + REPORT_PROBE_WITHIN);
+            }
+        }
+    }
+
+    /// An accepted answer: the report it carried is delivered, a pending upgrade of this
+    /// binary is confirmed, and an offer is judged ([`Upgrades::decide`]).
+    fn on_upgrade_answer(&mut self, now: Now, offer: Option<&UpgradeOffer>, out: &mut Vec<Action>) {
+        let u = &mut self.upgrades;
+        if let Some(sent) = u.sent.take()
+            && u.report.as_ref() == Some(&sent)
+        {
+            u.report = None;
+            out.push(Action::UpgradeReported);
+        }
+        if let Some((from, to)) = u.confirm.take() {
+            info!(from = %from, to = %to, "upgrade confirmed: the platform accepted this version's first heartbeat");
+            let r = UpgradeReport {
+                from,
+                to,
+                outcome: UpgradeOutcome::Succeeded,
+                detail: String::new(),
+                at: unix(now.wall),
+            };
+            u.report = Some(r.clone());
+            out.push(Action::ConfirmUpgrade(r));
+            self.next_beat = self.next_beat.min(now.mono + REPORT_PROBE_WITHIN);
+            return;
+        }
+        let Some(offer) = offer else { return };
+        if self.lifecycle != Lifecycle::Running {
+            return;
+        }
+        match u.decide(offer, now.mono) {
+            Offer::Ignore(why) => debug!(version = %offer.version, why, "upgrade offer not taken"),
+            Offer::Refuse(detail) => {
+                warn!(version = %offer.version, own = %u.own, "refused the offered upgrade: not newer than this agent");
+                let r = UpgradeReport {
+                    from: u.own.clone(),
+                    to: offer.version.clone(),
+                    outcome: UpgradeOutcome::Refused,
+                    detail,
+                    at: unix(now.wall),
+                };
+                u.ended(&r, now.mono);
+                out.push(Action::RecordUpgrade(r));
+            }
+            Offer::Start => {
+                info!(version = %offer.version, own = %u.own, "the platform offers a newer agent; upgrading");
+                u.in_flight = true;
+                out.push(Action::StartUpgrade(offer.version.clone()));
             }
         }
     }
@@ -626,6 +849,7 @@ impl Core {
             self.probes.key = Some(std::mem::take(&mut b.probe_key));
         }
         let doomed = self.apply_answer(now, &resp, b, out);
+        self.on_upgrade_answer(now, resp.upgrade.as_ref(), out);
         let st = &mut self.file.state;
         st.connection = Connection::Connected;
         st.last_heartbeat_at = Some(unix(now.wall));
@@ -638,6 +862,8 @@ impl Core {
 
     /// The heartbeat failed, not for good: returns the delay until the next one.
     fn failed(&mut self, now: Now, batch: Batch, e: &CallError, out: &mut Vec<Action>) -> Duration {
+        // The upgrade's report was not delivered: it goes again with the next heartbeat.
+        self.upgrades.sent = None;
         if is_refused_body(e) {
             // The same body would be refused again: carry less, or drop what was refused.
             match self.outbox.refused(batch) {
@@ -899,6 +1125,10 @@ mod tests {
 
     impl Sim {
         fn new() -> Sim {
+            Sim::with_upgrade(UpgradeStart::default())
+        }
+
+        fn with_upgrade(upgrade: UpgradeStart) -> Sim {
             let mono0 = Instant::now();
             let core = Core::new(Settings {
                 node_id: "node".into(),
@@ -909,6 +1139,7 @@ mod tests {
                 reconcile_min_age: reconcile::MIN_AGE,
                 rng: StdRng::seed_from_u64(7),
                 now: mono0,
+                upgrade,
             });
             Sim {
                 core,
@@ -1413,5 +1644,280 @@ mod tests {
         let mut c = a.clone();
         c.last_error = Some("timeout".into());
         assert!(!same_but_times(&a, &c));
+    }
+
+    // ------------------------------------------------------------------ upgrades (issue 47)
+
+    fn up(own: &str) -> UpgradeStart {
+        UpgradeStart { own: own.into(), auto_update: true, ..Default::default() }
+    }
+
+    fn offering(version: &str) -> HeartbeatResponse {
+        HeartbeatResponse { upgrade: Some(UpgradeOffer { version: version.into() }), ..answer(60, None, &[]) }
+    }
+
+    fn starts(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartUpgrade(v) => Some(v.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn recorded(actions: &[Action]) -> Vec<UpgradeReport> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RecordUpgrade(r) | Action::ConfirmUpgrade(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn report(to: &str, outcome: UpgradeOutcome) -> UpgradeReport {
+        UpgradeReport { from: "0.1.0".into(), to: to.into(), outcome, detail: "why".into(), at: 1 }
+    }
+
+    /// An offer of a newer version starts one upgrade; while it runs the same offer starts no
+    /// other; the swap exits with EXIT_RESTART (systemd starts the new binary).
+    #[test]
+    fn an_offer_of_a_newer_version_starts_one_upgrade_and_the_swap_restarts() {
+        let mut sim = Sim::with_upgrade(up("0.1.0"));
+        sim.send(Event::Start);
+        assert_eq!(starts(&sim.beat(Ok(offering("0.2.0")))), ["0.2.0"]);
+        assert!(sim.core.upgrades().in_flight());
+        assert!(starts(&sim.beat(Ok(offering("0.2.0")))).is_empty());
+        assert!(starts(&sim.beat(Ok(offering("0.3.0")))).is_empty());
+        let out = sim.send(Event::UpgradeDone(UpgradeEnd::Swapped));
+        assert_eq!(out.last(), Some(&Action::Exit(EXIT_RESTART)));
+        assert_eq!(sim.exited(), Some(EXIT_RESTART));
+    }
+
+    /// Whatever the platform says, an offer not newer than the agent's own is refused without
+    /// a download, reported in every heartbeat until one carrying it is accepted, and not
+    /// judged again while the process runs.
+    #[test]
+    fn an_offer_not_newer_is_refused_and_reported_until_accepted() {
+        let mut sim = Sim::with_upgrade(up("0.2.0"));
+        sim.send(Event::Start);
+        let out = sim.beat(Ok(offering("0.1.0")));
+        assert!(starts(&out).is_empty());
+        let r = recorded(&out);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].from.as_str(), r[0].to.as_str(), r[0].outcome),
+            ("0.2.0", "0.1.0", UpgradeOutcome::Refused)
+        );
+        assert!(r[0].detail.contains("not newer"), "{}", r[0].detail);
+        // Carried by the next heartbeat; a failed one does not deliver it.
+        sim.tick();
+        assert_eq!(sim.beat.as_ref().unwrap().upgrade.as_ref(), Some(&r[0]));
+        let out = sim.finish(Err(CallError::Timeout));
+        assert!(!out.contains(&Action::UpgradeReported));
+        sim.tick();
+        assert_eq!(sim.beat.as_ref().unwrap().upgrade.as_ref(), Some(&r[0]));
+        let out = sim.finish(Ok(offering("0.1.0")));
+        assert!(out.contains(&Action::UpgradeReported));
+        assert!(starts(&out).is_empty() && recorded(&out).is_empty(), "refused once: not judged again");
+        sim.tick();
+        assert_eq!(sim.beat.as_ref().unwrap().upgrade, None);
+        // Equal is not newer either.
+        let out = sim.finish(Ok(offering("0.2.0")));
+        assert_eq!(recorded(&out).iter().map(|r| r.outcome).collect::<Vec<_>>(), [UpgradeOutcome::Refused]);
+        assert!(starts(&out).is_empty());
+    }
+
+    #[test]
+    fn an_offered_version_too_long_to_be_one_is_ignored_not_reported() {
+        let mut sim = Sim::with_upgrade(up("0.1.0"));
+        sim.send(Event::Start);
+        let out = sim.beat(Ok(offering(&format!("9.9.{}", "9".repeat(100)))));
+        assert!(starts(&out).is_empty() && recorded(&out).is_empty());
+    }
+
+    #[test]
+    fn with_auto_update_off_no_offer_is_taken() {
+        let mut sim = Sim::with_upgrade(UpgradeStart { auto_update: false, ..up("0.1.0") });
+        sim.send(Event::Start);
+        for v in ["0.2.0", "0.0.1", "9.9.9"] {
+            let out = sim.beat(Ok(offering(v)));
+            assert!(starts(&out).is_empty() && recorded(&out).is_empty(), "{v}");
+        }
+    }
+
+    /// A failed attempt (download, write) is retried after UPGRADE_RETRY, doubling; a refused
+    /// one (verification) or a rolled-back one is never tried again by this process.
+    #[test]
+    fn failed_is_retried_after_a_backoff_refused_never() {
+        let mut sim = Sim::with_upgrade(up("0.1.0"));
+        sim.send(Event::Start);
+        assert_eq!(starts(&sim.beat(Ok(offering("0.2.0")))), ["0.2.0"]);
+        let out = sim.send(Event::UpgradeDone(UpgradeEnd::Ended(report("0.2.0", UpgradeOutcome::Failed))));
+        assert_eq!(recorded(&out), [report("0.2.0", UpgradeOutcome::Failed)]);
+        assert!(!sim.core.upgrades().in_flight());
+        // Delivered with the next beat; offers wait for the retry time.
+        sim.beat(Ok(offering("0.2.0")));
+        assert!(starts(&sim.beat(Ok(offering("0.2.0")))).is_empty());
+        sim.advance(UPGRADE_RETRY);
+        assert_eq!(starts(&sim.beat(Ok(offering("0.2.0")))), ["0.2.0"]);
+        sim.send(Event::UpgradeDone(UpgradeEnd::Ended(report("0.2.0", UpgradeOutcome::Failed))));
+        sim.beat(Ok(answer(60, None, &[])));
+        sim.advance(UPGRADE_RETRY);
+        assert!(starts(&sim.beat(Ok(offering("0.2.0")))).is_empty(), "the second wait is twice as long");
+        sim.advance(UPGRADE_RETRY);
+        assert_eq!(starts(&sim.beat(Ok(offering("0.2.0")))), ["0.2.0"]);
+        sim.send(Event::UpgradeDone(UpgradeEnd::Ended(report("0.2.0", UpgradeOutcome::Refused))));
+        sim.beat(Ok(answer(60, None, &[])));
+        sim.advance(UPGRADE_RETRY_MAX * 2);
+        assert!(starts(&sim.beat(Ok(offering("0.2.0")))).is_empty());
+        // Another version is judged on its own.
+        assert_eq!(starts(&sim.beat(Ok(offering("0.3.0")))), ["0.3.0"]);
+    }
+
+    /// At start: a rolled-back version is never tried; an unreported result goes with the
+    /// first heartbeat; a failure's wait carries over.
+    #[test]
+    fn what_upgrade_json_said_at_start_holds() {
+        let r = report("0.2.0", UpgradeOutcome::RolledBack);
+        let mut sim = Sim::with_upgrade(UpgradeStart {
+            report: Some(r.clone()),
+            never: vec!["0.2.0".into()],
+            failed: Some(("0.3.0".into(), Duration::from_secs(600))),
+            ..up("0.1.0")
+        });
+        sim.send(Event::Start);
+        sim.tick();
+        assert_eq!(sim.beat.as_ref().unwrap().upgrade.as_ref(), Some(&r));
+        let out = sim.finish(Ok(offering("0.2.0")));
+        assert!(out.contains(&Action::UpgradeReported));
+        assert!(starts(&out).is_empty(), "rolled back: never again");
+        assert!(starts(&sim.beat(Ok(offering("0.3.0")))).is_empty(), "failed a moment ago");
+        sim.advance(Duration::from_secs(600));
+        assert_eq!(starts(&sim.beat(Ok(offering("0.3.0")))), ["0.3.0"]);
+    }
+
+    /// The new binary of a pending upgrade confirms after its first *accepted* heartbeat, and
+    /// reports Succeeded; no offer is taken before that report is delivered.
+    #[test]
+    fn a_new_binary_confirms_after_its_first_accepted_heartbeat() {
+        let mut sim = Sim::with_upgrade(UpgradeStart {
+            confirm: Some(("0.1.0".into(), "0.2.0".into())),
+            ..up("0.2.0")
+        });
+        sim.send(Event::Start);
+        let out = sim.beat(Err(CallError::Timeout));
+        assert!(recorded(&out).is_empty(), "a failed heartbeat confirms nothing");
+        let out = sim.beat(Ok(offering("0.3.0")));
+        let confirmed: Vec<&Action> = out.iter().filter(|a| matches!(a, Action::ConfirmUpgrade(_))).collect();
+        assert_eq!(confirmed.len(), 1);
+        let Action::ConfirmUpgrade(r) = confirmed[0] else { unreachable!() };
+        assert_eq!(
+            (r.from.as_str(), r.to.as_str(), r.outcome),
+            ("0.1.0", "0.2.0", UpgradeOutcome::Succeeded)
+        );
+        assert!(starts(&out).is_empty());
+        sim.tick();
+        assert_eq!(sim.beat.as_ref().unwrap().upgrade.as_ref(), Some(r));
+        let out = sim.finish(Ok(offering("0.3.0")));
+        assert!(out.contains(&Action::UpgradeReported));
+        assert_eq!(starts(&out), ["0.3.0"]);
+    }
+
+    /// An offer in the answer that carries a `restart` is not taken: the agent is leaving.
+    #[test]
+    fn no_upgrade_starts_while_the_agent_restarts() {
+        let mut sim = Sim::with_upgrade(up("0.1.0"));
+        sim.send(Event::Start);
+        let a = HeartbeatResponse {
+            upgrade: Some(UpgradeOffer { version: "0.2.0".into() }),
+            ..answer(60, None, &[("r1".into(), "restart")])
+        };
+        assert!(starts(&sim.beat(Ok(a))).is_empty());
+    }
+
+    /// The platform's offers, the heartbeats' fates and the attempts' ends in any order.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Beat { offer: Option<usize>, ok: bool },
+        End(bool),
+        Wait(u64),
+    }
+
+    const VERSIONS: [&str; 5] = ["0.0.9", "0.1.0", "0.1.1", "0.2.0", "1.0.0-rc.1"];
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        prop::collection::vec(
+            prop_oneof![
+                4 => (prop::option::of(0..VERSIONS.len()), any::<bool>()).prop_map(|(offer, ok)| Step::Beat { offer, ok }),
+                1 => any::<bool>().prop_map(Step::End),
+                1 => (0u64..8000).prop_map(Step::Wait),
+            ],
+            1..60,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// Whatever the platform offers and whatever fails: at most one upgrade at a time,
+        /// only of a version strictly newer than the agent's own, never of one refused before,
+        /// never with auto_update off; and each result is carried by every heartbeat until one
+        /// carrying it is accepted, then by none.
+        #[test]
+        fn the_upgrade_rule_holds_whatever_happens(steps in steps(), auto in any::<bool>()) {
+            let own = "0.1.0";
+            let mut sim = Sim::with_upgrade(UpgradeStart { auto_update: auto, ..up(own) });
+            sim.send(Event::Start);
+            let newer = |v: &str| gpum_repo_keys::release::check_newer(v, own).is_ok();
+            let mut in_flight: Option<String> = None;
+            let mut refused: HashSet<String> = HashSet::new();
+            let mut owed: Option<UpgradeReport> = None;
+            for step in steps {
+                match step {
+                    Step::Beat { offer, ok } => {
+                        sim.tick();
+                        let carried = sim.beat.as_ref().unwrap().upgrade.clone();
+                        prop_assert_eq!(&carried, &owed);
+                        let answer = match offer {
+                            Some(i) => offering(VERSIONS[i]),
+                            None => answer(60, None, &[]),
+                        };
+                        let out = sim.finish(if ok { Ok(answer) } else { Err(CallError::Timeout) });
+                        if ok && carried.is_some() {
+                            prop_assert!(out.contains(&Action::UpgradeReported));
+                            owed = None;
+                        }
+                        for v in starts(&out) {
+                            prop_assert!(auto);
+                            prop_assert!(in_flight.is_none(), "two upgrades at once");
+                            prop_assert!(newer(&v), "{} is not newer", v);
+                            prop_assert!(!refused.contains(&v), "{} was refused before", v);
+                            in_flight = Some(v);
+                        }
+                        for r in recorded(&out) {
+                            prop_assert_eq!(r.outcome, UpgradeOutcome::Refused);
+                            prop_assert!(!newer(&r.to));
+                            refused.insert(r.to.clone());
+                            owed = Some(r);
+                        }
+                    }
+                    Step::End(refuse) => {
+                        if let Some(v) = in_flight.take() {
+                            let outcome = if refuse { UpgradeOutcome::Refused } else { UpgradeOutcome::Failed };
+                            let r = UpgradeReport { from: own.into(), to: v.clone(), outcome, detail: String::new(), at: 0 };
+                            let out = sim.send(Event::UpgradeDone(UpgradeEnd::Ended(r.clone())));
+                            prop_assert_eq!(recorded(&out), vec![r.clone()]);
+                            if refuse {
+                                refused.insert(v);
+                            }
+                            owed = Some(r);
+                        }
+                    }
+                    Step::Wait(secs) => sim.advance(Duration::from_secs(secs)),
+                }
+            }
+        }
     }
 }

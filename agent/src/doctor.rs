@@ -72,12 +72,19 @@ pub struct PlatformPart {
     pub handshake_exit: i32,
     pub handshake: String,
     pub clock_skew_secs: Option<i64>,
+    /// The last in-place upgrade (issue 47), from `upgrade.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<gpum_common::agent_state::UpgradeRecord>,
+    /// Its line in the owner's language (`status`'s).
+    #[serde(skip)]
+    pub upgrade_text: Option<String>,
 }
 
 /// Builds the report. With `connectivity`, only the platform part.
 pub async fn report(host: Arc<dyn Host>, paths: &Paths, connectivity: bool, lang: Lang) -> Report {
     let cfg = Config::load(host.as_ref(), &paths.config);
     let hs = smoke::handshake(host.clone(), paths).await;
+    let upgrade = gpum_common::agent_state::read_upgrade(host.as_ref(), &paths.state_dir).ok().flatten();
     let platform = PlatformPart {
         config: paths.config.display().to_string(),
         config_error: cfg.as_ref().err().map(|e| e.to_string()),
@@ -87,6 +94,10 @@ pub async fn report(host: Arc<dyn Host>, paths: &Paths, connectivity: bool, lang
         handshake_exit: hs.code,
         handshake: hs.detail,
         clock_skew_secs: hs.clock_skew_secs,
+        upgrade: upgrade.clone(),
+        upgrade_text: upgrade
+            .as_ref()
+            .map(|u| crate::status::upgrade_value(u, crate::state::unix(host.now()), lang)),
     };
     if connectivity {
         return Report { checks: Vec::new(), host: None, runtime: None, gpu: None, platform };
@@ -227,6 +238,9 @@ pub fn render_text(r: &Report, lang: Lang) -> String {
     if let Some(s) = p.clock_skew_secs {
         line(Msg::DoctorClockSkew, fill(t(Msg::DoctorClockSkewValue), &[("skew", &format!("{s:+}"))]));
     }
+    if let Some(u) = &p.upgrade_text {
+        line(Msg::DoctorUpgrade, u.clone());
+    }
     out
 }
 
@@ -265,6 +279,8 @@ mod tests {
                 handshake_exit: 1,
                 handshake: "platform answered 500: \x1b]0;t\x07".into(),
                 clock_skew_secs: None,
+                upgrade: None,
+                upgrade_text: None,
             },
         };
         for lang in [Lang::En, Lang::Ru] {
@@ -312,6 +328,8 @@ mod tests {
                 handshake_exit: 2,
                 handshake: "no config".into(),
                 clock_skew_secs: Some(-3),
+                upgrade: None,
+                upgrade_text: None,
             },
         };
         let ru = render_text(&r, Lang::Ru);

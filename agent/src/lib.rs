@@ -29,3 +29,4 @@ pub mod status;
 pub mod text;
 pub mod tunnel;
 pub mod uninstall;
+pub mod upgrade;

@@ -52,7 +52,7 @@ use tracing::{debug, error, info, trace, warn};
 
 use crate::client::{Platform, REQUEST_TIMEOUT};
 use crate::config::{Config, Paths};
-use crate::core::{Action, Beat, BeatDone, Core, Event, Now, ProbeDone, ProbeStart, Settings};
+use crate::core::{Action, Beat, BeatDone, Core, Event, Now, ProbeDone, ProbeStart, Settings, UpgradeEnd};
 use crate::docker::ledger::{self, ProbeLedger};
 use crate::docker::{Docker, DockerError, gpucheck, probe, reconcile, rental, watch};
 use crate::inventory::Gatherer;
@@ -67,6 +67,8 @@ pub const DOCKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest the agent of a deleted node spends tearing its rentals down before it exits:
 /// each stop waits [`rental::STOP_GRACE`] at most.
 pub const END_RENTALS_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest the upgrade's downloads may take, each (issue 47).
+pub const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The Docker socket: the config's, else `DOCKER_HOST` when it is a `unix://` URL, else the
 /// default.
@@ -229,6 +231,12 @@ struct Agent {
     /// started at the first list that has a rental with ports.
     tunnel_desired: tokio::sync::watch::Sender<Arc<Vec<RentalSpec>>>,
     tunnel_task: Option<JoinHandle<()>>,
+    /// Upgrades (issue 47, [`crate::upgrade`]): where, and whether this agent takes them (the
+    /// config's `auto_update` and an install that can upgrade in place), reported every beat.
+    layout: crate::upgrade::Layout,
+    auto_update: bool,
+    /// The version the upgrade in flight installs.
+    upgrading: Option<String>,
 }
 
 /// Runs the service until it stops; returns the exit code.
@@ -245,7 +253,7 @@ pub async fn run(host: Arc<dyn Host>, paths: &Paths) -> i32 {
         Ok(p) => p,
         Err(e) => return stop_config(host.as_ref(), &paths.state_dir, Some(&cfg), e.to_string()),
     };
-    let mut agent = Agent::new(host, paths.state_dir.clone(), cfg, platform);
+    let mut agent = Agent::new(host, paths, cfg, platform);
     agent.main_loop().await
 }
 
@@ -267,7 +275,18 @@ fn stop_config(host: &dyn Host, state_dir: &Path, cfg: Option<&Config>, detail: 
 }
 
 impl Agent {
-    fn new(host: Arc<dyn Host>, state_dir: PathBuf, cfg: Config, platform: Platform) -> Agent {
+    fn new(host: Arc<dyn Host>, paths: &Paths, cfg: Config, platform: Platform) -> Agent {
+        let state_dir = paths.state_dir.clone();
+        let layout = crate::upgrade::Layout::installed(&state_dir);
+        let can_upgrade = crate::upgrade::can_upgrade(host.as_ref(), paths.system, &layout);
+        let auto_update = cfg.auto_update && can_upgrade;
+        if cfg.auto_update && !can_upgrade {
+            info!(
+                "automatic upgrades need the installer's layout (/opt/gpum-agent); this agent does not upgrade itself"
+            );
+        }
+        let upgrade =
+            crate::upgrade::startup(host.as_ref(), &layout, gpum_enroll::AGENT_VERSION, auto_update);
         let docker_socket = docker_socket(host.as_ref(), cfg.docker_socket.as_deref());
         let answered = Answered::load(host.as_ref(), &state_dir);
         let ledger = ProbeLedger::load(host.as_ref(), &state_dir);
@@ -309,6 +328,7 @@ impl Agent {
             reconcile_min_age: cfg.test_reconcile_min_age.unwrap_or(reconcile::MIN_AGE),
             rng: StdRng::from_entropy(),
             now: Instant::now(),
+            upgrade,
         });
         Agent {
             gatherer: Some(gatherer),
@@ -329,6 +349,9 @@ impl Agent {
             gpus,
             tunnel_desired: tokio::sync::watch::channel(Arc::new(Vec::new())).0,
             tunnel_task: None,
+            layout,
+            auto_update,
+            upgrading: None,
         }
     }
 
@@ -398,6 +421,7 @@ impl Agent {
         // One rentals round at a time; a round asked for while one runs waits for it.
         let mut rental_task: Option<JoinHandle<bool>> = None;
         let mut rental_due = false;
+        let mut upgrade_task: Option<JoinHandle<UpgradeEnd>> = None;
         // The heartbeat's own clock: one wake-up per beat (see `alarm`).
         let alarm = crate::alarm::Alarm::new();
         let mut actions = Vec::new();
@@ -429,7 +453,14 @@ impl Agent {
                     Action::Abort => {
                         abort(&mut probe_task);
                         abort(&mut removal_task);
+                        abort(&mut upgrade_task);
                     }
+                    Action::StartUpgrade(version) => upgrade_task = Some(self.start_upgrade(version)),
+                    Action::RecordUpgrade(r) => crate::upgrade::record(self.host.as_ref(), &self.layout, &r),
+                    Action::ConfirmUpgrade(r) => {
+                        crate::upgrade::confirm(self.host.as_ref(), &self.layout, &r)
+                    }
+                    Action::UpgradeReported => crate::upgrade::reported(self.host.as_ref(), &self.layout),
                     Action::Exit(code) => {
                         if self.node_deleted() {
                             abort(&mut rental_task);
@@ -475,6 +506,14 @@ impl Agent {
                     }
                 }
                 _ = until(probe_at), if probe_at.is_some() => Event::ProbeDue,
+                r = join(&mut upgrade_task), if upgrade_task.is_some() => {
+                    upgrade_task = None;
+                    let version = self.upgrading.take().unwrap_or_default();
+                    Event::UpgradeDone(r.unwrap_or_else(|e| {
+                        error!(error = %e, "upgrade task failed");
+                        self.upgrade_lost(&version, &e.to_string())
+                    }))
+                }
                 r = join(&mut removal_task), if removal_task.is_some() => {
                     removal_task = None;
                     // The agent changed the set itself: list again at the next heartbeat rather
@@ -493,9 +532,12 @@ impl Agent {
     }
 
     fn step_input(&mut self, b: Beat) -> StepInput {
-        let Beat { seq, batch, clock_skew, accepted_hash } = b;
+        let Beat { seq, batch, clock_skew, accepted_hash, upgrade } = b;
         let req = HeartbeatRequest {
             seq,
+            agent_version: Some(gpum_enroll::AGENT_VERSION.to_string()),
+            auto_update: Some(self.auto_update),
+            upgrade,
             probe: batch.probe,
             removed_containers: batch.removed,
             command_results: batch.results,
@@ -553,6 +595,48 @@ impl Agent {
             }
         }
         done
+    }
+
+    /// Spawns the upgrade the core decided on ([`crate::upgrade::upgrade`]): its own client, whose
+    /// timeout allows a binary of some megabytes on a slow line.
+    fn start_upgrade(&mut self, version: String) -> JoinHandle<UpgradeEnd> {
+        let (host, layout, token) = (self.host.clone(), self.layout.clone(), self.cfg.token.clone());
+        let platform = self.cfg.extra_roots(host.as_ref()).map_err(|e| e.to_string()).and_then(|roots| {
+            Platform::new(&self.cfg.server, roots, UPGRADE_TIMEOUT).map_err(|e| e.to_string())
+        });
+        self.upgrading = Some(version.clone());
+        let lost = |e: String| self.upgrade_lost(&version, &e);
+        let platform = match platform {
+            Ok(p) => p,
+            Err(e) => {
+                let end = lost(e);
+                return tokio::spawn(async move { end });
+            }
+        };
+        tokio::spawn(async move {
+            let keys = gpum_repo_keys::release::ReleaseKeys::gpum();
+            crate::upgrade::upgrade(
+                host.as_ref(),
+                &platform,
+                &token,
+                &layout,
+                &keys,
+                gpum_enroll::AGENT_VERSION,
+                &version,
+            )
+            .await
+        })
+    }
+
+    /// An upgrade that ended without a word (its task failed): `failed`, retried later.
+    fn upgrade_lost(&self, version: &str, detail: &str) -> UpgradeEnd {
+        UpgradeEnd::Ended(gpum_protocol::UpgradeReport {
+            from: gpum_enroll::AGENT_VERSION.to_string(),
+            to: version.to_string(),
+            outcome: gpum_protocol::UpgradeOutcome::Failed,
+            detail: detail.to_string(),
+            at: crate::state::unix(self.host.now()),
+        })
     }
 
     /// Spawns the GPU probe the core started.

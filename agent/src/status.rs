@@ -9,7 +9,7 @@
 use std::io::ErrorKind;
 use std::time::Duration;
 
-use gpum_common::agent_state::{AgentState, Connection, StopReason};
+use gpum_common::agent_state::{AgentState, Connection, StopReason, UpgradeRecord, UpgradeState};
 use gpum_common::text::escape_controls;
 use gpum_common::texts::fill;
 use gpum_common::{Failure, Lang};
@@ -67,6 +67,28 @@ fn ago(now: u64, then: u64, lang: Lang) -> String {
     let date = httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(then));
     let secs = now.saturating_sub(then).to_string();
     fill(Msg::StatusAgo.text(lang), &[("date", &date), ("secs", &secs)])
+}
+
+/// The last upgrade, in the owner's language: versions, outcome with its reason, when.
+pub fn upgrade_value(u: &UpgradeRecord, now: u64, lang: Lang) -> String {
+    let with_detail = |m: Msg| fill(m.text(lang), &[("detail", &u.detail)]);
+    let outcome = match u.state {
+        UpgradeState::Pending => Msg::UpgradePending.text(lang).to_string(),
+        UpgradeState::Succeeded => Msg::UpgradeSucceeded.text(lang).to_string(),
+        UpgradeState::RolledBack => with_detail(Msg::UpgradeRolledBack),
+        UpgradeState::Refused => with_detail(Msg::UpgradeRefused),
+        UpgradeState::Failed => with_detail(Msg::UpgradeFailed),
+    };
+    let ago = ago(now, u.at.unwrap_or(u.started), lang);
+    fill(
+        Msg::UpgradeValue.text(lang),
+        &[("from", &u.from), ("to", &u.to), ("outcome", &outcome), ("ago", &ago)],
+    )
+}
+
+/// `status`'s line for the last upgrade (aligned as [`render_text`]'s, escaped).
+pub fn upgrade_line(u: &UpgradeRecord, now: u64, lang: Lang) -> String {
+    format!("{:<16}{}\n", Msg::StatusUpgrade.text(lang), escape_controls(&upgrade_value(u, now, lang)))
 }
 
 /// The text form.
@@ -130,6 +152,36 @@ mod tests {
     use gpum_common::agent_state::Stopped;
     use gpum_host::fake::FakeHost;
     use std::path::Path;
+
+    /// Issue 47: the last upgrade's line, each outcome in both languages, escaped.
+    #[test]
+    fn the_last_upgrade_is_shown_in_both_languages() {
+        let rec = UpgradeRecord {
+            from: "0.1.0".into(),
+            to: "0.2.0".into(),
+            started: 1000,
+            deadline: 1120,
+            state: UpgradeState::RolledBack,
+            detail: "no good heartbeat within 120 s\x1b[2J".into(),
+            at: Some(1130),
+            reported: true,
+        };
+        let en = upgrade_line(&rec, 1200, Lang::En);
+        assert!(en.starts_with("upgrade:        0.1.0 → 0.2.0: rolled back to the previous version: no good heartbeat within 120 s\\x1b[2J"), "{en}");
+        assert!(en.contains("70 s ago"), "{en}");
+        let ru = upgrade_line(&rec, 1200, Lang::Ru);
+        assert!(ru.contains("откачено к прежней версии"), "{ru}");
+        for (state, en_word, ru_word) in [
+            (UpgradeState::Pending, "first accepted heartbeat", "первого ответа"),
+            (UpgradeState::Succeeded, "succeeded", "выполнено"),
+            (UpgradeState::Refused, "refused by verification", "отклонено"),
+            (UpgradeState::Failed, "will be retried", "будет повторено"),
+        ] {
+            let r = UpgradeRecord { state, ..rec.clone() };
+            assert!(upgrade_line(&r, 1200, Lang::En).contains(en_word), "{state:?}");
+            assert!(upgrade_line(&r, 1200, Lang::Ru).contains(ru_word), "{state:?}");
+        }
+    }
 
     #[test]
     fn system_paths_need_root() {

@@ -94,6 +94,26 @@ gpum_common::texts! {
             "{reason} (GPU: {gpus}; {ago}). Аренды не начнутся, пока повторная проверка (recheck) не найдёт GPU свободными.",
             "{reason} (GPUs: {gpus}; {ago}). No rental starts until a recheck finds the GPUs free.",
         ),
+        // The last upgrade (issue 47), in `status` and `doctor`.
+        StatusUpgrade => ("обновление:", "upgrade:"),
+        UpgradeValue => ("{from} → {to}: {outcome} ({ago})", "{from} → {to}: {outcome} ({ago})"),
+        UpgradePending => (
+            "ждёт первого ответа платформы новой версии",
+            "waiting for the new version's first accepted heartbeat",
+        ),
+        UpgradeSucceeded => ("выполнено", "succeeded"),
+        UpgradeRolledBack => (
+            "откачено к прежней версии: {detail}",
+            "rolled back to the previous version: {detail}",
+        ),
+        UpgradeRefused => (
+            "отклонено проверкой, ничего не изменено: {detail}",
+            "refused by verification, nothing changed: {detail}",
+        ),
+        UpgradeFailed => (
+            "не удалось, ничего не изменено, будет повторено: {detail}",
+            "failed, nothing changed, will be retried: {detail}",
+        ),
         // `doctor`: each label is at most 17 characters, so that the values line up.
         DoctorHost => ("[машина]", "[host]"),
         DoctorOs => ("система:", "os:"),
@@ -141,6 +161,7 @@ gpum_common::texts! {
         DoctorHandshakeValue => ("{detail} (код {code})", "{detail} (exit {code})"),
         DoctorClockSkew => ("разница часов:", "clock skew:"),
         DoctorClockSkewValue => ("{skew} с", "{skew} s"),
+        DoctorUpgrade => ("обновление:", "upgrade:"),
     }
 }
 

@@ -8,7 +8,8 @@
 //!    container itself and not inherited from its image (each re-checked right before removal);
 //! 3. the rentals' Docker network `gpum-rentals` (if gpum's and empty) and gpum's nftables
 //!    table `inet gpum_rentals` ([`crate::egress::remove`]), and no other rule;
-//! 4. the unit file, `/opt/gpum-agent`, `/etc/gpum-agent`, `/var/lib/gpum-agent`.
+//! 4. the unit file, `/opt/gpum-agent` (with an upgrade's `gpum-agent.previous` and
+//!    `gpum-agent.new`), `/etc/gpum-agent`, `/var/lib/gpum-agent` (with `upgrade.json`).
 //!
 //! What stays: Docker, the NVIDIA driver and toolkit, every image and volume, and every
 //! container without those labels, or whose labels come from its image.
@@ -80,6 +81,8 @@ pub async fn uninstall(host: &dyn Host, docker: Result<&Docker, DockerError>, la
     if systemd {
         let stop = systemctl(host, &["stop", SERVICE_NAME]);
         let disable = systemctl(host, &["disable", SERVICE_NAME]);
+        // An upgrade's rollback guard (issue 47) must not put a binary back after this.
+        crate::upgrade::stop_guard(host);
         match (stop, disable) {
             (Ok(()), Ok(())) => {
                 u.removed.push(fill(Msg::UninstallServiceRemoved.text(lang), &[("name", SERVICE_NAME)]))
@@ -225,6 +228,9 @@ mod tests {
             .dir(CONFIG_DIR)
             .file("/etc/gpum-agent/config.toml", "token")
             .dir(DEFAULT_STATE_DIR)
+            .file("/opt/gpum-agent/gpum-agent.previous", "old bin")
+            .file("/opt/gpum-agent/gpum-agent.new", "new bin")
+            .file("/var/lib/gpum-agent/upgrade.json", "{}")
             .file("/opt/other/keep", "x")
             .command("systemctl stop gpum-agent", ok())
             .command("systemctl disable gpum-agent", ok())
@@ -236,12 +242,21 @@ mod tests {
             [
                 "systemctl stop gpum-agent",
                 "systemctl disable gpum-agent",
+                // An upgrade's rollback guard, best effort.
+                "systemctl stop gpum-agent-rollback.timer",
                 // Whether gpum's egress table is there (no nft on this fake: none is).
                 "nft -j list table inet gpum_rentals",
                 "systemctl daemon-reload"
             ]
         );
         assert!(!h.exists(Path::new(UNIT_PATH)) && !h.exists(Path::new("/opt/gpum-agent/gpum-agent")));
+        for upgrade_file in [
+            "/opt/gpum-agent/gpum-agent.previous",
+            "/opt/gpum-agent/gpum-agent.new",
+            "/var/lib/gpum-agent/upgrade.json",
+        ] {
+            assert!(!h.exists(Path::new(upgrade_file)), "{upgrade_file}");
+        }
         assert!(
             !h.exists(Path::new("/etc/gpum-agent/config.toml")) && !h.exists(Path::new(DEFAULT_STATE_DIR))
         );

@@ -82,6 +82,110 @@ pub struct AgentState {
     pub updated_at: u64,
 }
 
+/// The last in-place upgrade's record (issue 47), `<state dir>/upgrade.json`, 0600: written by
+/// the agent before it swaps its binary (`pending`), by the new binary after its first
+/// accepted heartbeat (`succeeded`), by the old binary's `rollback` (`rolled_back`), and by the
+/// agent when an attempt was refused or failed. Read at the agent's start, and by `status` and
+/// `doctor`.
+pub const UPGRADE_FILE: &str = "upgrade.json";
+
+/// Where an upgrade stands ([`UpgradeRecord::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpgradeState {
+    /// The new binary is in place (or about to be); it must send a good heartbeat before
+    /// [`UpgradeRecord::deadline`], or the rollback guard puts the previous one back.
+    Pending,
+    Succeeded,
+    RolledBack,
+    Refused,
+    Failed,
+}
+
+impl UpgradeState {
+    /// The outcome to report; `None` while pending.
+    pub fn outcome(self) -> Option<gpum_protocol::UpgradeOutcome> {
+        use gpum_protocol::UpgradeOutcome as O;
+        match self {
+            UpgradeState::Pending => None,
+            UpgradeState::Succeeded => Some(O::Succeeded),
+            UpgradeState::RolledBack => Some(O::RolledBack),
+            UpgradeState::Refused => Some(O::Refused),
+            UpgradeState::Failed => Some(O::Failed),
+        }
+    }
+
+    /// The state an outcome ends in.
+    pub fn of(outcome: gpum_protocol::UpgradeOutcome) -> UpgradeState {
+        use gpum_protocol::UpgradeOutcome as O;
+        match outcome {
+            O::Succeeded => UpgradeState::Succeeded,
+            O::RolledBack => UpgradeState::RolledBack,
+            O::Refused => UpgradeState::Refused,
+            O::Failed => UpgradeState::Failed,
+        }
+    }
+}
+
+/// `upgrade.json` ([`UPGRADE_FILE`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpgradeRecord {
+    /// The version that ran before the attempt.
+    pub from: String,
+    /// The version offered.
+    pub to: String,
+    /// Unix seconds: when the attempt started, and the rollback guard's deadline (0 when no
+    /// swap was made).
+    pub started: u64,
+    #[serde(default)]
+    pub deadline: u64,
+    pub state: UpgradeState,
+    /// Short English text: why it was refused, failed or rolled back.
+    #[serde(default)]
+    pub detail: String,
+    /// Unix seconds when it ended; absent while pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// Whether a heartbeat carrying its report was accepted; until then each start sends it.
+    #[serde(default)]
+    pub reported: bool,
+}
+
+impl UpgradeRecord {
+    /// The report for the platform, once it ended.
+    pub fn report(&self) -> Option<gpum_protocol::UpgradeReport> {
+        Some(gpum_protocol::UpgradeReport {
+            from: self.from.clone(),
+            to: self.to.clone(),
+            outcome: self.state.outcome()?,
+            detail: self.detail.clone(),
+            at: self.at.unwrap_or(self.started),
+        })
+    }
+}
+
+/// `<state_dir>/upgrade.json`.
+pub fn upgrade_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(UPGRADE_FILE)
+}
+
+/// Reads `upgrade.json`; `Ok(None)` when no upgrade was ever tried.
+pub fn read_upgrade(host: &dyn Host, state_dir: &Path) -> io::Result<Option<UpgradeRecord>> {
+    match host.read(&upgrade_path(state_dir)) {
+        Ok(b) => {
+            serde_json::from_slice(&b).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `upgrade.json` atomically, 0600.
+pub fn write_upgrade(host: &dyn Host, state_dir: &Path, rec: &UpgradeRecord) -> io::Result<()> {
+    let data = serde_json::to_vec_pretty(rec).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    host.write_atomic(&upgrade_path(state_dir), &data, 0o600)
+}
+
 /// `<state_dir>/state.json`.
 pub fn state_path(state_dir: &Path) -> PathBuf {
     state_dir.join(STATE_FILE)

@@ -263,6 +263,49 @@ impl Platform {
         answer(status, server_date, &content_type, &body, sent_bytes)
     }
 
+    /// One file of a release (issue 47): `GET` [`gpum_protocol::upgrade::release_file_path`]
+    /// with the node's token, its body handed to `each` piece by piece as it arrives, at most
+    /// `max` bytes (more is refused before it is all read). `each` may refuse a piece (the
+    /// caller's verifier): the download stops there with [`CallError::Decode`] carrying its
+    /// reason. Nothing of the body is trusted here: the caller verifies it.
+    pub async fn release_file(
+        &self,
+        token: &Token,
+        version: &str,
+        file: &str,
+        max: u64,
+        each: &mut (dyn FnMut(&[u8]) -> Result<(), String> + Send),
+    ) -> Result<(), CallError> {
+        let url = format!("{}{}", self.server, gpum_protocol::upgrade::release_file_path(version, file));
+        let mut resp = self.http.get(url).bearer_auth(token.expose()).send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let content_type = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = read_capped(resp, 64 * 1024).await.unwrap_or_default();
+            return match answer::<serde_json::Value>(status, None, &content_type, &body, 0) {
+                Ok(_) => Err(CallError::Foreign { status, content_type: truncate(&content_type, 60) }),
+                Err(e) => Err(e),
+            };
+        }
+        if resp.content_length().is_some_and(|n| n > max) {
+            return Err(CallError::Decode(format!("{file} is larger than {max} bytes")));
+        }
+        let mut got = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            got += chunk.len() as u64;
+            if got > max {
+                return Err(CallError::Decode(format!("{file} is larger than {max} bytes")));
+            }
+            each(&chunk).map_err(CallError::Decode)?;
+        }
+        Ok(())
+    }
+
     async fn post<U: reqwest::IntoUrl, Req: Serialize, Resp: DeserializeOwned>(
         &self,
         url: U,

@@ -118,6 +118,11 @@ pub struct Config {
     /// bounds its images. [`default_rental_driver_capabilities`] (`compute`, `utility`) when the
     /// file names none, and written only when it differs.
     pub rental_driver_capabilities: Vec<String>,
+    /// Whether the agent upgrades itself when the platform offers a newer signed release
+    /// (issue 47). On by default; the owner writes `auto_update = false` in the file to turn
+    /// it off (the agent then reports it, and the platform offers nothing). Written to the
+    /// file only when off, and kept by `configure` and a new registration.
+    pub auto_update: bool,
     /// TEST ONLY: a `gpum.test.KEY=VALUE` label that narrows every container the agent lists,
     /// removes or creates to those carrying it, so end-to-end tests sharing one engine never
     /// touch each other's containers. Never written by `register`. Read from the file only with
@@ -158,6 +163,8 @@ struct ConfigFile {
     rentals: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rental_driver_capabilities: Option<Vec<String>>,
+    #[serde(default = "on", skip_serializing_if = "is_on")]
+    auto_update: bool,
     // Without `test-knobs` these keys do not exist, and `deny_unknown_fields` refuses them.
     #[cfg(feature = "test-knobs")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +270,7 @@ impl Config {
             probe_registries,
             rentals: f.rentals,
             rental_driver_capabilities,
+            auto_update: f.auto_update,
             test_docker_scope,
             test_reconcile_min_age,
             test_rentals_without_gpu_request,
@@ -293,6 +301,7 @@ impl Config {
             rental_driver_capabilities: (self.rental_driver_capabilities
                 != default_rental_driver_capabilities())
             .then(|| self.rental_driver_capabilities.clone()),
+            auto_update: self.auto_update,
             #[cfg(feature = "test-knobs")]
             test_docker_scope: self.test_docker_scope.as_ref().map(|(k, v)| format!("{k}={v}")),
             #[cfg(feature = "test-knobs")]
@@ -343,6 +352,7 @@ mod tests {
             rentals: true,
             probe_registries: default_registries(),
             rental_driver_capabilities: default_rental_driver_capabilities(),
+            auto_update: true,
             test_docker_scope: None,
             test_reconcile_min_age: None,
             test_rentals_without_gpu_request: false,
@@ -423,6 +433,20 @@ mod tests {
         assert!(off.to_toml().contains("rentals = false"));
         assert_eq!(Config::parse(&off.to_toml(), "c").unwrap(), off);
         assert!(Config::parse(&format!("{base}rentals = 'yes'\n"), "c").is_err());
+    }
+
+    /// Issue 47: automatic upgrades are on unless the owner writes `auto_update = false`;
+    /// a register never writes the key, and the owner's `false` survives a save.
+    #[test]
+    fn auto_update_is_on_unless_the_owner_turns_it_off() {
+        let base = "server = 'https://x'\nnode_id='n'\ntoken='tok-secret'\n";
+        assert!(Config::parse(base, "c").unwrap().auto_update);
+        assert!(!sample().to_toml().contains("auto_update"));
+        let off = Config::parse(&format!("{base}auto_update = false\n"), "c").unwrap();
+        assert!(!off.auto_update);
+        assert!(off.to_toml().contains("auto_update = false"));
+        assert_eq!(Config::parse(&off.to_toml(), "c").unwrap(), off);
+        assert!(Config::parse(&format!("{base}auto_update = 'no'\n"), "c").is_err());
     }
 
     /// Issue 43: the owner's bound on the driver's parts a rental may get: `compute,utility`

@@ -113,6 +113,7 @@ pub async fn register(
         probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
         rentals: true,
         rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
+        auto_update: true,
         test_docker_scope: None,
         test_reconcile_min_age: None,
         test_rentals_without_gpu_request: false,
@@ -181,6 +182,7 @@ pub fn configure(
             probe_registries: opts.probe_registries.clone().unwrap_or_else(crate::config::default_registries),
             rentals: true,
             rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
+            auto_update: true,
             test_docker_scope: None,
             test_reconcile_min_age: None,
             test_rentals_without_gpu_request: false,
@@ -203,14 +205,20 @@ fn write_config_and_state(
     config_path: &Path,
     state_dir: &Path,
 ) -> Result<(), Failure> {
-    // An owner who refused rentals (`rentals = false`) still refuses them after a new
-    // registration: the key is the owner's, and the register's default is on.
+    // An owner who refused rentals (`rentals = false`) or automatic upgrades (`auto_update =
+    // false`) still refuses them after a new registration: the keys are the owner's, and the
+    // register's defaults are on.
     let kept;
-    let cfg = if Config::load(host, config_path).is_ok_and(|old| !old.rentals) {
-        kept = Config { rentals: false, ..cfg.clone() };
-        &kept
-    } else {
-        cfg
+    let cfg = match Config::load(host, config_path) {
+        Ok(old) if !old.rentals || !old.auto_update => {
+            kept = Config {
+                rentals: cfg.rentals && old.rentals,
+                auto_update: cfg.auto_update && old.auto_update,
+                ..cfg.clone()
+            };
+            &kept
+        }
+        _ => cfg,
     };
     cfg.save(host, config_path).map_err(|e| Failure::Other(format!("{}: {e}", config_path.display())))?;
     // A fresh state: a new registration clears an earlier stop, so `status` does not show a
@@ -296,6 +304,7 @@ mod tests {
             probe_registries: vec!["registry.lan:5000".into()],
             rentals: false,
             rental_driver_capabilities: vec!["compute".into(), "utility".into(), "video".into()],
+            auto_update: false,
             // The test keys exist only with `test-knobs`; without it they are not in the file.
             test_docker_scope: cfg!(feature = "test-knobs").then(|| ("gpum.test.s".into(), "1".into())),
             test_reconcile_min_age: cfg!(feature = "test-knobs").then(|| std::time::Duration::from_secs(3)),
@@ -348,5 +357,43 @@ mod tests {
         configure(&h, &opts(), Some("n-8"), "tok-def").unwrap();
         let cfg = Config::load(&h, path).unwrap();
         assert_eq!((cfg.node_id.as_str(), cfg.rentals), ("n-8", false));
+    }
+
+    /// Issue 47: automatic upgrades are on by default, and an owner's `auto_update = false`
+    /// survives `configure` and a new registration (the seed's re-registration path).
+    #[test]
+    fn the_owners_auto_update_false_survives_configure_and_a_new_registration() {
+        let h = FakeHost::new();
+        let path = Path::new("/s/config.toml");
+        configure(&h, &opts(), Some("n-7"), "tok-abc").unwrap();
+        assert!(Config::load(&h, path).unwrap().auto_update);
+        let off = Config { auto_update: false, ..Config::load(&h, path).unwrap() };
+        off.save(&h, path).unwrap();
+        configure(&h, &opts(), Some("n-8"), "tok-def").unwrap();
+        let cfg = Config::load(&h, path).unwrap();
+        assert_eq!((cfg.node_id.as_str(), cfg.auto_update, cfg.rentals), ("n-8", false, true));
+        // What `register` writes after a new join code: its defaults, with the owner's refusal.
+        let fresh = Config { node_id: "n-9".into(), ..sample_on() };
+        write_config_and_state(&h, &fresh, path, Path::new("/s")).unwrap();
+        let cfg = Config::load(&h, path).unwrap();
+        assert_eq!((cfg.node_id.as_str(), cfg.auto_update), ("n-9", false));
+    }
+
+    fn sample_on() -> Config {
+        Config {
+            server: "https://gpum.example".into(),
+            node_id: "n".into(),
+            token: Token::new("tok-x").unwrap(),
+            ca_file: None,
+            docker_socket: None,
+            probe_registries: crate::config::default_registries(),
+            rentals: true,
+            rental_driver_capabilities: crate::config::default_rental_driver_capabilities(),
+            auto_update: true,
+            test_docker_scope: None,
+            test_reconcile_min_age: None,
+            test_rentals_without_gpu_request: false,
+            test_tunnel_silence: None,
+        }
     }
 }

@@ -94,7 +94,7 @@ mod tests {
     fn hardened_and_writes_only_its_own_directories() {
         assert_eq!(value("ProtectSystem"), ["strict"]);
         assert_eq!(value("NoNewPrivileges"), ["yes"]);
-        assert_eq!(value("ReadWritePaths"), ["/var/lib/gpum-agent /etc/gpum-agent"]);
+        assert_eq!(value("ReadWritePaths"), ["/var/lib/gpum-agent /etc/gpum-agent /opt/gpum-agent"]);
         assert!(value("ProtectHostname").is_empty(), "the inventory must see hostname changes");
         // `nft` for the rentals' egress table needs CAP_NET_ADMIN and netlink; nothing else.
         assert_eq!(value("CapabilityBoundingSet"), ["CAP_NET_ADMIN"]);

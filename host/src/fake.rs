@@ -311,6 +311,19 @@ impl Host for FakeHost {
             .map(|_| ())
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
     }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        let data = st
+            .files
+            .remove(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, from.display().to_string()))?;
+        let mode = st.modes.remove(from);
+        st.ctimes.remove(from);
+        st.writes.push(from.to_path_buf());
+        st.wrote(to, mode.unwrap_or(0o644), self.now);
+        st.files.insert(to.to_path_buf(), data);
+        Ok(())
+    }
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
         st.writes.push(path.to_path_buf());

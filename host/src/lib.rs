@@ -128,6 +128,10 @@ pub trait Host: Send + Sync {
     fn write_atomic(&self, path: &Path, data: &[u8], mode: u32) -> io::Result<()>;
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` onto `to` in one step (`rename(2)`: atomic, replacing `to`; both in one
+    /// directory), then fsyncs the directory: the agent's upgrade swaps its binary with it
+    /// (issue 47), so that the path holds either the old file or the new, never a mix.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn space(&self, path: &Path) -> io::Result<FsSpace>;
     /// A process environment variable; see [`env`] for the names gpum reads.

@@ -199,6 +199,15 @@ impl Host for RealHost {
         fs::remove_dir_all(self.map(path))
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let to = self.map(to);
+        fs::rename(self.map(from), &to)?;
+        if let Some(d) = to.parent().and_then(|d| fs::File::open(d).ok()) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
     fn space(&self, path: &Path) -> io::Result<FsSpace> {
         let st = nix::sys::statvfs::statvfs(&*self.at(path)).map_err(io::Error::from)?;
         let frag = st.fragment_size() as u64;

@@ -424,7 +424,11 @@ fn completion_file(shell: clap_complete::Shell, name: &str) -> String {
 pub fn deb_unit(unit: &str) -> Result<String> {
     let edits: [(&str, Option<&str>); 4] = [
         ("ExecStart=/opt/gpum-agent/gpum-agent run", Some("ExecStart=/usr/bin/gpum-agent run")),
-        ("ReadOnlyPaths=/opt/gpum-agent", None),
+        // A packaged agent is upgraded by the package manager, never in place (issue 47).
+        (
+            "ReadWritePaths=/var/lib/gpum-agent /etc/gpum-agent /opt/gpum-agent",
+            Some("ReadWritePaths=/var/lib/gpum-agent /etc/gpum-agent"),
+        ),
         (
             "Documentation=file:///opt/gpum-agent/README",
             Some("Documentation=man:gpum-agent(1)\nConditionPathExists=/etc/gpum-agent/config.toml"),
@@ -620,17 +624,11 @@ mod tests {
         assert_eq!(value(&deb, "ExecStart"), ["/usr/bin/gpum-agent run"]);
         assert_eq!(value(&deb, "ConditionPathExists"), [gpum_common::agent_state::DEFAULT_CONFIG]);
         assert!(!deb.contains("/opt/gpum-agent"));
-        for key in [
-            "Restart",
-            "RestartPreventExitStatus",
-            "ProtectSystem",
-            "ReadWritePaths",
-            "StateDirectory",
-            "WantedBy",
-        ] {
+        for key in ["Restart", "RestartPreventExitStatus", "ProtectSystem", "StateDirectory", "WantedBy"] {
             assert_eq!(value(&deb, key), value(unit, key), "{key}");
         }
-        assert!(deb_unit(&unit.replace("ReadOnlyPaths=/opt/gpum-agent\n", "")).is_err());
+        assert_eq!(value(&deb, "ReadWritePaths"), ["/var/lib/gpum-agent /etc/gpum-agent"]);
+        assert!(deb_unit(&unit.replace("/etc/gpum-agent /opt/gpum-agent\n", "/etc/gpum-agent\n")).is_err());
     }
 
     /// Every binary has a man page and three completions, generated from its clap definition.

@@ -313,6 +313,9 @@ impl<H: Host> Host for During<H> {
     fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
         self.inner.remove_dir_all(p)
     }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
     fn space(&self, p: &Path) -> std::io::Result<gpum_host::FsSpace> {
         self.inner.space(p)
     }
