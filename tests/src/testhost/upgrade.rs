@@ -76,9 +76,35 @@ pub fn shown(h: &Host, version: &str) -> Result<String> {
             .filter(|i| i.to_string().contains(&format!("\"{version}\"")))
             .map(|i| i.to_string())
             .collect();
-        return Ok(mine.join("\n"));
+        let mut shown = mine;
+        shown.extend(reports_on(h, version)?);
+        return Ok(shown.join("\n"));
     }
     Ok(all.lines().filter(|l| l.contains(version)).collect::<Vec<_>>().join("\n"))
+}
+
+/// The servers' last upgrade reports about `version`, as the operator's `nodes list` shows
+/// them (`upgrades.last`, with its `outcome`): the release's own line carries only counts.
+fn reports_on(h: &Host, version: &str) -> Result<Vec<String>> {
+    fn walk(v: &serde_json::Value, version: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(last) = o.get("last")
+                    && last.get("to").and_then(|t| t.as_str()) == Some(version)
+                {
+                    out.push(last.to_string());
+                }
+                o.values().for_each(|x| walk(x, version, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, version, out)),
+            _ => {}
+        }
+    }
+    let nodes = h.platform("--json nodes list")?;
+    let v: serde_json::Value = serde_json::from_str(nodes.trim()).context("nodes list --json")?;
+    let mut out = Vec::new();
+    walk(&v, version, &mut out);
+    Ok(out)
 }
 
 /// Polls [`shown`] every second until `ok` holds, for up to `secs`; returns what it showed.
