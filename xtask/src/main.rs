@@ -170,19 +170,12 @@ impl Steps {
 fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
     use util::{cargo, cargo_linted};
     let mut steps = Steps::default();
-    if !no_setup {
-        let setup = steps.run("setup (tests/setup-deps.sh)", || {
-            let st = std::process::Command::new("bash")
-                .arg(util::workspace_root().join("tests/setup-deps.sh"))
-                .status()
-                .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
-            anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
-            Ok(())
-        });
-        if setup.is_none() {
-            return steps.finish();
-        }
-    }
+    // What the tests need (tests/setup-deps.sh: apt, cargo-deb, the musl target, pip) installs
+    // beside fmt and the debug builds, which need none of it (the xtask build before them
+    // compiled the same crates without it): on a fresh machine its downloads and unpacking
+    // overlap the compiler instead of delaying it (the CI budget). It is waited for before the
+    // release, the first step that needs it.
+    let setup = if no_setup { None } else { Some(Setup::start()) };
     steps.run("fmt", || cargo(&["fmt", "--all", "--check"]));
     // Lints (`cargo clippy --all-targets -- -D warnings`): every debug build below compiles the
     // workspace's crates through clippy's driver (util::lint_env), so each build is also the
@@ -198,6 +191,11 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // the shipped build with test knobs, sharing every dependency with the release build
     // below, which runs after it so that the target directory ends with the shipped agent.
     let cost_bin = steps.run("release: the measured agent", dist::build_measured_agent);
+    if let Some(setup) = setup
+        && steps.run("setup (tests/setup-deps.sh): what was left of it", || setup.finish()).is_none()
+    {
+        return steps.finish();
+    }
     // The release, built once; the suites then check what was built (the glibc gate, the static
     // platform in an empty container, lintian, the signatures, serving). The second build that
     // proves it reproducible is the release command's (`dist --check-reproducible`,
@@ -312,6 +310,47 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         }
     }
     steps.finish()
+}
+
+/// tests/setup-deps.sh, running beside the first steps of `cargo xtask test`; its output goes
+/// to `target/setup-deps.log`, printed when it is waited for.
+struct Setup {
+    child: std::io::Result<std::process::Child>,
+    log: std::path::PathBuf,
+    started: std::time::Instant,
+}
+
+impl Setup {
+    fn start() -> Self {
+        let log = util::target_dir().join("setup-deps.log");
+        let started = std::time::Instant::now();
+        let child = std::fs::create_dir_all(util::target_dir())
+            .and_then(|()| std::fs::File::create(&log))
+            .and_then(|f| {
+                let err = f.try_clone()?;
+                std::process::Command::new("bash")
+                    .arg(util::workspace_root().join("tests/setup-deps.sh"))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(f)
+                    .stderr(err)
+                    .spawn()
+            });
+        eprintln!("xtask: tests/setup-deps.sh runs beside the builds; its output: {}", log.display());
+        Self { child, log, started }
+    }
+
+    fn finish(self) -> Result<()> {
+        let st = self.child.map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?.wait()?;
+        let out = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprint!("{out}");
+        eprintln!(
+            "xtask: tests/setup-deps.sh took {:.0} s in all ({})",
+            self.started.elapsed().as_secs_f64(),
+            self.log.display()
+        );
+        anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
+        Ok(())
+    }
 }
 
 /// Prints `df -h` for the target directory and Docker's data root (nothing on failure).
