@@ -237,30 +237,21 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         env.push(("GPUM_DIST_DIR", dist_env.as_str()));
     }
     steps.run("suites: every test of the workspace", || cargo_linted(&args, &env));
-    // The platform's suites again, on PostgreSQL (issue 35): its unit tests and every end-to-end
-    // binary that starts the platform, with every database a fresh one in a private cluster that
+    // The platform's suites again, on PostgreSQL (issue 35): its unit tests (the store's, and the
+    // cabinet's pages rendered from a store on this engine) and the end-to-end suites of the
+    // platform and of the trust chain, with every database a fresh one in a private cluster that
     // the first test starts (platform/src/testdb.rs). The tests that only SQLite has (its files,
-    // WAL, backup) open their own SQLite databases. The dashboard's browser tests that check
-    // only what a browser draws (layout at phone and laptop widths, screenshots, hostile text
-    // shown as text, the disabled dashboard's page) run once, above: the database under them
-    // changes nothing they look at; so do those about a page's mechanics (CSRF, live updates,
-    // a refused form, what an offline server or a missing installer disables, the verdict's
-    // wording, the earnings page, whose sums `platform_earnings` checks on both engines). The
-    // agent's, the rentals' and the tunnel's suites run once too (the CI budget): what they store
-    // goes through the heartbeat, rentals and relay-holder code that the platform's suite
-    // (its replicas and effects included) runs on PostgreSQL here.
+    // WAL, backup) open their own SQLite databases. The dashboard's browser suite, the agent's,
+    // the rentals' and the tunnel's run once, above (the CI budget): what they read and store
+    // goes through the store functions, heartbeat, rentals and relay-holder code that the
+    // platform's unit tests and suite (its replicas and effects included) run on PostgreSQL here.
     steps.run("suites: the platform on PostgreSQL", || {
         let mut pg_env = env.clone();
         pg_env.push(("GPUM_TEST_DB", "postgres"));
         let mut args = NEXTEST_ALL.to_vec();
         args.extend([
             "-E",
-            "package(gpum-platform) | binary_id(gpum-tests::platform) \
-             | (binary_id(gpum-tests::dashboard) \
-                & !test(/fits_a_phone|screenshots|phone_widths|hostile_node_values|disabled_dashboard_in_a_browser\
-|no_install_command|live_pages|rentable_or_exactly|refused_setting|the_earnings_page|state_changes_need\
-|commands_are_disabled/)) \
-             | binary_id(gpum-tests::trust)",
+            "package(gpum-platform) | binary_id(gpum-tests::platform) | binary_id(gpum-tests::trust)",
         ]);
         cargo_linted(&args, &pg_env)
     });
