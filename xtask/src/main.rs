@@ -237,14 +237,15 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         env.push(("GPUM_DIST_DIR", dist_env.as_str()));
     }
     steps.run("suites: every test of the workspace", || cargo_linted(&args, &env));
-    // The platform's suites again, on PostgreSQL (issue 35): its unit tests (the store's, and the
-    // cabinet's pages rendered from a store on this engine) and the end-to-end suites of the
-    // platform and of the trust chain, with every database a fresh one in a private cluster that
+    // The platform's suites again, on PostgreSQL (issue 35): its unit tests (the store's among
+    // them) and the end-to-end suites of the platform and of the trust chain, with every database a fresh one in a private cluster that
     // the first test starts (platform/src/testdb.rs). The tests that only SQLite has (its files,
     // WAL, backup) open their own SQLite databases. The dashboard's browser suite, the agent's,
     // the rentals' and the tunnel's run once, above (the CI budget): what they read and store
-    // goes through the store functions, heartbeat, rentals and relay-holder code that the
-    // platform's unit tests and suite (its replicas and effects included) run on PostgreSQL here.
+    // goes through the store functions (the cabinet's pages read the nodes, summaries, events,
+    // earnings, windows and alerts the owner API answers from), heartbeat, rentals and
+    // relay-holder code that the platform's unit tests and suite (its owner API, replicas and
+    // effects included) run on PostgreSQL here.
     steps.run("suites: the platform on PostgreSQL", || {
         let mut pg_env = env.clone();
         pg_env.push(("GPUM_TEST_DB", "postgres"));
