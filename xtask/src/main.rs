@@ -170,19 +170,12 @@ impl Steps {
 fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
     use util::{cargo, cargo_linted};
     let mut steps = Steps::default();
-    if !no_setup {
-        let setup = steps.run("setup (tests/setup-deps.sh)", || {
-            let st = std::process::Command::new("bash")
-                .arg(util::workspace_root().join("tests/setup-deps.sh"))
-                .status()
-                .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
-            anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
-            Ok(())
-        });
-        if setup.is_none() {
-            return steps.finish();
-        }
-    }
+    // What the tests need (tests/setup-deps.sh: apt, cargo-deb, the musl target, pip) installs
+    // beside fmt and the debug builds, which need none of it (the xtask build before them
+    // compiled the same crates without it): on a fresh machine its downloads and unpacking
+    // overlap the compiler instead of delaying it (the CI budget). It is waited for before the
+    // release, the first step that needs it.
+    let setup = if no_setup { None } else { Some(Setup::start()) };
     steps.run("fmt", || cargo(&["fmt", "--all", "--check"]));
     // Lints (`cargo clippy --all-targets -- -D warnings`): every debug build below compiles the
     // workspace's crates through clippy's driver (util::lint_env), so each build is also the
@@ -198,6 +191,11 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // the shipped build with test knobs, sharing every dependency with the release build
     // below, which runs after it so that the target directory ends with the shipped agent.
     let cost_bin = steps.run("release: the measured agent", dist::build_measured_agent);
+    if let Some(setup) = setup
+        && steps.run("setup (tests/setup-deps.sh): what was left of it", || setup.finish()).is_none()
+    {
+        return steps.finish();
+    }
     // The release, built once; the suites then check what was built (the glibc gate, the static
     // platform in an empty container, lintian, the signatures, serving). The second build that
     // proves it reproducible is the release command's (`dist --check-reproducible`,
@@ -239,30 +237,22 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         env.push(("GPUM_DIST_DIR", dist_env.as_str()));
     }
     steps.run("suites: every test of the workspace", || cargo_linted(&args, &env));
-    // The platform's suites again, on PostgreSQL (issue 35): its unit tests and every end-to-end
-    // binary that starts the platform, with every database a fresh one in a private cluster that
+    // The platform's suites again, on PostgreSQL (issue 35): its unit tests (the store's among
+    // them) and the end-to-end suites of the platform and of the trust chain, with every database a fresh one in a private cluster that
     // the first test starts (platform/src/testdb.rs). The tests that only SQLite has (its files,
-    // WAL, backup) open their own SQLite databases. The dashboard's browser tests that check
-    // only what a browser draws (layout at phone and laptop widths, screenshots, hostile text
-    // shown as text, the disabled dashboard's page) run once, above: the database under them
-    // changes nothing they look at; so do those about a page's mechanics (CSRF, live updates,
-    // a refused form, what an offline server or a missing installer disables, the verdict's
-    // wording, the earnings page, whose sums `platform_earnings` checks on both engines). The
-    // agent's, the rentals' and the tunnel's suites run once too (the CI budget): what they store
-    // goes through the heartbeat, rentals and relay-holder code that the platform's suite
-    // (its replicas and effects included) runs on PostgreSQL here.
+    // WAL, backup) open their own SQLite databases. The dashboard's browser suite, the agent's,
+    // the rentals' and the tunnel's run once, above (the CI budget): what they read and store
+    // goes through the store functions (the cabinet's pages read the nodes, summaries, events,
+    // earnings, windows and alerts the owner API answers from), heartbeat, rentals and
+    // relay-holder code that the platform's unit tests and suite (its owner API, replicas and
+    // effects included) run on PostgreSQL here.
     steps.run("suites: the platform on PostgreSQL", || {
         let mut pg_env = env.clone();
         pg_env.push(("GPUM_TEST_DB", "postgres"));
         let mut args = NEXTEST_ALL.to_vec();
         args.extend([
             "-E",
-            "package(gpum-platform) | binary_id(gpum-tests::platform) \
-             | (binary_id(gpum-tests::dashboard) \
-                & !test(/fits_a_phone|screenshots|phone_widths|hostile_node_values|disabled_dashboard_in_a_browser\
-|no_install_command|live_pages|rentable_or_exactly|refused_setting|the_earnings_page|state_changes_need\
-|commands_are_disabled/)) \
-             | binary_id(gpum-tests::trust)",
+            "package(gpum-platform) | binary_id(gpum-tests::platform) | binary_id(gpum-tests::trust)",
         ]);
         cargo_linted(&args, &pg_env)
     });
@@ -312,6 +302,47 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         }
     }
     steps.finish()
+}
+
+/// tests/setup-deps.sh, running beside the first steps of `cargo xtask test`; its output goes
+/// to `target/setup-deps.log`, printed when it is waited for.
+struct Setup {
+    child: std::io::Result<std::process::Child>,
+    log: std::path::PathBuf,
+    started: std::time::Instant,
+}
+
+impl Setup {
+    fn start() -> Self {
+        let log = util::target_dir().join("setup-deps.log");
+        let started = std::time::Instant::now();
+        let child = std::fs::create_dir_all(util::target_dir())
+            .and_then(|()| std::fs::File::create(&log))
+            .and_then(|f| {
+                let err = f.try_clone()?;
+                std::process::Command::new("bash")
+                    .arg(util::workspace_root().join("tests/setup-deps.sh"))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(f)
+                    .stderr(err)
+                    .spawn()
+            });
+        eprintln!("xtask: tests/setup-deps.sh runs beside the builds; its output: {}", log.display());
+        Self { child, log, started }
+    }
+
+    fn finish(self) -> Result<()> {
+        let st = self.child.map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?.wait()?;
+        let out = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprint!("{out}");
+        eprintln!(
+            "xtask: tests/setup-deps.sh took {:.0} s in all ({})",
+            self.started.elapsed().as_secs_f64(),
+            self.log.display()
+        );
+        anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
+        Ok(())
+    }
 }
 
 /// Prints `df -h` for the target directory and Docker's data root (nothing on failure).
