@@ -307,9 +307,9 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
 /// tests/setup-deps.sh, running beside the first steps of `cargo xtask test`; its output goes
 /// to `target/setup-deps.log`, printed when it is waited for.
 struct Setup {
-    child: std::io::Result<std::process::Child>,
+    /// Waits for the script beside the builds: its status and how long it ran.
+    waiter: std::thread::JoinHandle<std::io::Result<(std::process::ExitStatus, f64)>>,
     log: std::path::PathBuf,
-    started: std::time::Instant,
 }
 
 impl Setup {
@@ -327,19 +327,23 @@ impl Setup {
                     .stderr(err)
                     .spawn()
             });
+        let waiter = std::thread::spawn(move || {
+            let st = child?.wait()?;
+            Ok((st, started.elapsed().as_secs_f64()))
+        });
         eprintln!("xtask: tests/setup-deps.sh runs beside the builds; its output: {}", log.display());
-        Self { child, log, started }
+        Self { waiter, log }
     }
 
     fn finish(self) -> Result<()> {
-        let st = self.child.map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?.wait()?;
+        let (st, secs) = self
+            .waiter
+            .join()
+            .map_err(|_| anyhow::anyhow!("waiting for tests/setup-deps.sh panicked"))?
+            .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
         let out = std::fs::read_to_string(&self.log).unwrap_or_default();
         eprint!("{out}");
-        eprintln!(
-            "xtask: tests/setup-deps.sh took {:.0} s in all ({})",
-            self.started.elapsed().as_secs_f64(),
-            self.log.display()
-        );
+        eprintln!("xtask: tests/setup-deps.sh ran {secs:.0} s beside the builds ({})", self.log.display());
         anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
         Ok(())
     }
