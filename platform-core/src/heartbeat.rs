@@ -41,7 +41,8 @@ pub struct NodeFacts {
     pub last_upgrade: Option<LastUpgrade>,
     /// The version the node's last answer offered, if any.
     pub upgrade_offered: Option<String>,
-    /// The active rollout, if one is (read in the same lookup).
+    /// The rollout that is active or paused, if one is (read in the same lookup), its
+    /// percentage where its schedule has brought it: what an offer and a failure's tally read.
     pub rollout: Option<Rollout>,
 }
 

@@ -2,7 +2,7 @@
 //! and when the failures the nodes report halt it. The platform only *names* a version; the
 //! agent verifies the signed release and refuses one that is not newer than its own.
 
-use gpum_protocol::{HaltReason, RolloutState, UpgradeOutcome};
+use gpum_protocol::{HaltReason, RolloutState, RolloutStep, UpgradeOutcome};
 use sha2::{Digest, Sha256};
 
 /// The rollout as the store holds it (the one `active` row, or the current one for a page).
@@ -14,6 +14,45 @@ pub struct Rollout {
     pub percent: u8,
     /// TEST ONLY (`test-knobs`): offer whatever version the node runs.
     pub offer_regardless: bool,
+}
+
+/// A rollout's percentage at `now` on its schedule: `percent`, what it was at `since` (the
+/// start, the last resume, or the last change by hand), raised by `step.percent` for each
+/// whole `step.every_secs` since, up to 100. Without a schedule, `percent`. Only an active
+/// rollout moves: the store folds the percentage reached into `percent` when the rollout
+/// stops, and a resume starts the interval anew.
+pub fn scheduled_percent(percent: u8, step: Option<RolloutStep>, since: u64, now: u64) -> u8 {
+    let base = u64::from(percent.min(100));
+    let Some(s) = step.filter(|s| s.every_secs > 0) else { return base as u8 };
+    let steps = now.saturating_sub(since) / s.every_secs;
+    base.saturating_add(steps.saturating_mul(u64::from(s.percent))).min(100) as u8
+}
+
+/// When the schedule next raises the percentage (unix seconds), or `None`: no schedule, or
+/// already at 100 %.
+pub fn next_step_at(percent: u8, step: Option<RolloutStep>, since: u64, now: u64) -> Option<u64> {
+    let s = step.filter(|s| s.every_secs > 0 && s.percent > 0)?;
+    if scheduled_percent(percent, step, since, now) >= 100 {
+        return None;
+    }
+    let done = now.saturating_sub(since) / s.every_secs;
+    Some(since.saturating_add(done.saturating_add(1).saturating_mul(s.every_secs)))
+}
+
+/// Why a schedule is refused: a step of 0 or over 100 %, or an interval under
+/// [`gpum_protocol::MIN_ROLLOUT_STEP_SECS`].
+pub fn check_step(step: &RolloutStep) -> Result<(), String> {
+    if !(1..=100).contains(&step.percent) {
+        return Err(format!("step percent: 1 to 100, got {}", step.percent));
+    }
+    if step.every_secs < gpum_protocol::MIN_ROLLOUT_STEP_SECS {
+        return Err(format!(
+            "step every: at least {} s, got {} s",
+            gpum_protocol::MIN_ROLLOUT_STEP_SECS,
+            step.every_secs
+        ));
+    }
+    Ok(())
 }
 
 /// What the rule reads about one node.
@@ -91,11 +130,15 @@ pub struct Tally {
     pub failed: u32,
 }
 
-/// The auto-halt: an active rollout halts when at least one node failed and the failed nodes
-/// are more than `max_failure_percent` % of the nodes that reported on its version.
+/// The auto-halt: an active or paused rollout halts when at least one node failed and the
+/// failed nodes are more than `max_failure_percent` % of the nodes that reported on its
+/// version. A paused one too: a node that took the version before the pause can still report
+/// its rollback, and `resume` must not then hand the version out again as if nothing failed
+/// (resuming a halted rollout is the operator's explicit decision).
 pub fn halt(state: RolloutState, tally: Tally, max_failure_percent: u8) -> Option<HaltReason> {
     let over = u64::from(tally.failed) * 100 > u64::from(max_failure_percent) * u64::from(tally.reported);
-    (state == RolloutState::Active && tally.failed >= 1 && over).then_some(HaltReason::Failures)
+    let running = matches!(state, RolloutState::Active | RolloutState::Paused);
+    (running && tally.failed >= 1 && over).then_some(HaltReason::Failures)
 }
 
 /// What `releases rollout|pause|resume|halt` do to a rollout's state, or why they cannot.
@@ -134,6 +177,52 @@ mod tests {
             owner_auto_update: true,
             agent_auto_update: Some(true),
             last: None,
+        }
+    }
+
+    fn step(percent: u8, every_secs: u64) -> Option<RolloutStep> {
+        Some(RolloutStep { percent, every_secs })
+    }
+
+    #[test]
+    fn a_schedule_raises_the_percentage_by_whole_steps_up_to_100() {
+        let s = step(10, 3600);
+        assert_eq!(scheduled_percent(5, s, 1000, 1000), 5);
+        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 3599), 5);
+        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 3600), 15);
+        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 7300), 25);
+        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 100 * 3600), 100);
+        assert_eq!(scheduled_percent(5, s, 1000, 500), 5, "a clock before `since` raises nothing");
+        assert_eq!(scheduled_percent(5, None, 0, u64::MAX), 5);
+        assert_eq!(scheduled_percent(5, step(100, 60), 0, u64::MAX), 100);
+        assert_eq!(next_step_at(5, s, 1000, 1000), Some(4600));
+        assert_eq!(next_step_at(5, s, 1000, 4600), Some(8200));
+        assert_eq!(next_step_at(95, s, 1000, 4600), None, "at 100 %");
+        assert_eq!(next_step_at(5, None, 1000, 4600), None);
+        assert!(check_step(&RolloutStep { percent: 0, every_secs: 3600 }).is_err());
+        assert!(check_step(&RolloutStep { percent: 101, every_secs: 3600 }).is_err());
+        assert!(check_step(&RolloutStep { percent: 10, every_secs: 59 }).is_err());
+        assert!(check_step(&RolloutStep { percent: 10, every_secs: 60 }).is_ok());
+    }
+
+    proptest! {
+        /// The scheduled percentage never falls with time, never passes 100, and rises exactly
+        /// when `next_step_at` says.
+        #[test]
+        fn a_schedule_only_rises_and_steps_when_it_says(
+            base in 0u8..=100, pct in 1u8..=100, every in 60u64..100_000, since in 0u64..1 << 40, a in 0u64..1 << 30, b in 0u64..1 << 30,
+        ) {
+            let s = step(pct, every);
+            let (t1, t2) = (since + a.min(b), since + a.max(b));
+            let (p1, p2) = (scheduled_percent(base, s, since, t1), scheduled_percent(base, s, since, t2));
+            prop_assert!(p1 <= p2 && p2 <= 100);
+            if let Some(next) = next_step_at(base, s, since, t1) {
+                prop_assert!(next > t1);
+                prop_assert_eq!(scheduled_percent(base, s, since, next - 1), p1);
+                prop_assert!(scheduled_percent(base, s, since, next) > p1);
+            } else {
+                prop_assert_eq!(p1, 100);
+            }
         }
     }
 
@@ -213,7 +302,14 @@ mod tests {
         assert_eq!(halt(active, Tally { reported: 10, failed: 0 }, 0), None, "at least one node failed");
         assert_eq!(halt(active, Tally { reported: 10, failed: 1 }, 0), Some(HaltReason::Failures));
         assert_eq!(halt(active, Tally { reported: 10, failed: 10 }, 100), None);
-        assert_eq!(halt(RolloutState::Paused, Tally { reported: 1, failed: 1 }, 20), None);
+        assert_eq!(
+            halt(RolloutState::Paused, Tally { reported: 1, failed: 1 }, 20),
+            Some(HaltReason::Failures)
+        );
+        assert_eq!(halt(RolloutState::Paused, Tally { reported: 5, failed: 1 }, 20), None);
+        for done in [RolloutState::Halted, RolloutState::Done] {
+            assert_eq!(halt(done, Tally { reported: 1, failed: 1 }, 20), None, "{done:?}");
+        }
     }
 
     #[test]

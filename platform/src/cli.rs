@@ -121,6 +121,14 @@ enum ReleasesCmd {
         /// rolled back or refused the version (default 20).
         #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
         max_failures: Option<u8>,
+        /// A schedule: raise the percentage by STEP every `--every` while the rollout is
+        /// active, up to 100 (the time paused or halted does not count).
+        #[arg(long, requires = "every", value_parser = clap::value_parser!(u8).range(1..=100))]
+        step: Option<u8>,
+        /// The schedule's interval: a number with `m`, `h` or `d` (`30m`, `6h`, `1d`); at
+        /// least a minute.
+        #[arg(long, requires = "step", value_parser = parse_every)]
+        every: Option<u64>,
         /// TEST ONLY: offer the version whatever the servers run (the downgrade test).
         #[cfg(feature = "test-knobs")]
         #[arg(long, hide = true)]
@@ -676,7 +684,7 @@ fn releases(cmd: ReleasesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
             );
         }
         ReleasesCmd::List => {
-            let v = tx(&|c| Ok(serde_json::to_value(store::list_releases(c)?)?))?;
+            let v = tx(&|c| Ok(serde_json::to_value(store::list_releases(c, now)?)?))?;
             let list: gpum_protocol::ReleaseList = serde_json::from_value(v.clone())?;
             let mut s = format!("{:<12} {:<12} {:<12} ROLLOUT", "VERSION", "ADDED", "AGENT BYTES");
             for r in &list.releases {
@@ -694,6 +702,8 @@ fn releases(cmd: ReleasesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
             version,
             percent,
             max_failures,
+            step,
+            every,
             #[cfg(feature = "test-knobs")]
             offer_regardless,
         } => {
@@ -703,6 +713,9 @@ fn releases(cmd: ReleasesCmd, now: u64, json: bool, tx: &Tx<'_>) -> Result<()> {
                 percent,
                 max_failure_percent: max_failures,
                 offer_regardless,
+                step: step
+                    .zip(every)
+                    .map(|(percent, every_secs)| gpum_protocol::RolloutStep { percent, every_secs }),
             };
             let v = tx(&|c| {
                 Ok(serde_json::to_value(store::start_rollout(
@@ -733,7 +746,44 @@ pub fn rollout_line(r: &gpum_protocol::RolloutSummary) -> String {
         Some(gpum_protocol::HaltReason::Operator) => ": halted by the operator".to_owned(),
         None => format!(", {} of {} reported servers failed", r.failed, r.reported),
     };
-    format!("{} {} at {} %{why}", r.version, r.state, r.percent)
+    let schedule = match (r.step, r.next_step_at) {
+        (Some(s), Some(next)) => format!(
+            " (+{} % every {}, next at {})",
+            s.percent,
+            every_text(s.every_secs),
+            crate::store::iso_utc(next.min(i64::MAX as u64) as i64)
+        ),
+        (Some(s), None) => format!(" (+{} % every {})", s.percent, every_text(s.every_secs)),
+        (None, _) => String::new(),
+    };
+    format!("{} {} at {} %{schedule}{why}", r.version, r.state, r.percent)
+}
+
+/// `--every`: a whole number of minutes (`m`), hours (`h`) or days (`d`), at least a minute.
+fn parse_every(s: &str) -> Result<u64, String> {
+    let unit = match s.chars().last() {
+        Some('m') => 60,
+        Some('h') => 3600,
+        Some('d') => 86_400,
+        _ => return Err(format!("{s:?}: a number with m, h or d (30m, 6h, 1d)")),
+    };
+    let n: u64 =
+        s[..s.len() - 1].parse().map_err(|_| format!("{s:?}: a number with m, h or d (30m, 6h, 1d)"))?;
+    let secs = n.checked_mul(unit).ok_or_else(|| format!("{s:?}: too long"))?;
+    if secs < gpum_protocol::MIN_ROLLOUT_STEP_SECS {
+        return Err(format!("{s:?}: at least a minute (1m)"));
+    }
+    Ok(secs)
+}
+
+/// An interval as `--every` takes it: days, hours or minutes when whole, else seconds.
+fn every_text(secs: u64) -> String {
+    match secs {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// `rental-registries set|reset|show`.
@@ -1028,6 +1078,19 @@ fn human_metrics(m: &gpum_protocol::NodeMetrics) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_takes_minutes_hours_and_days_and_refuses_less_than_a_minute() {
+        assert_eq!(super::parse_every("30m"), Ok(1800));
+        assert_eq!(super::parse_every("6h"), Ok(21_600));
+        assert_eq!(super::parse_every("1d"), Ok(86_400));
+        for bad in ["0m", "", "h", "6", "6x", "-1h", "1.5h", "99999999999999999d"] {
+            assert!(super::parse_every(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(super::every_text(21_600), "6h");
+        assert_eq!(super::every_text(90), "90s");
+        assert_eq!(super::every_text(1800), "30m");
+    }
+
     use super::*;
 
     #[test]

@@ -778,7 +778,8 @@ async fn update_owner(
 // Rentals (issue 33): the operator's
 
 async fn list_releases(State(st): St) -> Result<Response, ApiError> {
-    Ok(Json(st.db.call(store::list_releases).await?).into_response())
+    let now = st.clock.now();
+    Ok(Json(st.db.call(move |c| store::list_releases(c, now)).await?).into_response())
 }
 
 async fn start_rollout(

@@ -813,6 +813,15 @@ impl Conn {
         }
     }
 
+    /// [`Conn::for_update`] for a statement that joins other tables: only `table`'s rows are
+    /// locked (PostgreSQL refuses `FOR UPDATE` over the nullable side of an outer join).
+    pub fn for_update_of<'s>(&self, sql: &'s str, table: &str) -> std::borrow::Cow<'s, str> {
+        match self.engine() {
+            Engine::Sqlite => sql.into(),
+            Engine::Postgres => format!("{sql} FOR UPDATE OF {table}").into(),
+        }
+    }
+
     /// A statement, prepared once per connection and cached.
     pub fn prepare_cached<'c, 's>(&'c self, sql: &'s str) -> Result<Stmt<'c, 's>> {
         Ok(Stmt { conn: self, sql })

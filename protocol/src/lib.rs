@@ -455,8 +455,8 @@ pub mod alerts;
 pub use alerts::*;
 pub mod upgrade;
 pub use upgrade::{
-    HaltReason, NodeUpgrades, PATH_ADMIN_RELEASES, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState,
-    RolloutSummary, UpgradeOffer, UpgradeOutcome, UpgradeReport,
+    HaltReason, MIN_ROLLOUT_STEP_SECS, NodeUpgrades, PATH_ADMIN_RELEASES, ReleaseList, ReleaseSummary,
+    RolloutRequest, RolloutState, RolloutStep, RolloutSummary, UpgradeOffer, UpgradeOutcome, UpgradeReport,
 };
 
 named_enum! {

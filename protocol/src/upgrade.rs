@@ -116,7 +116,27 @@ pub struct RolloutRequest {
     /// version whatever the node runs, so a test can prove the agent refuses a downgrade.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub offer_regardless: bool,
+    /// The schedule: the percentage rises by itself ([`RolloutStep`]); absent, it changes only
+    /// when the operator sets it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RolloutStep>,
 }
+
+/// A rollout's schedule: while the rollout is active, its percentage rises by `percent` every
+/// `every_secs`, up to 100. The time it spends paused or halted does not count: a step falls
+/// due `every_secs` of active time after the previous one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutStep {
+    /// 1 to 100.
+    pub percent: u8,
+    /// At least [`MIN_ROLLOUT_STEP_SECS`].
+    pub every_secs: u64,
+}
+
+/// The shortest interval between two scheduled steps: a minute (the failures of one step must
+/// have time to come back before the next).
+pub const MIN_ROLLOUT_STEP_SECS: u64 = 60;
 
 /// A release's rollout, as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,11 +152,19 @@ pub struct RolloutSummary {
     /// it (at the halt, for a rollout the failures halted; else now).
     pub reported: u32,
     pub failed: u32,
-    /// Unix seconds: when the rollout started, and when its state or percentage last changed.
+    /// Unix seconds: when the rollout started, and when its state or percentage last changed
+    /// (a scheduled step is not a change of the row: `percent` is computed from the schedule).
     pub started_at: u64,
     pub updated_at: u64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub offer_regardless: bool,
+    /// The schedule, when the rollout has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RolloutStep>,
+    /// Unix seconds: when the next scheduled step raises `percent`, for an active rollout with a
+    /// schedule below 100 %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_step_at: Option<u64>,
 }
 
 /// One release the operator added.

@@ -283,4 +283,42 @@ async fn a_rollout_is_offered_served_and_halted_by_a_rollback() {
     assert!(!p.cli(["releases", "pause"]).status.success(), "paused already");
     assert_eq!(p.cli_json(&["nodes", "set", &b.node_id, "--auto-update", "off"])["auto_update"], false);
     assert!(!p.node(&b.node_id).unwrap().upgrades.auto_update);
+
+    // A schedule: from 0 %, 50 % more every hour. A new server is offered nothing until the
+    // platform's clock has passed two steps; the list says the schedule; an interval under a
+    // minute is refused with why.
+    let c: RegisterResponse = api.register(&p.join_code(), "GPU-c").await.ok();
+    let args = ["releases", "rollout", NEXT, "--percent", "0", "--step", "50", "--every", "1h"];
+    let r: RolloutSummary = serde_json::from_value(p.cli_json(&args)).unwrap();
+    assert_eq!(
+        (r.state, r.percent, r.step.map(|s| (s.percent, s.every_secs))),
+        (RolloutState::Active, 0, Some((50, 3600)))
+    );
+    let next = r.next_step_at.expect("a next step");
+    assert_eq!(offer(&api, &c.node_token, &beat(1, "GPU-c", true)).await, None, "0 %");
+    p.set_clock(next + 3600);
+    assert_eq!(
+        offer(&api, &c.node_token, &beat(2, "GPU-c", true)).await.as_deref(),
+        Some(NEXT),
+        "100 % by now"
+    );
+    let human = String::from_utf8_lossy(&p.cli(["releases", "list"]).stdout).into_owned();
+    assert!(human.contains("active at 100 % (+50 % every 1h)"), "{human}");
+    let out = p.cli(["releases", "rollout", NEXT, "--percent", "0", "--step", "10", "--every", "30s"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("m, h or d"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (s, v) = admin(
+        &api,
+        &p,
+        "POST",
+        &format!("{PATH_ADMIN_RELEASES}/{NEXT}/rollout"),
+        Some(serde_json::json!({"percent": 0, "step": {"percent": 10, "every_secs": 30}})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("at least 60 s"), "{v}");
 }

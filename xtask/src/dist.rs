@@ -74,6 +74,10 @@ pub struct DistArgs {
     /// Output directory (default: TARGET/dist).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Also build the agent whose instructions `bench/cost.rs` counts ([`build_measured_agent`]),
+    /// before the glibc release build and beside the platform's (`cargo xtask test`).
+    #[arg(skip)]
+    pub measured_agent: bool,
 }
 
 /// Time spent per step, printed at the end.
@@ -86,7 +90,8 @@ impl Clock {
     }
 }
 
-pub fn run(a: DistArgs) -> Result<()> {
+/// Returns the measured agent's path when `a.measured_agent` asked for it.
+pub fn run(a: DistArgs) -> Result<Option<PathBuf>> {
     let mut clock = Clock(Vec::new(), Instant::now());
     let root = fs::canonicalize(util::workspace_root())?;
     let target = std::path::absolute(util::target_dir())?;
@@ -98,8 +103,18 @@ pub fn run(a: DistArgs) -> Result<()> {
     // only it): the one-liner of a platform serving this dist installs what it serves.
     let cert = signing_cert(a.key.as_deref(), &target)?;
     let trust = if a.key.is_none() { Some(dev_trust(&cert)?) } else { None };
-    let built = build_trusting(&root, &target, &epoch, trust.as_ref())?;
-    clock.lap("build");
+    // `cargo xtask test` has the measured agent built first on the glibc side (it shares every
+    // dependency with the release, which then compiles only its own crates again), while the
+    // platform builds beside it.
+    let measured = std::cell::RefCell::new(None);
+    let build_measured = || -> Result<()> {
+        *measured.borrow_mut() = Some(build_measured_agent()?);
+        Ok(())
+    };
+    let before_gnu: Option<&dyn Fn() -> Result<()>> =
+        if a.measured_agent { Some(&build_measured) } else { None };
+    let built = build_trusting(&root, &target, &epoch, trust.as_ref(), before_gnu)?;
+    clock.lap(if a.measured_agent { "build (and the measured agent)" } else { "build" });
     for (name, path) in &built {
         gate(name, path)?;
     }
@@ -141,7 +156,7 @@ pub fn run(a: DistArgs) -> Result<()> {
     for (what, s) in &clock.0 {
         println!("  {what:<32} {s:>7.1} s");
     }
-    Ok(())
+    Ok(measured.into_inner())
 }
 
 /// The last commit's time, so that two builds of one commit agree (an override in the
@@ -200,7 +215,7 @@ const GNU_PACKAGES: [&str; 4] = ["-p", "gpum-install", "-p", "gpum-agent"];
 
 /// Builds the three binaries of the tree at `root` into `target`; returns (name, path).
 pub(crate) fn build(root: &Path, target: &Path, epoch: &str) -> Result<Vec<(String, PathBuf)>> {
-    build_trusting(root, target, epoch, None)
+    build_trusting(root, target, epoch, None, None)
 }
 
 /// The release key a dist built without `--key` compiles into its installer: the development
@@ -217,18 +232,44 @@ fn build_trusting(
     target: &Path,
     epoch: &str,
     trust: Option<&(String, String)>,
+    before_gnu: Option<&dyn Fn() -> Result<()>>,
 ) -> Result<Vec<(String, PathBuf)>> {
     ensure_musl_target()?;
-    let mut gnu = release_cargo(root, target, epoch);
-    gnu.args(["--target", GNU]).args(GNU_PACKAGES);
-    if let Some((armor, fpr)) = trust {
-        gnu.env("GPUM_DIST_RELEASE_KEY_ASC", armor).env("GPUM_DIST_RELEASE_FINGERPRINT", fpr);
-    }
-    run_cmd(gnu)?;
-    let mut musl = release_cargo(root, target, epoch);
+    // The static platform builds in a target directory of its own, beside the glibc builds:
+    // two builds of one target directory wait for each other's lock, and each build ends in a
+    // fat-LTO link that one core does alone, so side by side the two links overlap (on CI's
+    // two cores this is minutes of the budget). Only the build scripts and proc macros, built
+    // for the host in each directory, compile twice.
+    let musl_dir = musl_target_dir(target);
+    let mut musl = release_cargo(root, &musl_dir, epoch);
     musl.args(["--target", MUSL, "-p", "gpum-platform"]);
-    run_cmd(musl)?;
-    Ok(BINARIES.iter().map(|(n, t)| (n.to_string(), target.join(t).join(PROFILE).join(n))).collect())
+    let musl = spawn_cmd(musl)?;
+    let gnu = (|| {
+        if let Some(before) = before_gnu {
+            before()?;
+        }
+        let mut gnu = release_cargo(root, target, epoch);
+        gnu.args(["--target", GNU]).args(GNU_PACKAGES);
+        if let Some((armor, fpr)) = trust {
+            gnu.env("GPUM_DIST_RELEASE_KEY_ASC", armor).env("GPUM_DIST_RELEASE_FINGERPRINT", fpr);
+        }
+        run_cmd(gnu)
+    })();
+    let musl = musl.wait();
+    gnu?;
+    musl?;
+    Ok(BINARIES
+        .iter()
+        .map(|(n, t)| {
+            let dir = if *t == MUSL { &musl_dir } else { target };
+            (n.to_string(), dir.join(t).join(PROFILE).join(n))
+        })
+        .collect())
+}
+
+/// Where the static platform is built: `TARGET/musl` (see [`build_trusting`]).
+pub fn musl_target_dir(target: &Path) -> PathBuf {
+    target.join("musl")
 }
 
 /// The agent whose instructions per heartbeat `bench/cost.rs` counts: the shipped build (the
@@ -284,18 +325,36 @@ fn cargo_cmd() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
-fn run_cmd(mut c: Command) -> Result<()> {
+fn run_cmd(c: Command) -> Result<()> {
+    spawn_cmd(c)?.wait()
+}
+
+/// A command started and not yet waited for (see [`spawn_cmd`]).
+struct Running {
+    child: std::process::Child,
+    show: String,
+}
+
+impl Running {
+    fn wait(mut self) -> Result<()> {
+        let st = self.child.wait().with_context(|| format!("waiting for {}", self.show))?;
+        if !st.success() {
+            bail!("{} failed: {st}", self.show);
+        }
+        Ok(())
+    }
+}
+
+/// Starts `c`, printing it; [`Running::wait`] waits for it and fails unless it succeeded.
+fn spawn_cmd(mut c: Command) -> Result<Running> {
     let show = format!(
         "{} {}",
         c.get_program().to_string_lossy(),
         c.get_args().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
     );
     eprintln!("xtask: {show}");
-    let st = c.status().with_context(|| format!("running {show}"))?;
-    if !st.success() {
-        bail!("{show} failed: {st}");
-    }
-    Ok(())
+    let child = c.spawn().with_context(|| format!("running {show}"))?;
+    Ok(Running { child, show })
 }
 
 /// The musl standard library comes from rustup; `musl-gcc` (musl-tools) compiles the C parts.
@@ -572,7 +631,7 @@ fn check_reproducible(
             fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
         }
     }
-    let again = build_trusting(&copy, &copy.join("target"), epoch, trust)?;
+    let again = build_trusting(&copy, &copy.join("target"), epoch, trust, None)?;
     let mut differ = Vec::new();
     println!("{:<16} {:<64} same", "binary", "sha256");
     for ((name, a), (_, b)) in built.iter().zip(&again) {

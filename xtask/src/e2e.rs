@@ -49,6 +49,16 @@ pub const OLD_VERSION: &str = "0.0.9";
 const CANNOT_START: &[u8] = b"#!/bin/sh\nexit 1\n";
 
 pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
+    let st = prepare(names, jobs)?.status().context("running gpum-e2e")?;
+    if !st.success() {
+        bail!("gpum-e2e: {st}");
+    }
+    Ok(())
+}
+
+/// Steps 1 and 2 (the builds and the stage); returns the runner's command (step 3), not yet
+/// started: `cargo xtask test` runs it beside its suites.
+pub fn prepare(names: &[String], jobs: Option<usize>) -> Result<Command> {
     let e2e = target_dir().join("e2e");
     let bin = e2e.join("bin");
     fs::create_dir_all(&bin)?;
@@ -153,12 +163,8 @@ pub fn run(names: &[String], jobs: Option<usize>) -> Result<()> {
     if let Some(j) = jobs {
         cmd.arg("--jobs").arg(j.to_string());
     }
-    cmd.args(names);
-    let st = cmd.current_dir(workspace_root()).status().context("running gpum-e2e")?;
-    if !st.success() {
-        bail!("gpum-e2e: {st}");
-    }
-    Ok(())
+    cmd.args(names).current_dir(workspace_root());
+    Ok(cmd)
 }
 
 /// The e2e release key: the certificate with its secret, its armored public part and its

@@ -99,7 +99,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Test { no_setup, no_e2e, no_dist, args } => test(no_setup, no_e2e, no_dist, &args),
-        Cmd::Dist(a) => dist::run(a),
+        Cmd::Dist(a) => dist::run(a).map(drop),
         Cmd::Bench { which, quick, json, db, delay_ms, rate_mbit } => {
             bench::run(&which, quick, json, &db, bench::Delay { ms: delay_ms, rate_mbit })
         }
@@ -134,13 +134,17 @@ pub const DEBUG_BUILD: &[&str] =
 
 /// Each step of `cargo xtask test`, timed; a failed step does not stop the ones after it (one
 /// run shows everything), but the run's status reports it.
-#[derive(Default)]
 struct Steps {
     done: Vec<(&'static str, f64, bool)>,
     failed: Option<anyhow::Error>,
+    began: std::time::Instant,
 }
 
 impl Steps {
+    fn new() -> Self {
+        Self { done: Vec::new(), failed: None, began: std::time::Instant::now() }
+    }
+
     fn run<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Option<T> {
         let started = std::time::Instant::now();
         let r = f();
@@ -162,20 +166,23 @@ impl Steps {
         for (name, secs, ok) in &self.done {
             eprintln!("  {:>6.0} s  {}  {name}", secs, if *ok { "ok    " } else { "FAILED" });
         }
-        eprintln!("  {total:>6.0} s  total");
+        eprintln!(
+            "  {total:>6.0} s  the steps' sum (what ran in the background is in the steps that waited for it)"
+        );
+        eprintln!("  {:>6.0} s  from the first step to the last", self.began.elapsed().as_secs_f64());
         self.failed.map_or(Ok(()), Err)
     }
 }
 
 fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result<()> {
     use util::{cargo, cargo_linted};
-    let mut steps = Steps::default();
+    let mut steps = Steps::new();
     // What the tests need (tests/setup-deps.sh: apt, cargo-deb, the musl target, pip) installs
     // beside fmt and the debug builds, which need none of it (the xtask build before them
     // compiled the same crates without it): on a fresh machine its downloads and unpacking
     // overlap the compiler instead of delaying it (the CI budget). It is waited for before the
     // release, the first step that needs it.
-    let setup = if no_setup { None } else { Some(Setup::start()) };
+    let setup = if no_setup { None } else { Some(Background::setup()) };
     steps.run("fmt", || cargo(&["fmt", "--all", "--check"]));
     // Lints (`cargo clippy --all-targets -- -D warnings`): every debug build below compiles the
     // workspace's crates through clippy's driver (util::lint_env), so each build is also the
@@ -187,10 +194,6 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         cargo_linted(&["build", "--locked", "-p", "gpum-platform", "--lib", "--bins"], &[])
     });
     steps.run("lint + build: debug, the workspace with test knobs", || cargo_linted(DEBUG_BUILD, &[]));
-    // The agent whose instructions per heartbeat the regression test counts (bench/cost.rs):
-    // the shipped build with test knobs, sharing every dependency with the release build
-    // below, which runs after it so that the target directory ends with the shipped agent.
-    let cost_bin = steps.run("release: the measured agent", dist::build_measured_agent);
     if let Some(setup) = setup
         && steps.run("setup (tests/setup-deps.sh): what was left of it", || setup.finish()).is_none()
     {
@@ -199,23 +202,53 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // The release, built once; the suites then check what was built (the glibc gate, the static
     // platform in an empty container, lintian, the signatures, serving). The second build that
     // proves it reproducible is the release command's (`dist --check-reproducible`,
-    // docs/release.md): it checks the toolchain more than a change.
-    let dist_dir = util::target_dir().join("dist");
-    if !no_dist {
-        let a = dist::DistArgs {
-            key: None,
-            check_reproducible: false,
-            no_deb: false,
-            out: Some(dist_dir.clone()),
-        };
-        steps.run("release: dist (glibc, musl, .deb, signatures)", || dist::run(a));
-    }
-    let platform_bin = util::target_dir().join("debug/gpum-platform");
+    // docs/release.md): it checks the toolchain more than a change. On its glibc side it first
+    // builds the agent whose instructions per heartbeat the regression test counts
+    // (bench/cost.rs): the shipped build with test knobs, sharing every dependency with the
+    // release build, which runs after it so that the target directory ends with the shipped
+    // agent; the static platform builds beside both (dist.rs, `build_trusting`).
+    // The test host scenarios (`cargo xtask e2e`) run beside the release build and the suites:
+    // their builds and stage first (debug builds, which put `target/debug` back as the suites
+    // need it), then the runner in the background (its output in target/e2e-scenarios.log,
+    // printed when it is waited for, last). A scenario mostly waits (systemd, dockerd, apt and
+    // the agent inside its test host, the timers of the agent and the platform), so this
+    // overlaps its waiting with the builds' compiling (the CI budget).
     let docker = util::docker_answers();
     eprintln!(
         "xtask: docker engine {}",
         if docker { "answers" } else { "absent: the Docker tests will fail" }
     );
+    let scenarios = if no_e2e {
+        None
+    } else if docker {
+        disk_report();
+        steps
+            .run("scenarios: their builds and stage (cargo xtask e2e)", || e2e::prepare(&[], None))
+            .map(|cmd| Background::start("the scenarios (cargo xtask e2e)", cmd, "e2e-scenarios.log"))
+    } else {
+        steps.run("scenarios (cargo xtask e2e)", || -> Result<()> {
+            anyhow::bail!(
+                "no Docker Engine answers: the test host scenarios cannot run (--no-e2e skips them)"
+            )
+        });
+        None
+    };
+    let dist_dir = util::target_dir().join("dist");
+    let cost_bin = if no_dist {
+        steps.run("release: the measured agent", dist::build_measured_agent)
+    } else {
+        let a = dist::DistArgs {
+            key: None,
+            check_reproducible: false,
+            no_deb: false,
+            out: Some(dist_dir.clone()),
+            measured_agent: true,
+        };
+        steps
+            .run("release: the measured agent, dist (glibc; musl beside), .deb, signatures", || dist::run(a))
+            .flatten()
+    };
+    let platform_bin = util::target_dir().join("debug/gpum-platform");
     // Every test, in one run: those that need something of the machine (root, a Docker engine,
     // chromium, valgrind, the release build) are `#[ignore = "needs …"]`, so a plain `cargo
     // nextest run` lists them as skipped rather than passing them; here, where
@@ -287,64 +320,57 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
             &[],
         )
     });
-    if !no_e2e {
-        if docker {
-            // The disk left, printed for the record: a CI machine's free space varies from run
-            // to run (the hosts' data roots are tmpfs for that reason, tests/src/testhost/host.rs).
-            disk_report();
-            steps.run("scenarios (cargo xtask e2e)", || e2e::run(&[], None));
-        } else {
-            steps.run("scenarios (cargo xtask e2e)", || -> Result<()> {
-                anyhow::bail!(
-                    "no Docker Engine answers: the test host scenarios cannot run (--no-e2e skips them)"
-                )
-            });
-        }
+    if let Some(scenarios) = scenarios {
+        steps.run("scenarios: what was left of them", || scenarios.finish());
     }
     steps.finish()
 }
 
-/// tests/setup-deps.sh, running beside the first steps of `cargo xtask test`; its output goes
-/// to `target/setup-deps.log`, printed when it is waited for.
-struct Setup {
-    /// Waits for the script beside the builds: its status and how long it ran.
+/// A command running beside the steps of `cargo xtask test` (tests/setup-deps.sh beside the
+/// first builds, the scenarios beside the release and the suites), its output in a log file
+/// under the target directory, printed when it is waited for.
+struct Background {
+    what: &'static str,
+    /// Waits for the command: its status and how long it ran.
     waiter: std::thread::JoinHandle<std::io::Result<(std::process::ExitStatus, f64)>>,
     log: std::path::PathBuf,
 }
 
-impl Setup {
-    fn start() -> Self {
-        let log = util::target_dir().join("setup-deps.log");
+impl Background {
+    fn start(what: &'static str, mut cmd: std::process::Command, log: &str) -> Self {
+        let log = util::target_dir().join(log);
         let started = std::time::Instant::now();
         let child = std::fs::create_dir_all(util::target_dir())
             .and_then(|()| std::fs::File::create(&log))
             .and_then(|f| {
                 let err = f.try_clone()?;
-                std::process::Command::new("bash")
-                    .arg(util::workspace_root().join("tests/setup-deps.sh"))
-                    .stdin(std::process::Stdio::null())
-                    .stdout(f)
-                    .stderr(err)
-                    .spawn()
+                cmd.stdin(std::process::Stdio::null()).stdout(f).stderr(err).spawn()
             });
         let waiter = std::thread::spawn(move || {
             let st = child?.wait()?;
             Ok((st, started.elapsed().as_secs_f64()))
         });
-        eprintln!("xtask: tests/setup-deps.sh runs beside the builds; its output: {}", log.display());
-        Self { waiter, log }
+        eprintln!("xtask: {what} runs beside the steps below; its output: {}", log.display());
+        Self { what, waiter, log }
+    }
+
+    fn setup() -> Self {
+        let mut c = std::process::Command::new("bash");
+        c.arg(util::workspace_root().join("tests/setup-deps.sh"));
+        Self::start("tests/setup-deps.sh", c, "setup-deps.log")
     }
 
     fn finish(self) -> Result<()> {
+        let what = self.what;
         let (st, secs) = self
             .waiter
             .join()
-            .map_err(|_| anyhow::anyhow!("waiting for tests/setup-deps.sh panicked"))?
-            .map_err(|e| anyhow::anyhow!("tests/setup-deps.sh: {e}"))?;
+            .map_err(|_| anyhow::anyhow!("waiting for {what} panicked"))?
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
         let out = std::fs::read_to_string(&self.log).unwrap_or_default();
         eprint!("{out}");
-        eprintln!("xtask: tests/setup-deps.sh ran {secs:.0} s beside the builds ({})", self.log.display());
-        anyhow::ensure!(st.success(), "tests/setup-deps.sh failed: {st}");
+        eprintln!("xtask: {what} ran {secs:.0} s beside the other steps ({})", self.log.display());
+        anyhow::ensure!(st.success(), "{what} failed: {st}");
         Ok(())
     }
 }

@@ -317,4 +317,16 @@ mod upgrades {
         };
         assert_eq!(decide(&facts(), &other, Sent::default(), T0 + 1).tally, None);
     }
+
+    /// A paused rollout offers nothing, but a failure reported on its version still counts
+    /// toward its halt (a node that took it before the pause can still roll back).
+    #[test]
+    fn a_paused_rollout_offers_nothing_and_still_counts_a_rollback() {
+        let mut paused = facts();
+        paused.rollout.as_mut().expect("a rollout").state = RolloutState::Paused;
+        let steady = HeartbeatRequest { agent_version: Some("0.1.0".into()), ..beat(2) };
+        assert_eq!(decide(&paused, &steady, Sent::default(), T0 + 1).offer, None);
+        let req = HeartbeatRequest { upgrade: Some(report(UpgradeOutcome::RolledBack)), ..steady };
+        assert_eq!(decide(&paused, &req, Sent::default(), T0 + 1).tally.as_deref(), Some("0.2.0"));
+    }
 }

@@ -5,7 +5,7 @@ use super::*;
 use crate::rules::heartbeat::{
     self as heartbeat_rules, BeatPlan, InventoryPlan, LastUpgrade, NodeFacts, Sent,
 };
-use gpum_platform_core::rollout::Rollout;
+use gpum_platform_core::rollout::{self, Rollout};
 use gpum_protocol::{RolloutState, UpgradeOutcome};
 
 /// Finds the live node a bearer token belongs to, or the revocation answer.
@@ -157,7 +157,8 @@ pub fn heartbeat_prepared(
     prep: &PreparedBeat,
     heartbeat_interval_secs: u64,
 ) -> Result<HeartbeatResponse, ApiError> {
-    let Some(BeatRow { id: node_id, facts, probe_image, known_json }) = read_facts(conn, &prep.token_hash)?
+    let Some(BeatRow { id: node_id, facts, probe_image, known_json }) =
+        read_facts(conn, now, &prep.token_hash)?
     else {
         // The slow path tells the revocation answers apart.
         authenticate_hash(conn, &prep.token_hash)?;
@@ -232,11 +233,12 @@ struct BeatRow {
 /// waits). It locks the node's row (on PostgreSQL; SQLite's transaction holds the whole
 /// database), so that two replicas answering one node at once take turns, and the second sees
 /// what the first wrote: one online event, not two. `None` for a deleted or unknown node.
-fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError> {
-    // The active rollout (issue 47) rides along in the same statement: a lookup in a table of
-    // a few rows by its index, so a steady heartbeat costs no extra statement.
+fn read_facts(conn: &Conn, now: u64, token_hash: &str) -> Result<Option<BeatRow>, ApiError> {
+    // The rollout that is active or paused (issue 47) rides along in the same statement: a
+    // lookup in a table of a few rows by its index, then its row by its key, so a steady
+    // heartbeat costs no extra statement. Only the node's row is locked (`FOR UPDATE OF`).
     let row = conn
-        .prepare_cached(&conn.for_update(
+        .prepare_cached(&conn.for_update_of(
             "SELECT id, deleted_at, inventory_hash, known_json,
                     (SELECT value FROM settings WHERE key = 'probe_image'),
                     last_heartbeat_at, last_sample_at, verification, probe_reason, rentals_until,
@@ -244,12 +246,15 @@ fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError
                     EXISTS (SELECT 1 FROM commands WHERE node_id = nodes.id AND delivered_at IS NULL),
                     agent_version, agent_auto_update, auto_update, upgrade_to, upgrade_outcome, upgrade_at,
                     upgrade_offered,
-                    (SELECT version FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1),
-                    (SELECT percent FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1),
-                    (SELECT offer_regardless FROM rollouts WHERE state = ?2 ORDER BY started_at DESC LIMIT 1)
-             FROM nodes WHERE token_hash = ?1",
+                    ro.version, ro.state, ro.percent, ro.offer_regardless, ro.step_percent, ro.step_secs,
+                    ro.stepped_at
+             FROM nodes
+             LEFT JOIN rollouts ro ON ro.version =
+                 (SELECT version FROM rollouts WHERE state IN (?2, ?3) ORDER BY started_at DESC LIMIT 1)
+             WHERE nodes.token_hash = ?1",
+            "nodes",
         ))?
-        .query_row(params![token_hash, RolloutState::Active], |r| {
+        .query_row(params![token_hash, RolloutState::Active, RolloutState::Paused], |r| {
             let deleted_at: Option<i64> = r.get(1)?;
             let id: String = r.get(0)?;
             let upgrade_to: Option<String> = r.get(15)?;
@@ -280,12 +285,23 @@ fn read_facts(conn: &Conn, token_hash: &str) -> Result<Option<BeatRow>, ApiError
                     },
                     upgrade_offered: r.get(18)?,
                     rollout: match rollout_version {
-                        Some(version) => Some(Rollout {
-                            version,
-                            state: RolloutState::Active,
-                            percent: r.get::<_, i64>(20)?.clamp(0, 100) as u8,
-                            offer_regardless: r.get(21)?,
-                        }),
+                        Some(version) => {
+                            let state: RolloutState = r.get(20)?;
+                            let percent = r.get::<_, i64>(21)?.clamp(0, 100) as u8;
+                            let step = super::releases::stored_step(r.get(23)?, r.get(24)?);
+                            let since = r.get::<_, i64>(25)?.max(0) as u64;
+                            Some(Rollout {
+                                version,
+                                state,
+                                percent: match state {
+                                    RolloutState::Active => {
+                                        rollout::scheduled_percent(percent, step, since, now)
+                                    }
+                                    _ => percent,
+                                },
+                                offer_regardless: r.get(22)?,
+                            })
+                        }
                         None => None,
                     },
                 },

@@ -364,6 +364,14 @@ CREATE TABLE rollouts (
 );
 CREATE INDEX rollouts_state ON rollouts(state, started_at);
 "#,
+    // 21: a rollout's schedule (issue 47, `rollout::scheduled_percent`): its step and interval
+    // (0: none), and `stepped_at`, the moment from which the steps count (the start, the last
+    // resume, or the last fold of the percentage reached into `percent`).
+    r#"
+ALTER TABLE rollouts ADD COLUMN step_percent INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rollouts ADD COLUMN step_secs INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rollouts ADD COLUMN stepped_at INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The schema version this binary writes: on SQLite `PRAGMA user_version` (as before issue 35),
@@ -708,6 +716,14 @@ CREATE TABLE rollouts (
     updated_at           BIGINT NOT NULL
 );
 CREATE INDEX rollouts_state ON rollouts(state, started_at);
+"#,
+    ),
+    (
+        21,
+        r#"
+ALTER TABLE rollouts ADD COLUMN step_percent BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE rollouts ADD COLUMN step_secs BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE rollouts ADD COLUMN stepped_at BIGINT NOT NULL DEFAULT 0;
 "#,
     ),
 ];

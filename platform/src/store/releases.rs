@@ -12,7 +12,8 @@ use super::*;
 use gpum_platform_core::rollout::{self, Action, Tally};
 use gpum_protocol::upgrade::{DEFAULT_MAX_FAILURE_PERCENT, RELEASE_FILES};
 use gpum_protocol::{
-    HaltReason, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState, RolloutSummary, UpgradeOutcome,
+    HaltReason, ReleaseList, ReleaseSummary, RolloutRequest, RolloutState, RolloutStep, RolloutSummary,
+    UpgradeOutcome,
 };
 
 use crate::rules::heartbeat::BeatPlan;
@@ -228,13 +229,26 @@ fn tally(conn: &Conn, version: &str) -> Result<Tally, ApiError> {
 
 const ROLLOUT_COLUMNS: &str =
     "version, state, percent, max_failure_percent, halt_reason, halt_reported, halt_failed,
-     started_at, updated_at, offer_regardless";
+     started_at, updated_at, offer_regardless, step_percent, step_secs, stepped_at";
 
-fn rollout_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<RolloutSummary> {
+/// A schedule as stored: none unless both the step and the interval are set.
+pub(super) fn stored_step(step_percent: i64, step_secs: i64) -> Option<RolloutStep> {
+    (step_percent > 0 && step_secs > 0)
+        .then(|| RolloutStep { percent: step_percent.min(100) as u8, every_secs: step_secs as u64 })
+}
+
+/// A rollout row as of `now`: an active one's percentage is where its schedule has brought it
+/// ([`rollout::scheduled_percent`]); any other's is the one folded in when it stopped.
+fn rollout_row(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<RolloutSummary> {
+    let state: RolloutState = r.get(1)?;
+    let percent = r.get::<_, i64>(2)?.clamp(0, 100) as u8;
+    let step = stored_step(r.get(10)?, r.get(11)?);
+    let since = r.get::<_, i64>(12)?.max(0) as u64;
+    let active = state == RolloutState::Active;
     Ok(RolloutSummary {
         version: r.get(0)?,
-        state: r.get(1)?,
-        percent: r.get::<_, i64>(2)?.clamp(0, 100) as u8,
+        state,
+        percent: if active { rollout::scheduled_percent(percent, step, since, now) } else { percent },
         max_failure_percent: r.get::<_, i64>(3)?.clamp(0, 100) as u8,
         halt_reason: r.get(4)?,
         reported: r.get::<_, Option<i64>>(5)?.unwrap_or(0).max(0) as u32,
@@ -242,7 +256,31 @@ fn rollout_row(r: &crate::sql::Row<'_>) -> crate::sql::Result<RolloutSummary> {
         started_at: r.get::<_, i64>(7)?.max(0) as u64,
         updated_at: r.get::<_, i64>(8)?.max(0) as u64,
         offer_regardless: r.get(9)?,
+        step,
+        next_step_at: if active { rollout::next_step_at(percent, step, since, now) } else { None },
     })
+}
+
+/// Before an active rollout stops (pause, halt, another rollout), the percentage its schedule
+/// reached becomes its stored one, so that it shows and resumes from there.
+fn fold_schedule(conn: &Conn, now: u64, version: &str) -> Result<(), ApiError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT percent, step_percent, step_secs, stepped_at FROM rollouts WHERE version = ?1 AND state = ?2",
+        )?
+        .query_row(params![version, RolloutState::Active], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+        })
+        .optional()?;
+    if let Some((percent, step_percent, step_secs, since)) = row
+        && let Some(step) = stored_step(step_percent, step_secs)
+    {
+        let reached =
+            rollout::scheduled_percent(percent.clamp(0, 100) as u8, Some(step), since.max(0) as u64, now);
+        conn.prepare_cached("UPDATE rollouts SET percent = ?2, stepped_at = ?3 WHERE version = ?1")?
+            .execute(params![version, i64::from(reached), now as i64])?;
+    }
+    Ok(())
 }
 
 /// A rollout's counts: frozen at the halt for one the failures halted, else as they are now.
@@ -254,17 +292,21 @@ fn with_counts(conn: &Conn, mut r: RolloutSummary) -> Result<RolloutSummary, Api
     Ok(r)
 }
 
-/// The current rollout: the latest started that is not `done` (active, paused or halted).
-pub fn current_rollout(conn: &Conn) -> Result<Option<RolloutSummary>, ApiError> {
+/// The current rollout at `now`: the latest started that is not `done` (active, paused or
+/// halted).
+pub fn current_rollout(conn: &Conn, now: u64) -> Result<Option<RolloutSummary>, ApiError> {
     let sql = format!(
         "SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE state <> ?1 ORDER BY started_at DESC, version DESC LIMIT 1"
     );
-    let r = conn.prepare_cached(&sql)?.query_row(params![RolloutState::Done], rollout_row).optional()?;
+    let r = conn
+        .prepare_cached(&sql)?
+        .query_row(params![RolloutState::Done], |r| rollout_row(r, now))
+        .optional()?;
     r.map(|r| with_counts(conn, r)).transpose()
 }
 
-/// Every release, newest added first, with its rollout.
-pub fn list_releases(conn: &Conn) -> Result<ReleaseList, ApiError> {
+/// Every release, newest added first, with its rollout as of `now`.
+pub fn list_releases(conn: &Conn, now: u64) -> Result<ReleaseList, ApiError> {
     let rows: Vec<ReleaseSummary> = conn
         .prepare_cached(
             "SELECT version, added_at, agent_size, agent_sha256, expires FROM releases
@@ -282,8 +324,10 @@ pub fn list_releases(conn: &Conn) -> Result<ReleaseList, ApiError> {
         })?
         .collect::<Result<_, _>>()?;
     let sql = format!("SELECT {ROLLOUT_COLUMNS} FROM rollouts");
-    let rollouts: Vec<RolloutSummary> =
-        conn.prepare_cached(&sql)?.query_map(params![], rollout_row)?.collect::<Result<_, _>>()?;
+    let rollouts: Vec<RolloutSummary> = conn
+        .prepare_cached(&sql)?
+        .query_map(params![], |r| rollout_row(r, now))?
+        .collect::<Result<_, _>>()?;
     let mut releases = Vec::with_capacity(rows.len());
     for mut rel in rows {
         if let Some(r) = rollouts.iter().find(|r| r.version == rel.version) {
@@ -315,12 +359,22 @@ pub fn start_rollout(
     if req.offer_regardless && !allow_test_knobs {
         return Err(invalid("offer_regardless exists only in test builds"));
     }
+    if let Some(step) = &req.step {
+        rollout::check_step(step).map_err(invalid)?;
+    }
+    let (step_percent, step_secs) =
+        req.step.map_or((0, 0), |s| (i64::from(s.percent), s.every_secs.min(i64::MAX as u64) as i64));
     let known = conn
         .prepare_cached("SELECT 1 FROM releases WHERE version = ?1")?
         .query_row(params![version], |r| r.get::<_, i64>(0))
         .optional()?;
     if known.is_none() {
         return Err(ApiError::not_found("release"));
+    }
+    if let Some(cur) = current_rollout(conn, now)?
+        && cur.version != version
+    {
+        fold_schedule(conn, now, &cur.version)?;
     }
     conn.prepare_cached(
         "UPDATE rollouts SET state = ?1, updated_at = ?2 WHERE version <> ?3 AND state <> ?1",
@@ -329,7 +383,8 @@ pub fn start_rollout(
     let changed = conn
         .prepare_cached(
             "UPDATE rollouts SET state = ?2, percent = ?3, max_failure_percent = ?4, offer_regardless = ?5,
-                 halt_reason = NULL, halt_reported = NULL, halt_failed = NULL, updated_at = ?6
+                 halt_reason = NULL, halt_reported = NULL, halt_failed = NULL, updated_at = ?6,
+                 step_percent = ?7, step_secs = ?8, stepped_at = ?6
              WHERE version = ?1",
         )?
         .execute(params![
@@ -338,12 +393,15 @@ pub fn start_rollout(
             i64::from(req.percent),
             i64::from(share),
             req.offer_regardless,
-            now as i64
+            now as i64,
+            step_percent,
+            step_secs
         ])?;
     if changed == 0 {
         conn.prepare_cached(
-            "INSERT INTO rollouts (version, state, percent, max_failure_percent, offer_regardless, started_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+            "INSERT INTO rollouts (version, state, percent, max_failure_percent, offer_regardless, started_at, updated_at,
+                 step_percent, step_secs, stepped_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?6)",
         )?
         .execute(params![
             version,
@@ -351,20 +409,22 @@ pub fn start_rollout(
             i64::from(req.percent),
             i64::from(share),
             req.offer_regardless,
-            now as i64
+            now as i64,
+            step_percent,
+            step_secs
         ])?;
     } else {
         // A rollout made active again starts its step now (its order among rollouts too).
         conn.prepare_cached("UPDATE rollouts SET started_at = ?2 WHERE version = ?1")?
             .execute(params![version, now as i64])?;
     }
-    current_rollout(conn)?.ok_or_else(ApiError::internal)
+    current_rollout(conn, now)?.ok_or_else(ApiError::internal)
 }
 
 /// `releases pause|resume|halt`: the current rollout's state by [`rollout::apply`]; refused
 /// when there is none or the action does not apply to its state.
 pub fn rollout_action(conn: &Conn, now: u64, action: Action) -> Result<RolloutSummary, ApiError> {
-    let Some(cur) = current_rollout(conn)? else {
+    let Some(cur) = current_rollout(conn, now)? else {
         return Err(conflict("no rollout is current (releases rollout VERSION --percent N starts one)"));
     };
     let Some(next) = rollout::apply(cur.state, action) else {
@@ -374,12 +434,16 @@ pub fn rollout_action(conn: &Conn, now: u64, action: Action) -> Result<RolloutSu
         )));
     };
     let reason = (next == RolloutState::Halted).then_some(HaltReason::Operator);
+    // Stopping keeps the percentage the schedule reached; resuming counts the next step from
+    // now (`stepped_at`): the time stopped does not count.
+    fold_schedule(conn, now, &cur.version)?;
     conn.prepare_cached(
-        "UPDATE rollouts SET state = ?2, halt_reason = ?3, halt_reported = NULL, halt_failed = NULL, updated_at = ?4
+        "UPDATE rollouts SET state = ?2, halt_reason = ?3, halt_reported = NULL, halt_failed = NULL, updated_at = ?4,
+             stepped_at = ?4
          WHERE version = ?1",
     )?
     .execute(params![cur.version, next, reason, now as i64])?;
-    current_rollout(conn)?.ok_or_else(ApiError::internal)
+    current_rollout(conn, now)?.ok_or_else(ApiError::internal)
 }
 
 /// What a heartbeat's plan writes of the agent's upgrades (all rare: a steady beat writes
@@ -419,9 +483,10 @@ pub(super) fn apply_beat(conn: &Conn, now: u64, node_id: &str, plan: &BeatPlan) 
         if let Some((state, share)) = row {
             let t = tally(conn, version)?;
             if let Some(reason) = rollout::halt(state, t, share.clamp(0, 100) as u8) {
+                fold_schedule(conn, now, version)?;
                 conn.prepare_cached(
                     "UPDATE rollouts SET state = ?2, halt_reason = ?3, halt_reported = ?4, halt_failed = ?5, updated_at = ?6
-                     WHERE version = ?1 AND state = ?7",
+                     WHERE version = ?1 AND state IN (?7, ?8)",
                 )?
                 .execute(params![
                     version,
@@ -430,7 +495,8 @@ pub(super) fn apply_beat(conn: &Conn, now: u64, node_id: &str, plan: &BeatPlan) 
                     i64::from(t.reported),
                     i64::from(t.failed),
                     now as i64,
-                    RolloutState::Active
+                    RolloutState::Active,
+                    RolloutState::Paused
                 ])?;
                 tracing::warn!(version = %version, failed = t.failed, reported = t.reported, "rollout halted: too many nodes failed to upgrade");
             }
@@ -552,7 +618,7 @@ mod tests {
     }
 
     fn rollout(percent: u8) -> RolloutRequest {
-        RolloutRequest { percent, max_failure_percent: None, offer_regardless: false }
+        RolloutRequest { percent, max_failure_percent: None, offer_regardless: false, step: None }
     }
 
     #[test]
@@ -574,7 +640,82 @@ mod tests {
         assert_eq!(release_file(&c, "0.2.0", "gpum-install").unwrap(), None);
         assert_eq!(release_file(&c, "0.2.0", "../agent").unwrap(), None);
         assert_eq!(release_file(&c, "0.9.0", "gpum-agent").unwrap(), None);
-        assert_eq!(list_releases(&c).unwrap().releases.len(), 1);
+        assert_eq!(list_releases(&c, NOW).unwrap().releases.len(), 1);
+    }
+
+    /// A schedule raises the percentage by whole steps of active time: the heartbeat's offer
+    /// follows it, a pause keeps the percentage reached, and a resume counts the next step
+    /// from the resume.
+    #[test]
+    fn a_scheduled_rollout_rises_by_itself_and_a_pause_stops_its_clock() {
+        let (_t, c) = super::super::tests::db();
+        let a = node(&c, "GPU-a");
+        add_release(&c, NOW, &files("0.2.0")).unwrap();
+        let hour = 3600;
+        let every = |percent, every_secs| RolloutRequest {
+            step: Some(RolloutStep { percent, every_secs }),
+            ..rollout(0)
+        };
+        assert!(start_rollout(&c, NOW, "0.2.0", &every(0, hour), false).is_err(), "a step of 0 %");
+        assert!(start_rollout(&c, NOW, "0.2.0", &every(10, 59), false).is_err(), "under a minute");
+        let r = start_rollout(&c, NOW, "0.2.0", &every(50, hour), false).unwrap();
+        assert_eq!((r.percent, r.next_step_at), (0, Some(NOW + hour)));
+        let offered =
+            |seq: u64, t: u64| heartbeat(&c, t, &a.node_token, &beat(seq, None), 10).unwrap().upgrade;
+        assert_eq!(offered(1, NOW + hour - 1), None, "0 % offers none");
+        let at = |t: u64| current_rollout(&c, t).unwrap().unwrap();
+        assert_eq!((at(NOW + hour).percent, at(NOW + hour).next_step_at), (50, Some(NOW + 2 * hour)));
+        // Paused half-way through the second step: stays at 50 %, no next step.
+        let p = rollout_action(&c, NOW + hour + hour / 2, Action::Pause).unwrap();
+        assert_eq!((p.state, p.percent, p.next_step_at), (RolloutState::Paused, 50, None));
+        assert_eq!(at(NOW + 10 * hour).percent, 50, "a paused rollout does not move");
+        // Resumed ten hours on: the next step an hour after the resume, then 100 %.
+        let resumed = NOW + 10 * hour;
+        let r = rollout_action(&c, resumed, Action::Resume).unwrap();
+        assert_eq!((r.percent, r.next_step_at), (50, Some(resumed + hour)));
+        assert_eq!(at(resumed + hour - 1).percent, 50);
+        assert_eq!((at(resumed + hour).percent, at(resumed + hour).next_step_at), (100, None));
+        assert_eq!(
+            offered(2, resumed + hour).map(|o| o.version).as_deref(),
+            Some("0.2.0"),
+            "at 100 % every node"
+        );
+        // Another rollout ends this one at the percentage it reached.
+        add_release(&c, NOW, &files("0.3.0")).unwrap();
+        start_rollout(&c, resumed + 2 * hour, "0.3.0", &rollout(0), false).unwrap();
+        let list = list_releases(&c, resumed + 20 * hour).unwrap().releases;
+        let old = list.iter().find(|r| r.version == "0.2.0").unwrap().rollout.clone().unwrap();
+        assert_eq!((old.state, old.percent, old.next_step_at), (RolloutState::Done, 100, None));
+    }
+
+    /// A failure reported while the rollout is paused halts it: resuming would otherwise hand
+    /// the version out again as if nothing had failed.
+    #[test]
+    fn a_failure_reported_while_paused_halts_the_rollout() {
+        let (_t, c) = super::super::tests::db();
+        let a = node(&c, "GPU-a");
+        let b = node(&c, "GPU-b");
+        add_release(&c, NOW, &files("0.2.0")).unwrap();
+        start_rollout(&c, NOW, "0.2.0", &rollout(100), false).unwrap();
+        let ok = UpgradeReport {
+            from: "0.1.0".into(),
+            to: "0.2.0".into(),
+            outcome: UpgradeOutcome::Succeeded,
+            detail: String::new(),
+            at: NOW + 1,
+        };
+        let up = HeartbeatRequest { agent_version: Some("0.2.0".into()), ..beat(1, Some(ok.clone())) };
+        heartbeat(&c, NOW + 1, &b.node_token, &up, 10).unwrap();
+        assert_eq!(rollout_action(&c, NOW + 2, Action::Pause).unwrap().state, RolloutState::Paused);
+        let back = UpgradeReport { outcome: UpgradeOutcome::RolledBack, ..ok };
+        heartbeat(&c, NOW + 3, &a.node_token, &beat(2, Some(back)), 10).unwrap();
+        let r = current_rollout(&c, NOW + 100).unwrap().unwrap();
+        assert_eq!(
+            (r.state, r.halt_reason, r.failed, r.reported),
+            (RolloutState::Halted, Some(HaltReason::Failures), 1, 2)
+        );
+        // Resuming now is the operator's decision, as after any halt.
+        assert_eq!(rollout_action(&c, NOW + 4, Action::Resume).unwrap().state, RolloutState::Active);
     }
 
     #[test]
@@ -621,7 +762,7 @@ mod tests {
         // a rolls back: 1 of 2 failed, 50 % > 20 %: halted, with the counts at the halt.
         let back = UpgradeReport { outcome: UpgradeOutcome::RolledBack, detail: "x".repeat(5000), ..ok };
         assert_eq!(offered(&a.node_token, &beat(5, Some(back.clone())), NOW + 6), None);
-        let r = current_rollout(&c).unwrap().unwrap();
+        let r = current_rollout(&c, NOW + 100).unwrap().unwrap();
         assert_eq!(
             (r.state, r.halt_reason, r.failed, r.reported),
             (RolloutState::Halted, Some(HaltReason::Failures), 1, 2)
@@ -643,7 +784,7 @@ mod tests {
         // Another version's rollout ends this one.
         add_release(&c, NOW, &files("0.3.0")).unwrap();
         start_rollout(&c, NOW + 10, "0.3.0", &rollout(100), false).unwrap();
-        let list = list_releases(&c).unwrap().releases;
+        let list = list_releases(&c, NOW).unwrap().releases;
         let state = |v: &str| list.iter().find(|r| r.version == v).unwrap().rollout.as_ref().unwrap().state;
         assert_eq!((state("0.2.0"), state("0.3.0")), (RolloutState::Done, RolloutState::Active));
         assert_eq!(offered(&a.node_token, &beat(9, None), NOW + 11).as_deref(), Some("0.3.0"));

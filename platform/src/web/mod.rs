@@ -625,7 +625,7 @@ async fn node_with_history(
             let samples = store::node_samples(c, &id, now, &scope)?.samples;
             let events = store::node_events(c, &id, now, EVENTS_SHOWN, &scope)?.events;
             let rentals = crate::rentals::list(c, now, Some(&id), pages::RENTALS_SHOWN, &scope)?.rentals;
-            let rollout = store::current_rollout(c)?;
+            let rollout = store::current_rollout(c, now)?;
             Ok((n, pages::History { samples, events, rentals, rollout }, now))
         })
         .await

@@ -557,6 +557,8 @@ fn the_server_page_shows_the_agents_upgrades_in_both_languages() {
         started_at: 1,
         updated_at: 2,
         offer_regardless: false,
+        step: None,
+        next_step_at: None,
     };
     let h = History { rollout: Some(rollout.clone()), ..Default::default() };
     for (lang, want) in [
