@@ -35,7 +35,7 @@ use gpum_common::agent_state::{
 };
 use gpum_host::{Cmd, FileKind, Host};
 use gpum_protocol::{UpgradeOutcome, UpgradeReport};
-use gpum_repo_keys::release::{self, ReleaseKeys, Wanted};
+use gpum_repo_keys::release::{self, ReleaseKeys};
 use tracing::{info, warn};
 
 use crate::client::{CallError, Platform};
@@ -174,24 +174,17 @@ async fn attempt(
     check_layout(host, layout).map_err(failed)?;
     let fetch = |file: &'static str| fetch_small(platform, token, version, file);
 
+    // The four small files (each size-bounded), then the whole check in one call, the one the
+    // release staging test also runs (`release::verify_upgrade`): `release.json`'s signature,
+    // format and expiry, the manifest's signature, the manifest the metadata names, the
+    // agent's entry at the metadata's version, and that version strictly newer than ours.
     let (meta_bytes, meta_sig) = (fetch(release::RELEASE).await?, fetch(release::RELEASE_SIG).await?);
-    let meta = release::verify_release(keys, &meta_bytes, &meta_sig, started).map_err(refused)?;
+    let (manifest, manifest_sig) = (fetch(release::MANIFEST).await?, fetch(release::MANIFEST_SIG).await?);
+    let (meta, mut verifier) =
+        release::verify_upgrade(keys, &meta_bytes, &meta_sig, &manifest, &manifest_sig, BINARY, own, started)
+            .map_err(refused)?;
     if meta.version != version {
         return Err(refused(format!("the signed release is {}, not the offered {version}", meta.version)));
-    }
-    release::check_newer(&meta.version, own).map_err(refused)?;
-    let (manifest, manifest_sig) = (fetch(release::MANIFEST).await?, fetch(release::MANIFEST_SIG).await?);
-    let now = std::time::UNIX_EPOCH + Duration::from_secs(started);
-    let signed = release::verify_manifest(&manifest, &manifest_sig, keys, now).map_err(refused)?;
-    release::check_manifest_matches(&meta, &manifest).map_err(refused)?;
-    let wanted = Wanted { name: BINARY, installed_version: Some(own), allow_downgrade: false };
-    let mut verifier = signed.verifier(&wanted).map_err(refused)?;
-    if verifier.entry().version != meta.version {
-        return Err(refused(format!(
-            "the manifest lists {BINARY} {}, the release is {}",
-            verifier.entry().version,
-            meta.version
-        )));
     }
 
     // A `.new` left by an attempt that was killed is ours: it goes before the fresh one.

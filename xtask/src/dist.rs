@@ -108,7 +108,7 @@ pub fn run(a: DistArgs) -> Result<Option<PathBuf>> {
     // platform builds beside it.
     let measured = std::cell::RefCell::new(None);
     let build_measured = || -> Result<()> {
-        *measured.borrow_mut() = Some(build_measured_agent()?);
+        *measured.borrow_mut() = Some(build_measured_agent_trusting(trust.as_ref())?);
         Ok(())
     };
     let before_gnu: Option<&dyn Fn() -> Result<()>> =
@@ -280,6 +280,13 @@ pub fn musl_target_dir(target: &Path) -> PathBuf {
 /// `cargo xtask test` builds it before the release, so that the target directory ends with
 /// the shipped agent (the release's knob gate would refuse this one).
 pub fn build_measured_agent() -> Result<PathBuf> {
+    build_measured_agent_trusting(None)
+}
+
+/// [`build_measured_agent`] with `trust` (armored key, fingerprint) compiled in as the release
+/// key, as [`build_trusting`]'s glibc build has it: then gpum-repo-keys is the same unit in both
+/// builds, and only the crates the test knobs change compile again for the release.
+fn build_measured_agent_trusting(trust: Option<&(String, String)>) -> Result<PathBuf> {
     let root = fs::canonicalize(util::workspace_root())?;
     let target = std::path::absolute(util::target_dir())?;
     let epoch = source_date_epoch(&root)?;
@@ -287,10 +294,13 @@ pub fn build_measured_agent() -> Result<PathBuf> {
     c.args(["--target", GNU])
         .args(GNU_PACKAGES)
         .args(["--bin", "gpum-agent", "--features", "gpum-agent/test-knobs"])
-        // The agent's own override strips too (Cargo.toml): its symbol table is kept here.
+        // The agent's own override strips (Cargo.toml): its symbol table is kept here. Only the
+        // agent's package: the profile's `strip` would make every dependency a unit of its own.
         .arg("--config")
-        .arg(format!("profile.{PROFILE}.package.gpum-agent.strip=\"none\""))
-        .env(format!("CARGO_PROFILE_{}_STRIP", PROFILE.replace('-', "_").to_uppercase()), "none");
+        .arg(format!("profile.{PROFILE}.package.gpum-agent.strip=\"none\""));
+    if let Some((armor, fpr)) = trust {
+        c.env("GPUM_DIST_RELEASE_KEY_ASC", armor).env("GPUM_DIST_RELEASE_FINGERPRINT", fpr);
+    }
     run_cmd(c)?;
     let dest = crate::bench::cost::agent_cost_bin();
     fs::create_dir_all(dest.parent().expect("a parent"))?;
@@ -301,9 +311,9 @@ pub fn build_measured_agent() -> Result<PathBuf> {
 
 /// The installer as [`build`] ships it (the same profile, flags, target directory and packages,
 /// without `test-knobs`), for `bench dryrun`. Its symbol table is kept, as
-/// [`build_measured_agent`] keeps the agent's: the profile is then the same one, so both benches
-/// share one build of every dependency (a stripped build compiles them all again), and the
-/// symbol table is no part of what the loader maps. Copied out to TARGET/dryrun/gpum-install.
+/// [`build_measured_agent`] keeps the agent's (its package's `strip` alone, so every dependency
+/// is the release's own), and the symbol table is no part of what the loader maps. Copied out
+/// to TARGET/dryrun/gpum-install.
 pub fn build_shipped_installer() -> Result<PathBuf> {
     let root = fs::canonicalize(util::workspace_root())?;
     let target = std::path::absolute(util::target_dir())?;
@@ -312,7 +322,8 @@ pub fn build_shipped_installer() -> Result<PathBuf> {
     c.args(["--target", GNU])
         .args(GNU_PACKAGES)
         .args(["--bin", "gpum-install"])
-        .env(format!("CARGO_PROFILE_{}_STRIP", PROFILE.replace('-', "_").to_uppercase()), "none");
+        .arg("--config")
+        .arg(format!("profile.{PROFILE}.package.gpum-install.strip=\"none\""));
     run_cmd(c)?;
     let dest = util::target_dir().join("dryrun/gpum-install");
     fs::create_dir_all(dest.parent().expect("a parent"))?;

@@ -5,8 +5,8 @@
 //!   (`dist`, whose output the suites then check; the second, reproducibility build is the
 //!   release command's own, `dist --check-reproducible`, docs/release.md), the whole suite under
 //!   nextest (then the tests marked `#[ignore = "needs …"]`, which need root, an engine, a
-//!   browser, valgrind or the release, and the agent alone without `test-knobs`), then the test
-//!   host scenarios (`e2e`).
+//!   browser, valgrind or the release, and the agent alone without `test-knobs`), and the test
+//!   host scenarios (`e2e`), which run in the background from after the debug builds to the end.
 //! - `bench`: the benchmarks (see `bench/`), printed as medians and ratios.
 //! - `dist`: the release artifacts in `target/dist/` (see `dist.rs`, docs/release.md).
 //! - `release-key`, `sign`: development release keys and artifact signatures.
@@ -350,7 +350,7 @@ impl Background {
             let st = child?.wait()?;
             Ok((st, started.elapsed().as_secs_f64()))
         });
-        eprintln!("xtask: {what} runs beside the steps below; its output: {}", log.display());
+        eprintln!("xtask: in the background, beside the steps below: {what}; its output: {}", log.display());
         Self { what, waiter, log }
     }
 

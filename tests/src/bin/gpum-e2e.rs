@@ -240,7 +240,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "upgrade",
             expect: 0,
-            what: "issue 47, one host with a running rental: upgrade-tampered (B's bytes changed, manifest and metadata made to match, the signatures kept: refused, A runs on untouched), upgrade-downgrade (the platform names an older signed version: refused), then upgrade (B rolled out to 100 %: the node reports B within the bound, the guard stood down, the rental's very container runs on, reported running, torn down by B)",
+            what: "issue 47, one host with a running rental: upgrade-tampered (B's bytes changed, manifest and metadata made to match, the signatures kept: refused, A runs on untouched), upgrade-downgrade (the platform names an older signed version: refused), then upgrade (B rolled out to 100 % while a tenant opens session after session through the relay, the platform in its own namespace: the node reports B within the bound, the guard stood down, the tenant's sessions stop working for at most 30 s, the rental's very container runs on, reported running, torn down by B)",
             run: upgrade,
         },
         Scenario {
@@ -2226,17 +2226,65 @@ fn rental_dockerd_restart(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
 
 /// A rentable host (the one-liner installed version A) with one running rental: the host, the
 /// node, the rental's id, its container as first seen, and version A as installed.
-fn upgrade_host(ctx: &Ctx, s: &Scenario) -> Result<(Host, String, String, rental::Seen, up::Installed)> {
-    let (h, node, image) = rental_host(ctx, s, 1)?;
+/// A tenant of the upgrade scenario's rental: its echo server's `CONNECT` target at the relay
+/// and the credential's file ([`tunnel::write_credential`]).
+struct Tenant {
+    echo: String,
+    cred: String,
+}
+
+/// The upgrade scenarios' host: version A installed and heartbeating, one rental running. With
+/// `tenant`, in `rental-tunnel`'s world (the platform and its relay in a network namespace of
+/// their own): the rental runs an echo server that a tenant reaches through the relay.
+fn upgrade_host(
+    ctx: &Ctx,
+    s: &Scenario,
+    tenant: bool,
+) -> Result<(Host, String, String, rental::Seen, up::Installed, Option<Tenant>)> {
+    let (h, node, image) = if tenant {
+        let h = boot(ctx, s, Variant::Rental)?;
+        tunnel::move_platform(&h)?;
+        let node = rental::make_rentable_from(&h, 1, tunnel::PLATFORM_URL)?;
+        let image = rental::load_image(&h)?;
+        (h, node, image)
+    } else {
+        rental_host(ctx, s, 1)?
+    };
     let a = up::installed(&h)?;
     if a.version != env!("CARGO_PKG_VERSION") {
         bail!("the installed agent reports {}, not the workspace's {}", a.version, env!("CARGO_PKG_VERSION"));
     }
     up::wait_version(&h, &node, &a.version, 30)?;
-    let id = rental::create(&h, &rental::Spec::new(&node, &image))?.spec.id;
+    let spec = if tenant {
+        rental::Spec {
+            ports: vec![tunnel::ECHO_PORT],
+            ..rental::Spec::new(&node, &image).shell(&tunnel::rental_script())
+        }
+    } else {
+        rental::Spec::new(&node, &image)
+    };
+    let r = rental::create(&h, &spec)?;
+    let id = r.spec.id.clone();
     rental::wait_state(&h, &id, gpum_protocol::RentalState::Running, 60)?;
     let first = rental::seen(&h, &id)?;
-    Ok((h, node, id, first, a))
+    let tenant = if tenant {
+        let name = gpum_agent::docker::rental::container_name(&id);
+        wait_until(&h, &format!("docker logs {name} 2>&1 | grep -qx serving"), 20, "the rental's servers")?;
+        let t = r.tunnel.as_ref().context("rentals create shows no tunnel access")?;
+        let echo = t
+            .ports
+            .iter()
+            .find(|p| p.port == tunnel::ECHO_PORT)
+            .context("the echo port missing from the tunnel access")?
+            .target
+            .clone();
+        let cred = tunnel::write_credential(&h, "tenant", &id, &t.credential)?;
+        tunnel::write_session_script(&h)?;
+        Some(Tenant { echo, cred })
+    } else {
+        None
+    };
+    Ok((h, node, id, first, a, tenant))
 }
 
 /// The rental `id` survived `why`: the very container and process still run, never restarted,
@@ -2341,7 +2389,8 @@ fn refused(
 
 fn upgrade(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     use gpum_protocol::upgrade::UpgradeOutcome;
-    let (h, node, id, first, a) = upgrade_host(ctx, s)?;
+    let (h, node, id, first, a, tenant) = upgrade_host(ctx, s, true)?;
+    let tenant = tenant.context("the upgrade scenario's tenant")?;
     let mut o = rental_outcome();
 
     // upgrade-tampered: B's bytes changed after signing, served as a consistent release.
@@ -2350,7 +2399,11 @@ fn upgrade(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     refused(&mut o, ctx, &h, &node, &a, ("old", up::ANY_VERSION_FLAG, false))?;
     rental_survived(&mut o, &h, &id, &first, "after the refusals")?;
 
-    // upgrade: B, good, to every node.
+    // upgrade: B, good, to every node, while a tenant opens one session after another through
+    // the relay.
+    let before = h.sh(&tunnel::session_cmd(&tenant.echo, &tenant.cred, 3, 0))?;
+    o.check(before.code == 0, "before the upgrade, the tenant's session through the relay works", &before);
+    tunnel::start_prober(&h, &tenant.echo, &tenant.cred)?;
     let b = up::version_of(&ctx.stage.dir, "b")?;
     up::add(&h, "b")?;
     up::rollout(&h, &b, 100, "")?;
@@ -2383,6 +2436,37 @@ fn upgrade(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     );
     let shown = up::wait_shown(&h, &b, 30, "succeeded", |t| up::records(t, UpgradeOutcome::Succeeded));
     check_ok(&mut o, "the platform records the node's upgrade as succeeded", shown);
+    // The tenant: B's tunnel is up (a session works), and across the upgrade the sessions
+    // stopped working for no longer than the tunnel's reconnect (the restart, B's first
+    // heartbeat, its tunnel; `rental-tunnel` holds a restart to the same 30 s).
+    let back = tunnel::wait_session(&h, &tenant.echo, &tenant.cred, 30);
+    check_ok(&mut o, "after the upgrade, the tenant's session through the relay works", back);
+    let log = tunnel::stop_prober(&h);
+    if let Some(log) = check_ok(&mut o, "the tenant's sessions across the upgrade", log) {
+        let gap = tunnel::longest_gap(&log);
+        if let Some((ms, failed)) = gap {
+            eprintln!(
+                "upgrade: across the upgrade the tenant's longest gap between working sessions was {:.1} s ({failed} of {} sessions failed)",
+                ms as f64 / 1000.0,
+                log.len()
+            );
+        }
+        o.check(
+            gap.is_some_and(|(ms, _)| ms <= UPGRADE_TENANT_GAP.as_millis() as u64),
+            &format!(
+                "across the upgrade the tenant's sessions stopped working for at most {} s",
+                UPGRADE_TENANT_GAP.as_secs()
+            ),
+            &Run::text(&match gap {
+                Some((ms, failed)) => format!(
+                    "the longest gap between two working sessions: {:.1} s; {failed} of {} sessions failed",
+                    ms as f64 / 1000.0,
+                    log.len()
+                ),
+                None => format!("fewer than two sessions worked: {log:?}"),
+            }),
+        );
+    }
     rental_survived(&mut o, &h, &id, &first, "after the upgrade")?;
     // B is the agent that now tears the rental down.
     rental::stop(&h, &id)?;
@@ -2390,9 +2474,13 @@ fn upgrade(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     Ok(o)
 }
 
+/// The longest a tenant's sessions may stop working across an upgrade: the agent's restart and
+/// its tunnel's reconnect (`rental-tunnel` bounds a plain restart the same).
+const UPGRADE_TENANT_GAP: Duration = Duration::from_secs(30);
+
 fn upgrade_bad(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
     use gpum_protocol::upgrade::UpgradeOutcome;
-    let (h, node, id, first, a) = upgrade_host(ctx, s)?;
+    let (h, node, id, first, a, _) = upgrade_host(ctx, s, false)?;
     let mut o = rental_outcome();
     let bad = up::version_of(&ctx.stage.dir, "bad")?;
     up::add(&h, "bad")?;

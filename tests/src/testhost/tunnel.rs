@@ -248,6 +248,55 @@ pub fn http_get(h: &Host, target: &str, path: &str, cred: &str, out: &str) -> Re
     ))
 }
 
+/// Where [`start_prober`] logs its sessions, and the file whose presence keeps it going.
+pub const PROBE_LOG: &str = "/root/tenant/prober.log"; // under TENANT_DIR
+const PROBE_ON: &str = "/root/tenant/prober.on";
+
+/// Starts a tenant in the background who opens one short session (one round trip) after
+/// another, 300 ms apart, until [`stop_prober`]: each logged as `ok MILLIS` or `fail MILLIS`
+/// (when the session ended, Unix milliseconds).
+pub fn start_prober(h: &Host, target: &str, cred: &str) -> Result<()> {
+    h.sh_ok(&format!("touch {PROBE_ON} && : > {PROBE_LOG}"))?;
+    let each = format!(
+        "while [ -e {PROBE_ON} ]; do if {} >/dev/null 2>&1; then r=ok; else r=fail; fi; \
+         echo \"$r $(date +%s%3N)\" >> {PROBE_LOG}; sleep 0.3; done; echo done >> {PROBE_LOG}",
+        session_cmd(target, cred, 1, 0)
+    );
+    h.sh_ok(&format!("setsid -f bash -c {} </dev/null >/dev/null 2>&1", quote(&each)))?;
+    Ok(())
+}
+
+/// Stops [`start_prober`]'s tenant, waits for its last session (its own timeouts bound it), and
+/// returns each session: whether it worked, and when it ended (Unix ms).
+pub fn stop_prober(h: &Host) -> Result<Vec<(bool, u64)>> {
+    h.sh_ok(&format!("rm -f {PROBE_ON}"))?;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let log = h.sh_ok(&format!("cat {PROBE_LOG}"))?;
+        if log.lines().any(|l| l == "done") {
+            return Ok(log
+                .lines()
+                .filter_map(|l| {
+                    let (r, t) = l.split_once(' ')?;
+                    Some((r == "ok", t.trim().parse().ok()?))
+                })
+                .collect());
+        }
+        if Instant::now() > deadline {
+            bail!("the prober did not stop within 40 s: {}", log.lines().last().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A tenant's interruption in [`stop_prober`]'s log: the longest time (ms) between two working
+/// sessions' ends, and how many sessions failed. `None` when fewer than two worked.
+pub fn longest_gap(log: &[(bool, u64)]) -> Option<(u64, usize)> {
+    let ok: Vec<u64> = log.iter().filter(|(ok, _)| *ok).map(|(_, t)| *t).collect();
+    let gap = ok.windows(2).map(|w| w[1].saturating_sub(w[0])).max()?;
+    Some((gap, log.iter().filter(|(ok, _)| !ok).count()))
+}
+
 /// Polls one tenant session of `rounds` round trips every 300 ms until it works, for up to
 /// `secs`; returns how long that took.
 pub fn wait_session(h: &Host, target: &str, cred: &str, secs: u64) -> Result<Duration> {
@@ -261,5 +310,19 @@ pub fn wait_session(h: &Host, target: &str, cred: &str, secs: u64) -> Result<Dur
             bail!("no working session within {secs} s; the last: exit {}: {}", r.code, r.all().trim());
         }
         std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::longest_gap;
+
+    #[test]
+    fn the_gap_is_between_working_sessions_and_failures_are_counted() {
+        let log =
+            [(true, 1_000), (true, 1_400), (false, 2_000), (false, 9_000), (true, 9_500), (true, 9_900)];
+        assert_eq!(longest_gap(&log), Some((8_100, 2)));
+        assert_eq!(longest_gap(&[(true, 5)]), None);
+        assert_eq!(longest_gap(&[(false, 5), (false, 6)]), None);
     }
 }
