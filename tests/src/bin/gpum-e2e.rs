@@ -1737,11 +1737,21 @@ fn rental_limits(ctx: &Ctx, s: &Scenario) -> Result<Outcome> {
             "the fork bomb was refused forks at the pids limit (pids.events max > 0)",
             &Run::text(&format!("{hit:?}")),
         );
-        let current = rental::cgroup_file(&h, sb, "pids", "pids.current")?;
+        // That it filled the limit is what the refused forks above say (the cgroup refuses a
+        // fork only at the limit). Its count then moves, a bomb whose forks fail thins out and
+        // refills or dies down (one reading of `pids.current` fell to 2 on a loaded machine),
+        // so what is checked of it is the bound: sampled for 5 s, never over the limit.
+        let mut counts = Vec::new();
+        for _ in 0..25 {
+            counts.push(
+                rental::cgroup_file(&h, sb, "pids", "pids.current")?.trim().parse::<i64>().unwrap_or(-1),
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
         o.check(
-            current.trim().parse::<i64>().is_ok_and(|n| n <= limit && n > limit / 2),
-            &format!("the bomb holds at most {limit} processes (and has filled most of them)"),
-            &Run::text(&current),
+            counts.iter().all(|n| (1..=limit).contains(n)),
+            &format!("the bomb never holds more than {limit} processes (sampled for 5 s)"),
+            &Run::text(&format!("{counts:?}")),
         );
     }
 
@@ -2771,6 +2781,12 @@ fn main() {
     }
 }
 
+/// How often a scenario runs before it counts as failed: once more after a failure, on a fresh
+/// host. In CI the scenarios share two cores with the release build and the suites, and a
+/// scenario waits on real systemd, dockerd and apt with real timeouts; a failure still prints
+/// in full, and the summary names what passed only on its second try.
+const TRIES: u32 = 2;
+
 fn real_main() -> Result<bool> {
     let mut stage = None;
     let mut jobs = 3usize;
@@ -2810,7 +2826,7 @@ fn real_main() -> Result<bool> {
 
     let started = Instant::now();
     let next = Mutex::new(0usize);
-    let results: Mutex<Vec<(usize, bool)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, bool, u32)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
@@ -2822,44 +2838,69 @@ fn real_main() -> Result<bool> {
                         i
                     };
                     let Some(s) = chosen.get(i) else { break };
-                    let t = Instant::now();
-                    let res = (s.run)(&ctx, s);
-                    let secs = t.elapsed().as_secs_f64();
-                    let (got, problems, detail) = match res {
-                        Ok(o) => (o.got.to_string(), o.problems, o.detail),
-                        Err(e) => ("error".to_string(), vec![format!("{e:#}")], None),
-                    };
-                    let ok = got == s.expect.to_string() && problems.is_empty();
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(
-                        out,
-                        "{:<26} expected {:>3}  got {:>5}  {}  ({secs:.0} s)",
-                        s.name,
-                        s.expect,
-                        got,
-                        if ok { "ok" } else { "FAIL" }
-                    );
-                    if !ok {
-                        for p in &problems {
-                            let _ = writeln!(out, "    - {p}");
-                        }
-                        if let Some(d) = detail.filter(|_| got != s.expect.to_string()) {
-                            let tail: Vec<&str> = d.lines().rev().take(15).collect();
-                            let _ = writeln!(out, "    installer output (last lines):");
-                            for l in tail.into_iter().rev() {
-                                let _ = writeln!(out, "      | {l}");
+                    for attempt in 1..=TRIES {
+                        let t = Instant::now();
+                        let res = (s.run)(&ctx, s);
+                        let secs = t.elapsed().as_secs_f64();
+                        let (got, problems, detail) = match res {
+                            Ok(o) => (o.got.to_string(), o.problems, o.detail),
+                            Err(e) => ("error".to_string(), vec![format!("{e:#}")], None),
+                        };
+                        let ok = got == s.expect.to_string() && problems.is_empty();
+                        let again = !ok && attempt < TRIES;
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(
+                            out,
+                            "{:<26} expected {:>3}  got {:>5}  {}  ({secs:.0} s){}",
+                            s.name,
+                            s.expect,
+                            got,
+                            if ok { "ok" } else { "FAIL" },
+                            match (ok, attempt) {
+                                (true, 1) => "",
+                                (true, _) => "  (on the second try: the first failed, above)",
+                                (false, _) if again => "  (first try: run again once, on a fresh host)",
+                                (false, _) => "",
+                            }
+                        );
+                        if !ok {
+                            for p in &problems {
+                                let _ = writeln!(out, "    - {p}");
+                            }
+                            if let Some(d) = detail.filter(|_| got != s.expect.to_string()) {
+                                let tail: Vec<&str> = d.lines().rev().take(15).collect();
+                                let _ = writeln!(out, "    installer output (last lines):");
+                                for l in tail.into_iter().rev() {
+                                    let _ = writeln!(out, "      | {l}");
+                                }
                             }
                         }
+                        let _ = out.flush();
+                        drop(out);
+                        if again {
+                            continue;
+                        }
+                        results.lock().unwrap_or_else(|e| e.into_inner()).push((i, ok, attempt));
+                        break;
                     }
-                    let _ = out.flush();
-                    results.lock().unwrap_or_else(|e| e.into_inner()).push((i, ok));
                 }
             });
         }
     });
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    let passed = results.iter().filter(|(_, ok)| *ok).count();
+    let passed = results.iter().filter(|(_, ok, _)| *ok).count();
     let failed = results.len() - passed;
+    let second: Vec<&str> = results
+        .iter()
+        .filter(|(_, ok, attempt)| *ok && *attempt > 1)
+        .map(|(i, _, _)| chosen[*i].name)
+        .collect();
+    if !second.is_empty() {
+        eprintln!(
+            "gpum-e2e: passed only on the second try (their first failure is printed above): {}",
+            second.join(", ")
+        );
+    }
     eprintln!(
         "gpum-e2e: {} scenario(s) in {:.0} s, {jobs} at a time",
         results.len(),
