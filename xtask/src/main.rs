@@ -166,9 +166,7 @@ impl Steps {
         for (name, secs, ok) in &self.done {
             eprintln!("  {:>6.0} s  {}  {name}", secs, if *ok { "ok    " } else { "FAILED" });
         }
-        eprintln!(
-            "  {total:>6.0} s  the steps' sum (what ran in the background is in the steps that waited for it)"
-        );
+        eprintln!("  {total:>6.0} s  the steps' sum (what ran in the background overlaps them)");
         eprintln!("  {:>6.0} s  from the first step to the last", self.began.elapsed().as_secs_f64());
         self.failed.map_or(Ok(()), Err)
     }
