@@ -19,20 +19,34 @@ pub struct Rollout {
 /// A rollout's percentage at `now` on its schedule: `percent`, what it was at `since` (the
 /// start, the last resume, or the last change by hand), raised by `step.percent` for each
 /// whole `step.every_secs` since, up to 100. Without a schedule, `percent`. Only an active
-/// rollout moves: the store folds the percentage reached into `percent` when the rollout
-/// stops, and a resume starts the interval anew.
-pub fn scheduled_percent(percent: u8, step: Option<RolloutStep>, since: u64, now: u64) -> u8 {
+/// rollout moves (any other `state` is at `percent`): the store folds the percentage reached
+/// into `percent` when the rollout stops, and a resume starts the interval anew.
+pub fn scheduled_percent(
+    state: RolloutState,
+    percent: u8,
+    step: Option<RolloutStep>,
+    since: u64,
+    now: u64,
+) -> u8 {
     let base = u64::from(percent.min(100));
-    let Some(s) = step.filter(|s| s.every_secs > 0) else { return base as u8 };
+    let Some(s) = step.filter(|s| s.every_secs > 0 && state == RolloutState::Active) else {
+        return base as u8;
+    };
     let steps = now.saturating_sub(since) / s.every_secs;
     base.saturating_add(steps.saturating_mul(u64::from(s.percent))).min(100) as u8
 }
 
-/// When the schedule next raises the percentage (unix seconds), or `None`: no schedule, or
-/// already at 100 %.
-pub fn next_step_at(percent: u8, step: Option<RolloutStep>, since: u64, now: u64) -> Option<u64> {
-    let s = step.filter(|s| s.every_secs > 0 && s.percent > 0)?;
-    if scheduled_percent(percent, step, since, now) >= 100 {
+/// When the schedule next raises the percentage (unix seconds), or `None`: no schedule, not
+/// active, or already at 100 %.
+pub fn next_step_at(
+    state: RolloutState,
+    percent: u8,
+    step: Option<RolloutStep>,
+    since: u64,
+    now: u64,
+) -> Option<u64> {
+    let s = step.filter(|s| s.every_secs > 0 && s.percent > 0 && state == RolloutState::Active)?;
+    if scheduled_percent(state, percent, step, since, now) >= 100 {
         return None;
     }
     let done = now.saturating_sub(since) / s.every_secs;
@@ -180,6 +194,8 @@ mod tests {
         }
     }
 
+    const A: RolloutState = RolloutState::Active;
+
     fn step(percent: u8, every_secs: u64) -> Option<RolloutStep> {
         Some(RolloutStep { percent, every_secs })
     }
@@ -187,18 +203,22 @@ mod tests {
     #[test]
     fn a_schedule_raises_the_percentage_by_whole_steps_up_to_100() {
         let s = step(10, 3600);
-        assert_eq!(scheduled_percent(5, s, 1000, 1000), 5);
-        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 3599), 5);
-        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 3600), 15);
-        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 7300), 25);
-        assert_eq!(scheduled_percent(5, s, 1000, 1000 + 100 * 3600), 100);
-        assert_eq!(scheduled_percent(5, s, 1000, 500), 5, "a clock before `since` raises nothing");
-        assert_eq!(scheduled_percent(5, None, 0, u64::MAX), 5);
-        assert_eq!(scheduled_percent(5, step(100, 60), 0, u64::MAX), 100);
-        assert_eq!(next_step_at(5, s, 1000, 1000), Some(4600));
-        assert_eq!(next_step_at(5, s, 1000, 4600), Some(8200));
-        assert_eq!(next_step_at(95, s, 1000, 4600), None, "at 100 %");
-        assert_eq!(next_step_at(5, None, 1000, 4600), None);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 1000), 5);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 1000 + 3599), 5);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 1000 + 3600), 15);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 1000 + 7300), 25);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 1000 + 100 * 3600), 100);
+        assert_eq!(scheduled_percent(A, 5, s, 1000, 500), 5, "a clock before `since` raises nothing");
+        assert_eq!(scheduled_percent(A, 5, None, 0, u64::MAX), 5);
+        assert_eq!(scheduled_percent(A, 5, step(100, 60), 0, u64::MAX), 100);
+        assert_eq!(next_step_at(A, 5, s, 1000, 1000), Some(4600));
+        assert_eq!(next_step_at(A, 5, s, 1000, 4600), Some(8200));
+        assert_eq!(next_step_at(A, 95, s, 1000, 4600), None, "at 100 %");
+        assert_eq!(next_step_at(A, 5, None, 1000, 4600), None);
+        for stopped in [RolloutState::Paused, RolloutState::Halted, RolloutState::Done] {
+            assert_eq!(scheduled_percent(stopped, 5, s, 1000, 1000 + 7300), 5, "{stopped:?} does not move");
+            assert_eq!(next_step_at(stopped, 5, s, 1000, 1000), None, "{stopped:?}");
+        }
         assert!(check_step(&RolloutStep { percent: 0, every_secs: 3600 }).is_err());
         assert!(check_step(&RolloutStep { percent: 101, every_secs: 3600 }).is_err());
         assert!(check_step(&RolloutStep { percent: 10, every_secs: 59 }).is_err());
@@ -214,12 +234,12 @@ mod tests {
         ) {
             let s = step(pct, every);
             let (t1, t2) = (since + a.min(b), since + a.max(b));
-            let (p1, p2) = (scheduled_percent(base, s, since, t1), scheduled_percent(base, s, since, t2));
+            let (p1, p2) = (scheduled_percent(A, base, s, since, t1), scheduled_percent(A, base, s, since, t2));
             prop_assert!(p1 <= p2 && p2 <= 100);
-            if let Some(next) = next_step_at(base, s, since, t1) {
+            if let Some(next) = next_step_at(A, base, s, since, t1) {
                 prop_assert!(next > t1);
-                prop_assert_eq!(scheduled_percent(base, s, since, next - 1), p1);
-                prop_assert!(scheduled_percent(base, s, since, next) > p1);
+                prop_assert_eq!(scheduled_percent(A, base, s, since, next - 1), p1);
+                prop_assert!(scheduled_percent(A, base, s, since, next) > p1);
             } else {
                 prop_assert_eq!(p1, 100);
             }

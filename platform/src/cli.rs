@@ -1078,20 +1078,20 @@ fn human_metrics(m: &gpum_protocol::NodeMetrics) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn every_takes_minutes_hours_and_days_and_refuses_less_than_a_minute() {
-        assert_eq!(super::parse_every("30m"), Ok(1800));
-        assert_eq!(super::parse_every("6h"), Ok(21_600));
-        assert_eq!(super::parse_every("1d"), Ok(86_400));
+        assert_eq!(parse_every("30m"), Ok(1800));
+        assert_eq!(parse_every("6h"), Ok(21_600));
+        assert_eq!(parse_every("1d"), Ok(86_400));
         for bad in ["0m", "", "h", "6", "6x", "-1h", "1.5h", "99999999999999999d"] {
-            assert!(super::parse_every(bad).is_err(), "{bad:?}");
+            assert!(parse_every(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(super::every_text(21_600), "6h");
-        assert_eq!(super::every_text(90), "90s");
-        assert_eq!(super::every_text(1800), "30m");
+        assert_eq!(every_text(21_600), "6h");
+        assert_eq!(every_text(90), "90s");
+        assert_eq!(every_text(1800), "30m");
     }
-
-    use super::*;
 
     #[test]
     fn the_node_list_shows_the_price_and_the_rentable_verdict() {

@@ -293,12 +293,7 @@ fn read_facts(conn: &Conn, now: u64, token_hash: &str) -> Result<Option<BeatRow>
                             Some(Rollout {
                                 version,
                                 state,
-                                percent: match state {
-                                    RolloutState::Active => {
-                                        rollout::scheduled_percent(percent, step, since, now)
-                                    }
-                                    _ => percent,
-                                },
+                                percent: rollout::scheduled_percent(state, percent, step, since, now),
                                 offer_regardless: r.get(22)?,
                             })
                         }

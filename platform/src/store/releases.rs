@@ -244,11 +244,10 @@ fn rollout_row(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<RolloutS
     let percent = r.get::<_, i64>(2)?.clamp(0, 100) as u8;
     let step = stored_step(r.get(10)?, r.get(11)?);
     let since = r.get::<_, i64>(12)?.max(0) as u64;
-    let active = state == RolloutState::Active;
     Ok(RolloutSummary {
         version: r.get(0)?,
         state,
-        percent: if active { rollout::scheduled_percent(percent, step, since, now) } else { percent },
+        percent: rollout::scheduled_percent(state, percent, step, since, now),
         max_failure_percent: r.get::<_, i64>(3)?.clamp(0, 100) as u8,
         halt_reason: r.get(4)?,
         reported: r.get::<_, Option<i64>>(5)?.unwrap_or(0).max(0) as u32,
@@ -257,7 +256,7 @@ fn rollout_row(r: &crate::sql::Row<'_>, now: u64) -> crate::sql::Result<RolloutS
         updated_at: r.get::<_, i64>(8)?.max(0) as u64,
         offer_regardless: r.get(9)?,
         step,
-        next_step_at: if active { rollout::next_step_at(percent, step, since, now) } else { None },
+        next_step_at: rollout::next_step_at(state, percent, step, since, now),
     })
 }
 
@@ -275,8 +274,13 @@ fn fold_schedule(conn: &Conn, now: u64, version: &str) -> Result<(), ApiError> {
     if let Some((percent, step_percent, step_secs, since)) = row
         && let Some(step) = stored_step(step_percent, step_secs)
     {
-        let reached =
-            rollout::scheduled_percent(percent.clamp(0, 100) as u8, Some(step), since.max(0) as u64, now);
+        let reached = rollout::scheduled_percent(
+            RolloutState::Active,
+            percent.clamp(0, 100) as u8,
+            Some(step),
+            since.max(0) as u64,
+            now,
+        );
         conn.prepare_cached("UPDATE rollouts SET percent = ?2, stepped_at = ?3 WHERE version = ?1")?
             .execute(params![version, i64::from(reached), now as i64])?;
     }
