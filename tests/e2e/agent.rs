@@ -26,6 +26,10 @@ use gpum_protocol::{NodeSummary, NvmlState, VerificationState};
 use gpum_tests::platform::{PlatformOpts, TestPlatform, wait_until};
 use gpum_tests::{agent_cmd, bin, docker_answers, require_docker, run_with_stdin, text};
 
+// Issue 47: today's agent against the previous release's platform, from its recorded answers.
+#[path = "agent_compat.rs"]
+mod compat;
+
 const MISSING_DOCKER: &str = "/nonexistent/gpum-e2e/docker.sock";
 const LONG: Duration = Duration::from_secs(20);
 
