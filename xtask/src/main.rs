@@ -182,9 +182,6 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // overlap the compiler instead of delaying it (the CI budget). It is waited for before the
     // release, the first step that needs it.
     let setup = if no_setup { None } else { Some(Background::setup()) };
-    // This binary, copied before the debug builds below link `target/debug/xtask` anew (with
-    // the workspace's features and the lints): the release step runs the copy.
-    let runner = copy_of_this_binary();
     steps.run("fmt", || cargo(&["fmt", "--all", "--check"]));
     // Lints (`cargo clippy --all-targets -- -D warnings`): every debug build below compiles the
     // workspace's crates through clippy's driver (util::lint_env), so each build is also the
@@ -214,14 +211,7 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     // is the release command's (`dist --check-reproducible`, docs/release.md): it checks the
     // toolchain more than a change. Its output: target/release.log.
     let dist_dir = util::target_dir().join("dist");
-    let release = match (no_dist, runner) {
-        (true, _) => None,
-        (false, Ok(runner)) => Some(Background::release(&runner, &dist_dir)),
-        (false, Err(e)) => {
-            steps.run("release (cargo xtask dist)", || Err::<(), _>(e));
-            None
-        }
-    };
+    let release = if no_dist { None } else { Some(Background::release(&dist_dir)) };
     // The test host scenarios (`cargo xtask e2e`) run beside the release build and the suites:
     // their builds and stage first (debug builds, which put `target/debug` back as the suites
     // need it), then the runner in the background (its output in target/e2e-scenarios.log,
@@ -382,10 +372,13 @@ impl Background {
         Self { what, waiter, log }
     }
 
-    /// `xtask dist --measured-agent --out DIR` at the lowest CPU priority, by `runner`.
-    fn release(runner: &std::path::Path, dist_dir: &std::path::Path) -> Self {
+    /// `cargo xtask dist --measured-agent --out DIR` at the lowest CPU priority.
+    fn release(dist_dir: &std::path::Path) -> Self {
         let mut c = std::process::Command::new("nice");
-        c.args(["-n", "19"]).arg(runner).args(["dist", "--measured-agent", "--out"]).arg(dist_dir);
+        c.args(["-n", "19"])
+            .arg(std::env::current_exe().unwrap_or_else(|_| util::target_dir().join("debug/xtask")))
+            .args(["dist", "--measured-agent", "--out"])
+            .arg(dist_dir);
         Self::start("the release (cargo xtask dist, at the lowest priority)", c, "release.log")
     }
 
@@ -408,16 +401,6 @@ impl Background {
         anyhow::ensure!(st.success(), "{what} failed: {st}");
         Ok(())
     }
-}
-
-/// A copy of the running binary in TARGET/xtask-runner/.
-fn copy_of_this_binary() -> Result<std::path::PathBuf> {
-    use anyhow::Context;
-    let exe = std::env::current_exe().context("this binary's path")?;
-    let dest = util::target_dir().join("xtask-runner/xtask");
-    std::fs::create_dir_all(util::target_dir().join("xtask-runner"))?;
-    std::fs::copy(&exe, &dest).with_context(|| format!("copying {} to {}", exe.display(), dest.display()))?;
-    Ok(dest)
 }
 
 /// Prints `df -h` for the target directory and Docker's data root (nothing on failure).
