@@ -75,9 +75,8 @@ pub struct DistArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Also build the agent whose instructions `bench/cost.rs` counts ([`build_measured_agent`]),
-    /// before the glibc release build and beside the platform's (`cargo xtask test`, which runs
-    /// this command in the background).
-    #[arg(long, hide = true)]
+    /// before the glibc release build and beside the platform's (`cargo xtask test`).
+    #[arg(skip)]
     pub measured_agent: bool,
 }
 

@@ -2,9 +2,8 @@
 //!
 //! - `test`: what CI runs: installs what the tests need (`tests/setup-deps.sh`), `cargo fmt
 //!   --check`, `clippy -D warnings`, the binaries the end-to-end suites drive, the release
-//!   (`dist`, in the background at the lowest CPU priority beside the suites, its checks once it
-//!   is built; the second, reproducibility build is the release command's own, `dist
-//!   --check-reproducible`, docs/release.md), the whole suite under
+//!   (`dist`, whose output the suites then check; the second, reproducibility build is the
+//!   release command's own, `dist --check-reproducible`, docs/release.md), the whole suite under
 //!   nextest (then the tests marked `#[ignore = "needs …"]`, which need root, an engine, a
 //!   browser, valgrind or the release, and the agent alone without `test-knobs`), and the test
 //!   host scenarios (`e2e`), which run in the background from after the debug builds to the end.
@@ -198,20 +197,14 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
     {
         return steps.finish();
     }
-    // The release, built once, in the background at the lowest CPU priority (`nice -n 19`),
-    // from here to the step that checks it: the suites' tests mostly wait (a browser, an
-    // engine, a timer) and the release's compiling takes the cores they leave, while a test that
-    // wants a core gets it first. It is `cargo xtask dist` (glibc; the static platform beside
-    // it in a target directory of its own, dist.rs `build_trusting`; the .deb, the signatures),
-    // with first, on its glibc side, the agent whose instructions per heartbeat the regression
-    // test counts (bench/cost.rs: the shipped build with test knobs, sharing every dependency
-    // with the release, which runs after it so that the target directory ends with the shipped
-    // agent). Its builds lock their own directories (`target/*/release-small`, `target/musl`),
-    // not the debug one the steps below build in. The second build that proves it reproducible
-    // is the release command's (`dist --check-reproducible`, docs/release.md): it checks the
-    // toolchain more than a change. Its output: target/release.log.
-    let dist_dir = util::target_dir().join("dist");
-    let release = if no_dist { None } else { Some(Background::release(&dist_dir)) };
+    // The release, built once; the suites then check what was built (the glibc gate, the static
+    // platform in an empty container, lintian, the signatures, serving). The second build that
+    // proves it reproducible is the release command's (`dist --check-reproducible`,
+    // docs/release.md): it checks the toolchain more than a change. On its glibc side it first
+    // builds the agent whose instructions per heartbeat the regression test counts
+    // (bench/cost.rs): the shipped build with test knobs, sharing every dependency with the
+    // release build, which runs after it so that the target directory ends with the shipped
+    // agent; the static platform builds beside both (dist.rs, `build_trusting`).
     // The test host scenarios (`cargo xtask e2e`) run beside the release build and the suites:
     // their builds and stage first (debug builds, which put `target/debug` back as the suites
     // need it), then the runner in the background (its output in target/e2e-scenarios.log,
@@ -238,20 +231,42 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
         });
         None
     };
-    let cost_bin =
-        if no_dist { steps.run("release: the measured agent", dist::build_measured_agent) } else { None };
+    let dist_dir = util::target_dir().join("dist");
+    let cost_bin = if no_dist {
+        steps.run("release: the measured agent", dist::build_measured_agent)
+    } else {
+        let a = dist::DistArgs {
+            key: None,
+            check_reproducible: false,
+            no_deb: false,
+            out: Some(dist_dir.clone()),
+            measured_agent: true,
+        };
+        steps
+            .run("release: the measured agent, dist (glibc; musl beside), .deb, signatures", || dist::run(a))
+            .flatten()
+    };
     let platform_bin = util::target_dir().join("debug/gpum-platform");
     // Every test, in one run: those that need something of the machine (root, a Docker engine,
-    // chromium, valgrind) are `#[ignore = "needs …"]`, so a plain `cargo nextest run` lists
-    // them as skipped rather than passing them; here, where tests/setup-deps.sh installed what
-    // they need, they run beside the rest, and a missing requirement fails them. Those that
-    // check the release ([`RELEASE_CHECKS`]) run once it is built, last.
+    // chromium, valgrind, the release build) are `#[ignore = "needs …"]`, so a plain `cargo
+    // nextest run` lists them as skipped rather than passing them; here, where
+    // tests/setup-deps.sh installed what they need, they run beside the rest, and a missing
+    // requirement fails them. `--no-dist` leaves out the ones that check the release.
     let mut args = NEXTEST_ALL.to_vec();
-    let not_release = format!("not ({RELEASE_CHECKS})");
-    args.extend(["-E", not_release.as_str()]);
+    if no_dist {
+        args.extend(["-E", "not (binary_id(gpum-tests::dist) | test(dist_binaries_pass_the_gate))"]);
+    }
     args.extend(extra.iter().map(String::as_str));
-    let platform_env = platform_bin.to_string_lossy().into_owned();
-    let env = vec![("GPUM_PLATFORM_BIN", platform_env.as_str())];
+    let (dist_env, platform_env) =
+        (dist_dir.to_string_lossy().into_owned(), platform_bin.to_string_lossy().into_owned());
+    let cost_env = cost_bin.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut env = vec![("GPUM_PLATFORM_BIN", platform_env.as_str())];
+    if !cost_env.is_empty() {
+        env.push(("GPUM_AGENT_COST_BIN", cost_env.as_str()));
+    }
+    if !no_dist {
+        env.push(("GPUM_DIST_DIR", dist_env.as_str()));
+    }
     steps.run("suites: every test of the workspace", || cargo_linted(&args, &env));
     // The platform's suites again, on PostgreSQL (issue 35): its unit tests (the store's among
     // them) and the end-to-end suites of the platform and of the trust chain, with every database a fresh one in a private cluster that
@@ -303,46 +318,11 @@ fn test(no_setup: bool, no_e2e: bool, no_dist: bool, extra: &[String]) -> Result
             &[],
         )
     });
-    // The release's checks, once it is built: the dist suite and the glibc gate on what was
-    // built (the static platform in an empty container, lintian, the signatures, serving), and
-    // the agent's instructions per heartbeat. `--no-dist`: the last alone.
-    let built = match release {
-        Some(release) => {
-            steps.run("release: what was left of it (cargo xtask dist)", || release.finish()).is_some()
-        }
-        None => cost_bin.is_some(),
-    };
-    if built {
-        let dist_env = dist_dir.to_string_lossy().into_owned();
-        let cost_env = cost_bin.unwrap_or_else(bench::cost::agent_cost_bin).to_string_lossy().into_owned();
-        let mut release_env = env.clone();
-        release_env.push(("GPUM_AGENT_COST_BIN", cost_env.as_str()));
-        let filter = if no_dist {
-            COST_CHECK.to_owned()
-        } else {
-            release_env.push(("GPUM_DIST_DIR", dist_env.as_str()));
-            RELEASE_CHECKS.to_owned()
-        };
-        steps.run("suites: the release's checks", || {
-            let mut args = NEXTEST_ALL.to_vec();
-            args.extend(["-E", filter.as_str()]);
-            cargo_linted(&args, &release_env)
-        });
-    }
     if let Some(scenarios) = scenarios {
         steps.run("scenarios: what was left of them", || scenarios.finish());
     }
     steps.finish()
 }
-
-/// The regression check of the agent's instructions per heartbeat (bench/cost.rs), which
-/// counts the measured agent the release step builds.
-const COST_CHECK: &str = "test(agent_instructions_per_heartbeat_within_20_percent_of_committed)";
-
-/// The tests that check the release (`GPUM_DIST_DIR`, `GPUM_AGENT_COST_BIN`): run after it is
-/// built, the suites before them.
-const RELEASE_CHECKS: &str = "binary_id(gpum-tests::dist) | test(dist_binaries_pass_the_gate) | \
-     test(agent_instructions_per_heartbeat_within_20_percent_of_committed)";
 
 /// A command running beside the steps of `cargo xtask test` (tests/setup-deps.sh beside the
 /// first builds, the scenarios beside the release and the suites), its output in a log file
@@ -370,16 +350,6 @@ impl Background {
         });
         eprintln!("xtask: in the background, beside the steps below: {what}; its output: {}", log.display());
         Self { what, waiter, log }
-    }
-
-    /// `cargo xtask dist --measured-agent --out DIR` at the lowest CPU priority.
-    fn release(dist_dir: &std::path::Path) -> Self {
-        let mut c = std::process::Command::new("nice");
-        c.args(["-n", "19"])
-            .arg(std::env::current_exe().unwrap_or_else(|_| util::target_dir().join("debug/xtask")))
-            .args(["dist", "--measured-agent", "--out"])
-            .arg(dist_dir);
-        Self::start("the release (cargo xtask dist, at the lowest priority)", c, "release.log")
     }
 
     fn setup() -> Self {
