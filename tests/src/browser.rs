@@ -146,8 +146,17 @@ impl Browser {
         }
     }
 
+    /// The text of the element `css` matches. A live region is replaced every 2 s, so an element
+    /// found may be gone when read (a stale element): it is found again, a few times at most.
     pub async fn text(&self, css: &str) -> String {
-        self.find(css).await.text().await.unwrap_or_else(|e| panic!("text of {css}: {e}"))
+        let mut stale = 0;
+        loop {
+            match self.find(css).await.text().await {
+                Ok(t) => return t,
+                Err(e) if e.is_stale_element_reference() && stale < 5 => stale += 1,
+                Err(e) => panic!("text of {css}: {e}"),
+            }
+        }
     }
 
     pub async fn click(&self, css: &str) {
